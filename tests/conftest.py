@@ -1,0 +1,60 @@
+"""Shared fixtures: the embedded CIFAR-10 sample and a briefly trained tiny ViT."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lipsweep.models import ModelConfig, PixelModel, create_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_NPZ = ROOT.parent / "shared" / "data" / "cifar10_subset.npz"
+EMBEDDED_NPZ = ROOT / "lipsweep" / "data" / "cifar10_sample.npz"
+
+torch.set_num_threads(int(os.environ.get("LIPSWEEP_TEST_THREADS", "2")))
+
+
+def tiny_model_config(**overrides) -> ModelConfig:
+    """The tiny ViT used across tests: 32px, patch 4 (65 tokens), 4 blocks, width 128, 4 heads."""
+    kw = dict(model="vit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=10,
+              depth=4, embed_dim=128, num_heads=4)
+    kw.update(overrides)
+    return ModelConfig(**kw)
+
+
+@pytest.fixture(scope="session")
+def cifar_sample() -> dict[str, torch.Tensor]:
+    """The embedded sample as float tensors in [0, 1] (x) and int64 labels (y)."""
+    d = np.load(EMBEDDED_NPZ)
+    return {
+        "x_train": torch.from_numpy(d["x_train"]).float().div(255),
+        "y_train": torch.from_numpy(d["y_train"]).long(),
+        "x_test": torch.from_numpy(d["x_test"]).float().div(255),
+        "y_test": torch.from_numpy(d["y_test"]).long(),
+    }
+
+
+@pytest.fixture(scope="session")
+def trained_tiny_model(cifar_sample) -> PixelModel:
+    """A tiny ViT trained for a few epochs on the embedded sample (well above chance), eval mode."""
+    torch.manual_seed(0)
+    model = create_model(tiny_model_config())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+    x, y = cifar_sample["x_train"], cifar_sample["y_train"]
+    g = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(4):
+        perm = torch.randperm(len(x), generator=g)
+        for i in range(0, len(x), 64):
+            idx = perm[i:i + 64]
+            xb = x[idx]
+            flip = torch.rand(len(idx), generator=g) < 0.5
+            xb = torch.where(flip.view(-1, 1, 1, 1), xb.flip(-1), xb)
+            loss = torch.nn.functional.cross_entropy(model(xb), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return model.eval()
