@@ -67,7 +67,7 @@ class QKRecorder:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        self.clear()
+        self._pending_q.clear()
 
     def clear(self) -> None:
         self.records = []
