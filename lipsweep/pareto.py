@@ -18,7 +18,7 @@ Contract (what `lipsweep pareto` relies on):
   never changes the ranks of the others), and is reported as excluded with the reason. A
   non-finite accuracy or Lipschitz value is a failed measurement, not a worst case: ranking it
   would let a broken evaluation shape the front.
-- *Export selection.* :func:`select_from_front` picks one front-1 run by a rule (grammar in
+- *Export selection* lives in :mod:`lipsweep.selection`: ``select_from_front`` picks one front-1 run by a rule (grammar in
   :func:`parse_selection_rule`; default ``pgd4-within-clean:1.0``: the highest acc_pgd_4 among
   front runs within 1 point of the front's best acc_clean).
 
@@ -26,7 +26,7 @@ Typical use (the CLI adds MLflow around it)::
 
     res = pareto_rank(records, resolve_objectives(["acc_clean:max", "acc_pgd_4:max"]))
     print(front_table(records, res.ranks, res.objectives))
-    sel = select_from_front(records, res.ranks, DEFAULT_SELECT_RULE)
+    sel = lipsweep.selection.select_from_front(records, res.ranks)
     doc = pareto_json(records, res.ranks, res.objectives, selection=sel)
 """
 from __future__ import annotations
@@ -34,11 +34,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from lipsweep.config_base import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lipsweep.selection import Selection
 
 DIRECTIONS = ("max", "min")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-/]+(?: [A-Za-z0-9_.\-/]+)*$")  # MLflow metric characters
@@ -416,149 +419,3 @@ def pareto_json(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[in
                      for i in order if r[i] == 0],
         "selection": None if selection is None else selection.as_dict(),
     }
-
-
-
-# --------------------------------------------------------------------------- export selection
-
-DEFAULT_SELECT_RULE = "pgd4-within-clean:1.0"
-TIE_BREAK: tuple[Objective, ...] = (Objective("acc_aa_2", "max"),
-                                    Objective("lip_jacobian_median", "min"))
-"""After the rule's goal: higher acc_aa_2, then lower lip_jacobian_median, then smaller run_id."""
-SHORTHANDS: dict[str, tuple[str, float]] = {
-    "pgd4-within-clean": ("max:acc_pgd_4,within:acc_clean:{x}", 1.0),
-}
-"""Named rules: name -> (expansion with ``{x}``, default x)."""
-
-
-@dataclass(frozen=True)
-class SelectionRule:
-    """A parsed export selection rule (grammar in :func:`parse_selection_rule`)."""
-
-    text: str
-    goal: Objective
-    within: tuple[tuple[Objective, float], ...] = ()
-
-
-def _rule_error(rule: str, msg: str) -> ConfigError:
-    return ConfigError("select", f"rule {rule!r}: {msg}")
-
-
-def _points(rule: str, s: str) -> float:
-    x = _as_float(s)
-    if x is None or not math.isfinite(x) or x < 0:
-        raise _rule_error(rule, f"X must be a number >= 0, got {s!r}")
-    return x
-
-
-def _rule_objective(rule: str, name: str, direction: str) -> Objective:
-    try:
-        return Objective(name, direction)
-    except ConfigError as exc:
-        raise _rule_error(rule, exc.message) from None
-
-
-def parse_selection_rule(rule: str) -> SelectionRule:
-    """Parse an export selection rule; ConfigError (field ``select``) names the bad part.
-
-    Grammar (metric names as logged, SPEC §3)::
-
-        RULE       := SHORTHAND | GOAL ("," CONSTRAINT)*
-        GOAL       := ("max" | "min") ":" METRIC
-        CONSTRAINT := "within" ":" [("max" | "min") ":"] METRIC ":" X        (X >= 0)
-        SHORTHAND  := "pgd4-within-clean" [":" X]   (= max:acc_pgd_4,within:acc_clean:X; X=1.0)
-
-    Meaning: the candidates are the front-1 runs. Each CONSTRAINT keeps those whose METRIC is
-    within X of the best METRIC among all front-1 runs (best = highest; lowest with ``min``;
-    1e-9 slack for round-off). The GOAL then picks the best candidate; ties go to the higher
-    acc_aa_2, then the lower lip_jacobian_median, then the smaller run_id (:data:`TIE_BREAK`).
-    Examples: ``max:acc_pgd_4``, ``min:lip_jacobian_median``, ``pgd4-within-clean:2``,
-    ``max:acc_aa_2,within:acc_clean:0.5,within:min:lip_jacobian_median:1``.
-    """
-    if not isinstance(rule, str) or not rule.strip():
-        raise ConfigError("select", f"rule must be a non-empty string, got {rule!r}")
-    text = rule.strip()
-    head, _, arg = text.partition(":")
-    if head in SHORTHANDS:
-        template, default = SHORTHANDS[head]
-        x = _points(rule, arg) if arg else default
-        full = parse_selection_rule(template.format(x=x))
-        return SelectionRule(text, full.goal, full.within)
-    parts = [p.strip() for p in text.split(",")]
-    goal = [g.strip() for g in parts[0].split(":")]
-    if len(goal) != 2 or goal[0].lower() not in DIRECTIONS:
-        raise _rule_error(rule, f"goal {parts[0]!r} must be 'max:METRIC' or 'min:METRIC' "
-                          f"(or a named rule: {', '.join(sorted(SHORTHANDS))})")
-    within = []
-    for c in parts[1:]:
-        f = [x.strip() for x in c.split(":")]
-        if f[0] != "within" or len(f) not in (3, 4) or (len(f) == 4 and f[1] not in DIRECTIONS):
-            raise _rule_error(rule, f"constraint {c!r} must be 'within:METRIC:X' or "
-                              "'within:min:METRIC:X'")
-        direction = f[1] if len(f) == 4 else "max"
-        within.append((_rule_objective(rule, f[-2], direction), _points(rule, f[-1])))
-    return SelectionRule(text, _rule_objective(rule, goal[1], goal[0].lower()), tuple(within))
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The run chosen for export, and why."""
-
-    run_id: str
-    index: int
-    """Position of the run in the records given."""
-    rule: str
-    explanation: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "run_id": self.run_id, "explanation": self.explanation}
-
-
-def select_from_front(records: Sequence[Mapping[str, Any] | Trial],
-                      ranks: Sequence[int] | np.ndarray,
-                      rule: str | SelectionRule = DEFAULT_SELECT_RULE) -> Selection:
-    """Choose the run to export among the front-1 runs by ``rule`` (:func:`parse_selection_rule`).
-
-    Deterministic and independent of the order of ``records``. Raises ConfigError for a bad
-    rule and ValueError when no front run qualifies (empty front, metric missing everywhere,
-    constraints that exclude every run).
-    """
-    sel = rule if isinstance(rule, SelectionRule) else parse_selection_rule(rule)
-    trials = as_trials(records)
-    r = check_ranks(ranks, len(trials))
-    front = [i for i in range(len(trials)) if r[i] == 1]
-    if not front:
-        raise ValueError(f"select rule {sel.text!r}: no run has rank 1 (nothing ranked)")
-    cands, notes = front, []
-    for ref, x in sel.within:
-        vals = {i: metric_value(trials[i], ref.name) for i in front}
-        known = [v for v in vals.values() if v is not None]
-        if not known:
-            raise ValueError(f"select rule {sel.text!r}: no front run has a finite {ref.name!r}")
-        s = 1.0 if ref.direction == "max" else -1.0
-        best = s * max(s * v for v in known)
-        lim = best - s * x
-        notes.append(f"{ref.name} {'>=' if s > 0 else '<='} {lim:.4g} (best {best:.4g} "
-                     f"{'-' if s > 0 else '+'} {x:g})")
-        cands = [i for i in cands if vals[i] is not None and s * (vals[i] - lim) >= -1e-9]
-    if not cands:
-        raise ValueError(f"select rule {sel.text!r}: no front run meets all of "
-                         f"{'; '.join(notes)}")
-    scored = [i for i in cands if metric_value(trials[i], sel.goal.name) is not None]
-    if not scored:
-        raise ValueError(f"select rule {sel.text!r}: no candidate front run has a finite "
-                         f"{sel.goal.name!r}")
-
-    def key(i: int) -> tuple:
-        ks = []
-        for o in (sel.goal,) + TIE_BREAK:
-            v = metric_value(trials[i], o.name)
-            ks.append(math.inf if v is None else (-v if o.direction == "max" else v))
-        return (*ks, trials[i].run_id)
-
-    win = min(scored, key=key)
-    word = "highest" if sel.goal.direction == "max" else "lowest"
-    shown = fmt_value(sel.goal.name, metric_value(trials[win], sel.goal.name))
-    why = (f"{word} {sel.goal.name} ({shown}) among {len(scored)} of {len(front)} front runs"
-           + (f" with {', '.join(notes)}" if notes else ""))
-    return Selection(trials[win].run_id, win, sel.text, why)

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lipsweep.config_base import ConfigError
-from lipsweep.pareto import (DEFAULT_OBJECTIVES, DEFAULT_SELECT_RULE, Objective, config_label,
-                             front_table, non_dominated_ranks, parse_objective,
-                             parse_selection_rule, pareto_json, pareto_rank, resolve_objectives,
-                             select_from_front)
+from lipsweep.pareto import (DEFAULT_OBJECTIVES, Objective, config_label, front_table,
+                             non_dominated_ranks, parse_objective, pareto_json, pareto_rank,
+                             resolve_objectives)
+from lipsweep.selection import DEFAULT_SELECT_RULE, parse_selection_rule, select_from_front
 from lipsweep.pareto_plots import parallel_coordinates, scatter_front
 
 # ---------------------------------------------------------------------------- references
