@@ -27,7 +27,7 @@ from typing import Iterator, Optional
 import torch
 from torch import nn
 
-from lipsweep.config_base import ConfigError, check_choice, check_positive
+from lipsweep.config_base import ConfigError, check_positive
 
 _log = logging.getLogger(__name__)
 
@@ -121,6 +121,16 @@ class PixelModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net((x - self.mean) / self.std)
+
+
+def pixel_normalization(model_name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) of the architecture's default pretrained weights (0.5/0.5 if unknown)."""
+    from timm.models import get_pretrained_cfg
+
+    pcfg = get_pretrained_cfg(model_name)
+    if pcfg is None:
+        return _DEFAULT_MEAN, _DEFAULT_STD
+    return tuple(pcfg.mean), tuple(pcfg.std)
 
 
 def create_model(cfg: ModelConfig) -> PixelModel:

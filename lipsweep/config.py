@@ -1,0 +1,238 @@
+"""The trial configuration: one dataclass per concern, one flat dict for everything else.
+
+:class:`TrialConfig` composes the section dataclasses (model, data, optimisation, regularizer,
+robustness suite, Lipschitz estimates, run settings). Each section validates itself in
+``__post_init__``; cross-section rules (k < tokens, classes match the dataset) are checked by
+TrialConfig. Field names are unique across sections, so a trial serialises to ONE flat dict
+(:meth:`TrialConfig.to_flat`) that is at once the Ray Tune sample, the MLflow params and the
+exported ``config.json``; :meth:`TrialConfig.from_flat` is its inverse and rejects unknown keys.
+
+Example::
+
+    >>> cfg = TrialConfig.from_flat({"epochs": 2, "regularizer": "jasmin", "k": 10})
+    >>> TrialConfig.from_flat(cfg.to_flat()) == cfg
+    True
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from lipsweep.attacks.config import RobustnessConfig
+from lipsweep.config_base import (ConfigError, check_choice, check_positive, check_range,
+                                  from_mapping)
+from lipsweep.data import DataConfig
+from lipsweep.lipschitz.config import LipschitzConfig
+from lipsweep.models import ModelConfig
+from lipsweep.regularizers.config import RegularizerConfig
+
+
+@dataclass
+class OptimConfig:
+    """Optimisation recipe. Defaults follow the paper / Specformer recipe (SPEC §2.7)."""
+
+    epochs: int = 40
+    """Training epochs (paper: 40)."""
+    batch_size: int = 64
+    """Training batch size (Specformer recipe: 64; the paper states 512)."""
+    lr: float = 0.1
+    """Peak learning rate (Specformer recipe: SGD 0.1; the paper does not state it)."""
+    optimizer: str = "sgd"
+    """'sgd' (momentum, the paper) or 'adamw' (useful for tiny ViTs from scratch)."""
+    momentum: float = 0.9
+    """SGD momentum (paper: 0.9)."""
+    weight_decay: float = 1e-4
+    """Weight decay (paper: 1e-4)."""
+    warmup_epochs: float = 0.0
+    """Linear warmup length in epochs before the cosine decay."""
+    min_lr: float = 0.0
+    """Floor of the cosine schedule."""
+    clip_grad: float = 1.0
+    """Clip the global gradient norm to this value (Specformer recipe: 1.0; 0 disables)."""
+
+    def __post_init__(self) -> None:
+        check_positive("epochs", self.epochs)
+        check_positive("batch_size", self.batch_size)
+        check_positive("lr", self.lr)
+        check_choice("optimizer", self.optimizer, ("sgd", "adamw"))
+        check_range("momentum", self.momentum, 0.0, 1.0)
+        check_positive("weight_decay", self.weight_decay, allow_zero=True)
+        check_positive("warmup_epochs", self.warmup_epochs, allow_zero=True)
+        check_positive("min_lr", self.min_lr, allow_zero=True)
+        check_positive("clip_grad", self.clip_grad, allow_zero=True)
+        if self.warmup_epochs > self.epochs:
+            raise ConfigError("warmup_epochs", f"{self.warmup_epochs} exceeds epochs "
+                              f"{self.epochs}")
+        if self.min_lr > self.lr:
+            raise ConfigError("min_lr", f"{self.min_lr} exceeds lr {self.lr}")
+
+    def lr_at(self, step: int, steps_per_epoch: int) -> float:
+        """Linear warmup then cosine decay to min_lr, as a function of the global step."""
+        total = self.epochs * steps_per_epoch
+        warm = int(round(self.warmup_epochs * steps_per_epoch))
+        if step < warm:
+            return self.lr * (step + 1) / warm
+        t = (step - warm) / max(1, total - warm)
+        return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * min(t, 1.0)))
+
+
+@dataclass
+class RunConfig:
+    """How the trial runs: seed, device, precision, compilation, checkpoints."""
+
+    seed: int = 0
+    """Seed of initialisation, batch order and augmentation."""
+    device: str = "auto"
+    """'auto' (CUDA if present), 'cpu', 'cuda' or 'cuda:N'."""
+    precision: str = "auto"
+    """'auto' (bf16 autocast on CUDA, fp32 on CPU), 'bf16' or 'fp32' for training."""
+    compile: bool = False
+    """Wrap the model in torch.compile for training."""
+    keep_checkpoints: int = 2
+    """How many epoch checkpoints to keep (>= 2 so a corrupt latest has a fallback)."""
+    evaluate: bool = True
+    """Run the robustness suite and Lipschitz estimates after training."""
+
+    def __post_init__(self) -> None:
+        check_positive("seed", self.seed, allow_zero=True)
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ConfigError("device", f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        check_choice("precision", self.precision, ("auto", "bf16", "fp32"))
+        check_positive("keep_checkpoints", self.keep_checkpoints)
+        if self.keep_checkpoints < 2:
+            raise ConfigError("keep_checkpoints", "must be >= 2 so that a corrupt latest "
+                              "checkpoint can fall back to the previous one")
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "optim": OptimConfig,
+    "regularizer": RegularizerConfig,
+    "robustness": RobustnessConfig,
+    "lipschitz": LipschitzConfig,
+    "run": RunConfig,
+}
+
+
+def _section_fields() -> dict[str, str]:
+    owner: dict[str, str] = {}
+    for sec, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            if f.name in owner:  # pragma: no cover - a programming error, caught by tests
+                raise RuntimeError(f"field {f.name} is in both {owner[f.name]} and {sec}")
+            owner[f.name] = sec
+    return owner
+
+
+FIELD_SECTION = _section_fields()
+
+
+@dataclass
+class TrialConfig:
+    """One trial: every setting, validated, serialisable to one flat dict."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    regularizer: RegularizerConfig = field(default_factory=RegularizerConfig)
+    robustness: RobustnessConfig = field(default_factory=RobustnessConfig)
+    lipschitz: LipschitzConfig = field(default_factory=LipschitzConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        if self.model.num_classes != self.data.num_classes:
+            raise ConfigError("num_classes", f"{self.model.num_classes} does not match dataset "
+                              f"{self.data.dataset!r} ({self.data.num_classes} classes)")
+        self.regularizer.check_tokens(self.model.num_tokens)
+
+    def to_flat(self) -> dict[str, Any]:
+        """One flat dict of JSON scalars/lists; fields that do not apply (None) are left out."""
+        flat: dict[str, Any] = {}
+        for sec in SECTIONS:
+            for k, v in dataclasses.asdict(getattr(self, sec)).items():
+                if v is not None:
+                    flat[k] = list(v) if isinstance(v, tuple) else v
+        return flat
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any], source: Optional[str] = None) -> "TrialConfig":
+        """Inverse of :meth:`to_flat`. Unknown keys and bad values raise ConfigError."""
+        try:
+            unknown = sorted(set(values) - set(FIELD_SECTION))
+            if unknown:
+                raise ConfigError(unknown[0], "unknown setting" + _suggest(unknown[0]))
+            parts: dict[str, dict[str, Any]] = {sec: {} for sec in SECTIONS}
+            for k, v in values.items():
+                parts[FIELD_SECTION[k]][k] = v
+            built = {sec: from_mapping(SECTIONS[sec], parts[sec]) for sec in SECTIONS}
+            return cls(**built)
+        except ConfigError as err:
+            raise (err.with_source(source) if source else err) from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: Optional[Mapping[str, Any]] = None
+                  ) -> "TrialConfig":
+        """Load a flat YAML mapping of settings (plus CLI overrides) and validate it."""
+        values = load_yaml_mapping(path)
+        values.update(overrides or {})
+        return cls.from_flat(values, source=str(path))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_flat(), indent=2, sort_keys=True)
+
+
+def _suggest(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(FIELD_SECTION), n=3)
+    return f"; did you mean {', '.join(close)}?" if close else \
+        "; see `lipsweep train --help-settings` for the list"
+
+
+def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file whose top level is a mapping; errors name the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("config", f"no such file: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", f"not valid YAML: {exc}".replace("\n", " "), str(p)) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("config", "top level must be a mapping of settings", str(p))
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'key=value' from the command line, the value parsed as YAML (so 1e-2, true, [2,4] work)."""
+    if "=" not in text:
+        raise ConfigError("--set", f"expected key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def settings_help() -> str:
+    """Every setting with its section, default and docstring (for --help-settings)."""
+    from lipsweep.config_docs import field_docs
+
+    lines = []
+    for sec, cls in SECTIONS.items():
+        lines.append(f"[{sec}]")
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            lines.append(f"  {f.name} = {default!r}\n      {docs.get(f.name, '')}")
+    return "\n".join(lines)

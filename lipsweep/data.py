@@ -1,0 +1,206 @@
+"""CIFAR data for lipsweep: the embedded sample, a local .npz, or torchvision CIFAR-10/100.
+
+Every source is loaded once into uint8 tensors (N, 3, 32, 32) and batched from memory; the
+paper's augmentations (random crop with padding 4, horizontal flip; CutMix and MixUp through
+timm's ``Mixup``; SPEC §2.7) run on whole batches on the training device. CIFAR-100 is 150 MB
+as uint8, so this holds for the full datasets too and avoids DataLoader worker overhead.
+
+Randomness is a pure function of (seed, epoch), so a resumed trial sees exactly the batches an
+uninterrupted one would. The evaluation subset is a seeded, sorted subset of the test split:
+every attack and every Lipschitz estimate of a trial sees the same images.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lipsweep.config_base import ConfigError, check_choice, check_positive, check_range
+
+_log = logging.getLogger(__name__)
+
+DATASETS = ("embedded", "npz", "cifar10", "cifar100")
+NUM_CLASSES = {"embedded": 10, "npz": 10, "cifar10": 10, "cifar100": 100}
+
+
+def embedded_path() -> Path:
+    """Path of the CIFAR-10 sample shipped inside the package (2000 train / 500 test images)."""
+    return Path(__file__).resolve().parent / "data" / "cifar10_sample.npz"
+
+
+@dataclass
+class DataConfig:
+    """Where the images come from and how training batches are augmented."""
+
+    dataset: str = "embedded"
+    """'embedded' (sample shipped in the package), 'npz' (a local file with x_train, y_train,
+    x_test, y_test), 'cifar10' or 'cifar100' (torchvision: local folder or download)."""
+    data_dir: str = ""
+    """For 'npz': the .npz file. For 'cifar10'/'cifar100': the torchvision root folder (the one
+    holding cifar-10-batches-py / cifar-100-python)."""
+    download: bool = False
+    """Let torchvision download CIFAR into data_dir if it is not there."""
+    train_size: int = 0
+    """Use only the first train_size training images (0 = all)."""
+    eval_size: int = 500
+    """Size of the seeded evaluation subset of the test split (0 = whole test split)."""
+    eval_seed: int = 0
+    """Seed of the evaluation subset; the same for every trial of a sweep."""
+    crop_padding: int = 4
+    """Random crop with this zero padding (0 disables)."""
+    hflip: bool = True
+    """Random horizontal flips."""
+    mixup: float = 0.0
+    """MixUp alpha (timm Mixup; 0 disables). The paper's recipe uses MixUp and CutMix."""
+    cutmix: float = 0.0
+    """CutMix alpha (timm Mixup; 0 disables)."""
+    mix_prob: float = 1.0
+    """Probability of applying MixUp/CutMix to a batch."""
+    label_smoothing: float = 0.0
+    """Label smoothing for the cross-entropy (also used by timm's Mixup targets)."""
+
+    def __post_init__(self) -> None:
+        check_choice("dataset", self.dataset, DATASETS)
+        check_positive("train_size", self.train_size, allow_zero=True)
+        check_positive("eval_size", self.eval_size, allow_zero=True)
+        check_positive("crop_padding", self.crop_padding, allow_zero=True)
+        check_positive("mixup", self.mixup, allow_zero=True)
+        check_positive("cutmix", self.cutmix, allow_zero=True)
+        check_range("mix_prob", self.mix_prob, 0.0, 1.0)
+        check_range("label_smoothing", self.label_smoothing, 0.0, 0.99)
+        if self.dataset == "npz":
+            if not self.data_dir or not Path(self.data_dir).is_file():
+                raise ConfigError("data_dir", f"dataset 'npz' needs an existing .npz file, got "
+                                  f"{self.data_dir!r}")
+        elif self.dataset in ("cifar10", "cifar100") and not self.download:
+            if not self.data_dir or not Path(self.data_dir).is_dir():
+                raise ConfigError("data_dir", f"no such folder {self.data_dir!r} for "
+                                  f"{self.dataset}; point it at a torchvision CIFAR root or set "
+                                  "download: true")
+
+    @property
+    def num_classes(self) -> int:
+        return NUM_CLASSES[self.dataset]
+
+
+@dataclass
+class ImageSplits:
+    """uint8 images (N, 3, H, W) and int64 labels for the train split and the eval subset."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_eval: torch.Tensor
+    y_eval: torch.Tensor
+    eval_indices: torch.Tensor
+
+
+def _load_npz(path: Path) -> tuple[np.ndarray, ...]:
+    with np.load(path, allow_pickle=False) as d:
+        missing = {"x_train", "y_train", "x_test", "y_test"} - set(d.files)
+        if missing:
+            raise ConfigError("data_dir", f"{path} lacks arrays {sorted(missing)}")
+        return d["x_train"], d["y_train"], d["x_test"], d["y_test"]
+
+
+def _load_torchvision(cfg: DataConfig) -> tuple[np.ndarray, ...]:
+    from torchvision import datasets
+
+    cls = datasets.CIFAR10 if cfg.dataset == "cifar10" else datasets.CIFAR100
+    out = []
+    for train in (True, False):
+        ds = cls(root=cfg.data_dir or ".", train=train, download=cfg.download)
+        out += [np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)),
+                np.asarray(ds.targets, dtype=np.int64)]
+    return tuple(out)
+
+
+def eval_subset_indices(n_test: int, size: int, seed: int) -> torch.Tensor:
+    """Sorted, seeded subset of range(n_test) of the given size (all if size is 0 or >= n)."""
+    if size <= 0 or size >= n_test:
+        return torch.arange(n_test)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randperm(n_test, generator=g)[:size].sort().values
+
+
+def load_splits(cfg: DataConfig) -> ImageSplits:
+    """Load the configured source into memory and cut the evaluation subset."""
+    if cfg.dataset == "embedded":
+        arrays = _load_npz(embedded_path())
+    elif cfg.dataset == "npz":
+        arrays = _load_npz(Path(cfg.data_dir))
+    else:
+        arrays = _load_torchvision(cfg)
+    x_tr, y_tr, x_te, y_te = (torch.from_numpy(np.asarray(a)) for a in arrays)
+    if cfg.train_size:
+        x_tr, y_tr = x_tr[:cfg.train_size], y_tr[:cfg.train_size]
+    idx = eval_subset_indices(len(x_te), cfg.eval_size, cfg.eval_seed)
+    _log.info("data %s: %d train, %d eval images", cfg.dataset, len(x_tr), len(idx))
+    return ImageSplits(x_tr.to(torch.uint8), y_tr.long(), x_te[idx].to(torch.uint8),
+                       y_te[idx].long(), idx)
+
+
+def to_unit(x: torch.Tensor) -> torch.Tensor:
+    """uint8 images to float pixels in [0, 1]."""
+    return x.float().div_(255.0)
+
+
+def augment(x: torch.Tensor, cfg: DataConfig, gen: torch.Generator) -> torch.Tensor:
+    """Random crop (zero padding) and horizontal flip on a float batch (B, 3, H, W)."""
+    b, _, h, w = x.shape
+    if cfg.crop_padding:
+        p = cfg.crop_padding
+        padded = F.pad(x, (p, p, p, p))
+        dy = torch.randint(0, 2 * p + 1, (b,), generator=gen).to(x.device)
+        dx = torch.randint(0, 2 * p + 1, (b,), generator=gen).to(x.device)
+        rows = (torch.arange(h, device=x.device).view(1, h) + dy.view(b, 1))  # (B, H)
+        cols = (torch.arange(w, device=x.device).view(1, w) + dx.view(b, 1))  # (B, W)
+        x = padded[torch.arange(b, device=x.device).view(b, 1, 1, 1),
+                   torch.arange(x.shape[1], device=x.device).view(1, -1, 1, 1),
+                   rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
+    if cfg.hflip:
+        flip = (torch.rand(b, generator=gen) < 0.5).to(x.device).view(b, 1, 1, 1)
+        x = torch.where(flip, x.flip(-1), x)
+    return x
+
+
+def create_mixup(cfg: DataConfig, num_classes: int):
+    """timm's Mixup/CutMix, or None when both alphas are 0 (the paper's recipe uses both)."""
+    if cfg.mixup <= 0 and cfg.cutmix <= 0:
+        return None
+    from timm.data import Mixup
+
+    return Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, prob=cfg.mix_prob,
+                 label_smoothing=cfg.label_smoothing, num_classes=num_classes)
+
+
+def train_batches(splits: ImageSplits, batch_size: int, seed: int, epoch: int,
+                  drop_last: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Shuffled (uint8 images, labels) batches; the order depends only on (seed, epoch)."""
+    n = len(splits.x_train)
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    perm = torch.randperm(n, generator=g)
+    stop = n - n % batch_size if drop_last and n >= batch_size else n
+    for i in range(0, stop, batch_size):
+        idx = perm[i:i + batch_size]
+        yield splits.x_train[idx], splits.y_train[idx]
+
+
+def num_train_batches(splits: ImageSplits, batch_size: int, drop_last: bool = True) -> int:
+    n = len(splits.x_train)
+    return n // batch_size if drop_last and n >= batch_size else -(-n // batch_size)
+
+
+def eval_batches(x: torch.Tensor, y: torch.Tensor,
+                 batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    for i in range(0, len(x), batch_size):
+        yield x[i:i + batch_size], y[i:i + batch_size]
+
+
+def describe(cfg: DataConfig, splits: Optional[ImageSplits] = None) -> str:
+    tail = f" ({len(splits.x_train)} train / {len(splits.x_eval)} eval)" if splits else ""
+    return f"{cfg.dataset}{tail}"
