@@ -1,0 +1,172 @@
+"""Epoch checkpoints: safetensors + JSON only (nothing is unpickled), written atomically.
+
+A checkpoint is a folder ``epoch_NNNN`` holding ``model.safetensors``, ``optimizer.safetensors``
+(tensor state, flattened), ``regularizer.safetensors`` (e.g. Specformer's power-iteration
+vectors) and ``state.json`` (epoch, step, non-tensor optimizer state, and a SHA-256 of every
+file). It is written to a hidden temporary folder, fsync'ed, then renamed into place, so a
+crash or a full disk never leaves a half-written checkpoint under a real name; the previous
+checkpoint is only pruned after the new one is in place. Loading verifies the checksums and
+falls back to the newest intact checkpoint, saying which.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from safetensors.torch import load_file, save_file
+
+_log = logging.getLogger(__name__)
+_NAME = re.compile(r"^epoch_(\d{4,})$")
+STATE_FILE = "state.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or read."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: tensors on CPU plus its JSON state."""
+
+    path: Path
+    epoch: int
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, torch.Tensor]
+    regularizer: dict[str, torch.Tensor]
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def flatten_optimizer(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict]:
+    """Split ``optimizer.state_dict()`` into safetensors-able tensors and JSON metadata."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for pid, pstate in opt_state["state"].items():
+        for key, val in pstate.items():
+            if torch.is_tensor(val):
+                tensors[f"{pid}.{key}"] = val.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(pid), {})[key] = val
+    return tensors, {"param_groups": opt_state["param_groups"], "scalars": scalars}
+
+
+def unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict[str, Any]:
+    """Inverse of :func:`flatten_optimizer`."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, val in tensors.items():
+        pid, key = name.split(".", 1)
+        state.setdefault(int(pid), {})[key] = val
+    for pid, vals in meta.get("scalars", {}).items():
+        state.setdefault(int(pid), {}).update(vals)
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Checkpoint folders under ``root``, oldest first (temporary folders ignored)."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)]
+    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+
+
+def save_checkpoint(root: Path, epoch: int, model: dict[str, torch.Tensor],
+                    optimizer: dict[str, Any], regularizer: dict[str, torch.Tensor],
+                    state: dict[str, Any], keep: int = 2) -> Path:
+    """Write checkpoint ``epoch`` atomically under ``root`` and prune to the newest ``keep``."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"epoch_{epoch:04d}"
+    tmp = root / f".tmp-epoch_{epoch:04d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        opt_tensors, opt_meta = flatten_optimizer(optimizer)
+        files = {
+            "model.safetensors": {k: v.detach().cpu().contiguous() for k, v in model.items()},
+            "optimizer.safetensors": opt_tensors,
+            "regularizer.safetensors": {k: v.detach().cpu().contiguous()
+                                        for k, v in regularizer.items()},
+        }
+        digests = {}
+        for name, tensors in files.items():
+            save_file(tensors, str(tmp / name))
+            digests[name] = _sha256(tmp / name)
+        meta = dict(state, epoch=epoch, optimizer_meta=opt_meta, sha256=digests)
+        with open(tmp / STATE_FILE, "w") as fh:
+            json.dump(meta, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        for name in files:
+            with open(tmp / name, "rb") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write checkpoint {final}: {exc}; the previous "
+                              "checkpoint is untouched") from exc
+    for old in list_checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Load and verify one checkpoint folder; raises CheckpointError if it is damaged."""
+    try:
+        meta = json.loads((path / STATE_FILE).read_text())
+        for name, digest in meta["sha256"].items():
+            if _sha256(path / name) != digest:
+                raise CheckpointError(f"{path / name} does not match its checksum "
+                                      "(truncated or modified)")
+        return Checkpoint(path=path, epoch=int(meta["epoch"]),
+                          model=load_file(str(path / "model.safetensors")),
+                          optimizer=load_file(str(path / "optimizer.safetensors")),
+                          regularizer=load_file(str(path / "regularizer.safetensors")),
+                          state=meta)
+    except CheckpointError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise CheckpointError(f"{path} is unreadable: {type(exc).__name__}: {exc}") from exc
+
+
+def load_latest(root: Path) -> Optional[Checkpoint]:
+    """The newest intact checkpoint under ``root``, falling back past damaged ones (logged)."""
+    for path in reversed(list_checkpoints(root)):
+        try:
+            ckpt = load_checkpoint(path)
+        except CheckpointError as err:
+            _log.warning("checkpoint %s is damaged (%s); falling back to the previous one",
+                         path.name, err)
+            continue
+        return ckpt
+    return None
