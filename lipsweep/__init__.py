@@ -1,4 +1,18 @@
-"""lipsweep: distributed sweeps of attention regularizers for robust Vision Transformers."""
+"""lipsweep: distributed sweeps of attention regularizers for robust Vision Transformers.
+
+``import lipsweep`` stays light (no torch, Ray or MLflow); the public names load on first use.
+"""
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["load_exported", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load_exported":
+        from lipsweep.export import load_exported
+
+        return load_exported
+    raise AttributeError(f"module 'lipsweep' has no attribute {name!r}")
