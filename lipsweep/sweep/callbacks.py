@@ -1,0 +1,191 @@
+"""Tune callbacks that run in the driver: MLflow logging keyed by trial id, and console lines.
+
+:class:`MlflowSweepCallback` turns Tune's trial events into MLflow child runs under the
+sweep's parent run (see :mod:`lipsweep.tracking` for why the driver, and not the trials,
+writes). :class:`ConsoleProgress` prints one line per trial event with its state and key
+metrics, instead of Tune's full-screen tables.
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from lipsweep.sweep.space import trial_label
+from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY, flat_config
+from lipsweep.tracking import (FAILED, FINISHED, KILLED, TAG_CHECKPOINT, TAG_EARLY_STOPPED,
+                               TAG_FAILURE, Tracker)
+
+_log = logging.getLogger("lipsweep.sweep")
+
+EPOCH_KEYS = ("loss", "loss_ce", "loss_reg", "acc_clean", "lr", "epoch_seconds",
+              "train_images_per_s")
+
+
+@dataclass
+class TrialOutcome:
+    """How a trial ended, as the driver saw it."""
+
+    trial_id: str
+    label: str
+    status: str
+    reason: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class MlflowSweepCallback(Callback):
+    """Logs each Tune trial to its own MLflow child run under ``parent_id``."""
+
+    def __init__(self, tracker: Tracker, parent_id: str) -> None:
+        self.tracker = tracker
+        self.parent_id = parent_id
+        self.runs: dict[str, str] = {}
+        self.outcomes: dict[str, TrialOutcome] = {}
+        self.trials: list = []
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.trials = trials
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.trials = trials
+
+    def _run_for(self, trial) -> str:
+        if trial.trial_id not in self.runs:
+            flat = flat_config(trial.config)
+            self.runs[trial.trial_id] = self.tracker.open_child(
+                self.parent_id, trial.trial_id, f"{trial.trial_id} {trial_label(flat)}", flat)
+        return self.runs[trial.trial_id]
+
+    def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        self._run_for(trial)
+
+    def on_trial_restore(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        self._run_for(trial)
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict,
+                        **info: Any) -> None:
+        if result.get(FINAL_KEY) or ERROR_KEY in result:
+            return
+        epoch = int(result.get("epoch", 0))
+        metrics = {k: result[k] for k in EPOCH_KEYS if k in result}
+        metrics["epoch"] = epoch
+        self.tracker.log_metrics(self._run_for(trial), metrics, step=epoch)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        run_id = self._run_for(trial)
+        result = trial.last_result or {}
+        label = trial_label(flat_config(trial.config))
+        if ERROR_KEY in result:
+            self.tracker.set_tags(run_id, {TAG_FAILURE: result[ERROR_KEY]})
+            self.tracker.end(run_id, FAILED)
+            self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, label, FAILED,
+                                                         result[ERROR_KEY])
+            return
+        if not result.get(FINAL_KEY):
+            self.tracker.set_tags(run_id, {TAG_EARLY_STOPPED: "true"})
+            self.tracker.end(run_id, KILLED)
+            self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, label, KILLED,
+                                                         "stopped early by the scheduler")
+            return
+        final = {k: v for k, v in result.items()
+                 if (k.startswith(("acc_", "lip_", "eval_")) or k == "epochs_done")
+                 and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.tracker.log_metrics(run_id, final, step=0)
+        self._log_checkpoint(run_id, trial)
+        self.tracker.end(run_id, FINISHED)
+        self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, label, FINISHED,
+                                                     metrics=final)
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        run_id = self._run_for(trial)
+        reason = _error_text(trial)
+        self.tracker.set_tags(run_id, {TAG_FAILURE: reason[:5000]})
+        self.tracker.end(run_id, FAILED)
+        self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, trial_label(
+            flat_config(trial.config)), FAILED, reason.strip().splitlines()[-1][:300]
+            if reason.strip() else "error")
+
+    def _log_checkpoint(self, run_id: str, trial) -> None:
+        ckpt = trial.checkpoint
+        if ckpt is None:
+            return
+        self.tracker.set_tags(run_id, {TAG_CHECKPOINT: ckpt.path})
+        with ckpt.as_directory() as src:
+            src = Path(src)
+            if (src / "artifacts").is_dir():
+                self.tracker.log_artifacts(run_id, src / "artifacts", "lipschitz")
+            with tempfile.TemporaryDirectory() as tmp:
+                dst = Path(tmp) / "checkpoint"
+                dst.mkdir()
+                for name in ("model.safetensors", "config.json", "metrics.json"):
+                    if (src / name).is_file():
+                        (dst / name).write_bytes((src / name).read_bytes())
+                self.tracker.log_artifacts(run_id, dst, "checkpoint")
+
+
+def _error_text(trial) -> str:
+    path = getattr(trial, "error_file", None)
+    if path and Path(path).is_file():
+        return Path(path).read_text()
+    return str(getattr(trial, "error_msg", "") or "worker error")
+
+
+class ConsoleProgress(Callback):
+    """One log line per trial event: state, epoch and key metrics."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+
+    @staticmethod
+    def _name(trial) -> str:
+        return f"{trial.trial_id} [{trial_label(flat_config(trial.config))}]"
+
+    def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        _log.info("%s RUNNING", self._name(trial))
+
+    def on_trial_restore(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        _log.info("%s RESTORED from checkpoint", self._name(trial))
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict,
+                        **info: Any) -> None:
+        if result.get(FINAL_KEY) or ERROR_KEY in result:
+            return
+        _log.info("%s epoch %s  loss %.3f  acc_clean %.1f%%", self._name(trial),
+                  result.get("epoch"), result.get("loss", float("nan")),
+                  result.get("acc_clean", float("nan")))
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        self.done += 1
+        r = trial.last_result or {}
+        if ERROR_KEY in r:
+            _log.error("%s FAILED: %s", self._name(trial), r[ERROR_KEY])
+        elif not r.get(FINAL_KEY):
+            _log.info("%s STOPPED early (scheduler)  [%d/%d]", self._name(trial), self.done,
+                      self.total)
+        else:
+            keys = ("acc_clean", "acc_fgsm_4", "acc_pgd_4", "acc_aa_2", "lip_jacobian_median")
+            text = "  ".join(f"{k} {r[k]:.2f}" for k in keys if k in r)
+            _log.info("%s FINISHED  %s  [%d/%d]", self._name(trial), text, self.done,
+                      self.total)
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        self.done += 1
+        _log.error("%s ERROR (retries exhausted)  [%d/%d]", self._name(trial), self.done,
+                   self.total)
+
+
+def summarize(outcomes: dict[str, TrialOutcome], total: int) -> tuple[bool, str]:
+    """(all finished?, a summary listing failures)."""
+    failed = [o for o in outcomes.values() if o.status == FAILED]
+    finished = sum(o.status == FINISHED for o in outcomes.values())
+    stopped = sum(o.status == KILLED for o in outcomes.values())
+    lines = [f"{finished} finished, {stopped} stopped early, {len(failed)} failed, "
+             f"{max(0, total - len(outcomes))} not run, of {total} trials"]
+    lines += [f"  FAILED {o.trial_id} [{o.label}]: {o.reason}" for o in failed]
+    ok = not failed and len(outcomes) >= total
+    return ok, "\n".join(lines)

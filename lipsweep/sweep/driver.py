@@ -1,0 +1,235 @@
+"""The sweep driver: a validated space -> Ray Tune trials -> MLflow runs.
+
+Order of work: validate the space and every trial config (done by the caller), check the
+storage path, then start Ray, open (or on ``--resume`` find) the parent run, and run
+``Tuner.fit`` (or ``Tuner.restore(...).fit``). Whatever happens, MLflow runs end FINISHED,
+FAILED or KILLED, never RUNNING: on an interrupt the parent and any open children are marked
+KILLED and reopened by ``--resume``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from lipsweep.sweep.space import SweepSpec, sample_space
+from lipsweep.tracking import FAILED, FINISHED, KILLED, Tracker
+
+_log = logging.getLogger("lipsweep.sweep")
+
+
+@dataclass
+class SweepOptions:
+    """Command-line options of one sweep invocation."""
+
+    experiment: str
+    storage: str
+    tracking_uri: str
+    resume: bool = False
+    max_concurrent_trials: Optional[int] = None
+    ray_address: Optional[str] = None
+    num_cpus: Optional[int] = None
+
+
+@dataclass
+class SweepOutcome:
+    ok: bool
+    summary: str
+    parent_run_id: str
+    experiment_path: str
+    interrupted: bool = False
+
+
+def experiment_path(storage: str, name: str) -> str:
+    """Tune's experiment folder: storage/name (storage may be a URI such as s3://...)."""
+    return f"{storage.rstrip('/')}/{name}"
+
+
+def storage_exists(path: str) -> bool:
+    if "://" in path and not path.startswith("file://"):
+        import pyarrow.fs as pafs
+
+        fs, p = pafs.FileSystem.from_uri(path)
+        return fs.get_file_info(p).type != pafs.FileType.NotFound
+    return Path(path.removeprefix("file://")).exists()
+
+
+def _optuna_space(spec: SweepSpec):
+    """A define-by-run function for OptunaSearch that mirrors the (conditional) space."""
+    fixed = dict(spec.fixed)
+    space = spec.search.space
+
+    def suggest(trial, key: str, dist: Any, prefix: str = "") -> Any:
+        if not isinstance(dist, dict) or len(dist) != 1:
+            return dist
+        kind, args = next(iter(dist.items()))
+        name = f"{prefix}{key}"
+        if kind == "choice":
+            return trial.suggest_categorical(name, args)
+        lo, hi = float(args[0]), float(args[1])
+        if kind == "loguniform":
+            return trial.suggest_float(name, lo, hi, log=True)
+        if kind == "uniform":
+            return trial.suggest_float(name, lo, hi)
+        if kind == "randint":
+            return trial.suggest_int(name, int(lo), int(hi) - 1)
+        return trial.suggest_int(name, int(round(lo)), int(round(hi)))
+
+    from lipsweep.regularizers import list_regularizers
+
+    def define_by_run(trial) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, dist in space.items():
+            if key not in list_regularizers():
+                out[key] = suggest(trial, key, dist)
+        branch = space.get(out.get("regularizer"))
+        if isinstance(branch, dict):
+            for key, dist in branch.items():
+                out[key] = suggest(trial, key, dist, prefix=f"{out['regularizer']}.")
+        return {"trial": {**fixed, **out}}
+
+    return define_by_run
+
+
+def _tune_config(spec: SweepSpec, opts: SweepOptions):
+    from ray import tune
+
+    mct = opts.max_concurrent_trials or spec.max_concurrent_trials or None
+    scheduler = None
+    if spec.scheduler is not None:
+        from ray.tune.schedulers import ASHAScheduler
+
+        s = spec.scheduler
+        max_t = s.max_t or int(spec.fixed.get("epochs", 40))
+        scheduler = ASHAScheduler(time_attr="epoch", metric=s.metric, mode=s.mode,
+                                  max_t=max_t, grace_period=s.grace_period,
+                                  reduction_factor=s.reduction_factor)
+    if spec.search is not None and spec.search.algorithm == "optuna":
+        from ray.tune.search.optuna import OptunaSearch
+
+        metric = spec.search.metric if len(spec.search.metric) > 1 else spec.search.metric[0]
+        mode = spec.search.mode if len(spec.search.mode) > 1 else spec.search.mode[0]
+        import optuna
+
+        searcher = OptunaSearch(space=_optuna_space(spec), metric=metric, mode=mode,
+                                sampler=optuna.samplers.TPESampler(seed=spec.search.seed)
+                                if len(spec.search.metric) == 1 else
+                                optuna.samplers.NSGAIISampler(seed=spec.search.seed))
+        return tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
+                               num_samples=spec.search.num_samples, max_concurrent_trials=mct,
+                               reuse_actors=True), None
+    param_space = {"trial": tune.grid_search(spec.trials)}
+    return tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=mct,
+                           reuse_actors=True), param_space
+
+
+def _init_ray(opts: SweepOptions) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    if opts.ray_address:
+        ray.init(address=opts.ray_address, log_to_driver=True)
+    else:
+        ray.init(num_cpus=opts.num_cpus, include_dashboard=False, log_to_driver=True,
+                 configure_logging=True, logging_level=logging.WARNING)
+
+
+def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
+    """Run (or resume) a validated sweep; see the module docstring for the guarantees."""
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "60")
+    from ray import tune
+
+    from lipsweep.sweep.callbacks import ConsoleProgress, MlflowSweepCallback, summarize
+    from lipsweep.sweep.trainable import train_trial
+
+    exp_path = experiment_path(opts.storage, opts.experiment)
+    tracker = Tracker(opts.tracking_uri, opts.experiment)
+    flat_params = {"space_file": Path(spec.path).name, "num_trials": spec.num_trials,
+                   "sweep_kind": spec.search.algorithm if spec.search else "grid",
+                   "scheduler": spec.scheduler.type if spec.scheduler else "none",
+                   "resources_cpu": spec.resources.cpu, "resources_gpu": spec.resources.gpu,
+                   **{f"fixed.{k}": v for k, v in spec.fixed.items()}}
+    parent = tracker.open_parent(exp_path, opts.experiment, flat_params, Path(spec.path))
+    mlflow_cb = MlflowSweepCallback(tracker, parent)
+    callbacks = [mlflow_cb, ConsoleProgress(spec.num_trials)]
+    trainable = tune.with_resources(train_trial, {"cpu": spec.resources.cpu,
+                                                  "gpu": spec.resources.gpu})
+    tune_cfg, param_space = _tune_config(spec, opts)
+    run_cfg = tune.RunConfig(
+        name=opts.experiment, storage_path=opts.storage, callbacks=callbacks, verbose=0,
+        failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+    interrupted = False
+    try:
+        _init_ray(opts)
+        if opts.resume:
+            tuner = tune.Tuner.restore(exp_path, trainable=trainable, resume_unfinished=True,
+                                       resume_errored=True, param_space=param_space)
+        else:
+            kwargs = {"param_space": param_space} if param_space is not None else {}
+            tuner = tune.Tuner(trainable, tune_config=tune_cfg, run_config=run_cfg, **kwargs)
+        results = tuner.fit()
+        del results  # outcomes come from the callbacks, which also saw restored trials
+        interrupted = _was_interrupted(mlflow_cb.trials)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if interrupted:
+            n = tracker.end_running_children(parent, KILLED, "sweep interrupted; rerun with "
+                                             "--resume")
+            tracker.end(parent, KILLED)
+            _log.warning("sweep interrupted (%d running trials marked KILLED); continue it "
+                         "with: lipsweep sweep %s --experiment %s --storage %s --resume",
+                         n, spec.path, opts.experiment, opts.storage)
+    if interrupted:
+        return SweepOutcome(False, "interrupted", parent, exp_path, interrupted=True)
+    _backfill_outcomes(mlflow_cb, tracker, parent)
+    ok, summary = summarize(mlflow_cb.outcomes, spec.num_trials)
+    tracker.end_running_children(parent, FAILED, "trial did not report an outcome")
+    tracker.end(parent, FINISHED if ok else FAILED)
+    return SweepOutcome(ok, summary, parent, exp_path)
+
+
+def _was_interrupted(trials: list) -> bool:
+    """Tune returns normally after SIGINT, leaving trials PENDING/RUNNING/PAUSED."""
+    return any(t.status not in ("TERMINATED", "ERROR") for t in trials)
+
+
+def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:
+    """On resume, trials finished in an earlier run are not re-reported; read them back."""
+    from lipsweep.sweep.callbacks import TrialOutcome
+    from lipsweep.tracking import TAG_FAILURE, TAG_TRIAL_ID
+
+    for run in tracker.children(parent):
+        tid = run.data.tags.get(TAG_TRIAL_ID)
+        if tid and tid not in cb.outcomes and run.info.status in (FINISHED, FAILED, KILLED):
+            cb.outcomes[tid] = TrialOutcome(tid, run.info.run_name or tid, run.info.status,
+                                            run.data.tags.get(TAG_FAILURE, ""))
+
+
+def dry_run_lines(spec: SweepSpec) -> list[str]:
+    """Human-readable list of the trials a sweep would run (no Ray)."""
+    from lipsweep.sweep.space import trial_label
+
+    kind = spec.search.algorithm if spec.search else "grid"
+    lines = [f"sweep {spec.name!r} from {spec.path}: {spec.num_trials} trials ({kind}"
+             + (f", {spec.scheduler.type} scheduler" if spec.scheduler else "") + ")",
+             f"resources per trial: cpu={spec.resources.cpu} gpu={spec.resources.gpu}"]
+    if spec.trials:
+        varying = sorted({k for t in spec.trials for k in t
+                          if any(t.get(k) != u.get(k) for u in spec.trials)})
+        for i, t in enumerate(spec.trials):
+            extra = " ".join(f"{k}={t[k]}" for k in varying
+                             if k not in ("regularizer", "k", "lam", "aggregation", "lam_q",
+                                          "lam_k", "lam_v", "seed") and k in t)
+            lines.append(f"  {i:3d}  {trial_label(t)}  {extra}".rstrip())
+    else:
+        rng = random.Random(spec.search.seed)
+        lines.append(f"  optuna samples lazily; e.g. {sample_space(spec.search.space, rng, spec.path)}")
+    return lines

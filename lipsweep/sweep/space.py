@@ -1,0 +1,325 @@
+"""Search-space YAML: what a sweep varies, how it samples, and what each trial may use.
+
+A space file (``search_spaces/*.yaml``) has these top-level keys::
+
+    name: smoke                      # default experiment name
+    description: ...                 # free text, shown in --dry-run and MLflow
+    fixed: {epochs: 3, ...}          # trial settings shared by every trial (flat TrialConfig keys)
+    grid:                            # EITHER an explicit grid: a list of blocks, each the
+      - {regularizer: none}          #   cartesian product of its list-valued keys, so
+      - regularizer: jasmin          #   jasmin-only and specformer-only settings stay apart
+        k: [0, 10, 30]
+        lam: [1.0e-2, 1.0e-3]
+        aggregation: [mean, max]
+      - regularizer: specformer      #   a comma-joined key assigns tuples jointly:
+        lam_q,lam_k,lam_v: [[1.0e-2, 1.0e-2, 1.0e-2], [1.0e-2, 0, 0]]
+    repeat: {seed: [0, 1, 2]}        # optional: cross every grid point with these settings
+    search:                          # OR a sampled search
+      algorithm: random | optuna
+      num_samples: 16
+      seed: 0
+      metric: acc_pgd_4              # optuna: one name, or a list for multi-objective
+      mode: max                      # or a list matching metric
+      space:                         # distributions; a mapping under a regularizer name
+        lr: {loguniform: [1.0e-3, 1.0e-1]}   # applies only when that regularizer is drawn
+        regularizer: {choice: [jasmin, specformer]}
+        jasmin: {k: {choice: [0, 10]}, lam: {loguniform: [1.0e-4, 1.0e-2]}}
+        specformer: {lam_v: {loguniform: [1.0e-4, 1.0e-2]}}
+    scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 1, reduction_factor: 2}
+    resources: {cpu: 1, gpu: 0.5}    # per trial; fractional GPUs pack trials on one GPU
+    max_concurrent_trials: 4
+    max_failures: 2                  # retries of a trial whose worker died (from checkpoint)
+
+In ``grid`` a list is always an axis; to set a list-valued setting (e.g. ``attacks``) inside a
+grid block, wrap it in one more list. Every expanded trial is validated as a TrialConfig before
+Ray starts, and errors name the file and the key. Nothing here imports Ray.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from lipsweep.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
+from lipsweep.config_base import ConfigError
+from lipsweep.regularizers import list_regularizers
+
+TOP_KEYS = {"name", "description", "fixed", "grid", "repeat", "search", "scheduler",
+            "resources", "max_concurrent_trials", "max_failures"}
+SEARCH_KEYS = {"algorithm", "num_samples", "seed", "metric", "mode", "space"}
+SCHEDULER_KEYS = {"type", "metric", "mode", "grace_period", "reduction_factor", "max_t"}
+DISTRIBUTIONS = {"choice", "uniform", "loguniform", "randint", "quniform"}
+
+
+@dataclass
+class Resources:
+    """Per-trial resources requested from Ray."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+
+
+@dataclass
+class SearchSpec:
+    """A sampled search (random or Optuna)."""
+
+    algorithm: str
+    num_samples: int
+    seed: int = 0
+    metric: list[str] = field(default_factory=list)
+    mode: list[str] = field(default_factory=list)
+    space: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SchedulerSpec:
+    """An early-stopping scheduler (ASHA)."""
+
+    type: str = "asha"
+    metric: str = "acc_clean"
+    mode: str = "max"
+    grace_period: int = 1
+    reduction_factor: float = 2.0
+    max_t: Optional[int] = None
+
+
+@dataclass
+class SweepSpec:
+    """A validated search space."""
+
+    name: str
+    path: str
+    text: str
+    fixed: dict[str, Any]
+    trials: list[dict[str, Any]]            # expanded flat configs (grid / random)
+    search: Optional[SearchSpec] = None     # set for optuna (trials sampled lazily)
+    scheduler: Optional[SchedulerSpec] = None
+    resources: Resources = field(default_factory=Resources)
+    max_concurrent_trials: int = 0
+    max_failures: int = 2
+    description: str = ""
+
+    @property
+    def num_trials(self) -> int:
+        return self.search.num_samples if self.search and not self.trials else len(self.trials)
+
+
+def _err(field_: str, msg: str, path: str) -> ConfigError:
+    return ConfigError(field_, msg, path)
+
+
+def _check_keys(section: str, mapping: Any, allowed: set[str], path: str) -> dict:
+    if not isinstance(mapping, dict):
+        raise _err(section, "must be a mapping", path)
+    unknown = sorted(set(mapping) - allowed)
+    if unknown:
+        raise _err(f"{section}.{unknown[0]}" if section else unknown[0],
+                   f"unknown key; allowed: {sorted(allowed)}", path)
+    return mapping
+
+
+def _check_setting_key(key: str, where: str, path: str) -> None:
+    if key not in FIELD_SECTION:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(FIELD_SECTION), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise _err(f"{where}.{key}", f"unknown trial setting{hint}", path)
+
+
+def expand_block(block: dict[str, Any], where: str, path: str) -> list[dict[str, Any]]:
+    """Cartesian product of one grid block's list-valued keys (comma keys assign jointly)."""
+    axes: list[list[dict[str, Any]]] = []
+    for key, value in block.items():
+        names = [k.strip() for k in str(key).split(",")]
+        for n in names:
+            _check_setting_key(n, where, path)
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise _err(f"{where}.{key}", "an empty list gives no trials", path)
+        options = []
+        for v in values:
+            if len(names) > 1:
+                if not isinstance(v, list) or len(v) != len(names):
+                    raise _err(f"{where}.{key}", f"each value must be a list of {len(names)} "
+                               f"(one per name), got {v!r}", path)
+                options.append(dict(zip(names, v)))
+            else:
+                options.append({names[0]: v})
+        axes.append(options)
+    return [dict(kv for part in combo for kv in part.items()) for combo in itertools.product(*axes)]
+
+
+def _sample(dist: Any, rng: random.Random, where: str, path: str) -> Any:
+    if not isinstance(dist, dict) or len(dist) != 1 or next(iter(dist)) not in DISTRIBUTIONS:
+        return dist  # a constant
+    kind, args = next(iter(dist.items()))
+    if kind == "choice":
+        if not isinstance(args, list) or not args:
+            raise _err(where, "choice needs a non-empty list", path)
+        return rng.choice(args)
+    if not isinstance(args, list) or len(args) != 2:
+        raise _err(where, f"{kind} needs [low, high]", path)
+    lo, hi = (float(a) for a in args)
+    if not lo < hi:
+        raise _err(where, f"{kind} needs low < high, got {args}", path)
+    if kind == "uniform":
+        return rng.uniform(lo, hi)
+    if kind == "loguniform":
+        if lo <= 0:
+            raise _err(where, "loguniform needs low > 0", path)
+        return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    if kind == "randint":
+        return rng.randint(int(lo), int(hi) - 1)
+    return round(rng.uniform(lo, hi))  # quniform with step 1
+
+
+def sample_space(space: dict[str, Any], rng: random.Random, path: str) -> dict[str, Any]:
+    """Draw one flat config from a (possibly conditional) space mapping."""
+    out: dict[str, Any] = {}
+    conditional = {k: v for k, v in space.items() if k in list_regularizers()}
+    for key, dist in space.items():
+        if key in conditional:
+            continue
+        _check_setting_key(key, "search.space", path)
+        out[key] = _sample(dist, rng, f"search.space.{key}", path)
+    branch = conditional.get(out.get("regularizer"))
+    if isinstance(branch, dict):
+        for key, dist in branch.items():
+            _check_setting_key(key, f"search.space.{out['regularizer']}", path)
+            out[key] = _sample(dist, rng, f"search.space.{out['regularizer']}.{key}", path)
+    return out
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _parse_search(raw: Any, path: str) -> SearchSpec:
+    raw = _check_keys("search", raw, SEARCH_KEYS, path)
+    algo = raw.get("algorithm")
+    if algo not in ("random", "optuna"):
+        raise _err("search.algorithm", f"must be random or optuna, got {algo!r}", path)
+    n = raw.get("num_samples")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise _err("search.num_samples", f"must be a positive integer, got {n!r}", path)
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise _err("search.seed", f"must be an integer, got {seed!r}", path)
+    metric = [str(m) for m in _as_list(raw.get("metric", "acc_pgd_4"))]
+    mode = [str(m) for m in _as_list(raw.get("mode", "max"))]
+    if len(mode) != len(metric) or any(m not in ("max", "min") for m in mode):
+        raise _err("search.mode", f"needs one of max/min per metric {metric}, got {mode}", path)
+    space = raw.get("space")
+    if not isinstance(space, dict) or not space:
+        raise _err("search.space", "must be a non-empty mapping of distributions", path)
+    return SearchSpec(algo, n, seed, metric, mode, space)
+
+
+def _parse_scheduler(raw: Any, path: str) -> SchedulerSpec:
+    raw = _check_keys("scheduler", raw, SCHEDULER_KEYS, path)
+    if raw.get("type", "asha") != "asha":
+        raise _err("scheduler.type", f"only 'asha' is supported, got {raw.get('type')!r}", path)
+    spec = SchedulerSpec(**{k: v for k, v in raw.items()})
+    if spec.mode not in ("max", "min"):
+        raise _err("scheduler.mode", f"must be max or min, got {spec.mode!r}", path)
+    for key in ("grace_period", "reduction_factor"):
+        val = getattr(spec, key)
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 1:
+            raise _err(f"scheduler.{key}", f"must be a number >= 1, got {val!r}", path)
+    return spec
+
+
+def _parse_resources(raw: Any, path: str) -> Resources:
+    raw = _check_keys("resources", raw or {}, {"cpu", "gpu"}, path)
+    res = Resources(**raw)
+    for key in ("cpu", "gpu"):
+        val = getattr(res, key)
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
+            raise _err(f"resources.{key}", f"must be a number >= 0, got {val!r}", path)
+    if res.gpu > 1 and res.gpu != int(res.gpu):
+        raise _err("resources.gpu", "fractions are allowed only below 1", path)
+    return res
+
+
+def _validate_trials(trials: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
+    """Validate each trial; return them normalised (typed values, every default filled in)."""
+    out = []
+    for i, flat in enumerate(trials):
+        try:
+            out.append(TrialConfig.from_flat(flat).to_flat())
+        except ConfigError as err:
+            label = ", ".join(f"{k}={flat[k]}" for k in ("regularizer", "k", "lam", "lam_q")
+                              if k in flat)
+            raise ConfigError(err.field, f"{err.message} (trial {i}: {label})", path) from None
+    return out
+
+
+def load_space(path: str | Path) -> SweepSpec:
+    """Parse and fully validate a search-space YAML (no Ray, no MLflow, nothing written)."""
+    p = str(path)
+    raw = load_yaml_mapping(path)
+    _check_keys("", raw, TOP_KEYS, p)
+    name = raw.get("name", Path(p).stem)
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+        raise _err("name", f"must be letters, digits, - or _, got {name!r}", p)
+    fixed = raw.get("fixed", {}) or {}
+    _check_keys("fixed", fixed, set(FIELD_SECTION), p)
+    if ("grid" in raw) == ("search" in raw):
+        raise _err("grid", "give exactly one of `grid` (explicit trials) or `search` "
+                   "(random/optuna)", p)
+    repeat = raw.get("repeat", {}) or {}
+    if not isinstance(repeat, dict):
+        raise _err("repeat", "must be a mapping of setting: [values]", p)
+    rep_points = expand_block(repeat, "repeat", p) if repeat else [{}]
+    search = None
+    trials: list[dict[str, Any]] = []
+    if "grid" in raw:
+        blocks = raw["grid"]
+        if not isinstance(blocks, list) or not blocks:
+            raise _err("grid", "must be a non-empty list of blocks", p)
+        for bi, block in enumerate(blocks):
+            if not isinstance(block, dict):
+                raise _err(f"grid[{bi}]", "each block must be a mapping", p)
+            for point in expand_block(block, f"grid[{bi}]", p):
+                for rep in rep_points:
+                    trials.append({**fixed, **point, **rep})
+    else:
+        search = _parse_search(raw["search"], p)
+        if search.algorithm == "random":
+            rng = random.Random(search.seed)
+            for _ in range(search.num_samples):
+                draw = sample_space(search.space, rng, p)
+                for rep in rep_points:
+                    trials.append({**fixed, **draw, **rep})
+        else:  # optuna samples lazily; validate a few draws of the space now
+            rng = random.Random(search.seed)
+            _validate_trials([{**fixed, **sample_space(search.space, rng, p)}
+                              for _ in range(16)], p)
+    trials = _validate_trials(trials, p)
+    mct = raw.get("max_concurrent_trials", 0)
+    mf = raw.get("max_failures", 2)
+    for key, val in (("max_concurrent_trials", mct), ("max_failures", mf)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+            raise _err(key, f"must be an integer >= 0, got {val!r}", p)
+    return SweepSpec(
+        name=name, path=p, text=Path(p).read_text(), fixed=fixed, trials=trials, search=search,
+        scheduler=_parse_scheduler(raw["scheduler"], p) if raw.get("scheduler") else None,
+        resources=_parse_resources(raw.get("resources"), p), max_concurrent_trials=mct,
+        max_failures=mf, description=str(raw.get("description", "")))
+
+
+def trial_label(flat: dict[str, Any]) -> str:
+    """Short human label of a trial's regularizer settings, e.g. 'jasmin k=10 lam=0.01 mean'."""
+    reg = flat.get("regularizer", "none")
+    if reg == "jasmin":
+        core = f"jasmin k={flat.get('k', 0)} lam={flat.get('lam')} {flat.get('aggregation', '')}"
+    elif reg == "specformer":
+        core = (f"specformer ({flat.get('lam_q', 0)}, {flat.get('lam_k', 0)}, "
+                f"{flat.get('lam_v', 0)})")
+    else:
+        core = reg
+    return core.strip() + (f" seed={flat['seed']}" if "seed" in flat else "")

@@ -1,0 +1,94 @@
+"""The Ray Tune function trainable: one lipsweep trial inside a Tune worker.
+
+It uses Tune's current API only: ``tune.get_checkpoint`` to resume, ``tune.report`` with a
+``tune.Checkpoint`` every epoch (``ray.train.report`` raises inside Tune in Ray 2.60). Tune's
+checkpoint is the source of truth on restart: local leftovers of a crashed attempt are wiped, so
+a retried trial continues exactly after the last *reported* epoch and never reports an epoch
+twice or skips one. The final report carries the evaluation metrics, ``lipsweep_final = 1``, and
+a checkpoint folder holding the weights, ``config.json``, ``metrics.json`` and the Lipschitz
+artifacts, which the driver copies into MLflow.
+
+A deterministic failure (a non-finite loss) is reported as ``lipsweep_error`` instead of raised,
+so Tune does not burn retries on it; the driver marks the MLflow run FAILED with that reason.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from lipsweep.config import TrialConfig
+from lipsweep.trial import TrialCallbacks, run_trial
+
+_log = logging.getLogger(__name__)
+FINAL_KEY = "lipsweep_final"
+ERROR_KEY = "lipsweep_error"
+
+
+def flat_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Tune's sampled config -> the flat trial dict (grid sweeps nest it under 'trial')."""
+    return dict(config["trial"]) if "trial" in config else dict(config)
+
+
+class _TuneReporter(TrialCallbacks):
+    def __init__(self, workdir: Path, cfg: TrialConfig) -> None:
+        self.workdir = workdir
+        self.cfg = cfg
+
+    def on_epoch_end(self, epoch: int, metrics: dict[str, float], checkpoint: Path) -> None:
+        from ray import tune
+
+        tune.report({**metrics, "epoch": epoch},
+                    checkpoint=tune.Checkpoint.from_directory(str(checkpoint)))
+
+    def on_trial_end(self, metrics: dict[str, float], artifacts: Path) -> None:
+        pass  # the final report is sent by train_trial, which knows the last checkpoint
+
+
+def _restore_from_tune(ckpt_root: Path) -> int:
+    """Replace local checkpoints by Tune's; returns the restored epoch (0 if none)."""
+    from ray import tune
+
+    shutil.rmtree(ckpt_root, ignore_errors=True)
+    ckpt = tune.get_checkpoint()
+    if ckpt is None:
+        return 0
+    with ckpt.as_directory() as src:
+        state = json.loads((Path(src) / "state.json").read_text())
+        epoch = int(state["epoch"])
+        dst = ckpt_root / f"epoch_{epoch:04d}"
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("artifacts", "metrics.json",
+                                                                "config.json"))
+    _log.info("restored Tune checkpoint of epoch %d", epoch)
+    return epoch
+
+
+def train_trial(config: dict[str, Any]) -> None:
+    """Tune entry point: train, evaluate and report one trial."""
+    from ray import tune
+
+    from lipsweep.engine import NonFiniteLossError
+
+    cfg = TrialConfig.from_flat(flat_config(config))
+    workdir = Path(os.getcwd()) / "lipsweep_trial"
+    ckpt_root = workdir / "checkpoints"
+    _restore_from_tune(ckpt_root)
+    try:
+        result = run_trial(cfg, workdir, callbacks=_TuneReporter(workdir, cfg), progress=False)
+    except NonFiniteLossError as err:
+        _log.error("trial failed: %s", err)
+        tune.report({ERROR_KEY: str(err), "epoch": 0})
+        return
+    final = workdir / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    shutil.copytree(result.checkpoint, final)
+    if result.artifacts is not None:
+        shutil.copytree(result.artifacts, final / "artifacts")
+    (final / "metrics.json").write_text(json.dumps(result.metrics, indent=2, sort_keys=True))
+    (final / "config.json").write_text(cfg.to_json())
+    tune.report({**result.metrics, "epoch": cfg.optim.epochs, FINAL_KEY: 1},
+                checkpoint=tune.Checkpoint.from_directory(str(final)))

@@ -1,0 +1,221 @@
+"""MLflow at the edge: one parent run per sweep, one child run per trial, written by the driver.
+
+Why the driver and not the trials: Ray 2.60's ``setup_mlflow`` leaves runs RUNNING,
+``MLflowLoggerCallback`` opens a second run per trial after ``Tuner.restore``, and neither knows
+parent runs. lipsweep instead keys every child run by its Tune trial id (tag
+``lipsweep.trial_id`` under the parent), so a resumed sweep finds the run it already has
+instead of creating another. Only the driver process writes, so the default SQLite store never
+sees two writers ("database is locked"); per-epoch metrics are logged with step = epoch and
+de-duplicated against what the run already holds, so a restored trial never logs a step twice.
+
+Every call goes through :meth:`Tracker._call`, which retries transient failures (a tracking
+server restarting) with backoff and otherwise raises :class:`TrackingError`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, TypeVar
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TAG_KIND = "lipsweep.kind"            # 'sweep' (parent) or 'trial' (child)
+TAG_SWEEP_DIR = "lipsweep.sweep_dir"  # Tune experiment path, the parent's identity
+TAG_TRIAL_ID = "lipsweep.trial_id"
+TAG_PARENT = "mlflow.parentRunId"
+TAG_EARLY_STOPPED = "lipsweep.early_stopped"
+TAG_FAILURE = "lipsweep.failure"
+TAG_CHECKPOINT = "lipsweep.checkpoint"
+FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
+
+
+class TrackingError(RuntimeError):
+    """MLflow could not be reached or refused a write after retries."""
+
+
+@dataclass
+class Tracker:
+    """Thin, retrying wrapper over ``MlflowClient`` for one experiment."""
+
+    tracking_uri: str
+    experiment: str
+    retries: int = 5
+    backoff_s: float = 1.0
+    _client: Any = field(default=None, init=False, repr=False)
+    _experiment_id: Optional[str] = field(default=None, init=False)
+    _last_step: dict[str, int] = field(default_factory=dict, init=False)
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except Exception as exc:  # noqa: BLE001 - MLflow raises many types for I/O
+                if attempt == self.retries or not _transient(exc):
+                    raise TrackingError(f"MLflow {what} failed at {self.tracking_uri}: "
+                                        f"{type(exc).__name__}: {exc}") from exc
+                _log.warning("MLflow %s failed (%s); retrying in %.0fs", what, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    @property
+    def client(self):
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
+
+    @property
+    def experiment_id(self) -> str:
+        if self._experiment_id is None:
+            exp = self._call("get_experiment",
+                             lambda: self.client.get_experiment_by_name(self.experiment))
+            if exp is None:
+                self._experiment_id = self._call(
+                    "create_experiment", lambda: self.client.create_experiment(self.experiment))
+            else:
+                if exp.lifecycle_stage == "deleted":
+                    raise TrackingError(f"experiment {self.experiment!r} is deleted; restore it "
+                                        "in MLflow or choose another --experiment")
+                self._experiment_id = exp.experiment_id
+        return self._experiment_id
+
+    def existing_experiment_id(self) -> Optional[str]:
+        """The experiment's id, or None if it does not exist (creates nothing)."""
+        exp = self._call("get_experiment",
+                         lambda: self.client.get_experiment_by_name(self.experiment))
+        return None if exp is None or exp.lifecycle_stage == "deleted" else exp.experiment_id
+
+    def search(self, filter_string: str, experiment_id: Optional[str] = None) -> list:
+        exp_id = experiment_id or self.experiment_id
+        runs, token = [], None
+        while True:
+            page = self._call("search_runs", lambda: self.client.search_runs(
+                [exp_id], filter_string=filter_string, max_results=1000, page_token=token))
+            runs.extend(page)
+            token = getattr(page, "token", None)
+            if not token:
+                return runs
+
+    # -- parent -----------------------------------------------------------------------------
+    def find_parent(self, sweep_dir: str) -> Optional[str]:
+        runs = self.search(f"tags.`{TAG_KIND}` = 'sweep' and tags.`{TAG_SWEEP_DIR}` = "
+                           f"'{sweep_dir}'")
+        return runs[0].info.run_id if runs else None
+
+    def open_parent(self, sweep_dir: str, name: str, params: dict[str, Any],
+                    space_file: Optional[Path] = None) -> str:
+        """Find (on resume) or create the sweep's parent run and mark it RUNNING."""
+        run_id = self.find_parent(sweep_dir)
+        if run_id is None:
+            run = self._call("create_run", lambda: self.client.create_run(
+                self.experiment_id, run_name=name,
+                tags={TAG_KIND: "sweep", TAG_SWEEP_DIR: sweep_dir}))
+            run_id = run.info.run_id
+            self.log_params(run_id, params)
+            if space_file is not None:
+                self._call("log_artifact",
+                           lambda: self.client.log_artifact(run_id, str(space_file)))
+        else:
+            self._call("update_run", lambda: self.client.update_run(run_id, status=RUNNING))
+            _log.info("resuming parent run %s", run_id)
+        return run_id
+
+    # -- children ---------------------------------------------------------------------------
+    def children(self, parent_id: str) -> list:
+        return self.search(f"tags.`{TAG_PARENT}` = '{parent_id}'")
+
+    def open_child(self, parent_id: str, trial_id: str, name: str,
+                   params: dict[str, Any]) -> str:
+        """The child run of ``trial_id`` under ``parent_id``: found again, or created once."""
+        found = self.search(f"tags.`{TAG_PARENT}` = '{parent_id}' and "
+                            f"tags.`{TAG_TRIAL_ID}` = '{trial_id}'")
+        if found:
+            run = found[0]
+            run_id = run.info.run_id
+            if run.info.status != RUNNING:
+                self._call("update_run", lambda: self.client.update_run(run_id, status=RUNNING))
+            steps = self._call("get_metric_history",
+                               lambda: self.client.get_metric_history(run_id, "epoch"))
+            self._last_step[run_id] = max((int(m.step) for m in steps), default=0)
+            return run_id
+        run = self._call("create_run", lambda: self.client.create_run(
+            self.experiment_id, run_name=name,
+            tags={TAG_KIND: "trial", TAG_PARENT: parent_id, TAG_TRIAL_ID: trial_id}))
+        self.log_params(run.info.run_id, params)
+        self._last_step[run.info.run_id] = 0
+        return run.info.run_id
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        for i in range(0, len(items), 100):
+            chunk = items[i:i + 100]
+            self._call("log_batch", lambda: self.client.log_batch(run_id, params=chunk))
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> bool:
+        """Log ``metrics`` at ``step`` unless that step was already logged (returns False)."""
+        if step <= self._last_step.get(run_id, 0) and step > 0:
+            return False
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        batch = [Metric(k, float(v), ts, step) for k, v in sorted(metrics.items())
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        for i in range(0, len(batch), 500):
+            chunk = batch[i:i + 500]
+            self._call("log_batch", lambda: self.client.log_batch(run_id, metrics=chunk))
+        if step > 0:
+            self._last_step[run_id] = step
+        return True
+
+    def set_tags(self, run_id: str, tags: dict[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        batch = [RunTag(k, str(v)) for k, v in tags.items()]
+        self._call("log_batch", lambda: self.client.log_batch(run_id, tags=batch))
+
+    def log_artifacts(self, run_id: str, local_dir: Path, artifact_path: Optional[str] = None
+                      ) -> None:
+        self._call("log_artifacts", lambda: self.client.log_artifacts(
+            run_id, str(local_dir), artifact_path))
+
+    def log_artifact(self, run_id: str, local_file: Path, artifact_path: Optional[str] = None
+                     ) -> None:
+        self._call("log_artifact", lambda: self.client.log_artifact(
+            run_id, str(local_file), artifact_path))
+
+    def end(self, run_id: str, status: str) -> None:
+        self._call("set_terminated",
+                   lambda: self.client.set_terminated(run_id, status=status))
+
+    def end_running_children(self, parent_id: str, status: str, reason: str) -> int:
+        """Close children still RUNNING (e.g. after an interrupt); returns how many."""
+        n = 0
+        for run in self.children(parent_id):
+            if run.info.status == RUNNING:
+                self.set_tags(run.info.run_id, {TAG_FAILURE: reason})
+                self.end(run.info.run_id, status)
+                n += 1
+        return n
+
+    def finished_children(self, parent_id: str) -> list:
+        return [r for r in self.children(parent_id) if r.info.status == FINISHED]
+
+
+def _transient(exc: BaseException) -> bool:
+    """Connection-level failures are retried; bad requests are not."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(s in text for s in ("connection", "timed out", "timeout", "temporarily",
+                                   "max retries", "503", "502", "504", "database is locked",
+                                   "unavailable"))
+
+
+def sweep_parents(tracker: Tracker, experiment_id: str) -> Iterable:
+    return tracker.search(f"tags.`{TAG_KIND}` = 'sweep'", experiment_id)

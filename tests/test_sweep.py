@@ -1,0 +1,187 @@
+"""The sweep service for real: local Ray (num_cpus fixed) + SQLite MLflow in a temp folder."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
+                "lip_jacobian_mean", "lip_jacobian_median", "lip_jacobian_p90",
+                "lip_jacobian_p99", "lip_jacobian_max")
+
+# A tiny, fast trial: 2-block ViT, 256 training images, 32 evaluation images.
+FIXED = """fixed:
+  model: vit_tiny_patch16_224
+  depth: 2
+  embed_dim: 64
+  num_heads: 4
+  dataset: embedded
+  train_size: 256
+  eval_size: 32
+  epochs: {epochs}
+  batch_size: 64
+  optimizer: adamw
+  lr: 1.0e-3
+  aa_attacks: [apgd-ce]
+"""
+
+
+def write_space(tmp_path: Path, grid: str, epochs: int = 2, extra: str = "") -> Path:
+    p = tmp_path / "space.yaml"
+    p.write_text(f"name: t\n{FIXED.format(epochs=epochs)}grid:\n{grid}"
+                 "resources: {cpu: 1, gpu: 0}\nmax_concurrent_trials: 2\n" + extra)
+    return p
+
+
+FOUR = """  - regularizer: none
+  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
+  - {regularizer: jasmin, k: 10, lam: 1.0e-2, aggregation: max}
+  - {regularizer: specformer, lam_q: 1.0e-2, lam_k: 1.0e-2, lam_v: 1.0e-2}
+"""
+
+
+def sweep_cmd(tmp_path: Path, space: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "lipsweep", "sweep", str(space), "--experiment", "exp",
+            "--storage", str(tmp_path / "ray_results"), "--num-cpus", "2",
+            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", *extra]
+
+
+def client(tmp_path: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def runs(tmp_path: Path):
+    c = client(tmp_path)
+    exp = c.get_experiment_by_name("exp")
+    return c.search_runs([exp.experiment_id], max_results=1000)
+
+
+def children(tmp_path: Path):
+    return [r for r in runs(tmp_path) if r.data.tags.get("lipsweep.kind") == "trial"]
+
+
+def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
+    space = write_space(tmp_path, FOUR)
+    proc = subprocess.run(sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    all_runs = runs(tmp_path)
+    parents = [r for r in all_runs if r.data.tags.get("lipsweep.kind") == "sweep"]
+    kids = children(tmp_path)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(kids) == 4
+    c = client(tmp_path)
+    for r in kids:
+        assert r.info.status == "FINISHED"
+        assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        for m in SPEC_METRICS:
+            assert m in r.data.metrics, (m, r.data.metrics)
+        assert r.data.metrics["epochs_done"] == 2
+        assert r.data.params["regularizer"] in ("none", "jasmin", "specformer")
+        assert [m.step for m in c.get_metric_history(r.info.run_id, "loss")] == [1, 2]
+        arts = {a.path for a in c.list_artifacts(r.info.run_id)}
+        assert {"checkpoint", "lipschitz"} <= arts
+        assert "lipsweep.checkpoint" in r.data.tags
+    regs = sorted(r.data.params["regularizer"] for r in kids)
+    assert regs == ["jasmin", "jasmin", "none", "specformer"]
+    assert "jasmin k=10" in proc.stderr  # one console line per trial event
+    parent_arts = {a.path for a in c.list_artifacts(parents[0].info.run_id)}
+    assert "space.yaml" in parent_arts
+
+
+def test_nan_trial_fails_with_reason_and_others_finish(tmp_path):
+    grid = """  - {regularizer: none, lr: 1.0e+6, clip_grad: 0, optimizer: sgd, momentum: 0.9}
+  - regularizer: none
+"""
+    space = write_space(tmp_path, grid, epochs=1)
+    proc = subprocess.run(sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert "1 failed" in proc.stdout and "loss became" in proc.stdout
+    kids = {r.data.params["lr"]: r for r in children(tmp_path)}
+    assert kids["1000000.0"].info.status == "FAILED"
+    assert "loss became" in kids["1000000.0"].data.tags["lipsweep.failure"]
+    assert kids["0.001"].info.status == "FINISHED"
+
+
+def test_existing_sweep_needs_resume_and_resume_needs_a_sweep(tmp_path):
+    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
+    (tmp_path / "ray_results" / "exp").mkdir(parents=True)
+    proc = subprocess.run(sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and "--resume" in proc.stderr
+    proc = subprocess.run(sweep_cmd(tmp_path, space, "--resume", "--experiment", "other"),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "no sweep" in proc.stderr
+
+
+def _wait_for(pred, timeout: float, what: str):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if pred():
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _epochs_logged(tmp_path: Path) -> int:
+    try:
+        c = client(tmp_path)
+        return sum(len(c.get_metric_history(r.info.run_id, "epoch")) for r in children(tmp_path))
+    except Exception:  # noqa: BLE001 - the store may not exist yet
+        return 0
+
+
+def test_sigint_then_resume_finishes_each_trial_exactly_once(tmp_path):
+    space = write_space(tmp_path, FOUR, epochs=3)
+    proc = subprocess.Popen(sweep_cmd(tmp_path, space), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: _epochs_logged(tmp_path) >= 2, 600, "two epochs logged")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-3000:]
+    assert all(r.info.status != "RUNNING" for r in runs(tmp_path))
+    proc2 = subprocess.run(sweep_cmd(tmp_path, space, "--resume"), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=900)
+    assert proc2.returncode == 0, proc2.stdout + proc2.stderr[-4000:]
+    kids = children(tmp_path)
+    assert len(kids) == 4 and len({r.data.tags["lipsweep.trial_id"] for r in kids}) == 4
+    assert all(r.info.status == "FINISHED" for r in kids)
+    c = client(tmp_path)
+    for r in kids:  # no epoch repeated, none missing
+        assert [m.step for m in c.get_metric_history(r.info.run_id, "epoch")] == [1, 2, 3]
+    parents = [r for r in runs(tmp_path) if r.data.tags.get("lipsweep.kind") == "sweep"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+
+
+def test_killed_worker_is_retried_from_its_checkpoint(tmp_path):
+    space = write_space(tmp_path, "  - regularizer: none\n", epochs=4)
+    proc = subprocess.Popen(sweep_cmd(tmp_path, space), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: _epochs_logged(tmp_path) >= 1, 600, "first epoch")
+        killed = subprocess.run(["pkill", "-9", "-f", "ray::ImplicitFunc"]).returncode == 0
+        assert killed, "no Tune worker process found to kill"
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-4000:]
+    (kid,) = children(tmp_path)
+    assert kid.info.status == "FINISHED"
+    steps = [m.step for m in client(tmp_path).get_metric_history(kid.info.run_id, "epoch")]
+    assert steps == [1, 2, 3, 4]
+    assert "RESTORED" in out or "restored" in out.lower()
