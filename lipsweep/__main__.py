@@ -13,16 +13,12 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from lipsweep.config_base import ConfigError
+from lipsweep.config_base import ConfigError, UsageError
 
 _log = logging.getLogger("lipsweep")
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """A CLI usage problem (exit 2), e.g. an unknown experiment or a non-empty --out."""
 
 
 def _add_tracking(p: argparse.ArgumentParser) -> None:

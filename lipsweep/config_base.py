@@ -12,6 +12,11 @@ import typing
 from typing import Any, Iterable, Mapping
 
 
+class UsageError(Exception):
+    """A command-line usage problem (exit 2) that is not one config field: an unknown
+    experiment, a non-empty --out, a sweep that already exists."""
+
+
 class ConfigError(ValueError):
     """A configuration value is invalid. ``field`` names it; ``source`` names the file, if any."""
 

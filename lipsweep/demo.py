@@ -17,7 +17,7 @@ def smoke_space_path() -> Path:
     """``search_spaces/smoke.yaml`` of the checkout (an installed package passes --space)."""
     repo = Path(__file__).resolve().parents[1] / "search_spaces" / "smoke.yaml"
     if not repo.is_file():
-        from lipsweep.__main__ import UsageError
+        from lipsweep.config_base import UsageError
 
         raise UsageError("--space: no search_spaces/smoke.yaml next to the package; pass "
                          "--space PATH")

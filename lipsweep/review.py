@@ -31,7 +31,7 @@ class SweepRuns:
 
 
 def _usage(msg: str) -> Exception:
-    from lipsweep.__main__ import UsageError
+    from lipsweep.config_base import UsageError
 
     return UsageError(msg)
 

@@ -48,6 +48,11 @@ class Tracker:
     _experiment_id: Optional[str] = field(default=None, init=False)
     _last_step: dict[str, int] = field(default_factory=dict, init=False)
 
+    def __getstate__(self) -> dict[str, Any]:  # Tune pickles callbacks; clients do not travel
+        state = self.__dict__.copy()
+        state["_client"] = None
+        return state
+
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         delay = self.backoff_s
         for attempt in range(self.retries + 1):

@@ -45,13 +45,6 @@ class MlflowSweepCallback(Callback):
         self.parent_id = parent_id
         self.runs: dict[str, str] = {}
         self.outcomes: dict[str, TrialOutcome] = {}
-        self.trials: list = []
-
-    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        self.trials = trials
-
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self.trials = trials
 
     def _run_for(self, trial) -> str:
         if trial.trial_id not in self.runs:

@@ -24,7 +24,7 @@ def resolve_storage(raw: str | None) -> str:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    from lipsweep.__main__ import UsageError
+    from lipsweep.config_base import UsageError
     from lipsweep.sweep.driver import (SweepOptions, dry_run_lines, experiment_path, run_sweep,
                                        storage_exists)
     from lipsweep.sweep.space import load_space

@@ -19,6 +19,7 @@ from lipsweep.sweep.space import SweepSpec, sample_space
 from lipsweep.tracking import FAILED, FINISHED, KILLED, Tracker
 
 _log = logging.getLogger("lipsweep.sweep")
+INTERRUPTED = "sweep interrupted"
 
 
 @dataclass
@@ -171,17 +172,19 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
         if opts.resume:
             tuner = tune.Tuner.restore(exp_path, trainable=trainable, resume_unfinished=True,
                                        resume_errored=True, param_space=param_space)
+            _replace_restored_callbacks(tuner, callbacks)
         else:
             kwargs = {"param_space": param_space} if param_space is not None else {}
             tuner = tune.Tuner(trainable, tune_config=tune_cfg, run_config=run_cfg, **kwargs)
         results = tuner.fit()
-        del results  # outcomes come from the callbacks, which also saw restored trials
-        interrupted = _was_interrupted(mlflow_cb.trials)
+        del results  # outcomes come from the callbacks (and MLflow, for earlier runs)
+        _backfill_outcomes(mlflow_cb, tracker, parent)
+        interrupted = len(mlflow_cb.outcomes) < spec.num_trials
     except KeyboardInterrupt:
         interrupted = True
     finally:
         if interrupted:
-            n = tracker.end_running_children(parent, KILLED, "sweep interrupted; rerun with "
+            n = tracker.end_running_children(parent, KILLED, f"{INTERRUPTED}; rerun with "
                                              "--resume")
             tracker.end(parent, KILLED)
             _log.warning("sweep interrupted (%d running trials marked KILLED); continue it "
@@ -189,28 +192,41 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
                          n, spec.path, opts.experiment, opts.storage)
     if interrupted:
         return SweepOutcome(False, "interrupted", parent, exp_path, interrupted=True)
-    _backfill_outcomes(mlflow_cb, tracker, parent)
     ok, summary = summarize(mlflow_cb.outcomes, spec.num_trials)
     tracker.end_running_children(parent, FAILED, "trial did not report an outcome")
     tracker.end(parent, FINISHED if ok else FAILED)
     return SweepOutcome(ok, summary, parent, exp_path)
 
 
-def _was_interrupted(trials: list) -> bool:
-    """Tune returns normally after SIGINT, leaving trials PENDING/RUNNING/PAUSED."""
-    return any(t.status not in ("TERMINATED", "ERROR") for t in trials)
+def _replace_restored_callbacks(tuner, callbacks: list) -> None:
+    """Tuner.restore brings back the callbacks pickled at the first start; use this run's.
+
+    Ray has no public setter for this. If the private attribute moves, the pickled callbacks
+    still work (they hold only the tracking URI and parent id, and MLflow is the source of
+    truth for outcomes), so this degrades to stale console counters, not lost data.
+    """
+    run_config = getattr(getattr(tuner, "_local_tuner", None), "_run_config", None)
+    if run_config is not None:
+        run_config.callbacks = callbacks
+    else:  # pragma: no cover - depends on Ray internals
+        _log.debug("could not replace restored Tune callbacks; using the pickled ones")
 
 
 def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:
-    """On resume, trials finished in an earlier run are not re-reported; read them back."""
+    """Trials that ended in an earlier (interrupted) run are not re-reported on resume; read
+    their outcome back from MLflow. Runs closed only because the sweep was interrupted are
+    not outcomes: those trials are resumed."""
     from lipsweep.sweep.callbacks import TrialOutcome
     from lipsweep.tracking import TAG_FAILURE, TAG_TRIAL_ID
 
     for run in tracker.children(parent):
         tid = run.data.tags.get(TAG_TRIAL_ID)
+        reason = run.data.tags.get(TAG_FAILURE, "")
+        if reason.startswith(INTERRUPTED):
+            continue
         if tid and tid not in cb.outcomes and run.info.status in (FINISHED, FAILED, KILLED):
             cb.outcomes[tid] = TrialOutcome(tid, run.info.run_name or tid, run.info.status,
-                                            run.data.tags.get(TAG_FAILURE, ""))
+                                            reason)
 
 
 def dry_run_lines(spec: SweepSpec) -> list[str]:

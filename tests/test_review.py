@@ -1,0 +1,145 @@
+"""pareto + export on a real (tiny) sweep: tags, artifacts, idempotence, exact round trip."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+SPACE = """name: rv
+fixed:
+  model: vit_tiny_patch16_224
+  depth: 2
+  embed_dim: 64
+  num_heads: 4
+  dataset: embedded
+  train_size: 256
+  eval_size: 48
+  epochs: 1
+  batch_size: 64
+  optimizer: adamw
+  lr: 1.0e-3
+  aa_attacks: [apgd-ce]
+grid:
+  - regularizer: none
+  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
+  - {regularizer: specformer, lam_v: 1.0e-2}
+resources: {cpu: 1, gpu: 0}
+max_concurrent_trials: 2
+"""
+
+
+def cli(cwd: Path, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "lipsweep", *argv], cwd=cwd,
+                          capture_output=True, text=True, timeout=900)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("review")
+    (d / "space.yaml").write_text(SPACE)
+    cli(d, "sweep", "space.yaml", "--num-cpus", "2", "--storage", str(d / "ray_results"))
+    return d
+
+
+def _client(d: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{d / 'mlflow.db'}")
+
+
+def _state(d: Path):
+    c = _client(d)
+    exp = c.get_experiment_by_name("rv")
+    rs = c.search_runs([exp.experiment_id])
+    kids = sorted((r for r in rs if r.data.tags.get("lipsweep.kind") == "trial"),
+                  key=lambda r: r.info.run_id)
+    parent = next(r for r in rs if r.data.tags.get("lipsweep.kind") == "sweep")
+    tags = [(r.info.run_id, r.data.tags.get("pareto"), r.data.tags.get("pareto_rank"))
+            for r in kids]
+    arts = sorted(a.path for a in c.list_artifacts(parent.info.run_id, "pareto"))
+    doc = json.loads(Path(c.download_artifacts(parent.info.run_id, "pareto/pareto.json",
+                                               str(d / "dl"))).read_text())
+    return tags, arts, doc
+
+
+def test_pareto_tags_runs_logs_artifacts_and_is_idempotent(swept):
+    out1 = cli(swept, "pareto", "--experiment", "rv").stdout
+    first = _state(swept)
+    out2 = cli(swept, "pareto", "--experiment", "rv").stdout
+    second = _state(swept)
+    assert first == second and out1 == out2
+    tags, arts, doc = first
+    assert all(t[1] in ("true", "false") for t in tags) and any(t[1] == "true" for t in tags)
+    assert {"pareto/pareto.json", "pareto/pareto_scatter.png",
+            "pareto/pareto_parallel.png"} <= set(arts)
+    assert doc["counts"]["runs"] == 3
+    assert "rank" in out1 and "acc_pgd_4" in out1
+
+
+def test_export_round_trip_is_exact(swept):
+    from safetensors.torch import load_file
+
+    import lipsweep
+    from lipsweep.config import TrialConfig
+    from lipsweep.data import load_splits
+    from lipsweep.engine import evaluate_clean
+    from lipsweep.models import create_model
+
+    out = swept / "export"
+    cli(swept, "export", "--experiment", "rv", "--out", str(out))
+    assert {p.name for p in out.iterdir()} >= {"model.safetensors", "config.json",
+                                               "metrics.json", "README.md"}
+    config = json.loads((out / "config.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    model = lipsweep.load_exported(out)
+    assert not model.training
+    cfg = TrialConfig.from_flat(config["trial_config"])
+    splits = load_splits(cfg.data)
+    acc = evaluate_clean(model, splits.x_eval, splits.y_eval, 64, torch.device("cpu"))
+    assert acc == metrics["acc_clean"]
+    # the exported weights are the trial's final checkpoint, bit for bit
+    ckpt = Path(config["source"]["checkpoint"])
+    original = create_model(cfg.model).eval()
+    original.net.load_state_dict(load_file(str(ckpt / "model.safetensors")))
+    x = splits.x_eval[:16].float() / 255
+    with torch.no_grad():
+        assert torch.allclose(model(x), original(x), atol=1e-6, rtol=0)
+    # rebuilding with timm alone, from config.json
+    import timm
+    from safetensors.torch import load_file as lf
+
+    net = timm.create_model(config["timm"]["model_name"], **config["timm"]["kwargs"])
+    net.load_state_dict(lf(str(out / "model.safetensors")))
+    # refuses a non-empty folder without --force
+    proc = cli(swept, "export", "--experiment", "rv", "--out", str(out), check=False)
+    assert proc.returncode == 2 and "--force" in proc.stderr
+    cli(swept, "export", "--experiment", "rv", "--out", str(out), "--force")
+
+
+def test_bad_review_input_exits_2(swept):
+    p = cli(swept, "pareto", "--experiment", "nope", check=False)
+    assert p.returncode == 2 and "no experiment 'nope'" in p.stderr
+    p = cli(swept, "pareto", "--experiment", "rv", "--objective", "acc_bogus:max", check=False)
+    assert p.returncode == 2 and "available metrics" in p.stderr and "acc_pgd_4" in p.stderr
+    p = cli(swept, "pareto", "--experiment", "rv", "--objective", "acc_clean:up", check=False)
+    assert p.returncode == 2
+    p = cli(swept, "export", "--experiment", "rv", "--out", str(swept / "x"), "--select",
+            "best:acc", check=False)
+    assert p.returncode == 2 and not (swept / "x").exists()
+
+
+def test_experiment_without_finished_runs_exits_2(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").create_experiment("empty")
+    p = cli(tmp_path, "pareto", "--experiment", "empty", check=False)
+    assert p.returncode == 2 and "no FINISHED trial runs" in p.stderr
