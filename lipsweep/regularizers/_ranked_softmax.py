@@ -1,0 +1,203 @@
+"""Ranked attention probabilities p_(r) straight from q and k, without keeping P for backward.
+
+JaSMin (SPEC §2.2) needs, per attention row, only a few order statistics of the row's
+probabilities: p_(1), p_(2) (and p_(k), p_(k+1) for k >= 2). With scores S = scale * q k^T,
+row max m and Z = sum_j exp(s_j - m), p_(j) = exp(s_(j) - m) / Z exactly, so the (B, H, N, N)
+map is needed only transiently. :class:`_RankedSoftmax` computes the ranked probabilities
+in one pass and saves for backward only what autograd already holds (q and k: the fused
+attention kernel saves them too) plus per row the log-sum-exp (float32) and r <= 4 int32
+positions; the backward recomputes S for one layer at a time.
+
+Gradient (p = softmax(s), y_r = p at the position i_r of rank r, G_r = dL/dy_r)::
+
+    dL/ds_m = sum_r G_r y_r [m == i_r] - p_m sum_r G_r y_r
+
+which is exactly what autograd through ``softmax(s).topk(...)`` gives for the same positions
+(tests compare both and run gradcheck in float64). When only a few rows receive gradient
+(max aggregation: one row per (sample, head)), the backward recomputes only those rows.
+
+Selection. ``torch.topk`` of 11 out of 65 costs ~1 us per row on one CPU core (18 ms per
+tiny-ViT layer at batch 64), about as much as all the rest of this forward and backward
+(see benchmarks/bench_regularizers.py, "torch.topk selection"). On CPU in float32
+the rows of E = exp(S - m) >= 0 are therefore ranked through int64 keys
+``bits(double(E)) | j`` (the IEEE bits of a non-negative double order like the double, and a
+float32 widened to double has 29 zero low bits, where the column j goes: keys are unique, so
+ties get distinct positions), taking ``amax`` r times and knocking the winner out through
+its flat index: one vectorised pass per rank (~0.3 ms per rank and layer there).
+Elsewhere (CUDA, float64) ``topk`` on E is used. Both rank p itself, as the paper does.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+from torch.autograd.function import once_differentiable
+
+_CPU_INT_KEYS = True
+"""Rank float32 CPU rows through int64 keys (False: torch.topk everywhere; for benchmarks)."""
+_SPARSE_ROW_FRACTION = 0.25
+"""Backward recomputes only the rows with gradient when at most this fraction has any."""
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+class Workspace:
+    """Scratch buffers reused across layers and steps (CPU only; CUDA has its own cache).
+
+    A fresh multi-MB CPU tensor page-faults on first touch; on the tiny ViT that cost as
+    much as the arithmetic. Buffers never escape a forward or backward call, so one
+    workspace serves every layer in turn. :class:`JasminRegularizer` owns one.
+    """
+
+    def __init__(self) -> None:
+        self._bufs: dict[tuple, torch.Tensor] = {}
+
+    def take(self, name: str, shape: Sequence[int], dtype: torch.dtype,
+             device: torch.device) -> torch.Tensor:
+        """An uninitialised contiguous tensor of ``shape``, reusing memory across calls."""
+        if device.type != "cpu":
+            return torch.empty(shape, dtype=dtype, device=device)
+        numel = math.prod(shape)
+        buf = self._bufs.get((name, dtype))
+        if buf is None or buf.numel() < numel:
+            buf = self._bufs[(name, dtype)] = torch.empty(numel, dtype=dtype)
+        return buf[:numel].view(shape)
+
+    def clear(self) -> None:
+        self._bufs.clear()
+
+
+def _top_positions(e: torch.Tensor, m: int, ws: Workspace) -> torch.Tensor:
+    """Distinct positions of the ``m`` largest entries of each row of ``e`` >= 0, descending.
+
+    (..., N, N) -> (..., N, m) int64.
+    """
+    n = e.shape[-1]
+    if not _CPU_INT_KEYS or e.device.type != "cpu" or e.dtype != torch.float32 or n > 2**29:
+        return e.topk(m, dim=-1).indices
+    # float32 -> float64 is exact and leaves the low 29 mantissa bits 0; the bits of a
+    # non-negative double order like the double, so OR-ing the column in keeps the order of
+    # distinct values and breaks ties by column.
+    key = ws.take("key", e.shape, torch.float64, e.device).copy_(e).view(torch.int64)
+    key.bitwise_or_(torch.arange(n))
+    low = (1 << max(1, (n - 1).bit_length())) - 1
+    flat = key.view(-1)
+    offsets = torch.arange(0, key.numel(), n).view(key.shape[:-1] + (1,))
+    out = []
+    for _ in range(m):
+        pos = key.amax(dim=-1, keepdim=True).bitwise_and_(low)          # (..., N, 1)
+        flat.index_fill_(0, (pos + offsets).view(-1), -1)               # keys are >= 0
+        out.append(pos)
+    return torch.cat(out, -1)
+
+
+def _operands(q: torch.Tensor, k: torch.Tensor, scale: float, dtype: torch.dtype,
+              ws: Workspace) -> tuple[torch.Tensor, torch.Tensor]:
+    """(G, N, d) contiguous copies of scale * q and k in ``dtype`` (G = prod of lead dims)."""
+    n, d = q.shape[-2:]
+    qs = ws.take("q", q.shape, dtype, q.device).copy_(q).mul_(scale)
+    kc = ws.take("k", k.shape, dtype, k.device).copy_(k)
+    return qs.view(-1, n, d), kc.view(-1, n, d)
+
+
+def _scores(qs: torch.Tensor, kc: torch.Tensor, ws: Workspace) -> torch.Tensor:
+    """S = (scale q) k^T into the workspace. (G, N, d) x2 -> (G, N, N)."""
+    g, n, _ = qs.shape
+    return torch.bmm(qs, kc.transpose(1, 2), out=ws.take("s", (g, n, n), qs.dtype, qs.device))
+
+
+def _dense_backward(qs: torch.Tensor, kc: torch.Tensor, scale: float, lse: torch.Tensor,
+                    pos: torch.Tensor, grad: torch.Tensor,
+                    ws: Workspace) -> tuple[torch.Tensor, torch.Tensor]:
+    """All arguments flattened to (G, N, .). Returns dL/dq, dL/dk as (G, N, d)."""
+    p = _scores(qs, kc, ws).sub_(lse).exp_()                     # (G, N, N) softmax
+    c = grad * p.gather(-1, pos)                                 # (G, N, r)
+    ds = p.mul_(-c.sum(-1, keepdim=True))                        # -p * sum_r c_r
+    ds.scatter_add_(-1, pos, c)                                  # dL/dS
+    dq = torch.bmm(ds, kc).mul_(scale)                           # (G, N, d)
+    dk = torch.bmm(ds.transpose(1, 2), qs)                       # scale is in qs
+    return dq, dk
+
+
+def _sparse_backward(qs: torch.Tensor, kc: torch.Tensor, scale: float, lse: torch.Tensor,
+                     pos: torch.Tensor, grad: torch.Tensor,
+                     active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Same as the dense backward, recomputing only the rows where ``active`` (G, N)."""
+    g, i = active.nonzero(as_tuple=True)                              # (A,), (A,)
+    one_per_group = len(g) == len(qs) and bool((g == torch.arange(len(g), device=g.device)).all())
+    q_a, pos_a = qs[g, i], pos[g, i]                                  # (A, d), (A, r)
+    k_a = kc if one_per_group else kc[g]                              # (A, N, d)
+    s_a = torch.bmm(k_a, q_a.unsqueeze(-1)).squeeze(-1)               # (A, N)
+    p_a = s_a.sub_(lse[g, i]).exp_()
+    c = grad[g, i] * p_a.gather(-1, pos_a)                            # (A, r)
+    ds = p_a.mul_(-c.sum(-1, keepdim=True)).scatter_add_(-1, pos_a, c)  # (A, N)
+    dq = torch.zeros_like(qs)
+    dq[g, i] = torch.bmm(ds.unsqueeze(1), k_a).squeeze(1) * scale
+    dk_a = ds.unsqueeze(-1) * q_a.unsqueeze(1)                        # (A, N, d)
+    dk = dk_a if one_per_group else torch.zeros_like(kc).index_add_(0, g, dk_a)
+    return dq, dk
+
+
+class _RankedSoftmax(torch.autograd.Function):
+    """(q, k, scale, ranks, ws) -> softmax(scale q k^T) at the given 0-based ranks, (..., N, r)."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, scale: float, ranks: tuple[int, ...],
+                ws: Workspace) -> torch.Tensor:
+        dtype, (n, r) = _compute_dtype(q.dtype), (q.shape[-2], len(ranks))
+        with torch.autocast(q.device.type, enabled=False):
+            s = _scores(*_operands(q, k, scale, dtype, ws), ws)          # (G, N, N)
+            mx = s.amax(-1, keepdim=True)                                # (G, N, 1)
+            e = s.sub_(mx).exp_()
+            z = e.sum(-1, keepdim=True)
+            sel = torch.tensor(ranks, device=e.device)
+            pos = _top_positions(e, max(ranks) + 1, ws).index_select(-1, sel)  # (G, N, r)
+            probs = e.gather(-1, pos).div_(z)
+            lse = mx.add_(z.log_())
+        ctx.scale, ctx.ws = scale, ws
+        ctx.save_for_backward(q, k, lse, pos.to(torch.int32))
+        return probs.view(q.shape[:-2] + (n, r))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        q, k, lse, pos = ctx.saved_tensors
+        dtype, (n, r) = _compute_dtype(q.dtype), (q.shape[-2], pos.shape[-1])
+        grad = grad.to(dtype).reshape(-1, n, r)
+        pos = pos.long()
+        with torch.autocast(q.device.type, enabled=False):
+            qs, kc = _operands(q, k, ctx.scale, dtype, ctx.ws)
+            active = grad.ne(0).any(-1)                                  # (G, N)
+            if int(active.sum()) <= _SPARSE_ROW_FRACTION * active.numel():
+                dq, dk = _sparse_backward(qs, kc, ctx.scale, lse, pos, grad, active)
+            else:
+                dq, dk = _dense_backward(qs, kc, ctx.scale, lse, pos, grad, ctx.ws)
+        return dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), None, None, None
+
+
+def ranked_softmax_probs(q: torch.Tensor, k: torch.Tensor, scale: float,
+                         ranks: Sequence[int],
+                         workspace: Optional[Workspace] = None) -> torch.Tensor:
+    """Probabilities of rank ``ranks`` (0-based, descending order) in each attention row.
+
+    Args:
+        q, k: (..., N, d) queries and keys, as the attention kernel sees them.
+        scale: the score scale (timm: head_dim ** -0.5).
+        ranks: 0-based ranks to return, each < N (repeats allowed).
+        workspace: scratch buffers to reuse across calls (CPU); a fresh one if None.
+
+    Returns:
+        (..., N, len(ranks)) float32 (float64 for float64 inputs); entry r of row i is the
+        ranks[r]-th largest entry of softmax(scale * q_i k^T).
+    """
+    if q.shape != k.shape or q.dim() < 2:
+        raise ValueError(f"q and k must have the same shape (..., N, d), got "
+                         f"{tuple(q.shape)} and {tuple(k.shape)}")
+    ranks = tuple(int(r) for r in ranks)
+    n = k.shape[-2]
+    if not ranks or min(ranks) < 0 or max(ranks) >= n:
+        raise ValueError(f"ranks must be in [0, {n - 1}] for {n} keys, got {ranks}")
+    return _RankedSoftmax.apply(q, k, float(scale), ranks, workspace or Workspace())

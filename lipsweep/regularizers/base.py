@@ -1,0 +1,83 @@
+"""The interface every regularizer implements, and the ``none`` regularizer (the baseline).
+
+The trainer uses a regularizer like this (SPEC §2.2, §2.3; STYLE: "the regularizer returns
+its value; the trial applies lambda")::
+
+    reg = create_regularizer_from_config(cfg)
+    reg.attach(model)                          # once, after the model is built
+    logits = model(x)                          # a training forward
+    terms = reg.terms()                        # unweighted scalar terms, e.g. {'jasmin': t}
+    loss_reg = sum(reg.weights[n] * t for n, t in terms.items())
+    loss = F.cross_entropy(logits, y) + loss_reg
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch import nn
+
+from lipsweep.regularizers._registry import register_regularizer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lipsweep.regularizers.config import RegularizerConfig
+
+
+class Regularizer:
+    """Base class: a penalty on a ViT's attention, reported as named unweighted terms.
+
+    Subclasses set ``name`` (the registry key and the ``regularizer`` config value) and
+    ``config_fields`` (the :class:`RegularizerConfig` fields that apply to them), and
+    implement ``resolve_config`` (fill defaults, validate) and ``from_config``.
+    """
+
+    name: ClassVar[str]
+    config_fields: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def resolve_config(cls, cfg: "RegularizerConfig") -> None:
+        """Fill the defaults of ``config_fields`` left None in ``cfg`` and validate them."""
+
+    @classmethod
+    def from_config(cls, cfg: "RegularizerConfig") -> "Regularizer":
+        """Build from a validated config."""
+        raise NotImplementedError
+
+    def attach(self, model: nn.Module) -> None:
+        """Install what the regularizer needs on ``model`` (called once, model built)."""
+
+    def detach(self) -> None:
+        """Remove everything :meth:`attach` installed."""
+
+    def terms(self) -> dict[str, torch.Tensor]:
+        """Unweighted scalar terms for the most recent training forward ({} if it has none)."""
+        return {}
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The lambda of each term name returned by :meth:`terms`."""
+        return {}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Persistent state to checkpoint with the model (empty if stateless)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict`; the regularizer must be attached first if stateful."""
+        if state:
+            raise ValueError(f"regularizer {self.name!r} has no state, got keys "
+                             f"{sorted(state)}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(weights={self.weights})"
+
+
+@register_regularizer
+class NoRegularizer(Regularizer):
+    """The baseline: no penalty, no hooks, timm's fused attention path untouched."""
+
+    name: ClassVar[str] = "none"
+
+    @classmethod
+    def from_config(cls, cfg: "RegularizerConfig") -> "NoRegularizer":
+        return cls()
