@@ -1,0 +1,372 @@
+"""The deployment files are valid and safe: ray_cluster.yaml, deploy/*, and no secrets in the repo.
+
+- ``ray_cluster.yaml`` and ``deploy/local_cluster.yaml`` pass the cluster launcher's own JSON schema
+  (``ray/autoscaler/ray-schema.json``) and Ray's ``prepare_config`` + ``validate_config``, the
+  checks ``ray up`` runs first; a broken copy fails them (so the check can fail).
+- Everything they name in the repo exists: file_mounts sources, and every ``~/lipsweep/...`` path
+  in a command is both mounted and present; scripts parse (``bash -n``).
+- Pinned stack: rayproject/ray images of this Ray and Python (never ray-ml); Dockerfile and RayJob
+  agree; token auth on everywhere; dashboard and MLflow bound to 127.0.0.1; shared S3 storage;
+  spot GPU workers; every value a user must set is marked.
+- The scripts behave: ``sweep_entry.py`` loads ``~/lipsweep.env`` and execs ``lipsweep`` (dry run),
+  ``start_mlflow.sh`` refuses to bind every interface, ``setup_node.sh --check`` accepts this
+  environment and rejects a lock it does not match.
+- No file that git would commit contains an AWS key, a private key or a password in a URI.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = ROOT / "ray_cluster.yaml"
+LOCAL = ROOT / "deploy" / "local_cluster.yaml"
+RAYJOB = ROOT / "deploy" / "rayjob.yaml"
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+ENTRY = ROOT / "deploy" / "sweep_entry.py"
+MLFLOW_SH = ROOT / "deploy" / "start_mlflow.sh"
+SETUP_SH = ROOT / "deploy" / "setup_node.sh"
+PY_TAG = f"py{sys.version_info.major}{sys.version_info.minor}"
+REMOTE_PROJECT = "~/lipsweep"
+
+
+def _ray_version() -> str:
+    import ray
+
+    return ray.__version__
+
+
+def _cluster() -> dict:
+    return yaml.safe_load(CLUSTER.read_text())
+
+
+def _local(values: dict | None = None) -> dict:
+    text = LOCAL.read_text()
+    for name in set(re.findall(r"\{\{(\w+)\}\}", text)):
+        value = (values or {}).get(name, 12345 if ("port" in name or name == "num_cpus") else "x")
+        text = text.replace("{{" + name + "}}", str(value))
+    return yaml.safe_load(text)
+
+
+def _validate(config: dict) -> dict:
+    """What `ray up` checks before it touches a cloud: the schema, then Ray's prepare + validate."""
+    import jsonschema
+    import ray.autoscaler
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    jsonschema.validate(config, schema)
+    prepared = prepare_config(copy.deepcopy(config))
+    validate_config(prepared)
+    return prepared
+
+
+def _commands(config: dict) -> list[str]:
+    keys = ("initialization_commands", "setup_commands", "head_setup_commands",
+            "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands")
+    return [c for k in keys for c in config.get(k) or []]
+
+
+# --- schema -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["ray_cluster.yaml", "deploy/local_cluster.yaml"])
+def test_config_passes_the_launchers_validation(name):
+    config = _cluster() if name == "ray_cluster.yaml" else _local()
+    prepared = _validate(config)
+    assert prepared["cluster_name"] == config["cluster_name"]
+
+
+def test_validation_rejects_a_broken_config():
+    import jsonschema
+
+    for mutate in (lambda c: c.update(max_worker=8),                       # misspelt key
+                   lambda c: c["docker"].update(imge="x"),                  # unknown docker key
+                   lambda c: c["available_node_types"]["gpu_spot"].pop("node_config"),
+                   lambda c: c["available_node_types"]["head"]["resources"].update(CPU=-1)):
+        bad = _cluster()
+        mutate(bad)
+        with pytest.raises(jsonschema.ValidationError):
+            _validate(bad)
+
+
+# --- the repo paths it names --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["ray_cluster.yaml", "deploy/local_cluster.yaml"])
+def test_file_mounts_and_command_paths_exist_in_the_repo(name):
+    config = _cluster() if name == "ray_cluster.yaml" else _local()
+    mounts = config["file_mounts"]
+    mounted = {}
+    for remote, local in mounts.items():
+        if local.startswith("~"):
+            assert (remote, local) == ("~/.ray/auth_token", "~/.ray/auth_token"), \
+                f"only the Ray token may come from outside the repo: {remote}: {local}"
+            continue
+        source = (ROOT / local).resolve()
+        assert source.exists(), f"{name}: file_mounts source {local} is not in the repo"
+        assert remote.startswith(REMOTE_PROJECT + "/"), remote
+        assert remote[len(REMOTE_PROJECT) + 1:] == str(source.relative_to(ROOT)), (remote, local)
+        mounted[remote] = source
+    for command in _commands(config):
+        for path in re.findall(r"~/lipsweep/[\w./-]+", command):
+            owner = [r for r in mounted if path == r or path.startswith(r + "/")]
+            assert owner, f"{name}: `{command}` uses {path}, which no file_mount provides"
+            local = ROOT / path[len(REMOTE_PROJECT) + 1:]
+            assert local.exists(), f"{name}: `{command}` uses {path}, missing as {local}"
+            if local.suffix == ".sh":
+                subprocess.run(["bash", "-n", str(local)], check=True)
+    assert any("setup_node.sh" in c for c in config["setup_commands"])
+    assert any("start_mlflow.sh start" in c for c in config["head_start_ray_commands"])
+
+
+def test_rayjob_and_dockerfile_paths_exist():
+    job = yaml.safe_load(RAYJOB.read_text())
+    text = json.dumps(job)
+    for path in re.findall(r"/home/ray/lipsweep/([\w./-]+)", text):
+        assert (ROOT / path).exists(), path
+    space = job["spec"]["entrypoint"].split()[-1]
+    assert (ROOT / space).is_file(), space
+    for line in DOCKERFILE.read_text().splitlines():
+        if line.startswith("COPY"):
+            for src in line.split()[2:-1]:
+                assert (ROOT / src).exists(), f"Dockerfile copies {src}, which is not in the repo"
+
+
+# --- the pinned stack ---------------------------------------------------------------------------
+
+def test_images_are_the_pinned_ray_and_python():
+    ray_version = _ray_version()
+    docker = _cluster()["docker"]
+    images = {docker["image"], docker["head_image"], docker["worker_image"]}
+    assert images == {f"rayproject/ray:{ray_version}-{PY_TAG}-gpu",
+                      f"rayproject/ray:{ray_version}-{PY_TAG}-cpu"}, images
+    assert docker["worker_image"].endswith("-gpu") and docker["head_image"].endswith("-cpu")
+    froms = re.findall(r"^ARG RAY_IMAGE=(\S+)", DOCKERFILE.read_text(), re.M)
+    assert froms == [docker["image"]]
+    assert re.search(r"^FROM \$\{RAY_IMAGE\}$", DOCKERFILE.read_text(), re.M)
+    assert "uv export --frozen" in DOCKERFILE.read_text()
+    job = yaml.safe_load(RAYJOB.read_text())
+    assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
+    assert job["spec"]["rayClusterSpec"]["rayVersion"] == ray_version
+    for path in (CLUSTER, DOCKERFILE, RAYJOB, LOCAL):
+        assert "ray-ml" not in path.read_text().replace("not ray-ml", ""), path
+    uv_docker = re.search(r"ARG UV_VERSION=(\S+)", DOCKERFILE.read_text()).group(1)
+    uv_setup = re.search(r"UV_VERSION:-([\d.]+)", SETUP_SH.read_text()).group(1)
+    assert uv_docker == uv_setup
+
+
+def test_gpu_workers_are_spot_and_autoscale_and_the_head_runs_no_trials():
+    config = _cluster()
+    types = config["available_node_types"]
+    head, workers = types[config["head_node_type"]], [t for k, t in types.items()
+                                                       if k != config["head_node_type"]]
+    assert head["resources"] == {"CPU": 0}
+    assert not re.match(r"[gp]\d", head["node_config"]["InstanceType"]), "the head needs no GPU"
+    start = " ".join(config["head_start_ray_commands"])
+    assert "--num-cpus=0" in start
+    assert workers, "no worker node type"
+    for w in workers:
+        assert re.match(r"[gp]\d", w["node_config"]["InstanceType"]), w["node_config"]
+        assert w["node_config"]["InstanceMarketOptions"]["MarketType"] == "spot"
+        assert w["min_workers"] == 0 < w["max_workers"] <= config["max_workers"]
+    assert config["provider"]["cache_stopped_nodes"] is False
+    assert config["idle_timeout_minutes"] > 0
+
+
+def test_tune_storage_is_shared_and_mlflow_stores_are_named():
+    start = " ".join(_cluster()["head_start_ray_commands"])
+    s3 = re.search(r"LIPSWEEP_S3=(s3://\S+?);", start).group(1)
+    assert "LIPSWEEP_STORAGE=$LIPSWEEP_S3/ray_results" in start
+    assert "LIPSWEEP_MLFLOW_ARTIFACTS=$LIPSWEEP_S3/mlflow-artifacts" in start
+    assert s3.startswith("s3://")
+    mlflow_sh = MLFLOW_SH.read_text()
+    assert 'sqlite:///$mlflow_home/mlflow.db' in mlflow_sh and "--serve-artifacts" in mlflow_sh
+    env = {e["name"]: e.get("value") for c in yaml.safe_load(RAYJOB.read_text())["spec"]
+           ["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
+           for e in c.get("env", [])}
+    assert env["LIPSWEEP_STORAGE"].startswith("s3://")
+    assert env["LIPSWEEP_MLFLOW_ARTIFACTS"].startswith("s3://")
+
+
+# --- security -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["ray_cluster.yaml", "deploy/local_cluster.yaml"])
+def test_token_auth_is_on_for_every_ray_process(name):
+    config = _cluster() if name == "ray_cluster.yaml" else _local()
+    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+              if "ray start" in c]
+    assert len(starts) == (2 if name == "ray_cluster.yaml" else 1)
+    for command in starts:
+        assert re.search(r"export RAY_AUTH_MODE=token;.*ray start", command), command
+    assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    assert "chmod 600 ~/.ray/auth_token" in config["setup_commands"]
+    if name == "ray_cluster.yaml":
+        assert "--env RAY_AUTH_MODE=token" in config["docker"]["run_options"]
+
+
+def test_token_auth_in_image_rayjob_and_env_file():
+    assert re.search(r"^ENV RAY_AUTH_MODE=token", DOCKERFILE.read_text(), re.M)
+    job = yaml.safe_load(RAYJOB.read_text())
+    assert job["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token"}
+    assert 'echo "RAY_AUTH_MODE=token"' in MLFLOW_SH.read_text()
+    for path in ROOT.joinpath("deploy").iterdir():
+        assert "RAY_AUTH_MODE=disabled" not in path.read_text(errors="ignore"), path
+    assert "RAY_AUTH_MODE=disabled" not in CLUSTER.read_text()
+
+
+@pytest.mark.parametrize("name", ["ray_cluster.yaml", "deploy/local_cluster.yaml"])
+def test_dashboard_and_mlflow_bind_to_loopback_only(name):
+    path = CLUSTER if name == "ray_cluster.yaml" else LOCAL
+    config = _cluster() if name == "ray_cluster.yaml" else _local()
+    head = [c for c in config["head_start_ray_commands"] if "ray start --head" in c]
+    assert len(head) == 1 and "--dashboard-host=127.0.0.1" in head[0], head
+    assert "0.0.0.0" not in path.read_text()
+    mlflow = [c for c in config["head_start_ray_commands"] if "start_mlflow.sh" in c]
+    assert len(mlflow) == 1
+    host = re.search(r"LIPSWEEP_MLFLOW_HOST=(\S+)", mlflow[0])
+    assert host is None or host.group(1) == "127.0.0.1"   # the script's default is 127.0.0.1
+    assert 'LIPSWEEP_MLFLOW_HOST:-127.0.0.1' in MLFLOW_SH.read_text()
+    sidecar = [c for c in yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]
+               ["headGroupSpec"]["template"]["spec"]["containers"] if c["name"] == "mlflow"]
+    assert {"name": "LIPSWEEP_MLFLOW_HOST", "value": "127.0.0.1"} in sidecar[0]["env"]
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]"])
+def test_start_mlflow_refuses_every_interface(tmp_path, host):
+    proc = subprocess.run(["bash", str(MLFLOW_SH), "status"], capture_output=True, text=True,
+                          env={**os.environ, "HOME": str(tmp_path), "LIPSWEEP_MLFLOW_HOST": host},
+                          timeout=60)
+    assert proc.returncode == 2 and "refusing to bind" in proc.stderr, proc.stderr
+
+
+def test_values_to_set_are_marked():
+    """Every placeholder is explained by a `SET:` comment at most a few lines above it."""
+    for path in (CLUSTER, RAYJOB):
+        lines = path.read_text().splitlines()
+        placeholders = 0
+        for i, line in enumerate(lines):
+            if re.search(r"YOUR-|registry\.example\.com", line) and not line.lstrip().startswith("#"):
+                placeholders += 1
+                window = lines[max(0, i - 8):i + 1]
+                assert any("SET:" in w for w in window), f"{path.name}:{i + 1}: {line.strip()}"
+        assert placeholders >= 3, path
+
+
+SECRET_PATTERNS = {
+    "AWS access key id": r"\b(AKIA|ASIA)[0-9A-Z]{16}\b",
+    "AWS secret key assignment": r"(?i)aws_secret_access_key\s*[=:]\s*['\"]?[A-Za-z0-9/+]{20,}",
+    "private key": "-----BEGIN [A-Z ]*" + "PRIVATE KEY-----",
+    "password in a URI": r"\b[a-z][a-z0-9+]*://[^\s/:@'\"<>$]+:[^\s/@'\"<>${}]+@",
+    "GitHub token": r"\bgh[pousr]_[A-Za-z0-9]{36}\b",
+    "Slack token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
+    # (a run of one character, like the wrong token the loopback test tries, is not a secret)
+    "Ray token value": r"RAY_AUTH_TOKEN\s*[=:]\s*['\"]?(?!(\w)\1{31})[0-9a-f]{32,}",
+}
+
+
+def _secrets_in(text: str) -> list[str]:
+    return [name for name, pattern in SECRET_PATTERNS.items() if re.search(pattern, text)]
+
+
+def test_secret_scanner_finds_planted_secrets():
+    planted = {
+        "AWS access key id": "key = AKIA" + "ABCDEFGHIJKLMNOP",
+        "AWS secret key assignment": "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
+        "private key": "-----BEGIN OPENSSH " + "PRIVATE KEY-----",
+        "password in a URI": "postgresql://mlflow:" + "hunter2@db.internal/mlflow",
+        "Ray token value": "RAY_AUTH_TOKEN=" + "5d41402abc4b2a76b9719d911017c592",
+    }
+    for name, text in planted.items():
+        assert name in _secrets_in(text), name
+    for fine in ("postgresql://user@host/db", "s3://YOUR-BUCKET/lipsweep", "AKIA[0-9A-Z]{16}",
+                 "http://127.0.0.1:5000", "RAY_AUTH_TOKEN from a Kubernetes Secret",
+                 "RAY_AUTH_TOKEN=" + "0" * 64):
+        assert not _secrets_in(fine), fine
+
+
+def test_no_secrets_in_files_git_would_commit():
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    found, scanned = [], 0
+    for name in filter(None, files):
+        path = ROOT / name.decode()
+        if not path.is_file() or path.stat().st_size > 5_000_000:
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:
+            continue  # binary
+        scanned += 1
+        found += [f"{name.decode()}: {kind}" for kind in _secrets_in(data.decode(errors="ignore"))]
+        assert path.name not in ("auth_token", "id_rsa", "id_ed25519", ".pgpass"), path
+    assert scanned > 20
+    assert not found, found
+
+
+# --- the scripts --------------------------------------------------------------------------------
+
+def _entry(tmp_path: Path, args: list[str], env_file: str | None, **env: str):
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    if env_file is not None:
+        (home / "lipsweep.env").write_text(env_file)
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("MLFLOW_", "LIPSWEEP_", "RAY_"))}
+    return subprocess.run([sys.executable, str(ENTRY), *args], capture_output=True, text=True,
+                          cwd=tmp_path, env={**base, "HOME": str(home), **env}, timeout=300)
+
+
+def test_sweep_entry_loads_the_env_file_and_runs_lipsweep(tmp_path):
+    env_file = (f"# written by start_mlflow.sh\nMLFLOW_TRACKING_URI=http://127.0.0.1:5999\n"
+                f"LIPSWEEP_STORAGE=s3://bucket/x\nLIPSWEEP_PROJECT_DIR={ROOT}\n"
+                f"RAY_ADDRESS=auto\nexport RAY_AUTH_MODE=token\n")
+    proc = _entry(tmp_path, ["search_spaces/smoke.yaml", "--dry-run"], env_file,
+                  MLFLOW_TRACKING_URI="http://127.0.0.1:6000")
+    assert proc.returncode == 0, proc.stderr
+    assert "lipsweep sweep search_spaces/smoke.yaml --dry-run" in proc.stderr
+    assert "MLFLOW_TRACKING_URI=http://127.0.0.1:6000" in proc.stderr  # the environment wins
+    assert "LIPSWEEP_STORAGE=s3://bucket/x" in proc.stderr and f"cwd={ROOT}" in proc.stderr
+    assert "RAY_AUTH_MODE=token" in proc.stderr
+    assert "sweep 'smoke'" in proc.stdout and "4 trials" in proc.stdout  # lipsweep's dry run
+
+
+def test_sweep_entry_without_cluster_settings_exits_2(tmp_path):
+    proc = _entry(tmp_path, ["search_spaces/smoke.yaml"], None)
+    assert proc.returncode == 2
+    assert "MLFLOW_TRACKING_URI, LIPSWEEP_STORAGE not set" in proc.stderr
+    assert "does not exist" in proc.stderr
+    bad = _entry(tmp_path, ["x.yaml"], "MLFLOW_TRACKING_URI http://nowhere\n")
+    assert bad.returncode == 2 and "expected KEY=VALUE" in bad.stderr, bad.stderr
+
+
+def test_sweep_entry_maps_arguments():
+    sys.path.insert(0, str(ENTRY.parent))
+    try:
+        import sweep_entry
+    finally:
+        sys.path.pop(0)
+    assert sweep_entry.lipsweep_argv(["s.yaml", "--resume"]) == ["sweep", "s.yaml", "--resume"]
+    assert sweep_entry.lipsweep_argv(["pareto", "--experiment", "e"]) == \
+        ["pareto", "--experiment", "e"]
+    with pytest.raises(SystemExit):
+        sweep_entry.lipsweep_argv([])
+
+
+def test_setup_node_check_accepts_this_env_and_rejects_another_lock(tmp_path):
+    ok = subprocess.run(["bash", str(SETUP_SH), "--check"], capture_output=True, text=True,
+                        env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(ROOT)}, timeout=120)
+    assert ok.returncode == 0 and "nothing to install" in ok.stdout, ok.stderr
+    other = tmp_path / "project"
+    other.mkdir()
+    lock = (ROOT / "uv.lock").read_text()
+    lock = re.sub(r'(\[\[package\]\]\nname = "ray"\nversion = )"[^"]+"', r'\1"1.0.0"', lock)
+    (other / "uv.lock").write_text(lock)
+    bad = subprocess.run(["bash", str(SETUP_SH), "--check"], capture_output=True, text=True,
+                         env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(other)}, timeout=120)
+    assert bad.returncode == 1 and "(lock: 1.0.0)" in bad.stderr, bad.stderr
