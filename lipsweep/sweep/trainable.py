@@ -74,6 +74,8 @@ def train_trial(config: dict[str, Any]) -> None:
     from lipsweep.engine import NonFiniteLossError
 
     cfg = TrialConfig.from_flat(flat_config(config))
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)  # one INFO line per checkpoint
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
     workdir = Path(os.getcwd()) / "lipsweep_trial"
     ckpt_root = workdir / "checkpoints"
     _restore_from_tune(ckpt_root)
