@@ -1,0 +1,139 @@
+"""Top eigenvalue of many small symmetric PSD operators at once: Lanczos and power iteration.
+
+Both routines see a batch of independent operators through one callable ``op`` that maps
+vectors (m, n) to (m, n), row r through operator r (e.g. u -> J_r J_r^T u for sample r). All
+arithmetic is per row, the start vector is the same fixed vector for every row, and each row's
+estimate is frozen at the first convergence check it passes, so a row's result does not depend on
+the other rows in the batch (up to floating-point rounding in ``op``).
+
+- Lanczos (three-term recurrence, no stored basis, so memory is O(m n)): the top Ritz value
+  theta_j of the tridiagonal T_j increases to lambda_max; the row stops when the residual
+  estimate beta_j |s_j| (s the top eigenvector of T_j) is <= tol * theta_j. Loss of orthogonality
+  in finite precision only duplicates converged Ritz values; the top one stays accurate.
+- Power iteration: v <- op(v) / ||op(v)||, Rayleigh quotient theta = v^T op(v); the row stops
+  when |theta_t - theta_{t-1}| <= tol * theta_t.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+Operator = Callable[[torch.Tensor], torch.Tensor]
+
+_BREAKDOWN = 1e-12
+"""beta_j <= _BREAKDOWN * theta_j means the Krylov space is invariant: theta_j is exact."""
+
+
+@dataclass
+class KrylovResult:
+    """Top eigenvalue estimate per row, with the iteration it was frozen at."""
+
+    value: torch.Tensor
+    """(m,) estimated lambda_max of each operator (a lower bound for Lanczos and power)."""
+    iterations: torch.Tensor
+    """(m,) int64, operator applications used by each row."""
+    converged: torch.Tensor
+    """(m,) bool, whether each row met the tolerance within the cap."""
+
+
+def start_vector(m: int, n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The same unit vector for every row, from a fixed seed (batch-invariant by construction)."""
+    g = torch.Generator().manual_seed(20240713)
+    v = torch.randn(n, generator=g, dtype=torch.float64).abs() + 0.5  # no zero overlap with 1
+    v = v / v.norm()
+    return v.to(dtype=dtype, device=device).expand(m, n).clone()
+
+
+def _check(iters: int, tol: float) -> None:
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters must be a positive integer, got {iters!r}")
+    if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+        raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+
+
+def _check_due(j: int) -> bool:
+    """Convergence checks after every step up to 16, then every 4th (the T_j eigh grows as j^3)."""
+    return j < 16 or j % 4 == 3
+
+
+def lanczos_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int,
+                           tol: float) -> KrylovResult:
+    """lambda_max of each row's operator by Lanczos; ``iters`` caps the operator applications."""
+    _check(iters, tol)
+    m, n = v0.shape
+    steps = min(iters, n)
+    q = v0 / v0.norm(dim=1, keepdim=True)
+    q_prev = torch.zeros_like(q)
+    beta_prev = torch.zeros(m, dtype=v0.dtype, device=v0.device)
+    alphas: list[torch.Tensor] = []
+    betas: list[torch.Tensor] = []
+    value = torch.zeros(m, dtype=torch.float64, device=v0.device)
+    used = torch.full((m,), steps, dtype=torch.int64, device=v0.device)
+    done = torch.zeros(m, dtype=torch.bool, device=v0.device)
+    for j in range(steps):
+        w = op(q)
+        alpha = (w * q).sum(1)
+        w = w - alpha[:, None] * q - beta_prev[:, None] * q_prev
+        w = w - (w * q).sum(1, keepdim=True) * q                  # local re-orthogonalisation
+        beta = w.norm(dim=1)
+        alphas.append(alpha.double())
+        betas.append(beta.double())
+        last = j == steps - 1
+        if _check_due(j) or last:
+            theta, resid = _top_ritz(alphas, betas)
+            ok = (resid <= tol * theta) | (beta.double() <= _BREAKDOWN * theta.clamp_min(1e-300))
+            new = ~done & (ok | last)
+            value = torch.where(new, theta, value)
+            used = torch.where(new & ok, torch.full_like(used, j + 1), used)
+            done = done | ok
+            if last:
+                break
+            if bool(done.all()):
+                break
+        q_prev, beta_prev = q, beta
+        q = w / beta.clamp_min(torch.finfo(w.dtype).tiny)[:, None]
+    return KrylovResult(value.to(v0.dtype), used, done)
+
+
+def _top_ritz(alphas: list[torch.Tensor], betas: list[torch.Tensor]
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top eigenvalue of T_j (m, j, j) and its residual estimate beta_j |s_j|."""
+    a = torch.stack(alphas, 1)                                    # (m, j)
+    b = torch.stack(betas, 1)                                     # (m, j)
+    t = torch.diag_embed(a)
+    if a.shape[1] > 1:
+        off = torch.diag_embed(b[:, :-1], offset=1)
+        t = t + off + off.transpose(1, 2)
+    evals, evecs = torch.linalg.eigh(t)
+    theta = evals[:, -1]
+    resid = b[:, -1] * evecs[:, -1, -1].abs()
+    return theta, resid
+
+
+def power_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int,
+                         tol: float) -> KrylovResult:
+    """lambda_max of each row's PSD operator by power iteration (Rayleigh quotient)."""
+    _check(iters, tol)
+    m, _ = v0.shape
+    v = v0 / v0.norm(dim=1, keepdim=True)
+    prev = torch.full((m,), float("nan"), dtype=torch.float64, device=v0.device)
+    value = torch.zeros(m, dtype=torch.float64, device=v0.device)
+    used = torch.full((m,), iters, dtype=torch.int64, device=v0.device)
+    done = torch.zeros(m, dtype=torch.bool, device=v0.device)
+    for j in range(iters):
+        w = op(v)
+        theta = (w * v).sum(1).double()
+        norm = w.norm(dim=1)
+        ok = ((theta - prev).abs() <= tol * theta.abs()) | (norm.double() == 0)
+        last = j == iters - 1
+        new = ~done & (ok | last)
+        value = torch.where(new, theta, value)
+        used = torch.where(new & ok, torch.full_like(used, j + 1), used)
+        done = done | ok
+        if last or bool(done.all()):
+            break
+        prev = theta
+        v = w / norm.clamp_min(torch.finfo(w.dtype).tiny)[:, None]
+    return KrylovResult(value.to(v0.dtype), used, done)

@@ -1,0 +1,79 @@
+"""Settings of the trial-level Lipschitz summary (SPEC §2.1, 2.4, 2.5).
+
+Every field starts with ``lip_`` so the flat trial config stays unambiguous. "images" counts
+are the first that-many images of the evaluation set; 0 means all of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lipsweep.config_base import ConfigError, check_choice
+
+_ROUTES = ("auto", "exact", "lanczos", "power")
+_HEAD_ROUTES = ("auto", "lanczos", "full")
+_SOFTMAX_METHODS = ("secular", "eigvalsh")
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(name, f"must be >= {minimum}, got {value!r}")
+
+
+def _check_tol(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ConfigError(name, f"must be a number in (0, 1), got {value!r}")
+
+
+@dataclass
+class LipschitzConfig:
+    """What a trial measures about its own smoothness, and how hard it tries."""
+
+    lip_route: str = "auto"
+    """Route of ||J_f(x)||_2: 'auto' (exact up to 32 logits, else Lanczos), 'exact',
+    'lanczos' or 'power' (the paper's power iteration)."""
+    lip_iters: int = 100
+    """Cap on J J^T applications per batch for the iterative routes."""
+    lip_tol: float = 1e-3
+    """Relative tolerance of the iterative routes on ||J||^2 (Lanczos residual, power
+    Rayleigh-quotient change)."""
+    lip_batch_size: int = 64
+    """Images per batch for every Lipschitz estimate."""
+    lip_images: int = 500
+    """Images for the whole-network ||J_f(x)||_2 distribution (0: all). At C = 10 the exact
+    norm costs about as much per image as PGD-4 (C backward passes against PGD's 4 forward +
+    backward), so 500 keeps the whole summary below PGD-4 on a 1000-image evaluation set
+    (benchmarks/bench_lipschitz.py); 0 measures every evaluation image."""
+    lip_softmax: bool = True
+    """Measure g_1(P_i) / ||M(P_i)||_2 over every layer, head and row (paper Fig. 3)."""
+    lip_softmax_images: int = 0
+    """Images for the softmax-Jacobian ratio (0: all of lip_images)."""
+    lip_softmax_method: str = "secular"
+    """Exact ||M(P_i)||_2 by the secular equation ('secular', fast) or dense 'eigvalsh'."""
+    lip_head_bounds: bool = True
+    """Compare Thm 1-3 with the exact Jacobian norm of every head (paper Fig. 6)."""
+    lip_head_images: int = 32
+    """Images for the per-head exact norms and bounds (0: all of lip_images; costly)."""
+    lip_head_route: str = "auto"
+    """Exact head norm by 'lanczos', the 'full' Jacobian (small heads only) or 'auto'."""
+    lip_head_iters: int = 300
+    """Cap on Lanczos steps for the exact head norms."""
+    lip_head_tol: float = 1e-8
+    """Relative Lanczos residual tolerance for the exact head norms."""
+    lip_figures: bool = True
+    """Write PNG figures (histograms, bound heatmaps) next to the arrays."""
+
+    def __post_init__(self) -> None:
+        check_choice("lip_route", self.lip_route, _ROUTES)
+        check_choice("lip_head_route", self.lip_head_route, _HEAD_ROUTES)
+        check_choice("lip_softmax_method", self.lip_softmax_method, _SOFTMAX_METHODS)
+        for name in ("lip_iters", "lip_batch_size", "lip_head_iters"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("lip_images", "lip_softmax_images", "lip_head_images"):
+            _check_int(name, getattr(self, name), 0)
+        _check_tol("lip_tol", self.lip_tol)
+        _check_tol("lip_head_tol", self.lip_head_tol)
+        for name in ("lip_softmax", "lip_head_bounds", "lip_figures"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")

@@ -1,0 +1,166 @@
+"""The trial-level Lipschitz summary: a flat dict of metrics, one npz of raw arrays, PNG figures.
+
+Metrics (all floats; names start with ``lip_``):
+
+- ``lip_jacobian_{mean,median,p90,p99,max}`` (SPEC §3): distribution of ||J_f(x)||_2 over the
+  first ``lip_images`` images; ``lip_jacobian_converged_frac``: share of images whose
+  iterative estimate met ``lip_tol`` (1 for the exact route).
+- ``lip_softmax_ratio_{mean,median,p99,max,min}``: g_1(P_i) / ||M(P_i)||_2 over every layer,
+  head, query row and image of the first ``lip_softmax_images`` (paper Fig. 3; the minimum is
+  >= 1 by Thm 4); ``lip_softmax_norm_{mean,max}`` and ``lip_softmax_g1_mean``: the exact norm
+  and the bound themselves; ``lip_softmax_rows``: rows counted (one-hot rows, 0/0, are left
+  out).
+- ``lip_head_{exact,thm1,thm2,thm3,thm3_g1}_{mean,max}``: per-head local Lipschitz constant
+  and its bounds over images x layers x heads of the first ``lip_head_images`` (paper Fig. 6);
+  ``lip_head_{thm1,thm2,thm3,thm3_g1}_ratio_{min,median}``: bound / exact per (image, layer,
+  head), >= 1 wherever the bound holds (Thm 1 can fail for inputs near 0, see head_bounds);
+  ``lip_head_thm3_below_thm2_frac``: share of (image, layer, head) where Thm 3 is tighter
+  than Thm 2 (the paper's Fig. 6 suggests always; it is not a theorem, see App. C).
+
+Files in ``out_dir`` (when given): ``lipschitz.npz`` (every raw array, plus ``jacobian_route``)
+and, with ``lip_figures``, ``lipschitz_jacobian_hist.png``, ``lipschitz_softmax_ratio.png``,
+``lipschitz_head_bounds.png``. Writes are atomic (temporary file, then rename).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from lipsweep.lipschitz._registry import create_estimator
+from lipsweep.lipschitz.config import LipschitzConfig
+from lipsweep.lipschitz.jacobian import measurement_mode, resolve_route
+from lipsweep.lipschitz.softmax_jacobian import softmax_ratio
+
+_log = logging.getLogger(__name__)
+
+NPZ_NAME = "lipschitz.npz"
+FIGURES = {"jacobian": "lipschitz_jacobian_hist.png",
+           "softmax": "lipschitz_softmax_ratio.png",
+           "heads": "lipschitz_head_bounds.png"}
+_HEAD_BOUNDS = ("thm1", "thm2", "thm3", "thm3_g1")
+
+
+def _first(x: torch.Tensor, n: int) -> torch.Tensor:
+    return x if n == 0 else x[:n]
+
+
+def _batched(est: Callable, model: nn.Module, x: torch.Tensor, batch_size: int,
+             progress: bool, what: str) -> dict[str, np.ndarray]:
+    """Run an estimator batch by batch and concatenate its per-sample arrays (on CPU)."""
+    parts: dict[str, list[np.ndarray]] = {}
+    for i in range(0, x.shape[0], batch_size):
+        for k, v in est(model, x[i:i + batch_size]).items():
+            parts.setdefault(k, []).append(v.detach().cpu().numpy())
+        if progress:
+            _log.info("lipschitz %s: %d/%d images", what, min(i + batch_size, x.shape[0]),
+                      x.shape[0])
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def _jacobian_metrics(v: np.ndarray, converged: np.ndarray) -> dict[str, float]:
+    return {"lip_jacobian_mean": float(np.mean(v)),
+            "lip_jacobian_median": float(np.median(v)),
+            "lip_jacobian_p90": float(np.percentile(v, 90)),
+            "lip_jacobian_p99": float(np.percentile(v, 99)),
+            "lip_jacobian_max": float(np.max(v)),
+            "lip_jacobian_converged_frac": float(np.mean(converged))}
+
+
+def _softmax_metrics(norm: np.ndarray, g1: np.ndarray) -> dict[str, float]:
+    ratio = softmax_ratio(torch.from_numpy(norm), torch.from_numpy(g1)).numpy()
+    if ratio.size == 0:
+        return {"lip_softmax_rows": 0.0}
+    return {"lip_softmax_ratio_mean": float(ratio.mean()),
+            "lip_softmax_ratio_median": float(np.median(ratio)),
+            "lip_softmax_ratio_p99": float(np.percentile(ratio, 99)),
+            "lip_softmax_ratio_max": float(ratio.max()),
+            "lip_softmax_ratio_min": float(ratio.min()),
+            "lip_softmax_norm_mean": float(norm.mean()),
+            "lip_softmax_norm_max": float(norm.max()),
+            "lip_softmax_g1_mean": float(g1.mean()),
+            "lip_softmax_rows": float(ratio.size)}
+
+
+def _head_metrics(arr: dict[str, np.ndarray]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    exact = arr["head_exact"]
+    for name in ("exact",) + _HEAD_BOUNDS:
+        v = arr[f"head_{name}"]
+        out[f"lip_head_{name}_mean"] = float(v.mean())
+        out[f"lip_head_{name}_max"] = float(v.max())
+    for name in _HEAD_BOUNDS:
+        ratio = arr[f"head_{name}"] / exact
+        out[f"lip_head_{name}_ratio_min"] = float(ratio.min())
+        out[f"lip_head_{name}_ratio_median"] = float(np.median(ratio))
+    out["lip_head_thm3_below_thm2_frac"] = float(np.mean(arr["head_thm3"] < arr["head_thm2"]))
+    return out
+
+
+def _save_npz(arrays: dict[str, np.ndarray], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+    os.replace(tmp, path)
+
+
+def _write_figures(arrays: dict[str, np.ndarray], out_dir: Path) -> None:
+    from lipsweep.lipschitz import figures
+
+    if "jacobian_norm" in arrays:
+        figures.plot_jacobian_histogram(arrays["jacobian_norm"], out_dir / FIGURES["jacobian"])
+    if "softmax_norm" in arrays:
+        ratio = softmax_ratio(torch.from_numpy(arrays["softmax_norm"]),
+                              torch.from_numpy(arrays["softmax_g1"])).numpy()
+        if ratio.size:
+            figures.plot_softmax_ratio_histogram(ratio, out_dir / FIGURES["softmax"])
+    if "head_exact" in arrays:
+        figures.plot_head_bounds(arrays, out_dir / FIGURES["heads"])
+
+
+def lipschitz_summary(model: nn.Module, x: torch.Tensor, cfg: LipschitzConfig,
+                      out_dir: Optional[Path] = None, progress: bool = False
+                      ) -> dict[str, float]:
+    """Measure the model's local Lipschitz behaviour on evaluation images ``x`` (B, 3, H, W).
+
+    Runs the whole-network Jacobian norm (``lip_images``), the softmax-Jacobian ratio
+    (``lip_softmax_images``) and the per-head bounds (``lip_head_images``), returns the metrics
+    listed in the module docstring, and writes the arrays and figures to ``out_dir`` if given.
+    The model's train/eval modes and fused-attention flags are restored after.
+    """
+    if not isinstance(cfg, LipschitzConfig):
+        raise ValueError(f"cfg must be a LipschitzConfig, got {type(cfg).__name__}")
+    if not torch.is_tensor(x) or x.dim() < 2 or x.shape[0] == 0:
+        raise ValueError("x must be a non-empty batch of images (B, 3, H, W)")
+    x_jac = _first(x, cfg.lip_images)
+    with measurement_mode(model), torch.no_grad():
+        route = resolve_route(cfg.lip_route, model(x_jac[:1]).shape[-1])
+    arrays: dict[str, np.ndarray] = {}
+    est = create_estimator(f"jacobian_{route}", iters=cfg.lip_iters, tol=cfg.lip_tol)
+    arrays.update(_batched(est, model, x_jac, cfg.lip_batch_size, progress, "jacobian"))
+    arrays["jacobian_route"] = np.array(route)
+    metrics = _jacobian_metrics(arrays["jacobian_norm"], arrays["jacobian_converged"])
+    _log.info("lipschitz: ||J_f|| route %s, median %.4g", route, metrics["lip_jacobian_median"])
+    if cfg.lip_softmax:
+        est = create_estimator("softmax_jacobian", method=cfg.lip_softmax_method)
+        arrays.update(_batched(est, model, _first(x_jac, cfg.lip_softmax_images),
+                               cfg.lip_batch_size, progress, "softmax"))
+        metrics.update(_softmax_metrics(arrays["softmax_norm"], arrays["softmax_g1"]))
+    if cfg.lip_head_bounds:
+        est = create_estimator("head_bounds", route=cfg.lip_head_route,
+                               iters=cfg.lip_head_iters, tol=cfg.lip_head_tol)
+        arrays.update(_batched(est, model, _first(x_jac, cfg.lip_head_images),
+                               cfg.lip_batch_size, progress, "head bounds"))
+        metrics.update(_head_metrics(arrays))
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        _save_npz(arrays, out_dir / NPZ_NAME)
+        if cfg.lip_figures:
+            _write_figures(arrays, out_dir)
+    return metrics

@@ -1,0 +1,178 @@
+"""||J_f(x)||_2 per sample against the exact SVD of the full Jacobian (SPEC §2.5)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import tiny_model_config
+from lipsweep.attention import set_fused_attention
+from lipsweep.lipschitz import (EXACT_MAX_CLASSES, jacobian_norm_result, jacobian_spectral_norm,
+                                resolve_route)
+from lipsweep.lipschitz._krylov import lanczos_top_eigenvalue, power_top_eigenvalue
+from lipsweep.models import attention_modules, create_model
+
+ITERATIVE_RTOL = 1e-2   # the brief: iterative routes within 1% at their default tolerance
+
+
+def _full_jacobian_norms(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Reference: per-sample autograd Jacobian (C x n) and its largest singular value."""
+    out = []
+    for xi in x:
+        jac = torch.autograd.functional.jacobian(lambda z: model(z.unsqueeze(0))[0], xi)
+        out.append(torch.linalg.matrix_norm(jac.reshape(jac.shape[0], -1), 2))
+    return torch.stack(out)
+
+
+@pytest.fixture(scope="module")
+def small_vit() -> nn.Module:
+    torch.manual_seed(0)
+    return create_model(tiny_model_config(img_size=16, patch_size=4, depth=2,
+                                          embed_dim=64)).double().eval()
+
+
+@pytest.fixture(scope="module")
+def small_batch() -> torch.Tensor:
+    return torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(1),
+                      dtype=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def reference(small_vit, small_batch) -> torch.Tensor:
+    return _full_jacobian_norms(small_vit, small_batch)
+
+
+def test_exact_route_matches_svd_of_full_jacobian(small_vit, small_batch, reference):
+    res = jacobian_norm_result(small_vit, small_batch, iters=10, route="exact")
+    assert res.route == "exact" and res.values.shape == (4,)
+    torch.testing.assert_close(res.values, reference, rtol=1e-5, atol=0)
+    assert res.converged.all() and (res.iterations == 10).all()
+
+
+@pytest.mark.parametrize("route", ["lanczos", "power"])
+def test_iterative_routes_match_svd_at_default_tolerance(small_vit, small_batch, reference,
+                                                         route):
+    res = jacobian_norm_result(small_vit, small_batch, iters=100, route=route)
+    assert res.route == route and res.converged.all()
+    rel = (res.values - reference).abs() / reference
+    assert rel.max() < ITERATIVE_RTOL, rel
+    # Ritz values / Rayleigh quotients never exceed the top eigenvalue.
+    assert (res.values <= reference * (1 + 1e-9)).all()
+
+
+def test_float32_tiny_vit_exact_and_lanczos_agree():
+    torch.manual_seed(3)
+    model = create_model(tiny_model_config(depth=2)).eval()
+    x = torch.rand(3, 3, 32, 32)
+    exact = jacobian_spectral_norm(model, x, 100, route="exact")
+    lanczos = jacobian_spectral_norm(model, x, 100, route="lanczos")
+    assert exact.dtype == torch.float32 and exact.shape == (3,)
+    torch.testing.assert_close(lanczos, exact, rtol=ITERATIVE_RTOL, atol=0)
+
+
+class _Linear(nn.Module):
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self.lin = nn.Linear(w.shape[1], w.shape[0], bias=True, dtype=w.dtype)
+        with torch.no_grad():
+            self.lin.weight.copy_(w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x.flatten(1))
+
+
+@pytest.mark.parametrize("classes", [7, 100])
+@pytest.mark.parametrize("route", ["auto", "exact", "lanczos", "power"])
+def test_linear_model_gives_weight_spectral_norm(route, classes):
+    g = torch.Generator().manual_seed(classes)
+    w = torch.randn(classes, 3 * 4 * 4, generator=g, dtype=torch.float64)
+    w[0] *= 3                                          # a clear top singular value
+    model = _Linear(w)
+    x = torch.rand(5, 3, 4, 4, generator=g, dtype=torch.float64)
+    res = jacobian_norm_result(model, x, iters=200, route=route)
+    want = torch.linalg.matrix_norm(w, 2).expand(5)
+    rtol = 1e-10 if res.route == "exact" else ITERATIVE_RTOL
+    torch.testing.assert_close(res.values, want, rtol=rtol, atol=0)
+    assert res.route == (resolve_route("auto", classes) if route == "auto" else route)
+
+
+def test_auto_route_threshold():
+    assert resolve_route("auto", EXACT_MAX_CLASSES) == "exact"
+    assert resolve_route("auto", EXACT_MAX_CLASSES + 1) == "lanczos"
+    assert resolve_route("power", 10) == "power"
+    with pytest.raises(ValueError, match="route"):
+        resolve_route("svd", 10)
+
+
+@pytest.mark.parametrize("route", ["exact", "lanczos"])
+def test_plain_timm_vit_fused_flag_and_modes_restored(route):
+    """As a user builds it: fused attention on, train mode; both come back unchanged."""
+    torch.manual_seed(0)
+    model = create_model(tiny_model_config(img_size=16, depth=2))
+    blocks = list(attention_modules(model))
+    assert all(a.fused_attn for a in blocks), "timm default should be the fused path"
+    model.train()
+    model.net.blocks[0].eval()                         # a mixed state must survive too
+    seen = []
+    hook = blocks[0].register_forward_pre_hook(lambda m, a: seen.append((m.training,
+                                                                         m.fused_attn)))
+    vals = jacobian_spectral_norm(model, torch.rand(3, 3, 16, 16), 50, route=route)
+    hook.remove()
+    assert torch.isfinite(vals).all() and (vals > 0).all()
+    assert all(not training for training, _ in seen)   # measured in eval mode
+    if route == "lanczos":
+        assert any(not fused for _, fused in seen)     # JVPs ran with the fused path off
+    assert model.training and not model.net.blocks[0].training
+    assert model.net.blocks[1].training
+    assert all(a.fused_attn for a in blocks)
+
+
+def test_flags_restored_after_an_error():
+    torch.manual_seed(0)
+    model = create_model(tiny_model_config(img_size=16, depth=1)).train()
+    set_fused_attention(model, True)
+
+    def boom(*_):
+        raise RuntimeError("boom")
+
+    h = model.net.head.register_forward_hook(boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        jacobian_spectral_norm(model, torch.rand(2, 3, 16, 16), 10, route="lanczos")
+    h.remove()
+    assert model.training and all(a.fused_attn for a in attention_modules(model))
+
+
+def test_batch_size_chunks_do_not_change_results(small_vit, small_batch):
+    whole = jacobian_spectral_norm(small_vit, small_batch, 10, route="exact")
+    chunked = jacobian_spectral_norm(small_vit, small_batch, 10, route="exact", batch_size=3)
+    torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(iters=0), "iters"), (dict(iters=2.5), "iters"), (dict(route="svd"), "route"),
+    (dict(tol=0.0), "tol"), (dict(batch_size=0), "batch_size")])
+def test_bad_arguments_name_the_argument(kwargs, match):
+    model = _Linear(torch.randn(3, 12, dtype=torch.float64))
+    args = dict(iters=10) | kwargs
+    with pytest.raises(ValueError, match=match):
+        jacobian_spectral_norm(model, torch.rand(2, 3, 2, 2, dtype=torch.float64), **args)
+
+
+def test_bad_inputs_are_rejected():
+    model = _Linear(torch.randn(3, 12, dtype=torch.float64))
+    with pytest.raises(ValueError, match="floating"):
+        jacobian_spectral_norm(model, torch.ones(2, 3, 2, 2, dtype=torch.long), 10)
+    with pytest.raises(ValueError, match="logits"):
+        jacobian_spectral_norm(nn.Flatten(0), torch.rand(2, 3, 2, 2), 10)
+
+
+@pytest.mark.parametrize("solver", [lanczos_top_eigenvalue, power_top_eigenvalue])
+def test_krylov_solvers_on_known_spectra(solver):
+    """Rows are independent diagonal PSD operators with known top eigenvalues."""
+    g = torch.Generator().manual_seed(0)
+    diag = torch.rand(5, 30, generator=g, dtype=torch.float64)
+    diag[:, 0] = torch.tensor([2.0, 3.0, 5.0, 1.5, 1.2], dtype=torch.float64)
+    v0 = torch.ones(5, 30, dtype=torch.float64)
+    res = solver(lambda v: diag * v, v0, 500, 1e-10)
+    assert res.converged.all()
+    torch.testing.assert_close(res.value, diag.amax(1), rtol=1e-6, atol=0)
