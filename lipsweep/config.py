@@ -26,7 +26,7 @@ import yaml
 
 from lipsweep.attacks.config import RobustnessConfig
 from lipsweep.config_base import (ConfigError, check_choice, check_positive, check_range,
-                                  from_mapping)
+                                  from_mapping, key_name)
 from lipsweep.data import DataConfig
 from lipsweep.lipschitz.config import LipschitzConfig
 from lipsweep.models import ModelConfig
@@ -165,9 +165,10 @@ class TrialConfig:
     def from_flat(cls, values: Mapping[str, Any], source: Optional[str] = None) -> "TrialConfig":
         """Inverse of :meth:`to_flat`. Unknown keys and bad values raise ConfigError."""
         try:
-            unknown = sorted(set(values) - set(FIELD_SECTION))
+            unknown = sorted((k for k in values if k not in FIELD_SECTION), key=str)
             if unknown:
-                raise ConfigError(unknown[0], "unknown setting" + _suggest(unknown[0]))
+                raise ConfigError(key_name(unknown[0]),
+                                  "unknown setting" + _suggest(str(unknown[0])))
             parts: dict[str, dict[str, Any]] = {sec: {} for sec in SECTIONS}
             for k, v in values.items():
                 parts[FIELD_SECTION[k]][k] = v
@@ -202,8 +203,12 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError("config", f"no such file: {p}")
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError("config", f"not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          str(p)) from None
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: e.g. an int
+        # literal past Python's digit limit; RecursionError: absurdly deep nesting
         raise ConfigError("config", f"not valid YAML: {exc}".replace("\n", " "), str(p)) from None
     if data is None:
         data = {}
@@ -219,7 +224,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, raw = text.split("=", 1)
     try:
         value = yaml.safe_load(raw)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):  # not YAML: keep the text
         value = raw
     return key.strip(), value
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 
@@ -34,25 +35,61 @@ class ConfigError(ValueError):
         return ConfigError(self.field, self.message, source)
 
 
+def key_name(key: Any) -> str:
+    """A mapping key as an error's field name: the key itself if it reads as one, else its
+    repr (so an empty, non-string or multi-line key still shows on one line)."""
+    return key if isinstance(key, str) and key.strip() and key.isprintable() else repr(key)
+
+
+INT_LIMIT = 2**63 - 1
+"""Largest integer setting (int64: what torch, Tune and MLflow all hold)."""
+
+
+def show(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, safe for huge ints (one line)."""
+    try:
+        text = repr(value)
+    except ValueError:  # ints past sys.get_int_max_str_digits()
+        text = f"<{type(value).__name__} too large to print>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _finite_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # isfinite overflows on huge ints
+
+
 def check_positive(field: str, value: Any, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(field, f"must be a number, got {value!r}")
+    if not _finite_number(value):
+        raise ConfigError(field, f"must be a number, got {show(value)}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(field, f"must be {bound}, got {value!r}")
+        raise ConfigError(field, f"must be {bound}, got {show(value)}")
 
 
 def check_range(field: str, value: Any, lo: float, hi: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(field, f"must be a number, got {value!r}")
+    if not _finite_number(value):
+        raise ConfigError(field, f"must be a number, got {show(value)}")
     if not lo <= value <= hi:
-        raise ConfigError(field, f"must be in [{lo}, {hi}], got {value!r}")
+        raise ConfigError(field, f"must be in [{lo}, {hi}], got {show(value)}")
 
 
 def check_choice(field: str, value: Any, choices: Iterable[Any]) -> None:
     choices = list(choices)
     if value not in choices:
-        raise ConfigError(field, f"must be one of {choices}, got {value!r}")
+        raise ConfigError(field, f"must be one of {choices}, got {show(value)}")
+
+
+def absolute_path(field: str, value: str) -> str:
+    """``value`` made absolute against the current folder (``~`` expanded), so that a config
+    built where the command runs still points at the same file inside a Tune worker."""
+    try:
+        path = Path(value).expanduser().resolve()
+        path.exists()  # stat once here: a name too long or a bad byte fails with the field
+        return str(path)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ConfigError(field, f"not a usable path {show(value)}: {exc}") from None
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -73,7 +110,7 @@ def _coerce(field: str, value: Any, tp: Any) -> Any:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(field, f"must be a list, got {value!r}")
+            raise ConfigError(field, f"must be a list, got {show(value)}")
         item = args[0] if args else Any
         out = [_coerce(field, v, item) for v in value]
         return tuple(out) if origin is tuple else out
@@ -82,30 +119,30 @@ def _coerce(field: str, value: Any, tp: Any) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(field, f"must be true or false, got {value!r}")
+        raise ConfigError(field, f"must be true or false, got {show(value)}")
     if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(field, f"must be an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(field, f"must be an integer, got {value!r}")
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(field, f"must be an integer, got {show(value)}")
+        if abs(value) > INT_LIMIT:
+            raise ConfigError(field, f"out of range (|value| <= 2**63 - 1), got {show(value)}")
+        return value
     if tp is float:
         if isinstance(value, bool):
-            raise ConfigError(field, f"must be a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):  # YAML reads "1e-2" as a string
+            raise ConfigError(field, f"must be a number, got {show(value)}")
+        if isinstance(value, (int, float, str)):  # YAML reads "1e-2" as a string
             try:
                 return float(value)
+            except OverflowError:
+                raise ConfigError(field, f"too large for a number, got {show(value)}") from None
             except ValueError:
                 pass
-        raise ConfigError(field, f"must be a number, got {value!r}")
+        raise ConfigError(field, f"must be a number, got {show(value)}")
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(field, f"must be a string, got {value!r}")
+        raise ConfigError(field, f"must be a string, got {show(value)}")
     return value
 
 
@@ -113,12 +150,17 @@ def from_mapping(cls: type, values: Mapping[str, Any], *, strict: bool = True) -
     """Build dataclass ``cls`` from ``values``, coercing types; unknown keys raise if strict."""
     types = _field_types(cls)
     if strict:
-        unknown = sorted(set(values) - set(types))
+        unknown = sorted((k for k in values if k not in types), key=str)
         if unknown:
-            raise ConfigError(unknown[0], f"unknown setting; known settings are "
+            raise ConfigError(key_name(unknown[0]), f"unknown setting; known settings are "
                               f"{sorted(types)}")
     kwargs = {k: _coerce(k, v, types[k]) for k, v in values.items() if k in types}
     try:
         return cls(**kwargs)
     except TypeError as exc:  # pragma: no cover - guarded by the unknown-key check
         raise ConfigError(cls.__name__, str(exc)) from exc
+    except OSError as exc:  # a path setting the OS refuses outright (e.g. name too long)
+        field = next((k for k, v in kwargs.items() if isinstance(v, str) and v
+                      and exc.filename in (v, str(Path(v)))), cls.__name__)
+        raise ConfigError(field, f"not a usable path ({exc.strerror}): {show(exc.filename)}"
+                          ) from None

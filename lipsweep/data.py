@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lipsweep.config_base import ConfigError, check_choice, check_positive, check_range
+from lipsweep.config_base import ConfigError, absolute_path, check_choice, check_positive, check_range
 
 _log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_choice("dataset", self.dataset, DATASETS)
+        if self.data_dir:  # relative to where the command runs: Tune workers run elsewhere
+            self.data_dir = absolute_path("data_dir", self.data_dir)
         check_positive("train_size", self.train_size, allow_zero=True)
         check_positive("eval_size", self.eval_size, allow_zero=True)
         check_positive("crop_padding", self.crop_padding, allow_zero=True)

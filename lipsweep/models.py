@@ -27,7 +27,7 @@ from typing import Iterator, Optional
 import torch
 from torch import nn
 
-from lipsweep.config_base import ConfigError, check_positive
+from lipsweep.config_base import ConfigError, absolute_path, check_positive
 
 _log = logging.getLogger(__name__)
 
@@ -86,6 +86,8 @@ class ModelConfig:
                               f"{self.embed_dim}")
         if not 0.0 <= self.drop_path < 1.0:
             raise ConfigError("drop_path", f"must be in [0, 1), got {self.drop_path}")
+        if self.pretrained not in ("", "hub"):  # absolute: Tune workers run elsewhere
+            self.pretrained = absolute_path("pretrained", self.pretrained)
         if self.pretrained not in ("", "hub") and not Path(self.pretrained).is_file():
             raise ConfigError("pretrained", f"no such weights file: {self.pretrained!r}. Use "
                               "'hub' to download from the Hugging Face hub, '' for random "

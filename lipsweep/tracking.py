@@ -10,11 +10,24 @@ de-duplicated against what the run already holds, so a restored trial never logs
 
 Every call goes through :meth:`Tracker._call`, which retries transient failures (a tracking
 server restarting) with backoff and otherwise raises :class:`TrackingError`.
+
+With ``buffer_writes=True`` (the sweep driver) writes that return nothing (metrics, params,
+tags, run status) do not wait for an unreachable server: they queue, in order, in a bounded
+in-memory buffer that is retried on every later call and drained by :meth:`Tracker.flush`, so
+Tune's event loop (and the trials, which wait for it in ``tune.report``) keeps going through
+an outage. What cannot be delivered by the end is written to a JSON-lines spill file
+(:meth:`Tracker.spill`) and replayed by :meth:`Tracker.replay` on ``--resume``: a write is
+delivered, still queued, or on disk, never silently dropped. A full buffer raises
+:class:`TrackingError`. Calls that need an answer (searches, creating a run, artifact uploads)
+still block with retries, at most about ``sum(min(backoff_s * 2**i, 30))`` seconds.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
@@ -44,9 +57,14 @@ class Tracker:
     experiment: str
     retries: int = 5
     backoff_s: float = 1.0
+    buffer_writes: bool = False
+    max_pending: int = 100_000
     _client: Any = field(default=None, init=False, repr=False)
     _experiment_id: Optional[str] = field(default=None, init=False)
     _last_step: dict[str, int] = field(default_factory=dict, init=False)
+    _pending: deque = field(default_factory=deque, init=False, repr=False)
+    _next_try: float = field(default=0.0, init=False, repr=False)
+    _flush_delay: float = field(default=0.0, init=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:  # Tune pickles callbacks; clients do not travel
         state = self.__dict__.copy()
@@ -54,6 +72,8 @@ class Tracker:
         return state
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
+        if self._pending:
+            self._drain()  # give queued writes a chance first (rate-limited while down)
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
@@ -67,10 +87,112 @@ class Tracker:
                 delay = min(delay * 2, 30.0)
         raise AssertionError("unreachable")
 
+    # -- buffered writes --------------------------------------------------------------------
+    def _write(self, op: str, run_id: str, **args: Any) -> None:
+        """One JSON-able write; queued behind earlier ones if MLflow is unreachable."""
+        record = {"op": op, "run_id": run_id, **args}
+        if not self.buffer_writes:
+            self._call(op, lambda: self._apply(record))
+            return
+        if len(self._pending) >= self.max_pending:
+            raise TrackingError(f"MLflow at {self.tracking_uri} unreachable for too long: "
+                                f"{len(self._pending)} writes buffered (max_pending)")
+        self._pending.append(record)
+        self._drain(force=len(self._pending) == 1)
+
+    def _drain(self, force: bool = False) -> None:
+        """Send queued writes in order until one fails; later attempts back off to 30 s."""
+        if not self._pending or (not force and time.monotonic() < self._next_try):
+            return
+        while self._pending:
+            record = self._pending[0]
+            try:
+                self._apply(record)
+            except Exception as exc:  # noqa: BLE001 - MLflow raises many types for I/O
+                if not _transient(exc):
+                    raise TrackingError(f"MLflow {record['op']} failed at {self.tracking_uri}:"
+                                        f" {type(exc).__name__}: {exc}") from exc
+                self._flush_delay = min(max(self._flush_delay * 2, self.backoff_s), 30.0)
+                self._next_try = time.monotonic() + self._flush_delay
+                _log.warning("MLflow unreachable (%s: %s); buffering writes (%d pending), "
+                             "retrying in %.0fs", type(exc).__name__, str(exc)[:200],
+                             len(self._pending), self._flush_delay)
+                return
+            self._pending.popleft()
+        if self._flush_delay:
+            _log.warning("MLflow reachable again at %s; buffered writes delivered",
+                         self.tracking_uri)
+        self._flush_delay = 0.0
+
+    def _apply(self, record: dict[str, Any]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        op, run_id = record["op"], record["run_id"]
+        if op == "log_batch":
+            self.client.log_batch(run_id, metrics=[Metric(*m) for m in record.get("metrics", [])],
+                                  params=[Param(*p) for p in record.get("params", [])],
+                                  tags=[RunTag(*t) for t in record.get("tags", [])])
+        elif op == "set_terminated":
+            self.client.set_terminated(run_id, status=record["status"])
+        elif op == "update_run":
+            self.client.update_run(run_id, status=record["status"])
+        else:  # pragma: no cover - records are built here
+            raise ValueError(f"unknown MLflow write {op!r}")
+
+    @property
+    def pending(self) -> int:
+        """Writes queued because MLflow was unreachable."""
+        return len(self._pending)
+
+    def flush(self, timeout_s: float = 600.0) -> int:
+        """Block until every queued write is delivered or ``timeout_s`` passes; returns how
+        many are left."""
+        deadline = time.monotonic() + timeout_s
+        while self._pending and time.monotonic() < deadline:
+            self._drain(force=True)
+            if self._pending:
+                time.sleep(max(0.0, min(self._next_try, deadline) - time.monotonic()))
+        return len(self._pending)
+
+    def spill(self, path: Path) -> int:
+        """Append the queued writes to ``path`` (JSON lines) and empty the queue."""
+        n = len(self._pending)
+        if n:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as fh:
+                for record in self._pending:
+                    fh.write(json.dumps(record) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            self._pending.clear()
+        return n
+
+    def replay(self, path: Path) -> int:
+        """Deliver the writes spilled to ``path`` (blocking, in order), then remove it."""
+        if not path.is_file():
+            return 0
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for i, record in enumerate(records):
+            try:
+                self._call(record["op"], lambda: self._apply(record))
+            except TrackingError:  # keep what is left (and only that) for the next try
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text("".join(json.dumps(r) + "\n" for r in records[i:]))
+                os.replace(tmp, path)
+                raise
+        path.unlink()
+        _log.info("delivered %d MLflow writes spilled by an earlier run (%s)", len(records), path)
+        return len(records)
+
     @property
     def client(self):
         if self._client is None:
             from mlflow.tracking import MlflowClient
+
+            if self.buffer_writes:  # our retries and buffer decide, not urllib3's 4-min
+                # backoff; a hung server costs at most 30 s per attempt (idle socket timeout)
+                os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+                os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
             self._client = MlflowClient(tracking_uri=self.tracking_uri)
         return self._client
@@ -127,7 +249,7 @@ class Tracker:
                 self._call("log_artifact",
                            lambda: self.client.log_artifact(run_id, str(space_file)))
         else:
-            self._call("update_run", lambda: self.client.update_run(run_id, status=RUNNING))
+            self._write("update_run", run_id, status=RUNNING)
             _log.info("resuming parent run %s", run_id)
         return run_id
 
@@ -135,16 +257,20 @@ class Tracker:
     def children(self, parent_id: str) -> list:
         return self.search(f"tags.`{TAG_PARENT}` = '{parent_id}'")
 
+    def find_child(self, parent_id: str, trial_id: str) -> Optional[Any]:
+        """The child run of ``trial_id`` under ``parent_id``, or None (creates nothing)."""
+        found = self.search(f"tags.`{TAG_PARENT}` = '{parent_id}' and "
+                            f"tags.`{TAG_TRIAL_ID}` = '{trial_id}'")
+        return found[0] if found else None
+
     def open_child(self, parent_id: str, trial_id: str, name: str,
                    params: dict[str, Any]) -> str:
         """The child run of ``trial_id`` under ``parent_id``: found again, or created once."""
-        found = self.search(f"tags.`{TAG_PARENT}` = '{parent_id}' and "
-                            f"tags.`{TAG_TRIAL_ID}` = '{trial_id}'")
-        if found:
-            run = found[0]
+        run = self.find_child(parent_id, trial_id)
+        if run is not None:
             run_id = run.info.run_id
             if run.info.status != RUNNING:
-                self._call("update_run", lambda: self.client.update_run(run_id, status=RUNNING))
+                self._write("update_run", run_id, status=RUNNING)
             steps = self._call("get_metric_history",
                                lambda: self.client.get_metric_history(run_id, "epoch"))
             self._last_step[run_id] = max((int(m.step) for m in steps), default=0)
@@ -157,34 +283,29 @@ class Tracker:
         return run.info.run_id
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        items = [(k, str(v)[:6000]) for k, v in sorted(params.items())]
         for i in range(0, len(items), 100):
-            chunk = items[i:i + 100]
-            self._call("log_batch", lambda: self.client.log_batch(run_id, params=chunk))
+            self._write("log_batch", run_id, params=items[i:i + 100])
+
+    def last_step(self, run_id: str) -> int:
+        """The highest epoch step logged (or queued) for ``run_id`` by this tracker."""
+        return self._last_step.get(run_id, 0)
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> bool:
         """Log ``metrics`` at ``step`` unless that step was already logged (returns False)."""
         if step <= self._last_step.get(run_id, 0) and step > 0:
             return False
-        from mlflow.entities import Metric
-
         ts = int(time.time() * 1000)
-        batch = [Metric(k, float(v), ts, step) for k, v in sorted(metrics.items())
+        batch = [(k, float(v), ts, step) for k, v in sorted(metrics.items())
                  if isinstance(v, (int, float)) and not isinstance(v, bool)]
         for i in range(0, len(batch), 500):
-            chunk = batch[i:i + 500]
-            self._call("log_batch", lambda: self.client.log_batch(run_id, metrics=chunk))
+            self._write("log_batch", run_id, metrics=batch[i:i + 500])
         if step > 0:
             self._last_step[run_id] = step
         return True
 
     def set_tags(self, run_id: str, tags: dict[str, Any]) -> None:
-        from mlflow.entities import RunTag
-
-        batch = [RunTag(k, str(v)) for k, v in tags.items()]
-        self._call("log_batch", lambda: self.client.log_batch(run_id, tags=batch))
+        self._write("log_batch", run_id, tags=[(k, str(v)) for k, v in tags.items()])
 
     def log_artifacts(self, run_id: str, local_dir: Path, artifact_path: Optional[str] = None
                       ) -> None:
@@ -197,8 +318,7 @@ class Tracker:
             run_id, str(local_file), artifact_path))
 
     def end(self, run_id: str, status: str) -> None:
-        self._call("set_terminated",
-                   lambda: self.client.set_terminated(run_id, status=status))
+        self._write("set_terminated", run_id, status=status)
 
     def end_running_children(self, parent_id: str, status: str, reason: str) -> int:
         """Close children still RUNNING (e.g. after an interrupt); returns how many."""

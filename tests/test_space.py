@@ -73,6 +73,14 @@ BASE = "fixed: {epochs: 1}\n"
     (BASE + "search: {algorithm: grid, num_samples: 2, space: {lr: 1}}\n", "search.algorithm"),
     (BASE + "grid: [{regularizer: none}]\nscheduler: {type: asha, mode: up}\n", "scheduler.mode"),
     (BASE, "grid"),
+    # ASHA compares trials every epoch, and only acc_clean and the losses are reported then.
+    (BASE + "grid: [{regularizer: none}]\nscheduler: {type: asha, metric: acc_pgd_4}\n",
+     "scheduler.metric"),
+    # An Optuna objective no trial reports would only surface after the first trial ran.
+    (BASE + "search: {algorithm: optuna, num_samples: 2, metric: acc_pgd4, "
+     "space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n", "search.metric"),
+    (BASE + "search: {algorithm: optuna, num_samples: 2, metric: [acc_clean, acc_aa_8], "
+     "mode: [max, max], space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n", "search.metric"),
 ])
 def test_bad_spaces_name_the_key_and_file(tmp_path, body, field):
     path = _space(tmp_path, body)
@@ -128,3 +136,17 @@ def test_dry_run_lists_trials_without_ray(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "31 trials" in proc.stdout and "jasmin k=30 lam=0.0001 max" in proc.stdout
+
+
+def test_optuna_objectives_may_be_any_reported_final_metric(tmp_path):
+    path = _space(tmp_path, BASE + """search:
+  algorithm: optuna
+  num_samples: 4
+  metric: [acc_pgd_4, lip_jacobian_median]
+  mode: [max, min]
+  space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}
+scheduler: {type: asha, metric: acc_clean, mode: max}
+""")
+    spec = load_space(path)
+    assert spec.search.metric == ["acc_pgd_4", "lip_jacobian_median"]
+    assert spec.scheduler.metric == "acc_clean"

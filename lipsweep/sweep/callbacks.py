@@ -7,11 +7,12 @@ metrics, instead of Tune's full-screen tables.
 """
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ray.tune import Callback
 
@@ -38,20 +39,41 @@ class TrialOutcome:
 
 
 class MlflowSweepCallback(Callback):
-    """Logs each Tune trial to its own MLflow child run under ``parent_id``."""
+    """Logs each Tune trial to its own MLflow child run under ``parent_id``.
+
+    After a driver crash Tune's experiment state can be a few seconds older than MLflow
+    (Tune snapshots it at most every 10 s), so ``--resume`` may run again a trial whose
+    child run already ended FINISHED (or stopped early). Such a re-run is not logged: the
+    MLflow run is the record, and a trial is logged as finished exactly once.
+    """
 
     def __init__(self, tracker: Tracker, parent_id: str) -> None:
         self.tracker = tracker
         self.parent_id = parent_id
         self.runs: dict[str, str] = {}
         self.outcomes: dict[str, TrialOutcome] = {}
+        self.completed_before: set[str] = set()
 
-    def _run_for(self, trial) -> str:
-        if trial.trial_id not in self.runs:
+    def _run_for(self, trial) -> Optional[str]:
+        """The trial's child run, or None if MLflow already holds its completed run."""
+        tid = trial.trial_id
+        if tid in self.completed_before:
+            return None
+        if tid not in self.runs:
+            found = self.tracker.find_child(self.parent_id, tid)
+            if found is not None and _completed(found):
+                self.completed_before.add(tid)
+                self.outcomes[tid] = TrialOutcome(tid, found.info.run_name or tid,
+                                                  found.info.status,
+                                                  found.data.tags.get(TAG_FAILURE, ""))
+                _log.warning("trial %s already completed in MLflow run %s (%s) before the "
+                             "interruption; Tune runs it again, its re-run is not logged",
+                             tid, found.info.run_id, found.info.status)
+                return None
             flat = flat_config(trial.config)
-            self.runs[trial.trial_id] = self.tracker.open_child(
-                self.parent_id, trial.trial_id, f"{trial.trial_id} {trial_label(flat)}", flat)
-        return self.runs[trial.trial_id]
+            self.runs[tid] = self.tracker.open_child(
+                self.parent_id, tid, f"{tid} {trial_label(flat)}", flat)
+        return self.runs[tid]
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self._run_for(trial)
@@ -63,13 +85,44 @@ class MlflowSweepCallback(Callback):
                         **info: Any) -> None:
         if result.get(FINAL_KEY) or ERROR_KEY in result:
             return
+        run_id = self._run_for(trial)
+        if run_id is None:
+            return
         epoch = int(result.get("epoch", 0))
+        if epoch > self.tracker.last_step(run_id) + 1:
+            self._backfill_epochs(run_id, trial, epoch)
         metrics = {k: result[k] for k in EPOCH_KEYS if k in result}
         metrics["epoch"] = epoch
-        self.tracker.log_metrics(self._run_for(trial), metrics, step=epoch)
+        self.tracker.log_metrics(run_id, metrics, step=epoch)
+
+    def _backfill_epochs(self, run_id: str, trial, epoch: int) -> None:
+        """Log epochs MLflow lacks before ``epoch`` from the history in the trial's restored
+        checkpoint: they were reported, but their writes died with an earlier driver (e.g.
+        SIGKILLed while MLflow was down and the writes were still buffered)."""
+        first = self.tracker.last_step(run_id) + 1
+        history: list[dict[str, Any]] = []
+        if trial.checkpoint is not None:
+            with trial.checkpoint.as_directory() as src:
+                state = Path(src) / "state.json"
+                if state.is_file():
+                    history = json.loads(state.read_text()).get("history", [])
+        by_epoch = {int(h.get("epoch", 0)): h for h in history}
+        missing = [e for e in range(first, epoch) if e not in by_epoch]
+        if missing:
+            _log.error("trial %s: epochs %s are missing from MLflow and from its checkpoint",
+                       trial.trial_id, missing)
+        found = [e for e in range(first, epoch) if e in by_epoch]
+        for e in found:
+            metrics = {k: by_epoch[e][k] for k in EPOCH_KEYS if k in by_epoch[e]}
+            self.tracker.log_metrics(run_id, {**metrics, "epoch": e}, step=e)
+        if found:
+            _log.warning("trial %s: logged epochs %s to MLflow from its checkpoint history",
+                         trial.trial_id, found)
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         run_id = self._run_for(trial)
+        if run_id is None:
+            return
         result = trial.last_result or {}
         label = trial_label(flat_config(trial.config))
         if ERROR_KEY in result:
@@ -95,6 +148,8 @@ class MlflowSweepCallback(Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         run_id = self._run_for(trial)
+        if run_id is None:
+            return
         reason = _error_text(trial)
         self.tracker.set_tags(run_id, {TAG_FAILURE: reason[:5000]})
         self.tracker.end(run_id, FAILED)
@@ -120,6 +175,13 @@ class MlflowSweepCallback(Callback):
                 self.tracker.log_artifacts(run_id, dst, "checkpoint")
 
 
+def _completed(run) -> bool:
+    """A child run that ended on its own: FINISHED, or stopped early by the scheduler."""
+    status = run.info.status
+    return status == FINISHED or (status == KILLED
+                                  and run.data.tags.get(TAG_EARLY_STOPPED) == "true")
+
+
 def _error_text(trial) -> str:
     path = getattr(trial, "error_file", None)
     if path and Path(path).is_file():
@@ -143,6 +205,11 @@ class ConsoleProgress(Callback):
 
     def on_trial_restore(self, iteration: int, trials: list, trial, **info: Any) -> None:
         _log.info("%s RESTORED from checkpoint", self._name(trial))
+
+    def on_trial_recover(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        failures = getattr(getattr(trial, "run_metadata", None), "num_failures", "?")
+        _log.warning("%s worker failed (failure %s); RETRYING from its last checkpoint",
+                     self._name(trial), failures)
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict,
                         **info: Any) -> None:

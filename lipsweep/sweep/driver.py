@@ -4,7 +4,15 @@ Order of work: validate the space and every trial config (done by the caller), c
 storage path, then start Ray, open (or on ``--resume`` find) the parent run, and run
 ``Tuner.fit`` (or ``Tuner.restore(...).fit``). Whatever happens, MLflow runs end FINISHED,
 FAILED or KILLED, never RUNNING: on an interrupt the parent and any open children are marked
-KILLED and reopened by ``--resume``.
+KILLED and reopened by ``--resume``. (A SIGKILLed driver cannot mark anything: its runs stay
+RUNNING until ``--resume`` reopens and finishes them.)
+
+MLflow outages: the driver's tracker buffers writes while the server is unreachable (see
+:mod:`lipsweep.tracking`), so trials keep training. Calls that need an answer block Tune's
+event loop with retries for at most about ``TRACKING_RETRIES`` backoff steps (~3 min); past
+that, or if the buffer fills, the sweep stops as interrupted (Tune's state is resumable).
+Writes still undelivered at the end go to ``SPILL_FILE`` in the experiment folder and are
+replayed by ``--resume``.
 """
 from __future__ import annotations
 
@@ -13,13 +21,17 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from lipsweep.sweep.space import SweepSpec, sample_space
-from lipsweep.tracking import FAILED, FINISHED, KILLED, Tracker
+from lipsweep.tracking import FAILED, FINISHED, KILLED, Tracker, TrackingError
 
 _log = logging.getLogger("lipsweep.sweep")
 INTERRUPTED = "sweep interrupted"
+SPILL_FILE = "lipsweep_mlflow_pending.jsonl"
+TRACKING_RETRIES = 10        # blocking MLflow calls: backoff 1, 2, 4, 8, 16, 30, ... ~3 min
+FLUSH_TIMEOUT_S = 600.0      # at the end, wait this long for buffered writes to be delivered
+INTERRUPT_FLUSH_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -58,41 +70,31 @@ def storage_exists(path: str) -> bool:
     return Path(path.removeprefix("file://")).exists()
 
 
-def _optuna_space(spec: SweepSpec):
-    """A define-by-run function for OptunaSearch that mirrors the (conditional) space."""
-    fixed = dict(spec.fixed)
-    space = spec.search.space
+def spill_path(opts: SweepOptions) -> Path:
+    """Where undelivered MLflow writes go: the local experiment folder, else the cwd."""
+    exp = experiment_path(opts.storage, opts.experiment)
+    if "://" in exp and not exp.startswith("file://"):
+        return Path.cwd() / f".{opts.experiment}-{SPILL_FILE}"
+    return Path(exp.removeprefix("file://")) / SPILL_FILE
 
-    def suggest(trial, key: str, dist: Any, prefix: str = "") -> Any:
-        if not isinstance(dist, dict) or len(dist) != 1:
-            return dist
-        kind, args = next(iter(dist.items()))
-        name = f"{prefix}{key}"
-        if kind == "choice":
-            return trial.suggest_categorical(name, args)
-        lo, hi = float(args[0]), float(args[1])
-        if kind == "loguniform":
-            return trial.suggest_float(name, lo, hi, log=True)
-        if kind == "uniform":
-            return trial.suggest_float(name, lo, hi)
-        if kind == "randint":
-            return trial.suggest_int(name, int(lo), int(hi) - 1)
-        return trial.suggest_int(name, int(round(lo)), int(round(hi)))
 
-    from lipsweep.regularizers import list_regularizers
+def _tracking_cause(exc: BaseException) -> Optional[TrackingError]:
+    """The TrackingError behind ``exc`` (Tune may re-raise a callback's error wrapped)."""
+    while exc is not None:
+        if isinstance(exc, TrackingError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
-    def define_by_run(trial) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, dist in space.items():
-            if key not in list_regularizers():
-                out[key] = suggest(trial, key, dist)
-        branch = space.get(out.get("regularizer"))
-        if isinstance(branch, dict):
-            for key, dist in branch.items():
-                out[key] = suggest(trial, key, dist, prefix=f"{out['regularizer']}.")
-        return {"trial": {**fixed, **out}}
 
-    return define_by_run
+def _deliver(tracker: Tracker, spill: Path, timeout_s: float) -> int:
+    """Flush buffered MLflow writes; spill what is left to ``spill``. Returns how many."""
+    if tracker.flush(timeout_s) == 0:
+        return 0
+    n = tracker.spill(spill)
+    _log.error("MLflow at %s is unreachable: %d writes saved to %s; they are delivered by "
+               "the next `lipsweep sweep ... --resume`", tracker.tracking_uri, n, spill)
+    return n
 
 
 def _tune_config(spec: SweepSpec, opts: SweepOptions):
@@ -107,18 +109,26 @@ def _tune_config(spec: SweepSpec, opts: SweepOptions):
         max_t = s.max_t or int(spec.fixed.get("epochs", 40))
         scheduler = ASHAScheduler(time_attr="epoch", metric=s.metric, mode=s.mode,
                                   max_t=max_t, grace_period=s.grace_period,
-                                  reduction_factor=s.reduction_factor)
+                                  reduction_factor=s.reduction_factor,
+                                  # a trial at max_t must still send its final report (the
+                                  # evaluation) after its last epoch's report
+                                  stop_last_trials=False)
+    if spec.search is not None or spec.scheduler is not None:
+        # Per-epoch reports lack the final metrics a searcher learns from; load_space has
+        # already checked every metric name against what trials report.
+        os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     if spec.search is not None and spec.search.algorithm == "optuna":
-        from ray.tune.search.optuna import OptunaSearch
+        from lipsweep.sweep.searchers import FinalResultOptuna, OptunaSpace
 
         metric = spec.search.metric if len(spec.search.metric) > 1 else spec.search.metric[0]
         mode = spec.search.mode if len(spec.search.mode) > 1 else spec.search.mode[0]
         import optuna
 
-        searcher = OptunaSearch(space=_optuna_space(spec), metric=metric, mode=mode,
-                                sampler=optuna.samplers.TPESampler(seed=spec.search.seed)
-                                if len(spec.search.metric) == 1 else
-                                optuna.samplers.NSGAIISampler(seed=spec.search.seed))
+        sampler = (optuna.samplers.TPESampler(seed=spec.search.seed)
+                   if len(spec.search.metric) == 1 else
+                   optuna.samplers.NSGAIISampler(seed=spec.search.seed))
+        searcher = FinalResultOptuna(space=OptunaSpace(spec.fixed, spec.search.space), metric=metric, mode=mode,
+                                     sampler=sampler)
         return tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
                                num_samples=spec.search.num_samples, max_concurrent_trials=mct,
                                reuse_actors=True), None
@@ -150,13 +160,25 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
     from lipsweep.sweep.trainable import train_trial
 
     exp_path = experiment_path(opts.storage, opts.experiment)
-    tracker = Tracker(opts.tracking_uri, opts.experiment)
+    tracker = Tracker(opts.tracking_uri, opts.experiment, retries=TRACKING_RETRIES,
+                      buffer_writes=True)
+    spill = spill_path(opts)
     flat_params = {"space_file": Path(spec.path).name, "num_trials": spec.num_trials,
                    "sweep_kind": spec.search.algorithm if spec.search else "grid",
                    "scheduler": spec.scheduler.type if spec.scheduler else "none",
                    "resources_cpu": spec.resources.cpu, "resources_gpu": spec.resources.gpu,
                    **{f"fixed.{k}": v for k, v in spec.fixed.items()}}
-    parent = tracker.open_parent(exp_path, opts.experiment, flat_params, Path(spec.path))
+    try:
+        if opts.resume:
+            tracker.replay(spill)
+        parent = tracker.open_parent(exp_path, opts.experiment, flat_params, Path(spec.path))
+    except TrackingError as err:  # nothing started yet: a bad or unreachable --tracking-uri
+        from lipsweep.config_base import UsageError
+
+        if tracker.pending:
+            _log.error("%d MLflow writes for the new parent run were not delivered",
+                       tracker.pending)
+        raise UsageError(f"--tracking-uri: {err}") from None
     mlflow_cb = MlflowSweepCallback(tracker, parent)
     callbacks = [mlflow_cb, ConsoleProgress(spec.num_trials)]
     trainable = tune.with_resources(train_trial, {"cpu": spec.resources.cpu,
@@ -167,6 +189,7 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
         failure_config=tune.FailureConfig(max_failures=spec.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
     interrupted = False
+    tracking_error: Optional[TrackingError] = None
     try:
         _init_ray(opts)
         if opts.resume:
@@ -182,20 +205,53 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
         interrupted = len(mlflow_cb.outcomes) < spec.num_trials
     except KeyboardInterrupt:
         interrupted = True
+    except Exception as exc:  # noqa: BLE001 - only MLflow outages are handled here
+        tracking_error = _tracking_cause(exc)
+        if tracking_error is None:
+            raise
+        interrupted = True
     finally:
         if interrupted:
+            _close_interrupted(tracker, parent, spill, tracking_error, spec, opts)
+    if interrupted:
+        reason = f"MLflow unreachable: {tracking_error}" if tracking_error else "interrupted"
+        return SweepOutcome(False, reason, parent, exp_path, interrupted=True)
+    ok, summary = summarize(mlflow_cb.outcomes, spec.num_trials)
+    undelivered = _deliver(tracker, spill, FLUSH_TIMEOUT_S)
+    if not undelivered:  # statuses are only read once every buffered write has landed
+        try:
+            tracker.end_running_children(parent, FAILED, "trial did not report an outcome")
+            tracker.end(parent, FINISHED if ok else FAILED)
+        except TrackingError as err:
+            _log.error("%s", err)
+        undelivered = _deliver(tracker, spill, FLUSH_TIMEOUT_S)
+    if undelivered:
+        ok = False
+        summary += (f"\n{undelivered} MLflow writes could not be delivered to "
+                    f"{opts.tracking_uri}; saved to {spill}. Rerun with --resume once MLflow "
+                    "is reachable to deliver them")
+    return SweepOutcome(ok, summary, parent, exp_path)
+
+
+def _close_interrupted(tracker: Tracker, parent: str, spill: Path,
+                       tracking_error: Optional[TrackingError], spec: SweepSpec,
+                       opts: SweepOptions) -> None:
+    """Mark open runs KILLED (if MLflow answers) and keep every undelivered write on disk."""
+    n = 0
+    if tracking_error:  # MLflow is down: runs stay RUNNING until --resume reopens them
+        tracker.spill(spill)
+        _log.error("sweep stopped: %s", tracking_error)
+    elif _deliver(tracker, spill, INTERRUPT_FLUSH_TIMEOUT_S) == 0:
+        try:
             n = tracker.end_running_children(parent, KILLED, f"{INTERRUPTED}; rerun with "
                                              "--resume")
             tracker.end(parent, KILLED)
-            _log.warning("sweep interrupted (%d running trials marked KILLED); continue it "
-                         "with: lipsweep sweep %s --experiment %s --storage %s --resume",
-                         n, spec.path, opts.experiment, opts.storage)
-    if interrupted:
-        return SweepOutcome(False, "interrupted", parent, exp_path, interrupted=True)
-    ok, summary = summarize(mlflow_cb.outcomes, spec.num_trials)
-    tracker.end_running_children(parent, FAILED, "trial did not report an outcome")
-    tracker.end(parent, FINISHED if ok else FAILED)
-    return SweepOutcome(ok, summary, parent, exp_path)
+        except TrackingError as err:
+            _log.error("%s", err)
+        _deliver(tracker, spill, INTERRUPT_FLUSH_TIMEOUT_S)
+    _log.warning("sweep interrupted (%d running trials marked KILLED); continue it "
+                 "with: lipsweep sweep %s --experiment %s --storage %s --resume",
+                 n, spec.path, opts.experiment, opts.storage)
 
 
 def _replace_restored_callbacks(tuner, callbacks: list) -> None:
@@ -243,7 +299,8 @@ def dry_run_lines(spec: SweepSpec) -> list[str]:
         for i, t in enumerate(spec.trials):
             extra = " ".join(f"{k}={t[k]}" for k in varying
                              if k not in ("regularizer", "k", "lam", "aggregation", "lam_q",
-                                          "lam_k", "lam_v", "seed") and k in t)
+                                          "lam_k", "lam_v", "seed", "spec_power_iters")
+                             and k in t)
             lines.append(f"  {i:3d}  {trial_label(t)}  {extra}".rstrip())
     else:
         rng = random.Random(spec.search.seed)

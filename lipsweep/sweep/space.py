@@ -33,6 +33,11 @@ A space file (``search_spaces/*.yaml``) has these top-level keys::
 In ``grid`` a list is always an axis; to set a list-valued setting (e.g. ``attacks``) inside a
 grid block, wrap it in one more list. Every expanded trial is validated as a TrialConfig before
 Ray starts, and errors name the file and the key. Nothing here imports Ray.
+
+Metrics: a trial reports ``acc_clean`` and its losses every epoch and the SPEC §3 metrics
+(``acc_*``, ``lip_*``, ``epochs_done``) once, at the end. So ``scheduler.metric`` must be one of
+:data:`EPOCH_METRICS` (ASHA compares trials at each rung), while ``search.metric`` may be any
+final metric: Optuna is told each trial's final report and prunes nothing itself.
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lipsweep.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
-from lipsweep.config_base import ConfigError
+from lipsweep.config_base import INT_LIMIT, ConfigError, key_name, show
 from lipsweep.regularizers import list_regularizers
 
 TOP_KEYS = {"name", "description", "fixed", "grid", "repeat", "search", "scheduler",
@@ -52,6 +57,7 @@ TOP_KEYS = {"name", "description", "fixed", "grid", "repeat", "search", "schedul
 SEARCH_KEYS = {"algorithm", "num_samples", "seed", "metric", "mode", "space"}
 SCHEDULER_KEYS = {"type", "metric", "mode", "grace_period", "reduction_factor", "max_t"}
 DISTRIBUTIONS = {"choice", "uniform", "loguniform", "randint", "quniform"}
+MAX_TRIALS = 100_000  # more is a typo (or a YAML that would exhaust memory while expanding)
 
 
 @dataclass
@@ -114,9 +120,10 @@ def _err(field_: str, msg: str, path: str) -> ConfigError:
 def _check_keys(section: str, mapping: Any, allowed: set[str], path: str) -> dict:
     if not isinstance(mapping, dict):
         raise _err(section, "must be a mapping", path)
-    unknown = sorted(set(mapping) - allowed)
+    unknown = sorted((k for k in mapping if k not in allowed), key=str)
     if unknown:
-        raise _err(f"{section}.{unknown[0]}" if section else unknown[0],
+        name = key_name(unknown[0])
+        raise _err(f"{section}.{name}" if section else name,
                    f"unknown key; allowed: {sorted(allowed)}", path)
     return mapping
 
@@ -125,9 +132,9 @@ def _check_setting_key(key: str, where: str, path: str) -> None:
     if key not in FIELD_SECTION:
         import difflib
 
-        close = difflib.get_close_matches(key, list(FIELD_SECTION), n=3)
+        close = difflib.get_close_matches(str(key), list(FIELD_SECTION), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise _err(f"{where}.{key}", f"unknown trial setting{hint}", path)
+        raise _err(f"{where}.{key_name(key)}", f"unknown trial setting{hint}", path)
 
 
 def expand_block(block: dict[str, Any], where: str, path: str) -> list[dict[str, Any]]:
@@ -145,11 +152,13 @@ def expand_block(block: dict[str, Any], where: str, path: str) -> list[dict[str,
             if len(names) > 1:
                 if not isinstance(v, list) or len(v) != len(names):
                     raise _err(f"{where}.{key}", f"each value must be a list of {len(names)} "
-                               f"(one per name), got {v!r}", path)
+                               f"(one per name), got {show(v)}", path)
                 options.append(dict(zip(names, v)))
             else:
                 options.append({names[0]: v})
         axes.append(options)
+    if math.prod(len(a) for a in axes) > MAX_TRIALS:
+        raise _err(where, f"expands to more than {MAX_TRIALS} trials", path)
     return [dict(kv for part in combo for kv in part.items()) for combo in itertools.product(*axes)]
 
 
@@ -163,9 +172,15 @@ def _sample(dist: Any, rng: random.Random, where: str, path: str) -> Any:
         return rng.choice(args)
     if not isinstance(args, list) or len(args) != 2:
         raise _err(where, f"{kind} needs [low, high]", path)
-    lo, hi = (float(a) for a in args)
-    if not lo < hi:
-        raise _err(where, f"{kind} needs low < high, got {args}", path)
+    try:
+        lo, hi = (float(a) for a in args)
+    except (TypeError, ValueError, OverflowError):
+        raise _err(where, f"{kind} needs two numbers [low, high], got {show(args)}",
+                   path) from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise _err(where, f"{kind} needs finite low < high, got {show(args)}", path)
+    if kind == "randint" and not (lo.is_integer() and hi.is_integer()):
+        raise _err(where, f"randint needs integer bounds, got {show(args)}", path)
     if kind == "uniform":
         return rng.uniform(lo, hi)
     if kind == "loguniform":
@@ -186,7 +201,11 @@ def sample_space(space: dict[str, Any], rng: random.Random, path: str) -> dict[s
             continue
         _check_setting_key(key, "search.space", path)
         out[key] = _sample(dist, rng, f"search.space.{key}", path)
-    branch = conditional.get(out.get("regularizer"))
+    reg = out.get("regularizer")
+    branch = conditional.get(reg) if isinstance(reg, str) else None
+    if branch is not None and not isinstance(branch, dict):
+        raise _err(f"search.space.{reg}", "must be a mapping of settings that apply when "
+                   f"regularizer is {reg}", path)
     if isinstance(branch, dict):
         for key, dist in branch.items():
             _check_setting_key(key, f"search.space.{out['regularizer']}", path)
@@ -204,15 +223,20 @@ def _parse_search(raw: Any, path: str) -> SearchSpec:
     if algo not in ("random", "optuna"):
         raise _err("search.algorithm", f"must be random or optuna, got {algo!r}", path)
     n = raw.get("num_samples")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise _err("search.num_samples", f"must be a positive integer, got {n!r}", path)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_TRIALS:
+        raise _err("search.num_samples", f"must be an integer in [1, {MAX_TRIALS}], got "
+                   f"{show(n)}", path)
     seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise _err("search.seed", f"must be an integer, got {seed!r}", path)
-    metric = [str(m) for m in _as_list(raw.get("metric", "acc_pgd_4"))]
-    mode = [str(m) for m in _as_list(raw.get("mode", "max"))]
+    if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) > INT_LIMIT:
+        raise _err("search.seed", f"must be an integer, got {show(seed)}", path)
+    metric = _as_list(raw.get("metric", "acc_pgd_4"))
+    if not metric or not all(isinstance(m, str) and m for m in metric):
+        raise _err("search.metric", f"must be a metric name or a list of them, got "
+                   f"{show(metric)}", path)
+    mode = _as_list(raw.get("mode", "max"))
     if len(mode) != len(metric) or any(m not in ("max", "min") for m in mode):
-        raise _err("search.mode", f"needs one of max/min per metric {metric}, got {mode}", path)
+        raise _err("search.mode", f"needs one of max/min per metric {metric}, got "
+                   f"{show(mode)}", path)
     space = raw.get("space")
     if not isinstance(space, dict) or not space:
         raise _err("search.space", "must be a non-empty mapping of distributions", path)
@@ -225,12 +249,25 @@ def _parse_scheduler(raw: Any, path: str) -> SchedulerSpec:
         raise _err("scheduler.type", f"only 'asha' is supported, got {raw.get('type')!r}", path)
     spec = SchedulerSpec(**{k: v for k, v in raw.items()})
     if spec.mode not in ("max", "min"):
-        raise _err("scheduler.mode", f"must be max or min, got {spec.mode!r}", path)
+        raise _err("scheduler.mode", f"must be max or min, got {show(spec.mode)}", path)
+    if not isinstance(spec.metric, str) or not spec.metric:
+        raise _err("scheduler.metric", f"must be a metric name, got {show(spec.metric)}", path)
     for key in ("grace_period", "reduction_factor"):
         val = getattr(spec, key)
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 1:
-            raise _err(f"scheduler.{key}", f"must be a number >= 1, got {val!r}", path)
+        if not _finite(val) or val < 1:
+            raise _err(f"scheduler.{key}", f"must be a number >= 1, got {show(val)}", path)
+    if spec.max_t is not None and (isinstance(spec.max_t, bool) or not isinstance(
+            spec.max_t, int) or not 1 <= spec.max_t <= INT_LIMIT):
+        raise _err("scheduler.max_t", f"must be a positive integer, got {show(spec.max_t)}",
+                   path)
     return spec
+
+
+def _finite(val: Any) -> bool:
+    """A real number (not bool), finite, and not an int too large for a float."""
+    if isinstance(val, bool) or not isinstance(val, (int, float)):
+        return False
+    return abs(val) <= INT_LIMIT if isinstance(val, int) else math.isfinite(val)
 
 
 def _parse_resources(raw: Any, path: str) -> Resources:
@@ -238,8 +275,8 @@ def _parse_resources(raw: Any, path: str) -> Resources:
     res = Resources(**raw)
     for key in ("cpu", "gpu"):
         val = getattr(res, key)
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
-            raise _err(f"resources.{key}", f"must be a number >= 0, got {val!r}", path)
+        if not _finite(val) or val < 0:
+            raise _err(f"resources.{key}", f"must be a number >= 0, got {show(val)}", path)
     if res.gpu > 1 and res.gpu != int(res.gpu):
         raise _err("resources.gpu", "fractions are allowed only below 1", path)
     return res
@@ -252,10 +289,31 @@ def _validate_trials(trials: list[dict[str, Any]], path: str) -> list[dict[str, 
         try:
             out.append(TrialConfig.from_flat(flat).to_flat())
         except ConfigError as err:
-            label = ", ".join(f"{k}={flat[k]}" for k in ("regularizer", "k", "lam", "lam_q")
-                              if k in flat)
+            label = ", ".join(f"{k}={show(flat[k], 40)}" for k in ("regularizer", "k", "lam",
+                                                                   "lam_q") if k in flat)
             raise ConfigError(err.field, f"{err.message} (trial {i}: {label})", path) from None
     return out
+
+
+# Reported by every epoch's tune.report, so the only metrics a scheduler (ASHA) can compare
+# trials by. The searcher (Optuna) learns from the final report, which holds the SPEC metrics.
+EPOCH_METRICS = ("acc_clean", "loss", "loss_ce", "loss_reg")
+
+
+def _check_metrics(spec_search: Optional[SearchSpec], scheduler: Optional[SchedulerSpec],
+                   trials: list[dict[str, Any]], path: str) -> None:
+    """Refuse metric names that no trial reports (Tune would only fail once trials ran)."""
+    if scheduler is not None and scheduler.metric not in EPOCH_METRICS:
+        raise _err("scheduler.metric", f"{scheduler.metric!r} is not reported every epoch; "
+                   f"the scheduler can use one of {list(EPOCH_METRICS)}", path)
+    if spec_search is None or spec_search.algorithm != "optuna" or not trials:
+        return
+    cfg = TrialConfig.from_flat(trials[0])
+    final = {"acc_clean", "epochs_done", *cfg.robustness.metric_names()}
+    for name in spec_search.metric:
+        if name not in final and not (name.startswith("lip_") and cfg.run.evaluate):
+            raise _err("search.metric", f"no trial reports {name!r}; use one of "
+                       f"{sorted(final)} or a lip_* summary metric (docs: SPEC §3)", path)
 
 
 def load_space(path: str | Path) -> SweepSpec:
@@ -265,7 +323,10 @@ def load_space(path: str | Path) -> SweepSpec:
     _check_keys("", raw, TOP_KEYS, p)
     name = raw.get("name", Path(p).stem)
     if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
-        raise _err("name", f"must be letters, digits, - or _, got {name!r}", p)
+        raise _err("name", f"must be letters, digits, - or _, got {show(name)}", p)
+    description = raw.get("description", "")
+    if not isinstance(description, (str, type(None))):
+        raise _err("description", f"must be text, got {show(description)}", p)
     fixed = raw.get("fixed", {}) or {}
     _check_keys("fixed", fixed, set(FIELD_SECTION), p)
     if ("grid" in raw) == ("search" in raw):
@@ -277,6 +338,7 @@ def load_space(path: str | Path) -> SweepSpec:
     rep_points = expand_block(repeat, "repeat", p) if repeat else [{}]
     search = None
     trials: list[dict[str, Any]] = []
+    draws: list[dict[str, Any]] = []
     if "grid" in raw:
         blocks = raw["grid"]
         if not isinstance(blocks, list) or not blocks:
@@ -284,32 +346,39 @@ def load_space(path: str | Path) -> SweepSpec:
         for bi, block in enumerate(blocks):
             if not isinstance(block, dict):
                 raise _err(f"grid[{bi}]", "each block must be a mapping", p)
-            for point in expand_block(block, f"grid[{bi}]", p):
+            points = expand_block(block, f"grid[{bi}]", p)
+            if len(trials) + len(points) * len(rep_points) > MAX_TRIALS:
+                raise _err("grid", f"expands to more than {MAX_TRIALS} trials", p)
+            for point in points:
                 for rep in rep_points:
                     trials.append({**fixed, **point, **rep})
     else:
         search = _parse_search(raw["search"], p)
         if search.algorithm == "random":
             rng = random.Random(search.seed)
+            if search.num_samples * len(rep_points) > MAX_TRIALS:
+                raise _err("repeat", f"num_samples x repeat exceeds {MAX_TRIALS} trials", p)
             for _ in range(search.num_samples):
                 draw = sample_space(search.space, rng, p)
                 for rep in rep_points:
                     trials.append({**fixed, **draw, **rep})
         else:  # optuna samples lazily; validate a few draws of the space now
             rng = random.Random(search.seed)
-            _validate_trials([{**fixed, **sample_space(search.space, rng, p)}
-                              for _ in range(16)], p)
+            draws = _validate_trials([{**fixed, **sample_space(search.space, rng, p)}
+                                      for _ in range(16)], p)
     trials = _validate_trials(trials, p)
+    scheduler = _parse_scheduler(raw["scheduler"], p) if raw.get("scheduler") else None
+    _check_metrics(search, scheduler, trials or draws, p)
     mct = raw.get("max_concurrent_trials", 0)
     mf = raw.get("max_failures", 2)
     for key, val in (("max_concurrent_trials", mct), ("max_failures", mf)):
-        if isinstance(val, bool) or not isinstance(val, int) or val < 0:
-            raise _err(key, f"must be an integer >= 0, got {val!r}", p)
+        if isinstance(val, bool) or not isinstance(val, int) or not 0 <= val <= INT_LIMIT:
+            raise _err(key, f"must be an integer >= 0, got {show(val)}", p)
     return SweepSpec(
         name=name, path=p, text=Path(p).read_text(), fixed=fixed, trials=trials, search=search,
-        scheduler=_parse_scheduler(raw["scheduler"], p) if raw.get("scheduler") else None,
+        scheduler=scheduler,
         resources=_parse_resources(raw.get("resources"), p), max_concurrent_trials=mct,
-        max_failures=mf, description=str(raw.get("description", "")))
+        max_failures=mf, description=description or "")
 
 
 def trial_label(flat: dict[str, Any]) -> str:

@@ -1,0 +1,293 @@
+"""Helpers for tests that run real sweeps: tiny spaces, the CLI, MLflow reads, process hygiene.
+
+The machine is shared: other engineers run their own Ray clusters on it. Everything here is
+scoped to the processes a test started itself: each sweep gets its own ``RAY_TMPDIR`` (so its
+Ray cluster is separate and recognisable), and processes are found and killed by walking the
+process tree below the test's own subprocess, never by name across the machine.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A tiny, fast trial: 2-block ViT, 256 training images, 32 evaluation images.
+FIXED = """fixed:
+  model: vit_tiny_patch16_224
+  depth: 2
+  embed_dim: 64
+  num_heads: 4
+  dataset: embedded
+  train_size: 256
+  eval_size: 32
+  epochs: {epochs}
+  batch_size: 64
+  optimizer: adamw
+  lr: 1.0e-3
+  aa_attacks: [apgd-ce]
+"""
+
+TINY_FLAT = {"model": "vit_tiny_patch16_224", "depth": 2, "embed_dim": 64, "num_heads": 4,
+             "dataset": "embedded", "train_size": 256, "eval_size": 32, "batch_size": 64,
+             "optimizer": "adamw", "lr": 1e-3, "aa_attacks": ["apgd-ce"]}
+
+
+def write_space(tmp_path: Path, grid: str, epochs: int = 2, extra: str = "",
+                max_concurrent: int = 2) -> Path:
+    p = tmp_path / "space.yaml"
+    p.write_text(f"name: t\n{FIXED.format(epochs=epochs)}grid:\n{grid}"
+                 f"resources: {{cpu: 1, gpu: 0}}\nmax_concurrent_trials: {max_concurrent}\n"
+                 + extra)
+    return p
+
+
+def sqlite_uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def sweep_cmd(tmp_path: Path, space: Path, *extra: str, tracking_uri: Optional[str] = None
+              ) -> list[str]:
+    return [sys.executable, "-m", "lipsweep", "sweep", str(space), "--experiment", "exp",
+            "--storage", str(tmp_path / "ray_results"), "--num-cpus", "2",
+            "--tracking-uri", tracking_uri or sqlite_uri(tmp_path), *extra]
+
+
+def client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def runs(tracking_uri: str, experiment: str = "exp") -> list:
+    c = client(tracking_uri)
+    exp = c.get_experiment_by_name(experiment)
+    return [] if exp is None else c.search_runs([exp.experiment_id], max_results=1000)
+
+
+def children(tracking_uri: str) -> list:
+    return [r for r in runs(tracking_uri) if r.data.tags.get("lipsweep.kind") == "trial"]
+
+
+def parents(tracking_uri: str) -> list:
+    return [r for r in runs(tracking_uri) if r.data.tags.get("lipsweep.kind") == "sweep"]
+
+
+def steps(tracking_uri: str, run_id: str, key: str = "epoch") -> list[int]:
+    return [m.step for m in client(tracking_uri).get_metric_history(run_id, key)]
+
+
+def epochs_logged(tracking_uri: str) -> int:
+    """Epoch results logged across all child runs (0 while the store does not exist yet)."""
+    try:
+        return sum(len(steps(tracking_uri, r.info.run_id)) for r in children(tracking_uri))
+    except Exception:  # noqa: BLE001 - the store or experiment may not exist yet
+        return 0
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str,
+             proc: Optional[subprocess.Popen] = None, poll_s: float = 1.0) -> None:
+    """Poll ``pred``; fail if it takes too long or ``proc`` exits first."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if pred():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) before {what}")
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+# -- processes --------------------------------------------------------------------------------
+def _ppid_map() -> dict[int, int]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # comm may contain spaces and parentheses: the ppid follows the last ')'
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[int(entry)] = int(fields[1])
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return ""
+
+
+def environ_has(pid: int, needle: str) -> bool:
+    try:
+        return needle.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, grandchildren, ...)."""
+    ppid = _ppid_map()
+    kids: dict[int, list[int]] = {}
+    for p, pp in ppid.items():
+        kids.setdefault(pp, []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
+
+
+def processes_with_env(needle: str) -> list[int]:
+    """Live processes whose environment contains ``needle`` (e.g. this test's RAY_TMPDIR)."""
+    me = os.getpid()
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != me
+            and environ_has(int(e), needle)]
+
+
+def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> int:
+    n = 0
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            n += 1
+        except ProcessLookupError:
+            pass
+    return n
+
+
+def trial_workers(driver_pid: int) -> list[int]:
+    """This sweep's Tune trial workers: ``ray::ImplicitFunc`` processes below its driver."""
+    return [p for p in descendants(driver_pid) if cmdline(p).startswith("ray::ImplicitFunc")]
+
+
+class RaySandbox:
+    """A private ``RAY_TMPDIR`` for one test's sweeps, and the cleanup of what they leave.
+
+    Short path on purpose: Ray puts Unix sockets under it (108-byte limit).
+    """
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="lsf", dir="/tmp")
+        self.tag = f"RAY_TMPDIR={self.dir}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ, RAY_TMPDIR=self.dir, RAY_USAGE_STATS_ENABLED="0",
+                   PYTHONUNBUFFERED="1", **extra)
+        env.pop("RAY_ADDRESS", None)
+        return env
+
+    def leftovers(self) -> list[int]:
+        """Processes still running with this sandbox's RAY_TMPDIR in their environment."""
+        return processes_with_env(self.tag)
+
+    def cleanup(self) -> list[int]:
+        """SIGKILL every process of this sandbox (and only those); returns what was left."""
+        left = self.leftovers()
+        kill_pids(left)
+        deadline = time.time() + 20
+        while self.leftovers() and time.time() < deadline:
+            time.sleep(0.5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return left
+
+
+@contextmanager
+def ray_sandbox() -> Iterator[RaySandbox]:
+    box = RaySandbox()
+    try:
+        yield box
+    finally:
+        box.cleanup()
+
+
+def popen_sweep(cmd: list[str], cwd: Path, box: RaySandbox, log: Path) -> subprocess.Popen:
+    """Start a sweep in the background, output to ``log`` (a file: a full pipe would block)."""
+    fh = open(log, "ab")
+    try:
+        return subprocess.Popen(cmd, cwd=cwd, env=box.env(), stdout=fh, stderr=subprocess.STDOUT)
+    finally:
+        fh.close()
+
+
+def run_sweep_cli(cmd: list[str], cwd: Path, box: RaySandbox, timeout: float = 1200
+                  ) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=box.env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# -- an MLflow tracking server ------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """A real ``mlflow server`` on 127.0.0.1 with a SQLite store and artifacts in ``root``."""
+
+    def __init__(self, root: Path, port: Optional[int] = None) -> None:
+        self.root = root
+        self.port = port or free_port()
+        self.proc: Optional[subprocess.Popen] = None
+        self.log = root / "mlflow_server.log"
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 180) -> None:
+        import urllib.request
+
+        fh = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
+             "--port", str(self.port), "--workers", "1",
+             "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
+             "--artifacts-destination", str(self.root / "server_artifacts")],
+            cwd=self.root, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        fh.close()
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited: {self.log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"mlflow server did not come up: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        """Kill the server and its workers (its own process group, started by us)."""
+        if self.proc is None:
+            return
+        pids = [self.proc.pid, *descendants(self.proc.pid)]
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        kill_pids(pids)
+        self.proc.wait(timeout=30)
+        self.proc = None
+        t0 = time.time()  # the port must be free before a restart on it
+        while time.time() - t0 < 30:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) != 0:
+                    return
+            time.sleep(0.2)
