@@ -20,7 +20,7 @@ from lipsweep.models import create_model
 SMALL = dict(depth=2, embed_dim=64, num_heads=4)
 
 PAPER_METRICS = ["acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2"]
-OTHER_KEYS = {"attack_images", "attack_seconds", "aa_stages", "warnings"}
+OTHER_KEYS = {"attack_images", "attack_warnings", "attack_seconds", "aa_stages", "warnings"}
 # the paper's suite, made cheap: 1 PGD step, AutoAttack = 1 iteration of APGD-CE
 CHEAP = dict(pgd_steps=1, aa_attacks=["apgd-ce"], aa_iters=1)
 
@@ -53,7 +53,7 @@ def test_returns_exactly_the_spec_metric_names(tiny, data):
     assert set(res) == set(PAPER_METRICS) | OTHER_KEYS
     assert res["acc_clean"] == pytest.approx(75.0)
     assert res["attack_images"] == 24
-    assert res["warnings"] == []
+    assert res["warnings"] == [] and res["attack_warnings"] == 0
     assert [s["attack"] for s in res["aa_stages"]["acc_aa_2"]] == ["apgd-ce"]
     for k in PAPER_METRICS[1:]:
         assert 0.0 <= res[k] <= res["acc_clean"]
@@ -172,6 +172,7 @@ def test_failed_checks_land_in_the_result(tiny, data):
     res = evaluate_robustness(Softmaxed(tiny).eval(), data,
                               RobustnessConfig(attacks=["fgsm"], fgsm_eps=[2]), progress=False)
     assert any("outputs-are-probabilities" in w for w in res["warnings"])
+    assert res["attack_warnings"] == len(res["warnings"]) >= 1
     assert res["acc_fgsm_2"] >= 0  # numbers still come back, flagged
 
 
@@ -253,6 +254,7 @@ def test_config_is_flat_and_round_trips():
 # ---------------------------------------------------------------- the trained model
 
 
+@pytest.mark.slow  # trains the session's tiny ViT (~40 s on 2 cores) unless already trained
 def test_trained_model_accuracies_are_ordered(trained_tiny_model, cifar_sample):
     """Monotone sanity on a real classifier: larger eps and stronger attacks leave less
     accuracy (1-point slack), and AutoAttack (APGD-CE then APGD-T, 10 iterations each) is at

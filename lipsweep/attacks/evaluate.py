@@ -120,9 +120,10 @@ def evaluate_robustness(model: nn.Module, data: Data,
     Returns:
         ``acc_clean`` and ``acc_<attack>_<eps*255>`` for each attack and eps of the suite
         (:meth:`RobustnessConfig.metric_names`), plus ``attack_images`` (the number of images),
-        ``attack_seconds`` (per metric), ``aa_stages`` (per AutoAttack metric: attack,
-        n_attacked, n_fooled, seconds) and ``warnings`` (sanity-check failures; empty when all
-        pass).
+        ``attack_warnings`` (how many sanity checks failed: a scalar, so that it reaches the
+        tracked metrics), ``attack_seconds`` (per metric), ``aa_stages`` (per AutoAttack
+        metric: attack, n_attacked, n_fooled, seconds) and ``warnings`` (the failed checks'
+        messages; empty when all pass, each also logged with ``logging.warning``).
     """
     if isinstance(suite, Mapping):
         suite = from_mapping(RobustnessConfig, suite)
@@ -197,5 +198,5 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Robustn
                   seconds[key])
     bar.close()
     warnings += check_monotone(metrics)
-    return {**metrics, "attack_images": n, "attack_seconds": seconds, "aa_stages": stages,
-            "warnings": warnings}
+    return {**metrics, "attack_images": n, "attack_warnings": len(warnings),
+            "attack_seconds": seconds, "aa_stages": stages, "warnings": warnings}
