@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from lipsweep.attacks import pgd
+from lipsweep.attention import QKRecorder, attention_probs
 from lipsweep.lipschitz import (LipschitzConfig, create_estimator, jacobian_norm_result,
                                 lipschitz_summary, softmax_jacobian_norm)
 from lipsweep.models import ModelConfig, create_model
@@ -179,32 +180,36 @@ def part2(args: argparse.Namespace, data) -> None:
     torch.manual_seed(0)
     model = create_model(tiny_config(10))
     train(model, xtr, ytr, args.train_steps)
-    cfg = LipschitzConfig(lip_images=n)
-    print(f"\n## Part 2: whole summary vs PGD-4 on {len(x)} images (default LipschitzConfig: "
-          f"||J|| on all {cfg.lip_images or len(x)}, softmax ratio on "
-          f"{cfg.lip_softmax_images}, exact head norms + bounds on {cfg.lip_head_images})\n")
+    cfg = LipschitzConfig()                                           # the defaults
+    n_jac = cfg.lip_images or len(x)
+    n_soft = min(cfg.lip_softmax_images or n_jac, n_jac)
+    n_head = min(cfg.lip_head_images or n_jac, n_jac)
+    print(f"\n## Part 2: whole summary (default LipschitzConfig) vs PGD-4 on {len(x)} images\n")
+    print(f"Defaults: ||J|| ({cfg.lip_route}) on the first {n_jac} images, softmax ratio on "
+          f"{n_soft}, exact head norms + Thm 1-3 on {n_head}; batches of {cfg.lip_batch_size}."
+          f" PGD-4: eps 4/255, 4 steps, random start, batches of 256, + clean forward.\n")
     res = interleave({"PGD-4 (eps 4/255) + clean": lambda: pgd4_eval(model, x, y),
                       "lipschitz_summary": lambda: lipschitz_summary(model, x, cfg)},
                      "PGD-4 (eps 4/255) + clean", args.summary_reps)
     print("| variant | wall s | x PGD-4 (wall) | x PGD-4 (CPU) |")
     print("|---|---|---|---|")
     for label, (wall, wr, cr) in res.items():
-        print(f"| {label} | {wall:.1f} | {wr:.2f} | {cr:.2f} |")
+        print(f"| {label} | {wall:.1f} | {wr:.2f} | {cr:.2f} |", flush=True)
     parts = {
-        f"||J|| exact, {n} images": (create_estimator("jacobian_exact"), x),
-        f"softmax ratio, {cfg.lip_softmax_images} images":
-            (create_estimator("softmax_jacobian"), x[:cfg.lip_softmax_images]),
-        f"head exact + bounds, {cfg.lip_head_images} images":
+        f"||J|| exact, {n_jac} images": (create_estimator("jacobian_exact"), x[:n_jac]),
+        f"softmax ratio, {n_soft} images": (create_estimator("softmax_jacobian"), x[:n_soft]),
+        f"head exact + bounds, {n_head} images":
             (create_estimator("head_bounds", iters=cfg.lip_head_iters, tol=cfg.lip_head_tol),
-             x[:cfg.lip_head_images]),
+             x[:n_head]),
+        f"||J|| exact, all {len(x)} images": (create_estimator("jacobian_exact"), x),
     }
     print("\n| summary part (alone, once) | wall s | CPU s |")
     print("|---|---|---|")
+    pgd_wall, pgd_cpu = timed(lambda: pgd4_eval(model, x, y))
+    print(f"| (PGD-4 + clean, {len(x)} images, for scale) | {pgd_wall:.1f} | {pgd_cpu:.1f} |")
     for label, (est, xs) in parts.items():
         wall, cpu = timed(lambda: [est(model, xs[i:i + 64]) for i in range(0, len(xs), 64)])
-        print(f"| {label} | {wall:.1f} | {cpu:.1f} |")
-    p = create_estimator("softmax_jacobian")(model, x[:2])          # warm
-    from lipsweep.attention import QKRecorder, attention_probs
+        print(f"| {label} | {wall:.1f} | {cpu:.1f} |", flush=True)
     with QKRecorder(model) as rec, torch.no_grad():
         model(x[:8])
     probs = torch.stack([attention_probs(q.double(), k.double(), s)
@@ -217,7 +222,6 @@ def part2(args: argparse.Namespace, data) -> None:
     print(f"\nSoftmax ||M(P_i)|| of 8 images x {probs.shape[1] * probs.shape[2] * probs.shape[3]}"
           f" rows: secular {res['secular'][1]:.3f}x the time of eigvalsh "
           f"({1 / res['secular'][1]:.0f}x faster); max rel. difference {err:.1e}")
-    del p
 
 
 def main() -> None:
