@@ -5,10 +5,11 @@ Registering an attack is what gets it into :class:`~lipsweep.attacks.config.Robu
 """
 from __future__ import annotations
 
-import fnmatch
 from typing import Callable, TypeVar
 
-_ATTACKS: dict[str, type] = {}
+from lipsweep.registry import Registry
+
+_ATTACKS: Registry[type] = Registry("attack")
 
 T = TypeVar("T", bound=type)
 
@@ -20,16 +21,14 @@ def register_attack(name: str) -> Callable[[T], T]:
         if name in _ATTACKS:
             raise ValueError(f"attack {name!r} is already registered")
         cls.name = name
-        _ATTACKS[name] = cls
-        return cls
+        return _ATTACKS.add(name, cls)
 
     return deco
 
 
 def list_attacks(filter: str = "") -> list[str]:
     """Registered attack names, sorted; ``filter`` is an optional fnmatch pattern."""
-    names = sorted(_ATTACKS)
-    return [n for n in names if fnmatch.fnmatch(n, filter)] if filter else names
+    return _ATTACKS.names(filter)
 
 
 def is_attack(name: str) -> bool:
@@ -38,11 +37,7 @@ def is_attack(name: str) -> bool:
 
 def get_attack_class(name: str) -> type:
     """The class registered under ``name``; ValueError naming the known ones otherwise."""
-    try:
-        return _ATTACKS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown attack {name!r}; known attacks are {list_attacks()}") \
-            from None
+    return _ATTACKS.get(name)
 
 
 def create_attack(name: str, **kwargs):

@@ -7,11 +7,12 @@ Registering an estimator is what gets it into those tests.
 """
 from __future__ import annotations
 
-import fnmatch
 from typing import Callable, Protocol
 
 import torch
 from torch import nn
+
+from lipsweep.registry import Registry
 
 
 class Estimator(Protocol):
@@ -23,7 +24,7 @@ class Estimator(Protocol):
     def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]: ...
 
 
-_ESTIMATORS: dict[str, Callable[..., Estimator]] = {}
+_ESTIMATORS: Registry[Callable[..., Estimator]] = Registry("estimator")
 
 
 def register_estimator(name: str) -> Callable[[Callable[..., Estimator]],
@@ -33,16 +34,14 @@ def register_estimator(name: str) -> Callable[[Callable[..., Estimator]],
     def deco(factory: Callable[..., Estimator]) -> Callable[..., Estimator]:
         if name in _ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
-        _ESTIMATORS[name] = factory
-        return factory
+        return _ESTIMATORS.add(name, factory)
 
     return deco
 
 
 def list_estimators(filter: str = "") -> list[str]:
     """Registered estimator names, sorted; ``filter`` is an optional fnmatch pattern."""
-    names = sorted(_ESTIMATORS)
-    return [n for n in names if fnmatch.fnmatch(n, filter)] if filter else names
+    return _ESTIMATORS.names(filter)
 
 
 def is_estimator(name: str) -> bool:
@@ -51,11 +50,6 @@ def is_estimator(name: str) -> bool:
 
 def create_estimator(name: str, **kwargs) -> Estimator:
     """Build estimator ``name`` with keyword settings (e.g. ``iters``, ``tol``)."""
-    try:
-        factory = _ESTIMATORS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown estimator {name!r}; known estimators are "
-                         f"{list_estimators()}") from None
-    est = factory(**kwargs)
+    est = _ESTIMATORS.get(name)(**kwargs)
     est.name = name
     return est

@@ -14,16 +14,18 @@ Example::
 """
 from __future__ import annotations
 
-import fnmatch
 from typing import TYPE_CHECKING, Any, Union
 
 from lipsweep.config_base import ConfigError
+from lipsweep.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.regularizers.base import Regularizer
     from lipsweep.regularizers.config import RegularizerConfig
 
-_REGISTRY: dict[str, type["Regularizer"]] = {}
+_REGISTRY: Registry[type["Regularizer"]] = Registry(
+    "regularizer", lambda name, known: ConfigError(
+        "regularizer", f"unknown regularizer {name!r}; choose one of {known}"))
 
 
 def register_regularizer(cls: type["Regularizer"]) -> type["Regularizer"]:
@@ -31,17 +33,12 @@ def register_regularizer(cls: type["Regularizer"]) -> type["Regularizer"]:
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
         raise TypeError(f"{cls.__name__} needs a class attribute `name` to be registered")
-    if name in _REGISTRY and _REGISTRY[name] is not cls:
-        raise ValueError(f"regularizer {name!r} is already registered by "
-                         f"{_REGISTRY[name].__qualname__}")
-    _REGISTRY[name] = cls
-    return cls
+    return _REGISTRY.add(name, cls)
 
 
 def list_regularizers(filter: str = "") -> list[str]:
     """Sorted names of the registered regularizers, optionally matching a glob ``filter``."""
-    names = sorted(_REGISTRY)
-    return [n for n in names if fnmatch.fnmatch(n, filter)] if filter else names
+    return _REGISTRY.names(filter)
 
 
 def is_regularizer(name: str) -> bool:
@@ -51,11 +48,7 @@ def is_regularizer(name: str) -> bool:
 
 def get_regularizer_class(name: str) -> type["Regularizer"]:
     """The registered class for ``name``; ConfigError('regularizer') if unknown."""
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ConfigError("regularizer", f"unknown regularizer {name!r}; choose one of "
-                          f"{list_regularizers()}") from None
+    return _REGISTRY.get(name)
 
 
 def create_regularizer_from_config(cfg: "RegularizerConfig") -> "Regularizer":
