@@ -3,41 +3,17 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from _sweep_helpers import FIXED, sqlite_uri, sweep_cmd, write_space
+from _sweep_helpers import client as _client
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
 SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
                 "lip_jacobian_mean", "lip_jacobian_median", "lip_jacobian_p90",
                 "lip_jacobian_p99", "lip_jacobian_max")
-
-# A tiny, fast trial: 2-block ViT, 256 training images, 32 evaluation images.
-FIXED = """fixed:
-  model: vit_tiny_patch16_224
-  depth: 2
-  embed_dim: 64
-  num_heads: 4
-  dataset: embedded
-  train_size: 256
-  eval_size: 32
-  epochs: {epochs}
-  batch_size: 64
-  optimizer: adamw
-  lr: 1.0e-3
-  aa_attacks: [apgd-ce]
-"""
-
-
-def write_space(tmp_path: Path, grid: str, epochs: int = 2, extra: str = "") -> Path:
-    p = tmp_path / "space.yaml"
-    p.write_text(f"name: t\n{FIXED.format(epochs=epochs)}grid:\n{grid}"
-                 "resources: {cpu: 1, gpu: 0}\nmax_concurrent_trials: 2\n" + extra)
-    return p
-
 
 FOUR = """  - regularizer: none
   - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
@@ -46,16 +22,8 @@ FOUR = """  - regularizer: none
 """
 
 
-def sweep_cmd(tmp_path: Path, space: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "lipsweep", "sweep", str(space), "--experiment", "exp",
-            "--storage", str(tmp_path / "ray_results"), "--num-cpus", "2",
-            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", *extra]
-
-
 def client(tmp_path: Path):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return _client(sqlite_uri(tmp_path))
 
 
 def runs(tmp_path: Path):
