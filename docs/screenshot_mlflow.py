@@ -1,0 +1,114 @@
+"""Screenshot the MLflow UI the way a researcher sees it: a sweep's parent run, one artifact open.
+
+Starts ``mlflow ui`` on loopback against the sweep's tracking store, opens the parent run of the
+experiment (or one of its child runs) in headless Chromium (Debian's ``chromium`` package) with
+the given artifact selected, writes a PNG, and stops the server.
+
+    python docs/screenshot_mlflow.py --experiment smoke --tracking-uri sqlite:///mlflow.db \\
+        --artifact pareto/pareto_scatter.png --out docs/mlflow_pareto.png
+    python docs/screenshot_mlflow.py --experiment smoke --view runs --out docs/mlflow_runs.png
+
+``--view runs`` shows the experiment's run table instead of one run. Needs ``chromium`` on the
+PATH (``apt-get install chromium``); nothing leaves the machine (the server binds 127.0.0.1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-default-apps", "--disable-sync", "--no-first-run",
+                  "--disable-dev-shm-usage", "--force-device-scale-factor=1"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_runs(tracking_uri: str, experiment: str, child: str | None) -> tuple[str, str]:
+    """(experiment id, run id) of the sweep's parent run, or of the child run named ``child``."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        sys.exit(f"error: no experiment {experiment!r} in {tracking_uri}")
+    kind = "trial" if child else "sweep"
+    runs = client.search_runs([exp.experiment_id], f"tags.`lipsweep.kind` = '{kind}'",
+                              order_by=["attributes.start_time DESC"])
+    if child:
+        runs = [r for r in runs if r.info.run_name == child or r.info.run_id == child]
+    if not runs:
+        sys.exit(f"error: no {kind} run {child or ''} in experiment {experiment!r}")
+    return exp.experiment_id, runs[0].info.run_id
+
+
+def wait_http(url: str, timeout: float) -> None:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(1.0)
+    sys.exit(f"error: the MLflow UI did not answer at {url} within {timeout:.0f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--experiment", required=True)
+    ap.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI",
+                                                             "sqlite:///mlflow.db"))
+    ap.add_argument("--view", choices=["run", "runs"], default="run")
+    ap.add_argument("--run", default=None, help="a child run's name or id (default: the parent)")
+    ap.add_argument("--artifact", default="pareto/pareto_scatter.png",
+                    help="artifact path to open in the run view")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--size", default="1600,1000", help="window width,height in pixels")
+    ap.add_argument("--wait-ms", type=int, default=20000,
+                    help="virtual time for the page to load before the shot")
+    args = ap.parse_args()
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        sys.exit("error: chromium not found; install it with `apt-get install chromium`")
+    exp_id, run_id = find_runs(args.tracking_uri, args.experiment, args.run)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    if args.view == "runs":
+        url = f"{base}/#/experiments/{exp_id}/runs"
+    else:
+        url = f"{base}/#/experiments/{exp_id}/runs/{run_id}/artifacts/{args.artifact}"
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
+                               args.tracking_uri, "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        wait_http(f"{base}/health", 180)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as profile:
+            subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                            f"--window-size={args.size}",
+                            f"--virtual-time-budget={args.wait_ms}",
+                            f"--screenshot={args.out.resolve()}", url],
+                           check=True, timeout=300, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+    print(f"{args.out}  ({url})")
+
+
+if __name__ == "__main__":
+    main()
