@@ -53,8 +53,9 @@ class LipschitzConfig:
     """Exact ||M(P_i)||_2 by the secular equation ('secular', fast) or dense 'eigvalsh'."""
     lip_head_bounds: bool = True
     """Compare Thm 1-3 with the exact Jacobian norm of every head (paper Fig. 6)."""
-    lip_head_images: int = 32
-    """Images for the per-head exact norms and bounds (0: all of lip_images; costly)."""
+    lip_head_images: int = 16
+    """Images for the per-head exact norms and bounds (0: all of lip_images; costly: 16 keep
+    the whole summary below PGD-4 on a 1000-image set, benchmarks/bench_lipschitz.py)."""
     lip_head_route: str = "auto"
     """Exact head norm by 'lanczos', the 'full' Jacobian (small heads only) or 'auto'."""
     lip_head_iters: int = 300
