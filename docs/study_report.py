@@ -52,10 +52,13 @@ def load_runs(tracking_uri: str, experiment: str):
     parent = client.search_runs([exp.experiment_id], "tags.`lipsweep.kind` = 'sweep'")
     done = [r for r in runs if r.info.status == "FINISHED"]
     for r in done:
-        # MLflow's latest acc_clean is the last epoch's (step = epochs, all eval_size images);
-        # the final evaluation logs it at step 0 on the attacked images, like the robust ones.
+        # The final evaluation logs acc_clean at step 0 on the attacked images (like the robust
+        # metrics); the held-out accuracy after each epoch (all eval_size images) is
+        # epoch_acc_clean. Runs logged before that name existed hold both under acc_clean.
         hist = client.get_metric_history(r.info.run_id, "acc_clean")
-        r.data.metrics["acc_clean_eval"] = max(hist, key=lambda m: m.step).value
+        per_epoch = (client.get_metric_history(r.info.run_id, "epoch_acc_clean")
+                     or [m for m in hist if m.step > 0])
+        r.data.metrics["acc_clean_eval"] = max(per_epoch, key=lambda m: m.step).value
         r.data.metrics["acc_clean"] = next(m.value for m in hist if m.step == 0)
     return client, done, (parent[0] if parent else None), len(runs)
 

@@ -55,6 +55,11 @@ def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
         assert r.data.metrics["epochs_done"] == 2
         assert r.data.params["regularizer"] in ("none", "jasmin", "specformer")
         assert [m.step for m in c.get_metric_history(r.info.run_id, "loss")] == [1, 2]
+        # the held-out accuracy per epoch has its own name, so MLflow's latest acc_clean
+        # (what the UI and `lipsweep pareto` read) is the final evaluation's
+        assert [m.step for m in c.get_metric_history(r.info.run_id, "epoch_acc_clean")] == \
+            [1, 2]
+        assert [m.step for m in c.get_metric_history(r.info.run_id, "acc_clean")] == [0]
         arts = {a.path for a in c.list_artifacts(r.info.run_id)}
         assert {"checkpoint", "lipschitz"} <= arts
         assert "lipsweep.checkpoint" in r.data.tags

@@ -25,6 +25,16 @@ _log = logging.getLogger("lipsweep.sweep")
 
 EPOCH_KEYS = ("loss", "loss_ce", "loss_reg", "acc_clean", "lr", "epoch_seconds",
               "train_images_per_s")
+# MLflow names of per-epoch values that would collide with a final SPEC metric: the held-out
+# accuracy after each epoch (all eval_size images) is not the final acc_clean (the images the
+# attacks use), and MLflow's latest value, which the UI and `lipsweep pareto` read, must be
+# the final one.
+EPOCH_MLFLOW_NAMES = {"acc_clean": "epoch_acc_clean"}
+
+
+def epoch_metrics(values: dict[str, Any]) -> dict[str, float]:
+    """The per-epoch values of a Tune result (or checkpoint history entry), MLflow-named."""
+    return {EPOCH_MLFLOW_NAMES.get(k, k): values[k] for k in EPOCH_KEYS if k in values}
 
 
 @dataclass
@@ -91,7 +101,7 @@ class MlflowSweepCallback(Callback):
         epoch = int(result.get("epoch", 0))
         if epoch > self.tracker.last_step(run_id) + 1:
             self._backfill_epochs(run_id, trial, epoch)
-        metrics = {k: result[k] for k in EPOCH_KEYS if k in result}
+        metrics = epoch_metrics(result)
         metrics["epoch"] = epoch
         self.tracker.log_metrics(run_id, metrics, step=epoch)
 
@@ -113,7 +123,7 @@ class MlflowSweepCallback(Callback):
                        trial.trial_id, missing)
         found = [e for e in range(first, epoch) if e in by_epoch]
         for e in found:
-            metrics = {k: by_epoch[e][k] for k in EPOCH_KEYS if k in by_epoch[e]}
+            metrics = epoch_metrics(by_epoch[e])
             self.tracker.log_metrics(run_id, {**metrics, "epoch": e}, step=e)
         if found:
             _log.warning("trial %s: logged epochs %s to MLflow from its checkpoint history",
