@@ -280,7 +280,15 @@ Host 127.0.0.1
                 # HOME for all; TMPDIR too, except for shells, whose /proc environ is what sshd
                 # gave them (they export the rest later); RAY_TMPDIR, where set (Ray passes its
                 # session folder to the processes it starts as an argument).
-                required = ("HOME",) if comm in ("bash", "sh", "rsync") else ("HOME", "TMPDIR")
+                # Ray's own processes retitle themselves (setproctitle): a long title such as
+                # "ray::DashboardAgent" is written over the start of their environ block, so
+                # any variable may be gone there; whatever is left is still checked.
+                if comm.startswith("ray::"):
+                    required: tuple[str, ...] = ()
+                elif comm in ("bash", "sh", "rsync"):
+                    required = ("HOME",)
+                else:
+                    required = ("HOME", "TMPDIR")
                 for key in ("HOME", "TMPDIR", "RAY_TMPDIR"):
                     value = env.get(key)
                     if (key in required or value is not None) \
