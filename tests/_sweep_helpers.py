@@ -215,13 +215,20 @@ def ray_sandbox() -> Iterator[RaySandbox]:
         box.cleanup()
 
 
-def popen_sweep(cmd: list[str], cwd: Path, box: RaySandbox, log: Path) -> subprocess.Popen:
-    """Start a sweep in the background, output to ``log`` (a file: a full pipe would block)."""
-    fh = open(log, "ab")
+@contextmanager
+def sweep_process(cmd: list[str], cwd: Path, box: RaySandbox, log: Path
+                  ) -> Iterator[subprocess.Popen]:
+    """A sweep running in the background, output to ``log`` (a file: a full pipe would block);
+    killed on the way out if the test left it running."""
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=box.env(), stdout=fh,
+                                stderr=subprocess.STDOUT)
     try:
-        return subprocess.Popen(cmd, cwd=cwd, env=box.env(), stdout=fh, stderr=subprocess.STDOUT)
+        yield proc
     finally:
-        fh.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def run_sweep_cli(cmd: list[str], cwd: Path, box: RaySandbox, timeout: float = 1200

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _sweep_helpers import (ROOT, TINY_FLAT, MlflowServer, children, client, parents,
-                            popen_sweep, ray_sandbox, run_sweep_cli, runs, sqlite_uri, steps,
-                            sweep_cmd, trial_workers, wait_for, write_space)
+                            ray_sandbox, run_sweep_cli, runs, sqlite_uri, steps, sweep_cmd,
+                            sweep_process, trial_workers, wait_for, write_space)
 
 pytestmark = pytest.mark.faults
 
@@ -70,8 +70,7 @@ def test_worker_killed_twice_resumes_from_checkpoint_without_gaps(tmp_path):
     uri, log = sqlite_uri(tmp_path), tmp_path / "sweep.log"
     killed = []
     with ray_sandbox() as box:
-        proc = popen_sweep(sweep_cmd(tmp_path, space), tmp_path, box, log)
-        try:
+        with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log) as proc:
             for after_epoch in (1, 3):  # kill while the next epoch is being trained
                 wait_for(lambda: _kid_epochs(uri) >= after_epoch, 900,
                          f"epoch {after_epoch} in MLflow", proc, poll_s=0.2)
@@ -83,10 +82,6 @@ def test_worker_killed_twice_resumes_from_checkpoint_without_gaps(tmp_path):
                 killed.append(workers[0])
                 wait_for(lambda: workers[0] not in trial_workers(proc.pid), 60, "worker gone")
             proc.wait(timeout=1200)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
     out = _log_text(log)
     assert proc.returncode == 0, out[-4000:]
     (kid,) = children(uri)
@@ -116,15 +111,11 @@ def test_driver_sigkill_then_resume_finishes_each_trial_exactly_once(tmp_path):
     space = write_space(tmp_path, THREE, epochs=epochs)
     uri, log = sqlite_uri(tmp_path), tmp_path / "sweep.log"
     with ray_sandbox() as box:
-        proc = popen_sweep(sweep_cmd(tmp_path, space), tmp_path, box, log)
-        try:  # kill right after the first trial finished: others running / pending
+        with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log) as proc:
+            # kill right after the first trial finished: others running / pending
             wait_for(lambda: _finished(uri) >= 1, 1200, "a finished trial", proc, poll_s=0.2)
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
         assert proc.returncode == -signal.SIGKILL
         (parent,) = parents(uri)
         assert parent.info.status == "RUNNING"  # nobody could close it: that is the fault
@@ -169,9 +160,8 @@ def test_tracking_server_outage_loses_nothing(tmp_path):
     log = tmp_path / "sweep.log"
     try:
         with ray_sandbox() as box:
-            proc = popen_sweep(sweep_cmd(tmp_path, space, tracking_uri=server.uri), tmp_path,
-                               box, log)
-            try:
+            with sweep_process(sweep_cmd(tmp_path, space, tracking_uri=server.uri), tmp_path,
+                               box, log) as proc:
                 wait_for(lambda: _kid_epochs(store) >= 1, 900, "epoch 1 in MLflow", proc,
                          poll_s=0.2)
                 server.stop()
@@ -185,10 +175,6 @@ def test_tracking_server_outage_loses_nothing(tmp_path):
                 time.sleep(max(0.0, 15 - (time.time() - down)))  # an outage of >= 15 s
                 server.start()
                 proc.wait(timeout=1200)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
         out = _log_text(log)
         assert proc.returncode == 0, out[-4000:]
         assert "buffered writes delivered" in out

@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
-from _sweep_helpers import FIXED, sqlite_uri, sweep_cmd, write_space
-from _sweep_helpers import client as _client
+from _sweep_helpers import (FIXED, children, client, epochs_logged, parents, runs, sqlite_uri,
+                            sweep_cmd, wait_for, write_space)
 
 pytestmark = pytest.mark.slow
 SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
@@ -22,34 +20,20 @@ FOUR = """  - regularizer: none
 """
 
 
-def client(tmp_path: Path):
-    return _client(sqlite_uri(tmp_path))
-
-
-def runs(tmp_path: Path):
-    c = client(tmp_path)
-    exp = c.get_experiment_by_name("exp")
-    return c.search_runs([exp.experiment_id], max_results=1000)
-
-
-def children(tmp_path: Path):
-    return [r for r in runs(tmp_path) if r.data.tags.get("lipsweep.kind") == "trial"]
-
-
 def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
     space = write_space(tmp_path, FOUR)
     proc = subprocess.run(sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    all_runs = runs(tmp_path)
-    parents = [r for r in all_runs if r.data.tags.get("lipsweep.kind") == "sweep"]
-    kids = children(tmp_path)
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    uri = sqlite_uri(tmp_path)
+    (parent,) = parents(uri)
+    kids = children(uri)
+    assert parent.info.status == "FINISHED"
     assert len(kids) == 4
-    c = client(tmp_path)
+    c = client(uri)
     for r in kids:
         assert r.info.status == "FINISHED"
-        assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert r.data.tags["mlflow.parentRunId"] == parent.info.run_id
         for m in SPEC_METRICS:
             assert m in r.data.metrics, (m, r.data.metrics)
         assert r.data.metrics["epochs_done"] == 2
@@ -66,7 +50,7 @@ def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
     regs = sorted(r.data.params["regularizer"] for r in kids)
     assert regs == ["jasmin", "jasmin", "none", "specformer"]
     assert "jasmin k=10" in proc.stderr  # one console line per trial event
-    parent_arts = {a.path for a in c.list_artifacts(parents[0].info.run_id)}
+    parent_arts = {a.path for a in c.list_artifacts(parent.info.run_id)}
     assert "space.yaml" in parent_arts
 
 
@@ -79,7 +63,7 @@ def test_nan_trial_fails_with_reason_and_others_finish(tmp_path):
                           text=True, timeout=900)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "1 failed" in proc.stdout and "loss became" in proc.stdout
-    kids = {r.data.params["lr"]: r for r in children(tmp_path)}
+    kids = {r.data.params["lr"]: r for r in children(sqlite_uri(tmp_path))}
     assert kids["1000000.0"].info.status == "FAILED"
     assert "loss became" in kids["1000000.0"].data.tags["lipsweep.failure"]
     assert kids["0.001"].info.status == "FINISHED"
@@ -96,47 +80,31 @@ def test_existing_sweep_needs_resume_and_resume_needs_a_sweep(tmp_path):
     assert proc.returncode == 2 and "no sweep" in proc.stderr
 
 
-def _wait_for(pred, timeout: float, what: str):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return
-        time.sleep(1.0)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _epochs_logged(tmp_path: Path) -> int:
-    try:
-        c = client(tmp_path)
-        return sum(len(c.get_metric_history(r.info.run_id, "epoch")) for r in children(tmp_path))
-    except Exception:  # noqa: BLE001 - the store may not exist yet
-        return 0
-
-
 def test_sigint_then_resume_finishes_each_trial_exactly_once(tmp_path):
     space = write_space(tmp_path, FOUR, epochs=3)
+    uri = sqlite_uri(tmp_path)
     proc = subprocess.Popen(sweep_cmd(tmp_path, space), cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for(lambda: _epochs_logged(tmp_path) >= 2, 600, "two epochs logged")
+        wait_for(lambda: epochs_logged(uri) >= 2, 600, "two epochs logged")
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, out[-3000:]
-    assert all(r.info.status != "RUNNING" for r in runs(tmp_path))
+    assert all(r.info.status != "RUNNING" for r in runs(uri))
     proc2 = subprocess.run(sweep_cmd(tmp_path, space, "--resume"), cwd=tmp_path,
                            capture_output=True, text=True, timeout=900)
     assert proc2.returncode == 0, proc2.stdout + proc2.stderr[-4000:]
-    kids = children(tmp_path)
+    kids = children(uri)
     assert len(kids) == 4 and len({r.data.tags["lipsweep.trial_id"] for r in kids}) == 4
     assert all(r.info.status == "FINISHED" for r in kids)
-    c = client(tmp_path)
+    c = client(uri)
     for r in kids:  # no epoch repeated, none missing
         assert [m.step for m in c.get_metric_history(r.info.run_id, "epoch")] == [1, 2, 3]
-    parents = [r for r in runs(tmp_path) if r.data.tags.get("lipsweep.kind") == "sweep"]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    (parent,) = parents(uri)
+    assert parent.info.status == "FINISHED"
 
 
 def test_optuna_multi_objective_with_asha_learns_from_final_reports(tmp_path):
@@ -163,7 +131,7 @@ max_concurrent_trials: 1
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "did not include the specified metric" not in out
-    kids = children(tmp_path)
+    kids = children(sqlite_uri(tmp_path))
     assert len(kids) == 4
     lrs = {float(r.data.params["lr"]) for r in kids}
     assert len(lrs) == 4 and all(1e-4 <= lr <= 3e-3 for lr in lrs)
