@@ -159,8 +159,3 @@ def from_mapping(cls: type, values: Mapping[str, Any], *, strict: bool = True) -
         return cls(**kwargs)
     except TypeError as exc:  # pragma: no cover - guarded by the unknown-key check
         raise ConfigError(cls.__name__, str(exc)) from exc
-    except OSError as exc:  # a path setting the OS refuses outright (e.g. name too long)
-        field = next((k for k, v in kwargs.items() if isinstance(v, str) and v
-                      and exc.filename in (v, str(Path(v)))), cls.__name__)
-        raise ConfigError(field, f"not a usable path ({exc.strerror}): {show(exc.filename)}"
-                          ) from None

@@ -88,10 +88,10 @@ class ModelConfig:
             raise ConfigError("drop_path", f"must be in [0, 1), got {self.drop_path}")
         if self.pretrained not in ("", "hub"):  # absolute: Tune workers run elsewhere
             self.pretrained = absolute_path("pretrained", self.pretrained)
-        if self.pretrained not in ("", "hub") and not Path(self.pretrained).is_file():
-            raise ConfigError("pretrained", f"no such weights file: {self.pretrained!r}. Use "
-                              "'hub' to download from the Hugging Face hub, '' for random "
-                              "init, or a path to a local .safetensors/.pth file")
+            if not Path(self.pretrained).is_file():
+                raise ConfigError("pretrained", f"no such weights file: {self.pretrained!r}. "
+                                  "Use 'hub' to download from the Hugging Face hub, '' for "
+                                  "random init, or a path to a local .safetensors/.pth file")
 
     def validate_name(self) -> None:
         """Check the architecture exists in the installed timm (imports timm)."""
