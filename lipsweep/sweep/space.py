@@ -223,11 +223,11 @@ def _parse_search(raw: Any, path: str) -> SearchSpec:
     if algo not in ("random", "optuna"):
         raise _err("search.algorithm", f"must be random or optuna, got {algo!r}", path)
     n = raw.get("num_samples")
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_TRIALS:
+    if not _int_in(n, 1, MAX_TRIALS):
         raise _err("search.num_samples", f"must be an integer in [1, {MAX_TRIALS}], got "
                    f"{show(n)}", path)
     seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) > INT_LIMIT:
+    if not _int_in(seed, -INT_LIMIT, INT_LIMIT):
         raise _err("search.seed", f"must be an integer, got {show(seed)}", path)
     metric = _as_list(raw.get("metric", "acc_pgd_4"))
     if not metric or not all(isinstance(m, str) and m for m in metric):
@@ -256,11 +256,15 @@ def _parse_scheduler(raw: Any, path: str) -> SchedulerSpec:
         val = getattr(spec, key)
         if not _finite(val) or val < 1:
             raise _err(f"scheduler.{key}", f"must be a number >= 1, got {show(val)}", path)
-    if spec.max_t is not None and (isinstance(spec.max_t, bool) or not isinstance(
-            spec.max_t, int) or not 1 <= spec.max_t <= INT_LIMIT):
+    if spec.max_t is not None and not _int_in(spec.max_t, 1, INT_LIMIT):
         raise _err("scheduler.max_t", f"must be a positive integer, got {show(spec.max_t)}",
                    path)
     return spec
+
+
+def _int_in(val: Any, lo: int, hi: int) -> bool:
+    """An integer (not bool) in [lo, hi]."""
+    return isinstance(val, int) and not isinstance(val, bool) and lo <= val <= hi
 
 
 def _finite(val: Any) -> bool:
@@ -372,7 +376,7 @@ def load_space(path: str | Path) -> SweepSpec:
     mct = raw.get("max_concurrent_trials", 0)
     mf = raw.get("max_failures", 2)
     for key, val in (("max_concurrent_trials", mct), ("max_failures", mf)):
-        if isinstance(val, bool) or not isinstance(val, int) or not 0 <= val <= INT_LIMIT:
+        if not _int_in(val, 0, INT_LIMIT):
             raise _err(key, f"must be an integer >= 0, got {show(val)}", p)
     return SweepSpec(
         name=name, path=p, text=Path(p).read_text(), fixed=fixed, trials=trials, search=search,
