@@ -33,6 +33,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from lipsweep.attention import attention_probs
 from lipsweep.lipschitz._krylov import lanczos_top_eigenvalue, start_vector
 from lipsweep.lipschitz.softmax_jacobian import g1, softmax_jacobian_norm
 from lipsweep.models import attention_modules
@@ -97,18 +98,15 @@ def _per_head(x: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def head_probs(x: torch.Tensor, w: HeadWeights) -> torch.Tensor:
-    """P = softmax(X A X^T) of every head: x (B, N, D) -> (B, H, N, N)."""
+    """P = softmax(X A X^T) of every head: x (B, N, D) or (B, H, N, D) -> (B, H, N, N)."""
     xh = _per_head(x, w.num_heads)
-    q, k = _proj(xh, w.wq, w.bq), _proj(xh, w.wk, w.bk)
-    return ((q * w.scale) @ k.transpose(-2, -1)).softmax(-1)
+    return attention_probs(_proj(xh, w.wq, w.bq), _proj(xh, w.wk, w.bk), w.scale)
 
 
 def head_forward(x: torch.Tensor, w: HeadWeights) -> torch.Tensor:
     """Attn_h(X) = P X W_V of every head. x (B, N, D) shared, or (B, H, N, D) one per head;
     output (B, H, N, d)."""
-    xh = _per_head(x, w.num_heads)
-    q, k, v = _proj(xh, w.wq, w.bq), _proj(xh, w.wk, w.bk), _proj(xh, w.wv, w.bv)
-    return ((q * w.scale) @ k.transpose(-2, -1)).softmax(-1) @ v
+    return head_probs(x, w) @ _proj(_per_head(x, w.num_heads), w.wv, w.bv)
 
 
 def _augmented(x: torch.Tensor, w: HeadWeights
