@@ -69,8 +69,13 @@ def fmt(values: list[float], digits: int) -> str:
     return f"{a.mean():.{digits}f} ± {sd:.{digits}f}"
 
 
+def arm_order(arms: dict[str, list]) -> list[str]:
+    """Baseline first, then Specformer, then the JaSMin arms by name (the paper's row order)."""
+    return sorted(arms, key=lambda a: (a != "Baseline", not a.startswith("Spec"), a))
+
+
 def tables(arms: dict[str, list]) -> str:
-    order = sorted(arms, key=lambda a: (a != "Baseline", not a.startswith("Spec"), a))
+    order = arm_order(arms)
     seeds = sorted({int(r.data.params["seed"]) for runs in arms.values() for r in runs})
     lines = ["| arm | seeds | " + " | ".join(h for _, h in METRICS) + " |",
              "|---|---:|" + "---:|" * len(METRICS)]
@@ -110,7 +115,7 @@ def lipschitz_figure(client, arms: dict[str, list], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    order = sorted(arms, key=lambda a: (a != "Baseline", not a.startswith("Spec"), a))
+    order = arm_order(arms)
     with tempfile.TemporaryDirectory() as tmp:
         data = {}
         for arm in order:
