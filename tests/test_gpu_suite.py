@@ -1,0 +1,136 @@
+"""benchmarks/gpu_suite.py and `lipsweep train` run where Ray, MLflow and Optuna are missing.
+
+The GPU machine has torch and timm but no Ray, MLflow or Optuna (issue 17, item 6). These tests
+run both entry points in a subprocess whose ``sitecustomize`` (put first on PYTHONPATH) makes
+every import of those packages raise ImportError and log the attempt, so an import that a
+``try/except ImportError`` would swallow still fails the test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKED = ("ray", "mlflow", "optuna")
+
+SITECUSTOMIZE = f'''
+import os, sys
+
+class _Blocker:
+    """Meta-path finder: importing {BLOCKED} raises ImportError and is logged."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {BLOCKED!r}:
+            with open(os.environ["GPU_SUITE_BLOCK_LOG"], "a") as fh:
+                fh.write(name + "\\n")
+            raise ImportError(f"{{name}} is blocked (the GPU machine has no Ray/MLflow/Optuna)")
+        return None
+
+sys.meta_path.insert(0, _Blocker())
+'''
+
+
+def _blocked_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    site = tmp_path / "blocker"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    log = tmp_path / "blocked_imports.txt"
+    log.write_text("")
+    env = dict(os.environ, GPU_SUITE_BLOCK_LOG=str(log), PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    return env, log
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_blocker_blocks_ray_mlflow_optuna(tmp_path: Path) -> None:
+    env, log = _blocked_env(tmp_path)
+    code = "import importlib\nfor m in ('ray', 'mlflow', 'optuna'):\n" \
+           "    try:\n        importlib.import_module(m)\n" \
+           "    except ImportError:\n        print('blocked', m)\n"
+    proc = _run([sys.executable, "-c", code], env, 60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["blocked", "ray", "blocked", "mlflow", "blocked", "optuna"]
+    assert log.read_text().split() == list(BLOCKED)
+
+
+@pytest.mark.slow
+def test_lipsweep_train_needs_no_ray_mlflow_optuna(tmp_path: Path) -> None:
+    env, log = _blocked_env(tmp_path)
+    out = tmp_path / "run"
+    proc = _run([sys.executable, "-m", "lipsweep", "train", "configs/tiny.yaml",
+                 "--set", "epochs=1", "--set", "depth=1", "--set", "train_size=64",
+                 "--set", "eval_size=16", "--set", "evaluate=false", "--out", str(out)],
+                env, 300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert log.read_text() == "", f"lipsweep train imported {log.read_text().split()}"
+    assert "acc_clean" in json.loads((out / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
+    """The whole suite, --device cpu --quick: every section and key, no errors, no Ray."""
+    env, log = _blocked_env(tmp_path)
+    out = tmp_path / "suite.json"
+    # a generous budget: on a loaded CI box every optional part still runs
+    proc = _run([sys.executable, "benchmarks/gpu_suite.py", "--device", "cpu", "--quick",
+                 "--budget-s", "1200", "--out", str(out)], env, 900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert log.read_text() == "", f"gpu_suite imported {log.read_text().split()}"
+    data = json.loads(out.read_text())
+    assert data["errors"] == [], data["errors"]
+    assert data["meta"]["quick"] is True and data["meta"]["device"] == "cpu"
+    for section in ("train", "regularizers", "attacks", "lipschitz", "checkpoint", "trial"):
+        assert section in data and "error" not in data[section], section
+
+    train = data["train"]
+    assert train["flops_per_image"] > 0 and train["matmul"]["bf16_tflops"] > 0
+    for mode in ("fp32", "tf32", "bf16"):
+        for batch in (8, 16):
+            run = train["runs"][f"{mode}_b{batch}"]
+            assert run["step_ms"] > 0 and run["mfu_vs_bf16_matmul"] > 0
+            assert run["peak_mem_gib"] is None                     # CPU: no CUDA allocator
+    assert train["runs"]["bf16_compile_b8"]["step_ms"] > 0
+    assert train["runs"]["bf16_compile_b8"]["compile_s"] > 0
+
+    regs = data["regularizers"]["variants"]
+    assert set(regs) == {"baseline", "jasmin_k10_mean", "jasmin_k10_max", "jasmin_k0_mean",
+                         "specformer"}
+    assert regs["baseline"]["ratio"] == 1.0
+    assert all(r["ratio"] > 0 and r["syncs_per_step"] is None for r in regs.values())
+
+    ckpt = data["checkpoint"]
+    assert ckpt["eval_clean"]["fp32_s_per_10k"] > 0 and ckpt["eval_clean"]["bf16_s_per_10k"] > 0
+    assert ckpt["save"]["save_s"] > 0 and ckpt["save"]["bytes"] > 0
+
+    att = data["attacks"]
+    for name in ("pgd4", "fgsm"):
+        assert att[name]["fp32_images_per_s"] > 0 and att[name]["bf16_images_per_s"] > 0
+        assert "acc_diff_bf16_minus_fp32" in att[name]
+    for stage in ("apgd-ce", "apgd-t", "fab-t", "square"):
+        assert att["autoattack"][stage]["seconds"] > 0, stage
+
+    lip = data["lipschitz"]
+    assert lip["jacobian_c10"]["route"] == "exact" and lip["jacobian_c100"]["route"] == "lanczos"
+    heads = lip["head_bounds"]
+    for key in ("matvec_s", "ritz_eigh_and_rest_s", "bounds_svd_device_s", "bounds_svd_cpu_s",
+                "ritz_eigh_16_cpu_ms", "measure_head_bounds_s"):
+        assert heads[key] >= 0, key
+    assert lip["summary_c100"]["seconds"] > 0
+
+    trial = data["trial"]
+    assert trial["run_trial"]["config"]["device"] == "cpu"
+    assert {"acc_clean", "acc_pgd_4", "acc_aa_2"} <= set(trial["run_trial"]["metrics"])
+    proj = trial["projection"]
+    assert proj["missing"] == [] and proj["hours"] > 0
+    assert set(proj["parts_s"]) == {"train_s", "epoch_eval_s", "checkpoints_s", "final_clean_s",
+                                    "fgsm_2eps_s", "pgd4_2eps_s", "aa_s", "lipschitz_s"}
+    assert abs(sum(proj["parts_s"].values()) - proj["total_s"]) < 1.0
