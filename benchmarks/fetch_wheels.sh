@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Fetch the wheels benchmarks/gpu_suite.py needs on the GPU machine into .whl/ (git-ignored).
+#
+# The GPU machine (docs/benchmarks.md, "GPU path") has Python 3.12, torch 2.11, timm, numpy,
+# PyYAML, safetensors, tqdm and matplotlib, no network, and no pyautoattack. This downloads,
+# from PyPI, on this machine:
+#   - pyautoattack==0.2.0  (AutoAttack; pure Python, needs only torch and numpy), and
+#   - timm==1.0.31         (the lock's version, so the ViT is built by the same timm code).
+# Ray, MLflow and Optuna are not needed: the suite and `lipsweep train` import none of them.
+#
+# Usage (from anywhere):  bash benchmarks/fetch_wheels.sh
+# Then on the device:     python3 -m pip install -q --no-index --no-deps --no-compile \
+#                           --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+#                           && export PYTHONPATH=/tmp/site
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+rm -rf .whl
+mkdir -p .whl
+"$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux1_x86_64 -d .whl pyautoattack==0.2.0 timm==1.0.31
+ls -l .whl
