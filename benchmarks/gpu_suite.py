@@ -118,9 +118,9 @@ class Sizes:
 FULL = Sizes(model={"model": "vit_base_patch16_224"}, batches=(64, 256, 512),
              compile_batches=(64, 256, 512), reg_batch=512, warmup=3, steps=10, rounds=3,
              matmul_n=8192, eval_images=10_000, brief_epochs=6, brief_train=2000,
-             attack_images=1000, aa_images=1000, lip_images=64, head_images=16,
+             attack_images=1000, aa_images=500, lip_images=64, head_images=8,
              summary_images=500, trial_train=2000, trial_batch=256, trial_eval=500,
-             budget_s=420.0)
+             budget_s=450.0)
 QUICK = Sizes(model={"model": "vit_tiny_patch16_224", "depth": 2, "embed_dim": 64,
                      "num_heads": 2}, batches=(8, 16), compile_batches=(8,), reg_batch=16,
               warmup=1, steps=2, rounds=2, matmul_n=256, eval_images=128, brief_epochs=1,

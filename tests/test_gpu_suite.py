@@ -134,3 +134,26 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
     assert set(proj["parts_s"]) == {"train_s", "epoch_eval_s", "checkpoints_s", "final_clean_s",
                                     "fgsm_2eps_s", "pgd4_2eps_s", "aa_s", "lipschitz_s"}
     assert abs(sum(proj["parts_s"].values()) - proj["total_s"]) < 1.0
+
+
+def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
+    """gpu_report.py turns the kept CPU quick JSON, and a run cut short, into the tables."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_report
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    data = json.loads((ROOT / "benchmarks" / "gpu_suite_cpu_quick.json").read_text())
+    text = gpu_report.report(data)
+    for heading in ("Train step", "Regularizers", "Per-epoch evaluation", "Attacks",
+                    "Lipschitz estimators", "Trial and projection"):
+        assert f"### {heading}" in text
+    assert "| jasmin_k10_mean |" in text and "| bf16_compile | 8 |" in text
+    assert f"**{data['trial']['projection']['hours']:.3f} h**" in text
+    partial = {"meta": {"gpu": "H100"}, "errors": ["attacks: RuntimeError: boom"],
+               "train": {"runs": {"bf16_b512": {"mode": "bf16", "batch": 512,
+                                                "step_ms": 90.0}}},
+               "attacks": {"autoattack": {"skipped": "pyautoattack is not importable"}}}
+    text = gpu_report.report(partial)
+    assert "| bf16 | 512 | 90.00 | - |" in text and "Device: **H100**" in text
+    assert "AutoAttack: skipped" in text and "attacks: RuntimeError: boom" in text
