@@ -709,7 +709,7 @@ def section_lipschitz(s: Suite) -> None:
 
 def section_trial(s: Suite) -> None:
     sec = s.data.setdefault("trial", {})
-    dev, sz = s.device, s.sizes
+    sz = s.sizes
     with s.guard(sec, "run_trial", optional=True) as r:
         if "skipped" not in r:
             _run_trial(s, r)

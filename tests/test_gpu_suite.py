@@ -157,3 +157,56 @@ def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
     text = gpu_report.report(partial)
     assert "| bf16 | 512 | 90.00 | - |" in text and "Device: **H100**" in text
     assert "AutoAttack: skipped" in text and "attacks: RuntimeError: boom" in text
+
+
+def _suite_module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_suite
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return gpu_suite
+
+
+def test_guard_records_one_failure_and_the_suite_goes_on(tmp_path: Path) -> None:
+    gs = _suite_module()
+    import torch
+
+    suite = gs.Suite(tmp_path / "s.json", torch.device("cpu"), gs.QUICK, quick=True)
+    sec: dict = {}
+    with suite.guard(sec, "broken") as r:
+        r["partial"] = 1
+        raise RuntimeError("boom\nsecond line")
+    with suite.guard(sec, "fine") as r:
+        r["value"] = 2
+    assert sec["broken"]["error"] == "RuntimeError: boom" and sec["broken"]["partial"] == 1
+    assert sec["fine"]["value"] == 2 and "error" not in sec["fine"]
+    assert suite.data["errors"] == ["broken: RuntimeError: boom"]
+    suite.sizes = gs.Sizes(**{**gs.QUICK.__dict__, "budget_s": -1.0})
+    ran = []
+    with suite.guard(sec, "optional", optional=True) as r:
+        if "skipped" not in r:
+            ran.append(1)
+    assert not ran and "time budget" in sec["optional"]["skipped"]
+    suite.write()
+    assert json.loads((tmp_path / "s.json").read_text())["errors"] == suite.data["errors"]
+
+
+def test_projection_arithmetic() -> None:
+    """One paper trial = 40 x 97 steps + 41 clean passes + 40 checkpoints + attacks + Lipschitz."""
+    gs = _suite_module()
+    data = {"train": {"runs": {"bf16_b512": {"step_ms": 100.0}}},
+            "regularizers": {"variants": {"baseline": {"ratio": 1.0}, "j": {"ratio": 1.5}}},
+            "checkpoint": {"eval_clean": {"fp32_s_per_10k": 2.0}, "save": {"save_s": 1.0}},
+            "attacks": {"pgd4": {"fp32_images_per_s": 909.0}, "fgsm": {"fp32_images_per_s": 1818.0},
+                        "autoattack": {st: {"s_per_1000": 10.0} for st in gs.AA_STAGES}},
+            "lipschitz": {"summary_c100": {"seconds": 5.0, "images": 500}}}
+    proj = gs.project_paper_trial(data, "cuda", 512)
+    parts = proj["parts_s"]
+    assert parts["train_s"] == 388.0                                 # 40 x 97 x 0.1 s
+    assert parts["epoch_eval_s"] == 80.0 and parts["final_clean_s"] == 2.0
+    assert parts["checkpoints_s"] == 40.0 and parts["lipschitz_s"] == 5.0
+    assert parts["pgd4_2eps_s"] == 20.0 and parts["fgsm_2eps_s"] == 10.0   # 2 x 9090 images
+    assert parts["aa_s"] == round(1e4 * 0.01 * (0.909 + 0.2685 + 2 * 0.0212), 1)
+    assert proj["missing"] == [] and proj["total_s"] == round(sum(parts.values()), 1)
+    assert proj["hours_slowest_regularizer"] == round((proj["total_s"] + 194.0) / 3600, 4)
