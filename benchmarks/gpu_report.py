@@ -69,7 +69,8 @@ def train_tables(d: dict[str, Any]) -> str:
            f"{fmt(_get(tr, 'matmul', 'bf16_tflops'), 3)} TFLOP/s.", ""]
     rows = []
     for key, r in tr.get("runs", {}).items():
-        rows.append([r.get("mode", key), fmt(r.get("batch")), fmt(r.get("step_ms")),
+        mode = r.get("mode", key) + (f" ({r['graph']} graph)" if r.get("graph") else "")
+        rows.append([mode, fmt(r.get("batch")), fmt(r.get("step_ms")),
                      fmt(r.get("images_per_s"), 0), fmt(r.get("peak_mem_gib")),
                      pct(r.get("mfu_vs_bf16_matmul")), fmt(r.get("compile_s"), 1)])
     out.append(table(["mode", "batch", "ms/step", "images/s", "peak GiB", "MFU vs bf16 matmul",

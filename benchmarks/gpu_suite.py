@@ -116,7 +116,7 @@ class Sizes:
 
 
 FULL = Sizes(model={"model": "vit_base_patch16_224"}, batches=(64, 256, 512),
-             compile_batches=(64, 256, 512), reg_batch=512, warmup=3, steps=10, rounds=3,
+             compile_batches=(512, 256, 64), reg_batch=512, warmup=3, steps=10, rounds=3,
              matmul_n=8192, eval_images=10_000, brief_epochs=6, brief_train=2000,
              attack_images=1000, aa_images=500, lip_images=64, head_images=8,
              summary_images=500, trial_train=2000, trial_batch=256, trial_eval=500,
@@ -369,8 +369,12 @@ def section_train(s: Suite) -> None:
                 if "skipped" in r:
                     continue
                 r.update(mode=mode, batch=batch)
-                if mode == "bf16_compile" and compiled is None:
-                    compiled = torch.compile(model)
+                if mode == "bf16_compile":
+                    # the first batch gets the static graph a trial runs (one batch size);
+                    # the next ones the dynamic-batch graph of torch.compile's recompile
+                    r["graph"] = "static" if compiled is None else "dynamic"
+                    if compiled is None:
+                        compiled = torch.compile(model)
                 net = compiled if mode == "bf16_compile" else model
                 opt = build_optimizer(model, OptimConfig(lr=0.01))
                 batches = random_batches(sz.steps, batch, PAPER["num_classes"], dev)

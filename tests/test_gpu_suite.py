@@ -100,6 +100,7 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
             assert run["peak_mem_gib"] is None                     # CPU: no CUDA allocator
     assert train["runs"]["bf16_compile_b8"]["step_ms"] > 0
     assert train["runs"]["bf16_compile_b8"]["compile_s"] > 0
+    assert train["runs"]["bf16_compile_b8"]["graph"] == "static"
 
     regs = data["regularizers"]["variants"]
     assert set(regs) == {"baseline", "jasmin_k10_mean", "jasmin_k10_max", "jasmin_k0_mean",
@@ -148,7 +149,7 @@ def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
     for heading in ("Train step", "Regularizers", "Per-epoch evaluation", "Attacks",
                     "Lipschitz estimators", "Trial and projection"):
         assert f"### {heading}" in text
-    assert "| jasmin_k10_mean |" in text and "| bf16_compile | 8 |" in text
+    assert "| jasmin_k10_mean |" in text and "| bf16_compile (static graph) | 8 |" in text
     assert f"**{data['trial']['projection']['hours']:.3f} h**" in text
     partial = {"meta": {"gpu": "H100"}, "errors": ["attacks: RuntimeError: boom"],
                "train": {"runs": {"bf16_b512": {"mode": "bf16", "batch": 512,
