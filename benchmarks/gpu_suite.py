@@ -53,7 +53,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import torch
 
@@ -66,6 +66,9 @@ from lipsweep.engine import autocast_context, build_optimizer, evaluate_clean  #
 from lipsweep.engine import train_one_epoch  # noqa: E402
 from lipsweep.models import ModelConfig, PixelModel, create_model  # noqa: E402
 from lipsweep.regularizers import Regularizer, create_regularizer  # noqa: E402
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lipsweep.lipschitz import HeadWeights
 
 _log = logging.getLogger("gpu_suite")
 
@@ -658,7 +661,8 @@ def _head_split(s: Suite, model: PixelModel, x: torch.Tensor) -> dict[str, Any]:
     return out
 
 
-def _weights_to(w: Any, device: torch.device) -> Any:
+def _weights_to(w: "HeadWeights", device: torch.device) -> "HeadWeights":
+    """The head's projections on ``device`` (for the CPU vs device placement of the SVDs)."""
     from lipsweep.lipschitz import HeadWeights
 
     move = (lambda t: None if t is None else t.to(device))
@@ -763,7 +767,7 @@ def _get(d: dict, *keys: str) -> Any:
     return d
 
 
-def project_paper_trial(data: dict[str, Any], device: torch.device,
+def project_paper_trial(data: dict[str, Any], device: torch.device | str,
                         batch: int) -> dict[str, Any]:
     """Device-hours of one paper trial (SPEC §2.7) from the suite's own figures, with the sums.
 
