@@ -74,6 +74,11 @@ def test_missing_datasets_are_refused_with_one_line(tmp_path, cache, capsys):
         info.value)
     with pytest.raises(ConfigError, match="names a prepared .npz"):
         DataConfig(dataset="cifar10", data_dir="s3://bucket/prefix/")
+    with pytest.raises(ConfigError, match="not a dataset URI"):
+        DataConfig(dataset="cifar10", data_dir="ftp://host/cifar10.npz")
+    t0 = time.perf_counter()  # checked offline: no call to AWS from the driver
+    DataConfig(dataset="cifar100", data_dir="s3://no-such-bucket-xyz/p/cifar100.npz")
+    assert time.perf_counter() - t0 < 1.0
     assert main(["data", "prepare", "--dataset", "cifar10", "--source",
                  str(tmp_path / "absent"), "--dest", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err
