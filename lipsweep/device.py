@@ -83,12 +83,13 @@ def _cuda_hint() -> str:
             "13) and that the container got the GPUs (docker --gpus all)")
 
 
-def choose_device(requested: str, assigned_gpus: Optional[Sequence[object]] = None) -> str:
-    """:func:`decide_device` with this process's CUDA; logs the decision once."""
+def choose_device(requested: str, assigned_gpus: Optional[Sequence[object]] = None,
+                  level: int = logging.INFO) -> str:
+    """:func:`decide_device` with this process's CUDA; logs the decision once at ``level``."""
     import torch
 
     device, reason = decide_device(requested, assigned_gpus, torch.cuda.is_available())
-    _log.info("training on %s: %s", device, reason)
+    _log.log(level, "training on %s: %s", device, reason)
     return device
 
 

@@ -94,7 +94,8 @@ def train_trial(config: dict[str, Any]) -> None:
     ckpt_root = workdir / "checkpoints"
     _restore_from_tune(ckpt_root)
     try:
-        device = choose_device(cfg.run.device, _assigned_gpus())
+        # WARNING: a Tune worker shows lipsweep's INFO lines nowhere; this one must be seen
+        device = choose_device(cfg.run.device, _assigned_gpus(), level=logging.WARNING)
         run_cfg = replace(cfg, run=replace(cfg.run, device=device))
         result = run_trial(run_cfg, workdir, callbacks=_TuneReporter(workdir, cfg),
                            progress=False)
