@@ -493,3 +493,32 @@ def test_setup_node_check_accepts_this_env_and_rejects_another_lock(tmp_path):
     bad = subprocess.run(["bash", str(SETUP_SH), "--check"], capture_output=True, text=True,
                          env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(other)}, timeout=120)
     assert bad.returncode == 1 and "(lock: 1.0.0)" in bad.stderr, bad.stderr
+
+
+def test_a_local_sweeps_ray_requires_a_random_token(monkeypatch):
+    """Issue 16 item 11: Ray 2.60 cannot bind a local instance to 127.0.0.1 (its gRPC servers
+    listen on every interface), so a local sweep's Ray takes a per-driver random token."""
+    from ray._private.authentication.authentication_token_setup import (
+        AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode)
+    from ray._raylet import Config
+
+    from lipsweep.sweep.driver import _local_token_auth
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    try:
+        _local_token_auth()
+        first = os.environ["RAY_AUTH_TOKEN"]
+        assert os.environ["RAY_AUTH_MODE"] == "token" and re.fullmatch(r"[0-9a-f]{64}", first)
+        assert get_authentication_mode() == AuthenticationMode.TOKEN  # this process sees it
+        monkeypatch.delenv("RAY_AUTH_MODE")
+        _local_token_auth()
+        assert os.environ["RAY_AUTH_TOKEN"] != first
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        monkeypatch.setenv("RAY_AUTH_TOKEN", "f" * 64)
+        _local_token_auth()  # a mode the user set is respected
+        assert os.environ["RAY_AUTH_TOKEN"] == "f" * 64
+    finally:  # later tests in this process must see Ray's mode as it was
+        monkeypatch.undo()
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
