@@ -143,6 +143,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from lipsweep.device import choose_device
 
     choose_device(cfg.run.device)  # device: cuda without CUDA exits 2 here; logs the choice
+    from lipsweep.data_remote import fetch_prepared, is_uri
+
+    if is_uri(cfg.data.data_dir):  # a missing remote dataset exits 2 before anything is written
+        fetch_prepared(cfg.data.data_dir, cfg.data.dataset)
     from lipsweep.trial import run_trial
 
     out = Path(args.out)

@@ -85,6 +85,12 @@ def test_missing_datasets_are_refused_with_one_line(tmp_path, cache, capsys):
     assert err.startswith("lipsweep data: error: --source: no such file") and err.count(
         "\n") == 1
     assert not (tmp_path / "d").exists()
+    out = tmp_path / "train"
+    assert main(["train", "--set", "dataset=cifar10", "--set",
+                 f"data_dir=file://{tmp_path}/nope/cifar10.npz", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lipsweep train: error: data_dir: no prepared dataset at")
+    assert err.count("\n") == 1 and not out.exists()
 
 
 def test_wrong_or_damaged_data_is_refused(prepared, cache, tmp_path):

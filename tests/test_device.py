@@ -2,17 +2,13 @@
 `lipsweep train` with device: cuda and no CUDA, and the sweep driver's check."""
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
+from lipsweep.__main__ import main
 from lipsweep.config_base import ConfigError
 from lipsweep.device import DeviceError, check_sweep_device, decide_device
 
-ROOT = Path(__file__).resolve().parents[1]
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 
 
@@ -50,15 +46,13 @@ def test_decide_device_refuses_a_gpu_it_cannot_use(requested, gpus, words):
 
 
 @needs_no_cuda
-def test_train_with_device_cuda_and_no_cuda_exits_2_with_one_line(tmp_path):
+def test_train_with_device_cuda_and_no_cuda_exits_2_with_one_line(tmp_path, capsys):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "lipsweep", "train", "--set", "device=cuda",
-                           "--out", str(out)], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("lipsweep train: error: device: 'cuda' requested but CUDA "
-                                  "is not available"), proc.stderr
-    assert proc.stderr.count("\n") == 1 and not out.exists()
+    assert main(["train", "--set", "device=cuda", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lipsweep train: error: device: 'cuda' requested but CUDA is not "
+                          "available"), err
+    assert err.count("\n") == 1 and not out.exists()
 
 
 @needs_no_cuda

@@ -6,8 +6,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lipsweep.config_base import ConfigError
+
+if TYPE_CHECKING:
+    from lipsweep.sweep.space import SweepSpec
 
 _log = logging.getLogger("lipsweep.sweep")
 
@@ -23,7 +27,7 @@ def resolve_storage(raw: str | None) -> str:
     return storage
 
 
-def preflight(spec) -> None:
+def preflight(spec: "SweepSpec") -> None:
     """Data and device checks the driver can make before Ray starts (ConfigError: exit 2)."""
     from lipsweep.data_remote import check_sweep_download
     from lipsweep.device import check_sweep_device
