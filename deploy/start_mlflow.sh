@@ -23,8 +23,9 @@
 #                              use `ssh -L 5000:<private ip>:5000`). [127.0.0.1]
 #   LIPSWEEP_MLFLOW_PORT       [5000]
 #   LIPSWEEP_MLFLOW_HOME       folder of the SQLite store, the pid and the log [~/mlflow]
-#   LIPSWEEP_MLFLOW_BACKEND    backend store URI, e.g. postgresql://user@host/db with the password
-#                              in PGPASSWORD or ~/.pgpass, never here
+#   LIPSWEEP_MLFLOW_BACKEND    backend store URI. The supported store is SQLite on the head (the
+#                              lock ships no Postgres/MySQL driver; another backend needs its
+#                              driver added to the image first)
 #                              [sqlite:///$LIPSWEEP_MLFLOW_HOME/mlflow.db]
 #   LIPSWEEP_MLFLOW_ARTIFACTS  artifact store the server proxies (--serve-artifacts), e.g.
 #                              s3://bucket/lipsweep/mlflow-artifacts; S3 credentials come from the

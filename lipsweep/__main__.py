@@ -93,7 +93,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="list the timm ViT architectures lipsweep can build")
     _add_tracking(p)
+
+    _add_data_parser(sub)
     return parser
+
+
+def _add_data_parser(sub: argparse._SubParsersAction) -> None:
+    """``lipsweep data prepare``: pack CIFAR once into a verified file for every worker."""
+    p = sub.add_parser("data", help="prepare a dataset once for a cluster (data prepare)")
+    _add_tracking(p)  # unused: every subcommand takes it (SPEC §3)
+    actions = p.add_subparsers(dest="data_command", metavar="ACTION")
+    actions.required = True
+    q = actions.add_parser("prepare", help="pack CIFAR into DEST/<dataset>.npz + manifest "
+                           "(sha256); trials then use data_dir: DEST/<dataset>.npz")
+    q.add_argument("--dataset", required=True, choices=["cifar10", "cifar100"])
+    q.add_argument("--source", required=True, help="a torchvision CIFAR root folder (the one "
+                   "holding cifar-10-batches-py / cifar-100-python) or an .npz with x_train, "
+                   "y_train, x_test, y_test")
+    q.add_argument("--dest", required=True, help="folder or URI (s3://bucket/prefix, gs://..., "
+                   "file:///shared/data) that every worker can read")
+    q.add_argument("--download", action="store_true", help="let torchvision download CIFAR "
+                   "into --source first (on this machine)")
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from lipsweep.data_remote import MANIFEST_SUFFIX, prepare
+
+    m = prepare(args.dataset, Path(args.source).expanduser(), args.dest, args.download)
+    dest = args.dest.rstrip("/")
+    sys.stdout.write(f"{dest}/{m.file}  ({m.train} train / {m.test} test images, "
+                     f"{m.bytes / 1e6:.1f} MB, sha256 {m.sha256})\n"
+                     f"manifest: {dest}/{m.file}{MANIFEST_SUFFIX}\n"
+                     f"use it in a space: dataset: {m.dataset}, data_dir: {dest}/{m.file}\n")
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -108,6 +140,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = TrialConfig.from_flat(overrides, source="--set")
     cfg.model.validate_name()
+    from lipsweep.device import choose_device
+
+    choose_device(cfg.run.device)  # device: cuda without CUDA exits 2 here; logs the choice
+    from lipsweep.data_remote import fetch_prepared, is_uri
+
+    if is_uri(cfg.data.data_dir):  # a missing remote dataset exits 2 before anything is written
+        fetch_prepared(cfg.data.data_dir, cfg.data.dataset)
     from lipsweep.trial import run_trial
 
     out = Path(args.out)
@@ -161,6 +200,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "export": cmd_export,
     "demo": cmd_demo,
     "models": cmd_models,
+    "data": cmd_data,
 }
 
 

@@ -89,7 +89,8 @@ class RunConfig:
     seed: int = 0
     """Seed of initialisation, batch order and augmentation."""
     device: str = "auto"
-    """'auto' (CUDA if present), 'cpu', 'cuda' or 'cuda:N'."""
+    """'auto' (CUDA if present; in a sweep only if Ray assigned the trial a GPU), 'cpu', 'cuda'
+    or 'cuda:N' (fails with the reason where CUDA is not visible: lipsweep.device)."""
     precision: str = "auto"
     """'auto' (bf16 autocast on CUDA, fp32 on CPU), 'bf16' or 'fp32' for training."""
     compile: bool = False

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from lipsweep.config_base import ConfigError, absolute_path, check_choice, check_positive, check_range
+from lipsweep.data_remote import check_uri, is_prepared, is_uri, local_source
 
 _log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ class DataConfig:
     x_test, y_test), 'cifar10' or 'cifar100' (torchvision: local folder or download)."""
     data_dir: str = ""
     """For 'npz': the .npz file. For 'cifar10'/'cifar100': the torchvision root folder (the one
-    holding cifar-10-batches-py / cifar-100-python)."""
+    holding cifar-10-batches-py / cifar-100-python), or a file from `lipsweep data prepare`:
+    a local .npz or a URI (s3://, gs://, file://) that each node copies into its cache once."""
     download: bool = False
     """Let torchvision download CIFAR into data_dir if it is not there."""
     train_size: int = 0
@@ -66,7 +68,9 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_choice("dataset", self.dataset, DATASETS)
-        if self.data_dir:  # relative to where the command runs: Tune workers run elsewhere
+        if is_uri(self.data_dir):  # a prepared dataset; the trial reads it (data_remote)
+            check_uri("data_dir", self.data_dir)
+        elif self.data_dir:  # relative to where the command runs: Tune workers run elsewhere
             self.data_dir = absolute_path("data_dir", self.data_dir)
         check_positive("train_size", self.train_size, allow_zero=True)
         check_positive("eval_size", self.eval_size, allow_zero=True)
@@ -75,15 +79,23 @@ class DataConfig:
         check_positive("cutmix", self.cutmix, allow_zero=True)
         check_range("mix_prob", self.mix_prob, 0.0, 1.0)
         check_range("label_smoothing", self.label_smoothing, 0.0, 0.99)
-        if self.dataset == "npz":
+        if is_uri(self.data_dir) and self.dataset != "embedded":
+            if self.download:
+                raise ConfigError("download", "a prepared dataset URI needs no download; "
+                                  "set download: false")
+        elif self.dataset == "npz":
             if not self.data_dir or not Path(self.data_dir).is_file():
                 raise ConfigError("data_dir", f"dataset 'npz' needs an existing .npz file, got "
                                   f"{self.data_dir!r}")
+        elif self.dataset in ("cifar10", "cifar100") and is_prepared(self.data_dir):
+            if not Path(self.data_dir).is_file():
+                raise ConfigError("data_dir", f"no such file {self.data_dir!r}; create it "
+                                  "with `lipsweep data prepare`")
         elif self.dataset in ("cifar10", "cifar100") and not self.download:
             if not self.data_dir or not Path(self.data_dir).is_dir():
                 raise ConfigError("data_dir", f"no such folder {self.data_dir!r} for "
-                                  f"{self.dataset}; point it at a torchvision CIFAR root or set "
-                                  "download: true")
+                                  f"{self.dataset}; point it at a torchvision CIFAR root or a "
+                                  "file from `lipsweep data prepare`, or set download: true")
 
     @property
     def num_classes(self) -> int:
@@ -133,8 +145,8 @@ def load_splits(cfg: DataConfig) -> ImageSplits:
     """Load the configured source into memory and cut the evaluation subset."""
     if cfg.dataset == "embedded":
         arrays = _load_npz(embedded_path())
-    elif cfg.dataset == "npz":
-        arrays = _load_npz(Path(cfg.data_dir))
+    elif cfg.dataset == "npz" or is_prepared(cfg.data_dir):  # URIs via the node's cache
+        arrays = _load_npz(local_source(cfg.data_dir, cfg.dataset))
     else:
         arrays = _load_torchvision(cfg)
     x_tr, y_tr, x_te, y_te = (torch.from_numpy(np.asarray(a)) for a in arrays)

@@ -5,9 +5,15 @@
   checks ``ray up`` runs first; a broken copy fails them (so the check can fail).
 - Everything they name in the repo exists: file_mounts sources, and every ``~/lipsweep/...`` path
   in a command is both mounted and present; scripts parse (``bash -n``).
-- Pinned stack: rayproject/ray images of this Ray and Python (never ray-ml); Dockerfile and RayJob
-  agree; token auth on everywhere; dashboard and MLflow bound to 127.0.0.1; shared S3 storage;
-  spot GPU workers; every value a user must set is marked.
+- Pinned stack: the nodes run the image deploy/Dockerfile builds (`uv sync --frozen` of the lock
+  with the `aws` extra, `pip check`) FROM rayproject/ray of this Ray and Python (never ray-ml);
+  node setup installs nothing; Dockerfile and RayJob agree; token auth on everywhere; dashboard and
+  MLflow bound to 127.0.0.1; shared S3 storage; spot GPU workers get the GPUs (`--gpus all`) and
+  check CUDA; every value a user must set is marked.
+- Issue 16 item 11 / issue 17 item 2: SSH only from a required `SET:` source (your security
+  group, never Ray's default one); the head's policy has iam:PassRole on the worker role; the
+  RayJob's ServiceAccount and MLflow PersistentVolumeClaim ship in deploy/k8s_prereqs.yaml; no
+  Postgres backend is documented (no driver in the lock).
 - The scripts behave: ``sweep_entry.py`` loads ``~/lipsweep.env`` and execs ``lipsweep`` (dry run),
   ``start_mlflow.sh`` refuses to bind every interface, ``setup_node.sh --check`` accepts this
   environment and rejects a lock it does not match.
@@ -30,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "ray_cluster.yaml"
 LOCAL = ROOT / "deploy" / "local_cluster.yaml"
 RAYJOB = ROOT / "deploy" / "rayjob.yaml"
+PREREQS = ROOT / "deploy" / "k8s_prereqs.yaml"
+DEPLOY_README = ROOT / "deploy" / "README.md"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 ENTRY = ROOT / "deploy" / "sweep_entry.py"
 MLFLOW_SH = ROOT / "deploy" / "start_mlflow.sh"
@@ -141,25 +149,140 @@ def test_rayjob_and_dockerfile_paths_exist():
 
 # --- the pinned stack ---------------------------------------------------------------------------
 
-def test_images_are_the_pinned_ray_and_python():
+def test_nodes_run_the_image_built_from_the_lock_on_the_pinned_ray_and_python():
     ray_version = _ray_version()
     docker = _cluster()["docker"]
-    images = {docker["image"], docker["head_image"], docker["worker_image"]}
-    assert images == {f"rayproject/ray:{ray_version}-{PY_TAG}-gpu",
-                      f"rayproject/ray:{ray_version}-{PY_TAG}-cpu"}, images
-    assert docker["worker_image"].endswith("-gpu") and docker["head_image"].endswith("-cpu")
-    froms = re.findall(r"^ARG RAY_IMAGE=(\S+)", DOCKERFILE.read_text(), re.M)
-    assert froms == [docker["image"]]
-    assert re.search(r"^FROM \$\{RAY_IMAGE\}$", DOCKERFILE.read_text(), re.M)
-    assert "uv export --frozen" in DOCKERFILE.read_text()
+    dockerfile = DOCKERFILE.read_text()
+    froms = re.findall(r"^ARG RAY_IMAGE=(\S+)", dockerfile, re.M)
+    assert froms == [f"rayproject/ray:{ray_version}-{PY_TAG}-gpu"]
+    assert re.search(r"^FROM \$\{RAY_IMAGE\}$", dockerfile, re.M)
+    assert f"RAY_IMAGE=rayproject/ray:{ray_version}-{PY_TAG}-cpu" in dockerfile  # the head's
+    # the config names the Dockerfile's builds (one repository), never a stock rayproject image
+    assert not any(i.startswith("rayproject/") for i in docker.values() if isinstance(i, str))
+    repo = {docker[k].rsplit(":", 1)[0] for k in ("image", "head_image", "worker_image")}
+    assert len(repo) == 1 and repo.pop().endswith("/lipsweep")
+    assert docker["image"] == docker["worker_image"] and docker["worker_image"].endswith("-gpu")
+    assert docker["head_image"].endswith("-cpu")
+    build = " ".join(line for line in dockerfile.splitlines() if not line.startswith("#"))
+    assert re.search(r"uv sync --frozen --inexact --no-dev --extra aws", build)
+    assert "python -m pip check" in build and "uv pip install" not in build
+    assert "setup_node.sh --check" in build
     job = yaml.safe_load(RAYJOB.read_text())
     assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
     assert job["spec"]["rayClusterSpec"]["rayVersion"] == ray_version
     for path in (CLUSTER, DOCKERFILE, RAYJOB, LOCAL):
         assert "ray-ml" not in path.read_text().replace("not ray-ml", ""), path
-    uv_docker = re.search(r"ARG UV_VERSION=(\S+)", DOCKERFILE.read_text()).group(1)
+    uv_docker = re.search(r"ARG UV_VERSION=(\S+)", dockerfile).group(1)
     uv_setup = re.search(r"UV_VERSION:-([\d.]+)", SETUP_SH.read_text()).group(1)
     assert uv_docker == uv_setup
+
+
+def test_the_project_folder_belongs_to_the_container_user():
+    """The editable install writes lipsweep.egg-info at build time, into a folder `ray` made."""
+    lines = [ln for ln in DOCKERFILE.read_text().splitlines() if ln and not ln.startswith("#")]
+    mkdir = next(i for i, ln in enumerate(lines) if "mkdir -p /home/ray/lipsweep" in ln)
+    workdir = lines.index("WORKDIR /home/ray/lipsweep")
+    assert mkdir < workdir and not any(ln.startswith("USER") for ln in lines)
+    assert all("--chown=ray:users" in ln for ln in lines if ln.startswith("COPY"))
+    assert "-e \"$project\"" not in SETUP_SH.read_text()  # no egg-info into the mounted folder
+    assert "lipsweep.pth" in SETUP_SH.read_text()
+
+
+def test_node_setup_installs_nothing_and_gpu_workers_check_cuda():
+    config = _cluster()
+    setup = config["setup_commands"] + config["head_setup_commands"]
+    assert "bash ~/lipsweep/deploy/setup_node.sh --check" in setup
+    assert not any("install" in c for c in _commands(config)), _commands(config)
+    assert config["worker_setup_commands"] == ["bash ~/lipsweep/deploy/setup_node.sh --check --gpu"]
+
+
+def test_gpus_reach_the_worker_containers_only():
+    docker = _cluster()["docker"]
+    assert "--gpus all" in docker["worker_run_options"]
+    assert not any("--gpus" in o for o in docker["run_options"] + docker.get("head_run_options",
+                                                                              []))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_setup_node_gpu_check_fails_with_the_reason_without_cuda():
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    proc = subprocess.run(["bash", str(SETUP_SH), "--check", "--gpu"], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(ROOT), "PATH": path})
+    assert proc.returncode == 1, proc.stdout
+    assert "sees no CUDA device" in proc.stderr and "--gpus all" in proc.stderr
+    assert "driver >= 580" in proc.stderr
+
+
+def test_ssh_source_is_a_required_value_in_your_security_group():
+    """Ray's default group opens SSH to everyone even with extra rules: every node names ours."""
+    config = _cluster()
+    assert "security_group" not in config["provider"]
+    lines = CLUSTER.read_text().splitlines()
+    for name, node in config["available_node_types"].items():
+        groups = node["node_config"]["SecurityGroupIds"]
+        assert groups and all(g.startswith("sg-YOUR-") for g in groups), name
+    for i, line in enumerate(lines):
+        if "SecurityGroupIds:" in line:
+            assert any("SET:" in w for w in lines[max(0, i - 2):i + 1]), line
+    readme = DEPLOY_README.read_text()
+    assert "--port 22 --cidr YOUR-IP/32" in readme and "--source-group $SG" in readme
+
+
+def _policies(text: str) -> list[dict]:
+    return [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
+
+
+def test_head_policy_may_pass_the_worker_role():
+    config = _cluster()
+    head = config["available_node_types"][config["head_node_type"]]["node_config"]
+    worker_arn = config["available_node_types"]["gpu_spot"]["node_config"][
+        "IamInstanceProfile"]["Arn"]
+    assert head["IamInstanceProfile"]["Arn"].endswith(":instance-profile/lipsweep-head")
+    worker_role = worker_arn.replace(":instance-profile/", ":role/")
+    passes = [st for p in _policies(DEPLOY_README.read_text()) for st in p["Statement"]
+              if st.get("Action") == "iam:PassRole"]
+    assert [st["Resource"] for st in passes] == [worker_role]
+    actions = {a for p in _policies(DEPLOY_README.read_text()) for st in p["Statement"]
+               for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert {"ec2:RunInstances", "ec2:TerminateInstances", "ecr:BatchGetImage"} <= actions
+
+
+def test_rayjob_service_account_and_mlflow_volume_ship_in_deploy():
+    docs = list(yaml.safe_load_all(PREREQS.read_text()))
+    kinds = {d["kind"]: d for d in docs}
+    assert set(kinds) == {"ServiceAccount", "PersistentVolumeClaim"}
+    spec = yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]
+    pods = [spec["headGroupSpec"]["template"]["spec"]] + [
+        g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+    assert {p["serviceAccountName"] for p in pods} == {kinds["ServiceAccount"]["metadata"]["name"]}
+    head = pods[0]
+    volume = next(v for v in head["volumes"] if v["name"] == "mlflow")
+    assert "emptyDir" not in volume
+    assert volume["persistentVolumeClaim"]["claimName"] == \
+        kinds["PersistentVolumeClaim"]["metadata"]["name"]
+    assert head["securityContext"]["fsGroup"] == 100  # the ray user's group may write it
+    assert "emptyDir" not in RAYJOB.read_text()
+    assert "k8s_prereqs.yaml" in DEPLOY_README.read_text()
+    assert "kubectl apply -f deploy/k8s_prereqs.yaml" in RAYJOB.read_text()
+
+
+def test_no_postgres_backend_is_documented():
+    """The lock has no Postgres driver: SQLite on the head is the supported store."""
+    for path in (DEPLOY_README, RAYJOB, CLUSTER, MLFLOW_SH, PREREQS):
+        text = path.read_text().lower()
+        assert "pgpass" not in text and "postgresql://" not in text, path
+    assert "SQLite on the head" in DEPLOY_README.read_text()
+
+
+def test_gpu_smoke_is_the_first_run_on_a_new_cluster():
+    readme = DEPLOY_README.read_text()
+    smoke = readme.index("-- search_spaces/gpu_smoke.yaml")
+    assert readme.index("lipsweep data prepare") < smoke < readme.index(
+        "-- search_spaces/paper_cifar100.yaml", readme.index("## The real sweep"))
+    top = (ROOT / "README.md").read_text()
+    assert top.index("search_spaces/gpu_smoke.yaml`. Only then") < top.index(
+        "--tmux ray_cluster.yaml deploy/sweep_entry.py -- search_spaces/paper_cifar100.yaml")
 
 
 def test_gpu_workers_are_spot_and_autoscale_and_the_head_runs_no_trials():
@@ -248,7 +371,7 @@ def test_start_mlflow_refuses_every_interface(tmp_path, host):
 
 def test_values_to_set_are_marked():
     """Every placeholder is explained by a `SET:` comment at most a few lines above it."""
-    for path in (CLUSTER, RAYJOB):
+    for path in (CLUSTER, RAYJOB, PREREQS):
         lines = path.read_text().splitlines()
         placeholders = 0
         for i, line in enumerate(lines):
@@ -256,7 +379,7 @@ def test_values_to_set_are_marked():
                 placeholders += 1
                 window = lines[max(0, i - 8):i + 1]
                 assert any("SET:" in w for w in window), f"{path.name}:{i + 1}: {line.strip()}"
-        assert placeholders >= 3, path
+        assert placeholders >= (1 if path == PREREQS else 3), path
 
 
 SECRET_PATTERNS = {
@@ -370,3 +493,32 @@ def test_setup_node_check_accepts_this_env_and_rejects_another_lock(tmp_path):
     bad = subprocess.run(["bash", str(SETUP_SH), "--check"], capture_output=True, text=True,
                          env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(other)}, timeout=120)
     assert bad.returncode == 1 and "(lock: 1.0.0)" in bad.stderr, bad.stderr
+
+
+def test_a_local_sweeps_ray_requires_a_random_token(monkeypatch):
+    """Issue 16 item 11: Ray 2.60 cannot bind a local instance to 127.0.0.1 (its gRPC servers
+    listen on every interface), so a local sweep's Ray takes a per-driver random token."""
+    from ray._private.authentication.authentication_token_setup import (
+        AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode)
+    from ray._raylet import Config
+
+    from lipsweep.sweep.driver import _local_token_auth
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    try:
+        _local_token_auth()
+        first = os.environ["RAY_AUTH_TOKEN"]
+        assert os.environ["RAY_AUTH_MODE"] == "token" and re.fullmatch(r"[0-9a-f]{64}", first)
+        assert get_authentication_mode() == AuthenticationMode.TOKEN  # this process sees it
+        monkeypatch.delenv("RAY_AUTH_MODE")
+        _local_token_auth()
+        assert os.environ["RAY_AUTH_TOKEN"] != first
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        monkeypatch.setenv("RAY_AUTH_TOKEN", "f" * 64)
+        _local_token_auth()  # a mode the user set is respected
+        assert os.environ["RAY_AUTH_TOKEN"] == "f" * 64
+    finally:  # later tests in this process must see Ray's mode as it was
+        monkeypatch.undo()
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()

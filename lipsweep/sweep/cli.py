@@ -6,8 +6,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lipsweep.config_base import ConfigError
+
+if TYPE_CHECKING:
+    from lipsweep.sweep.space import SweepSpec
 
 _log = logging.getLogger("lipsweep.sweep")
 
@@ -23,6 +27,16 @@ def resolve_storage(raw: str | None) -> str:
     return storage
 
 
+def preflight(spec: "SweepSpec") -> None:
+    """Data and device checks the driver can make before Ray starts (ConfigError: exit 2)."""
+    from lipsweep.data_remote import check_sweep_download
+    from lipsweep.device import check_sweep_device
+
+    trials = spec.trials or [spec.fixed]
+    check_sweep_download(spec.num_trials, trials)
+    check_sweep_device(spec.resources.gpu, trials)
+
+
 def run_sweep_command(args: argparse.Namespace) -> int:
     from lipsweep.config_base import UsageError
     from lipsweep.sweep.driver import (SweepOptions, dry_run_lines, experiment_path, run_sweep,
@@ -30,6 +44,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     from lipsweep.sweep.space import load_space
 
     spec = load_space(args.space)
+    preflight(spec)
     if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
         raise ConfigError("--max-concurrent-trials", f"must be >= 1, got "
                           f"{args.max_concurrent_trials}")

@@ -145,8 +145,30 @@ def _init_ray(opts: SweepOptions) -> None:
     if opts.ray_address:
         ray.init(address=opts.ray_address, log_to_driver=True)
     else:
+        _local_token_auth()
         ray.init(num_cpus=opts.num_cpus, include_dashboard=False, log_to_driver=True,
                  configure_logging=True, logging_level=logging.WARNING)
+
+
+def _local_token_auth() -> None:
+    """Token auth with a random per-driver token for a local Ray, unless RAY_AUTH_MODE is set.
+
+    Ray 2.60's gRPC servers listen on every interface, and ray.init rewrites a loopback
+    ``_node_ip_address`` to the host's IP, so a local Ray cannot be bound to 127.0.0.1. With a
+    token, only this driver and the Ray processes it starts (which inherit it) can talk to it.
+    """
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    import secrets
+
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    # Ray caches the mode and the token at import; make this process see the new ones.
+    from ray._private.authentication.authentication_token_setup import (
+        AuthenticationTokenLoader, _enable_token_auth)
+
+    _enable_token_auth()
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:

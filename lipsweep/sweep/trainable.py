@@ -8,8 +8,11 @@ twice or skips one. The final report carries the evaluation metrics, ``lipsweep_
 a checkpoint folder holding the weights, ``config.json``, ``metrics.json`` and the Lipschitz
 artifacts, which the driver copies into MLflow.
 
-A deterministic failure (a non-finite loss) is reported as ``lipsweep_error`` instead of raised,
-so Tune does not burn retries on it; the driver marks the MLflow run FAILED with that reason.
+A deterministic failure (a non-finite loss, a configuration error such as a missing remote
+dataset, or a GPU that Ray assigned but CUDA cannot see) is reported as ``lipsweep_error``
+instead of raised, so Tune does not burn retries on it; the driver marks the MLflow run FAILED
+with that reason. The device is decided once per trial by :func:`lipsweep.device.decide_device`
+from the GPU ids Ray assigned, and the decision is logged.
 """
 from __future__ import annotations
 
@@ -17,10 +20,12 @@ import json
 import logging
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lipsweep.config import TrialConfig
+from lipsweep.config_base import ConfigError
 from lipsweep.trial import TrialCallbacks, run_trial
 
 _log = logging.getLogger(__name__)
@@ -67,9 +72,18 @@ def _restore_from_tune(ckpt_root: Path) -> int:
     return epoch
 
 
+def _assigned_gpus() -> list[str]:
+    """GPU ids Ray assigned to this trial's worker ([] when resources.gpu is 0)."""
+    import ray
+
+    return [str(g) for g in ray.get_gpu_ids()]
+
+
 def train_trial(config: dict[str, Any]) -> None:
     """Tune entry point: train, evaluate and report one trial."""
     from ray import tune
+
+    from lipsweep.device import choose_device
 
     from lipsweep.engine import NonFiniteLossError
 
@@ -80,8 +94,12 @@ def train_trial(config: dict[str, Any]) -> None:
     ckpt_root = workdir / "checkpoints"
     _restore_from_tune(ckpt_root)
     try:
-        result = run_trial(cfg, workdir, callbacks=_TuneReporter(workdir, cfg), progress=False)
-    except NonFiniteLossError as err:
+        # WARNING: a Tune worker shows lipsweep's INFO lines nowhere; this one must be seen
+        device = choose_device(cfg.run.device, _assigned_gpus(), level=logging.WARNING)
+        run_cfg = replace(cfg, run=replace(cfg.run, device=device))
+        result = run_trial(run_cfg, workdir, callbacks=_TuneReporter(workdir, cfg),
+                           progress=False)
+    except (NonFiniteLossError, ConfigError) as err:
         _log.error("trial failed: %s", err)
         tune.report({ERROR_KEY: str(err), "epoch": 0})
         return

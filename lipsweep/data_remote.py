@@ -1,0 +1,283 @@
+"""Prepared datasets: pack CIFAR once, read it on every node through a per-node cache.
+
+``lipsweep data prepare`` writes ``<dest>/<dataset>.npz`` (uint8 ``x_train`` (N, 3, 32, 32),
+int64 ``y_train``, ``x_test``, ``y_test``) and, last, ``<dest>/<dataset>.npz.manifest.json``
+(dataset, classes, counts, byte size and sha256). ``dest`` is a folder or a URI that
+``pyarrow.fs`` opens (``s3://``, ``gs://``, ``file://``); a manifest exists only beside a
+complete file.
+
+A trial whose ``data_dir`` is such a URI calls :func:`fetch_prepared`: under an exclusive
+``fcntl.flock`` on ``<cache>/<sha256>.lock`` it copies the file into
+``<cache>/<sha256>/<name>`` (cache: ``$LIPSWEEP_DATA_CACHE`` or ``~/.cache/lipsweep/data``),
+verifies the sha256 while copying and renames it into place. Concurrent trials on a node copy
+once; the others wait on the lock and then read the cached copy. A missing or damaged source is a
+:class:`ConfigError` naming ``data_dir``: the trial fails with that reason and is not retried.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
+
+from lipsweep.config_base import ConfigError, show
+
+_log = logging.getLogger(__name__)
+
+FORMAT = "lipsweep-data/1"
+MANIFEST_SUFFIX = ".manifest.json"
+CACHE_ENV = "LIPSWEEP_DATA_CACHE"
+CLASSES = {"cifar10": 10, "cifar100": 100}
+URI_SCHEMES = ("s3", "gs", "gcs", "file", "hdfs", "abfs", "abfss")
+_CHUNK = 8 << 20
+
+
+def is_uri(value: str) -> bool:
+    """True for ``scheme://...`` (s3, gs, file, ...): read through pyarrow.fs and the cache."""
+    return "://" in value
+
+
+def is_prepared(data_dir: str) -> bool:
+    """True when ``data_dir`` names a prepared .npz (a URI or a local file), not a folder."""
+    return is_uri(data_dir) or data_dir.endswith(".npz")
+
+
+def check_uri(field: str, uri: str) -> str:
+    """Syntax check of a dataset URI, offline (pyarrow's s3 resolver would contact AWS);
+    existence is checked where it is read: the trial."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in URI_SCHEMES or not parts.path.strip("/") or (
+            parts.scheme != "file" and not parts.netloc):
+        raise ConfigError(field, f"not a dataset URI {show(uri)}: use one of "
+                          f"{'://, '.join(URI_SCHEMES)}:// with a bucket and a path")
+    if not uri.endswith(".npz"):
+        raise ConfigError(field, f"a dataset URI names a prepared .npz (from `lipsweep data "
+                          f"prepare`), got {show(uri)}")
+    return uri
+
+
+def cache_root() -> Path:
+    """Per-node cache of prepared datasets: $LIPSWEEP_DATA_CACHE or ~/.cache/lipsweep/data."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "lipsweep" / "data")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What ``data prepare`` wrote beside the .npz; the sha256 guards every copy."""
+
+    dataset: str
+    file: str
+    sha256: str
+    bytes: int
+    num_classes: int
+    train: int
+    test: int
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, **self.__dict__}, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> "Manifest":
+        try:
+            raw = json.loads(text)
+            if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+                raise ValueError(f"format is not {FORMAT}")
+            return cls(**{k: raw[k] for k in cls.__dataclass_fields__})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError("data_dir", f"damaged manifest {where}: {exc}") from None
+
+
+# --- pack ---------------------------------------------------------------------------------------
+
+def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str, np.ndarray]:
+    """(x_train, y_train, x_test, y_test) from an .npz or a torchvision CIFAR root folder."""
+    if source.suffix == ".npz":
+        with np.load(source, allow_pickle=False) as d:
+            missing = {"x_train", "y_train", "x_test", "y_test"} - set(d.files)
+            if missing:
+                raise ConfigError("--source", f"{source} lacks arrays {sorted(missing)}")
+            return {k: d[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+    from torchvision import datasets
+
+    cls = datasets.CIFAR10 if dataset == "cifar10" else datasets.CIFAR100
+    out: dict[str, np.ndarray] = {}
+    for split, train in (("train", True), ("test", False)):
+        try:
+            ds = cls(root=str(source), train=train, download=download)
+        except RuntimeError as exc:  # "Dataset not found or corrupted"
+            raise ConfigError("--source", f"{source}: {exc}; pass --download to fetch it "
+                              "there") from None
+        out[f"x_{split}"] = np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))
+        out[f"y_{split}"] = np.asarray(ds.targets)
+    return out
+
+
+def _check_arrays(dataset: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {}
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.ndim != 4 or x.shape[1:] != (3, 32, 32) or x.dtype != np.uint8:
+            raise ConfigError("--source", f"x_{split} must be uint8 (N, 3, 32, 32), got "
+                              f"{x.dtype} {x.shape}")
+        if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
+            raise ConfigError("--source", f"y_{split} must be {len(x)} integer labels")
+        if len(y) and not 0 <= int(y.min()) <= int(y.max()) < CLASSES[dataset]:
+            raise ConfigError("--source", f"y_{split} labels outside [0, {CLASSES[dataset]})"
+                              f" for {dataset}")
+        out[f"x_{split}"], out[f"y_{split}"] = x, y.astype(np.int64)
+    return out
+
+
+def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Manifest:
+    """Pack ``source`` into ``dest``/<dataset>.npz plus its manifest; returns the manifest."""
+    import io
+
+    if dataset not in CLASSES:
+        raise ConfigError("--dataset", f"must be one of {sorted(CLASSES)}, got {show(dataset)}")
+    if not source.exists() and not download:
+        raise ConfigError("--source", f"no such file or folder {show(str(source))}")
+    fs, base = _dest_fs(dest)
+    arrays = _check_arrays(dataset, _arrays_from_source(dataset, source, download))
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    data = buf.getvalue()
+    name = f"{dataset}.npz"
+    manifest = Manifest(dataset, name, hashlib.sha256(data).hexdigest(), len(data),
+                        CLASSES[dataset], len(arrays["y_train"]), len(arrays["y_test"]))
+    _write(fs, f"{base}/{name}", data)
+    _write(fs, f"{base}/{name}{MANIFEST_SUFFIX}", manifest.to_json().encode())
+    _log.info("prepared %s: %d train / %d test images, %.1f MB, sha256 %s", dataset,
+              manifest.train, manifest.test, manifest.bytes / 1e6, manifest.sha256[:12])
+    return manifest
+
+
+def _dest_fs(dest: str) -> tuple[Any, str]:
+    import pyarrow.fs as pafs
+
+    if not is_uri(dest):
+        path = Path(dest).expanduser().resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return pafs.LocalFileSystem(), str(path)
+    try:
+        fs, base = pafs.FileSystem.from_uri(dest)
+    except (ValueError, OSError, TypeError) as exc:
+        raise ConfigError("--dest", f"not a URI pyarrow can open {show(dest)}: "
+                          f"{str(exc).splitlines()[0]}") from None
+    base = base.rstrip("/")
+    fs.create_dir(base, recursive=True)
+    return fs, base
+
+
+def _write(fs: Any, path: str, data: bytes) -> None:
+    """Write through a temporary name and move (object stores write whole objects anyway)."""
+    import pyarrow.fs as pafs
+
+    if isinstance(fs, pafs.LocalFileSystem):
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, path)
+    else:
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+
+
+# --- read ---------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def read_manifest(uri: str) -> Manifest:
+    """The manifest beside a prepared dataset URI; ConfigError(data_dir) if it is not there."""
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(uri)
+    where = f"{uri}{MANIFEST_SUFFIX}"
+    try:
+        info = fs.get_file_info(path + MANIFEST_SUFFIX)
+        if info.type != pafs.FileType.File:
+            raise ConfigError("data_dir", f"no prepared dataset at {uri} (missing {where}); "
+                              "create it with `lipsweep data prepare --dest ...`")
+        with fs.open_input_stream(path + MANIFEST_SUFFIX) as f:
+            return Manifest.from_json(f.read().decode(), where)
+    except OSError as exc:  # credentials, network, permissions
+        raise ConfigError("data_dir", f"cannot read {where}: {str(exc).splitlines()[0]}"
+                          ) from None
+
+
+def fetch_prepared(uri: str, dataset: Optional[str] = None) -> Path:
+    """Local path of the prepared dataset at ``uri``, copied into the per-node cache once.
+
+    Raises ConfigError(data_dir) for a missing, mismatched or corrupted source (not retried).
+    """
+    import pyarrow.fs as pafs
+
+    manifest = read_manifest(uri)
+    if dataset not in (None, "npz") and manifest.dataset != dataset:
+        raise ConfigError("data_dir", f"{uri} holds {manifest.dataset}, but dataset is "
+                          f"{dataset}")
+    if dataset == "npz" and manifest.num_classes != 10:
+        raise ConfigError("data_dir", f"{uri} holds {manifest.dataset}; use dataset: "
+                          f"{manifest.dataset}")
+    root = cache_root()
+    target = root / manifest.sha256 / manifest.file
+    if target.is_file():
+        return target
+    with _locked(root / f"{manifest.sha256}.lock"):
+        if target.is_file():  # another trial on this node copied it while we waited
+            _log.info("data %s: cached copy %s", uri, target)
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        fs, path = pafs.FileSystem.from_uri(uri)
+        digest = hashlib.sha256()
+        try:
+            with fs.open_input_stream(path) as src, open(tmp, "wb") as dst:
+                while chunk := src.read(_CHUNK):
+                    digest.update(chunk)
+                    dst.write(chunk)
+                dst.flush()
+                os.fsync(dst.fileno())
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ConfigError("data_dir", f"cannot read {uri}: {str(exc).splitlines()[0]}"
+                              ) from None
+        if digest.hexdigest() != manifest.sha256:
+            tmp.unlink(missing_ok=True)
+            raise ConfigError("data_dir", f"{uri} does not match its manifest's sha256 "
+                              "(changed or damaged); prepare it again")
+        os.replace(tmp, target)
+        _log.info("data %s: copied %.1f MB into %s", uri, manifest.bytes / 1e6, target)
+    return target
+
+
+def local_source(data_dir: str, dataset: str) -> Path:
+    """A prepared dataset as a local file: the file itself, or its cached copy for a URI."""
+    return fetch_prepared(data_dir, dataset) if is_uri(data_dir) else Path(data_dir)
+
+
+# --- sweeps -------------------------------------------------------------------------------------
+
+def check_sweep_download(num_trials: int, trials: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse ``download: true`` in a sweep of 2 or more trials: they would race on one folder."""
+    if num_trials > 1 and any(t.get("download") for t in trials):
+        raise ConfigError("download", "concurrent trials would race on one download; prepare "
+                          "the dataset once with `lipsweep data prepare --dataset ... --dest "
+                          "...` and set data_dir to it")

@@ -1,0 +1,112 @@
+"""Which device a trial trains on, decided once, with the reason said.
+
+:func:`decide_device` is pure: the caller passes what it knows (the GPUs Ray assigned to the
+trial, if it runs under Ray, and whether torch sees CUDA), so the rule is unit-tested without
+Ray or a GPU. The rule (issue 17 item 2):
+
+- ``cpu``: the CPU, always (a warning in the reason if Ray assigned a GPU that stays idle).
+- ``cuda`` / ``cuda:N``: that device if CUDA is visible, else a :class:`DeviceError` that says
+  whether Ray assigned GPUs the process cannot see (driver, ``--gpus all``, CUDA build).
+- ``auto``: CUDA when Ray assigned a GPU (an error if CUDA is then not visible: a GPU node must
+  never train on its CPU by accident); the CPU when Ray assigned none (an unassigned GPU belongs
+  to another trial); outside Ray (``assigned_gpus is None``) CUDA if visible, else the CPU.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional, Sequence
+
+from lipsweep.config_base import ConfigError
+
+_log = logging.getLogger(__name__)
+
+
+class DeviceError(ConfigError):
+    """The requested or assigned device cannot be used here; deterministic, never retried."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("device", message)
+
+
+def decide_device(requested: str, assigned_gpus: Optional[Sequence[object]],
+                  cuda_available: bool) -> tuple[str, str]:
+    """``(device, reason)`` for a trial; raises :class:`DeviceError` when it cannot train.
+
+    Args:
+        requested: the trial's ``device`` setting: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        assigned_gpus: GPU ids Ray assigned to this trial (``[]``: none), or ``None`` when the
+            trial does not run under Ray (``lipsweep train``).
+        cuda_available: ``torch.cuda.is_available()`` in this process.
+    """
+    gpus = list(assigned_gpus) if assigned_gpus is not None else None
+    ray_note = f"Ray assigned GPU(s) {gpus}" if gpus else ""
+    if requested == "cpu":
+        if gpus:
+            return "cpu", f"device: cpu requested; {ray_note}, which stays idle"
+        return "cpu", "device: cpu requested"
+    if requested.startswith("cuda"):
+        if cuda_available:
+            return requested, f"device: {requested} requested and CUDA is visible" + (
+                f" ({ray_note})" if gpus else "")
+        if gpus:
+            raise DeviceError(f"{ray_note} but CUDA is not visible in the trial's process "
+                              f"({_cuda_hint()})")
+        raise DeviceError(f"{requested!r} requested but CUDA is not available on this "
+                          f"machine ({_cuda_hint()}); use device: cpu or auto")
+    if requested != "auto":
+        raise DeviceError(f"must be auto, cpu, cuda or cuda:N, got {requested!r}")
+    if gpus:
+        if not cuda_available:
+            raise DeviceError(f"device: auto and {ray_note}, but CUDA is not visible in the "
+                              f"trial's process ({_cuda_hint()}); refusing to train a GPU "
+                              "trial on the CPU")
+        return "cuda", f"device: auto, {ray_note}"
+    if gpus is not None:
+        return "cpu", "device: auto and Ray assigned this trial no GPU (resources.gpu: 0)"
+    if cuda_available:
+        return "cuda", "device: auto and CUDA is visible"
+    return "cpu", "device: auto and CUDA is not available"
+
+
+def _cuda_hint() -> str:
+    """What to check when CUDA is missing: the torch build and the visible-devices variable."""
+    try:
+        import torch
+
+        build = f"torch {torch.__version__}, CUDA build {torch.version.cuda or 'none'}"
+    except ImportError:  # pragma: no cover - torch is a dependency
+        build = "torch missing"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = "unset" if visible is None else repr(visible)
+    return (f"{build}, CUDA_VISIBLE_DEVICES {seen}; check the NVIDIA driver (>= 580 for CUDA "
+            "13) and that the container got the GPUs (docker --gpus all)")
+
+
+def choose_device(requested: str, assigned_gpus: Optional[Sequence[object]] = None,
+                  level: int = logging.INFO) -> str:
+    """:func:`decide_device` with this process's CUDA; logs the decision once at ``level``."""
+    import torch
+
+    device, reason = decide_device(requested, assigned_gpus, torch.cuda.is_available())
+    _log.log(level, "training on %s: %s", device, reason)
+    return device
+
+
+def check_sweep_device(gpu_per_trial: float, trials: Sequence[dict]) -> None:
+    """Driver-side check: ``device: cuda`` with ``resources.gpu: 0`` needs CUDA right here.
+
+    With ``gpu > 0`` the driver (a CPU head) need not have a GPU: each trial decides on its
+    worker (:func:`decide_device`).
+    """
+    if gpu_per_trial > 0:
+        return
+    wanted = sorted({str(t.get("device")) for t in trials
+                     if str(t.get("device", "auto")).startswith("cuda")})
+    if wanted:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DeviceError(f"{wanted[0]!r} with resources.gpu: 0 runs the trials here, "
+                              "where CUDA is not available; set resources.gpu: 1 (the workers "
+                              "then need GPUs) or device: auto")
