@@ -60,6 +60,9 @@ def read_header(fh: IO[bytes], file_size: int) -> dict[str, tuple[str, tuple[int
     spans.sort()
     if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
         raise HeaderError("header", "tensors overlap")
+    if max((end for _, end in spans), default=0) != data_size:
+        raise HeaderError("header", f"the tensors do not end where the file does ({data_size:,} "
+                          "data bytes)")
     return out
 
 
