@@ -132,7 +132,7 @@ class ModelConfig:
 
         if not timm.is_model(self.model):
             close = [n for n in list_vit_models() if self.model.split("_")[1] in n][:5]
-            raise ConfigError("model", f"unknown timm model {self.model!r}; e.g. {close}")
+            raise ConfigError("model", f"unknown timm model {show(self.model)}; e.g. {close}")
 
     @property
     def num_tokens(self) -> int:
