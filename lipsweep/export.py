@@ -292,9 +292,13 @@ def load_exported(path: str | os.PathLike, device: Optional[str | torch.device] 
                           "and model.safetensors)")
     cfg_path, config = _read_config(folder)
     name, kwargs, mean, std = _check_config(cfg_path, config)
-    with torch.device("meta"):
-        shapes = {k: tuple(v.shape) for k, v in
-                  timm.create_model(name, pretrained=False, **kwargs).state_dict().items()}
+    try:
+        with torch.device("meta"):  # shapes only: nothing is allocated
+            shapes = {k: tuple(v.shape) for k, v in
+                      timm.create_model(name, pretrained=False, **kwargs).state_dict().items()}
+    except (AssertionError, RuntimeError, ValueError, TypeError) as exc:  # e.g. heads vs width
+        raise ExportError(cfg_path, "timm.kwargs", f"timm cannot build {name} with {kwargs}: "
+                          f"{str(exc)[:120]}") from None
     state = _read_weights(folder, shapes)
     net = timm.create_model(name, pretrained=False, **kwargs)
     net.load_state_dict(state)
