@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "'pgd4-within-clean:1.0' (default) or 'max:acc_aa_2'")
     p.add_argument("--objective", action="append", default=None, metavar="NAME:max|min",
                    help="objectives defining the front (as for pareto)")
-    p.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
+    p.add_argument("--force", action="store_true", help="replace a previous export in --out")
     p.add_argument("--register", metavar="MODEL_NAME", default=None,
                    help="also register the export in the MLflow model registry")
     _add_tracking(p)

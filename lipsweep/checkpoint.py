@@ -16,12 +16,14 @@ import logging
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import save_file
 
 _log = logging.getLogger(__name__)
 _NAME = re.compile(r"^epoch_(\d{4,})$")
@@ -93,7 +95,8 @@ def list_checkpoints(root: Path) -> list[Path]:
     """Checkpoint folders under ``root``, oldest first (temporary folders ignored)."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)]
+    found = [p for p in root.iterdir()
+             if p.is_dir() and not p.is_symlink() and _NAME.match(p.name)]
     return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
 
 
@@ -140,23 +143,89 @@ def save_checkpoint(root: Path, epoch: int, model: dict[str, torch.Tensor],
     return final
 
 
-def load_checkpoint(path: Path) -> Checkpoint:
-    """Load and verify one checkpoint folder; raises CheckpointError if it is damaged."""
+WEIGHT_FILES = ("model.safetensors", "optimizer.safetensors", "regularizer.safetensors")
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _read_regular(folder: Path, name: str) -> bytes:
+    """Bytes of ``folder/name``: a plain name, a regular file, no symlink (a FIFO or
+    ``/dev/zero`` would block or never end), opened without following links."""
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name \
+            or "\x00" in name:
+        raise CheckpointError(f"{folder / STATE_FILE}: sha256 names {str(name)[:80]!r}, not a "
+                              "plain file name inside the checkpoint folder")
     try:
-        meta = json.loads((path / STATE_FILE).read_text())
-        for name, digest in meta["sha256"].items():
-            if _sha256(path / name) != digest:
+        fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise CheckpointError(f"{folder / name}: cannot open ({exc.strerror}; symlinks are "
+                              "refused)") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CheckpointError(f"{folder / name} is not a regular file")
+        return fh.read()
+
+
+def _check_state(path: Path, meta: Any) -> dict[str, str]:
+    """The ``sha256`` record of a parsed ``state.json``; CheckpointError if it is malformed."""
+    where = path / STATE_FILE
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{where} is malformed: top level is {type(meta).__name__}, "
+                              "not an object")
+    digests = meta.get("sha256")
+    if not isinstance(digests, dict) or not all(
+            isinstance(d, str) and _SHA.match(d) for d in digests.values()):
+        raise CheckpointError(f"{where} is malformed: sha256 must map file names to hex "
+                              "SHA-256 digests")
+    on_disk = {p.name for p in path.iterdir() if p.name.endswith(".safetensors")}
+    missing = sorted((set(WEIGHT_FILES) | on_disk) - set(digests))
+    if missing:
+        raise CheckpointError(f"{where} lists no checksum for {missing}: every weights file "
+                              "must be verified")
+    epoch = meta.get("epoch")
+    match = _NAME.match(path.name)
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or \
+            (match is not None and epoch != int(match.group(1))):
+        raise CheckpointError(f"{where} is malformed: epoch {str(epoch)[:40]} does not match "
+                              f"the folder {path.name}")
+    opt = meta.get("optimizer_meta")
+    if not isinstance(opt, dict) or not isinstance(opt.get("param_groups"), list) or \
+            not isinstance(opt.get("scalars", {}), dict) or \
+            not isinstance(meta.get("history", []), list):
+        raise CheckpointError(f"{where} is malformed: optimizer_meta or history has the "
+                              "wrong type")
+    return digests
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """Load and verify one checkpoint folder; raises CheckpointError if it is damaged.
+
+    Every weights file must be listed in ``state.json``'s ``sha256`` and match it; the names
+    there are plain file names of regular files inside ``path`` (no ``..``, absolute paths,
+    symlinks, FIFOs or devices). Each file is read once, and the verified bytes are what is
+    deserialised."""
+    from safetensors.torch import load as load_bytes
+
+    try:
+        meta = json.loads(_read_regular(path, STATE_FILE))
+        digests = _check_state(path, meta)
+        blobs = {}
+        for name, digest in digests.items():
+            blob = _read_regular(path, name)
+            if hashlib.sha256(blob).hexdigest() != digest:
                 raise CheckpointError(f"{path / name} does not match its checksum "
                                       "(truncated or modified)")
-        return Checkpoint(path=path, epoch=int(meta["epoch"]),
-                          model=load_file(str(path / "model.safetensors")),
-                          optimizer=load_file(str(path / "optimizer.safetensors")),
-                          regularizer=load_file(str(path / "regularizer.safetensors")),
-                          state=meta)
+            blobs[name] = blob
+        tensors = {name: load_bytes(blobs.pop(name)) for name in WEIGHT_FILES}
+        unflatten_optimizer(tensors["optimizer.safetensors"], meta["optimizer_meta"])
+        return Checkpoint(path=path, epoch=meta["epoch"], model=tensors["model.safetensors"],
+                          optimizer=tensors["optimizer.safetensors"],
+                          regularizer=tensors["regularizer.safetensors"], state=meta)
     except CheckpointError:
         raise
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise CheckpointError(f"{path} is unreadable: {type(exc).__name__}: {exc}") from exc
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError,
+            RecursionError, SafetensorError) as exc:
+        raise CheckpointError(f"{path} is unreadable: {type(exc).__name__}: "
+                              f"{str(exc)[:200]}") from exc
 
 
 def load_latest(root: Path) -> Optional[Checkpoint]:

@@ -25,12 +25,17 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from lipsweep.attacks.config import RobustnessConfig
-from lipsweep.config_base import (ConfigError, check_choice, check_positive, check_range,
-                                  from_mapping, key_name)
+from lipsweep.config_base import (MAX_YAML_BYTES, ConfigError, YamlRefused, check_choice,
+                                  check_max, check_positive, check_range, from_mapping,
+                                  key_name, load_yaml_text, show)
 from lipsweep.data import DataConfig
 from lipsweep.lipschitz.config import LipschitzConfig
 from lipsweep.models import ModelConfig
 from lipsweep.regularizers.config import RegularizerConfig
+
+
+MAX_EPOCHS = 10_000
+MAX_BATCH = 65_536
 
 
 @dataclass
@@ -58,7 +63,9 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         check_positive("epochs", self.epochs)
+        check_max("epochs", self.epochs, MAX_EPOCHS, "the paper trains 40")
         check_positive("batch_size", self.batch_size)
+        check_max("batch_size", self.batch_size, MAX_BATCH, "a batch is held in memory at once")
         check_positive("lr", self.lr)
         check_choice("optimizer", self.optimizer, ("sgd", "adamw"))
         check_range("momentum", self.momentum, 0.0, 1.0)
@@ -103,7 +110,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_positive("seed", self.seed, allow_zero=True)
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ConfigError("device", f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+            raise ConfigError("device", "must be auto, cpu, cuda or cuda:N, got "
+                              f"{show(self.device)}")
         check_choice("precision", self.precision, ("auto", "bf16", "fp32"))
         check_positive("keep_checkpoints", self.keep_checkpoints)
         if self.keep_checkpoints < 2:
@@ -204,7 +212,16 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError("config", f"no such file: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            raise YamlRefused(f"larger than the {MAX_YAML_BYTES:,} bytes allowed for a config "
+                              "or search space")
+        data = load_yaml_text(raw.decode("utf-8"))  # no aliases, no duplicate keys
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read: {exc.strerror}", str(p)) from None
+    except YamlRefused as exc:
+        raise ConfigError("config", str(exc), str(p)) from None
     except UnicodeDecodeError as exc:
         raise ConfigError("config", f"not UTF-8 text ({exc.reason} at byte {exc.start})",
                           str(p)) from None
@@ -221,10 +238,12 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
 def parse_override(text: str) -> tuple[str, Any]:
     """'key=value' from the command line, the value parsed as YAML (so 1e-2, true, [2,4] work)."""
     if "=" not in text:
-        raise ConfigError("--set", f"expected key=value, got {text!r}")
+        raise ConfigError("--set", f"expected key=value, got {show(text)}")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw)
+        value = load_yaml_text(raw)
+    except YamlRefused as exc:  # an alias or a duplicate key: refused, never expanded
+        raise ConfigError(key_name(key.strip()), f"--set value refused: {exc}") from None
     except (yaml.YAMLError, ValueError, RecursionError):  # not YAML: keep the text
         value = raw
     return key.strip(), value

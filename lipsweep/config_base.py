@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 import typing
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+import yaml
 
 
 class UsageError(Exception):
@@ -45,13 +48,82 @@ INT_LIMIT = 2**63 - 1
 """Largest integer setting (int64: what torch, Tune and MLflow all hold)."""
 
 
+def _short_repr() -> reprlib.Repr:
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlong = 3, 120, 120, 120
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = r.maxfrozenset = 8
+    return r
+
+
+_SHORT = _short_repr()
+
+
 def show(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters, safe for huge ints (one line)."""
+    """A ``repr(value)`` of at most ``limit`` characters, on one line. The work is bounded
+    too (``reprlib``: 3 levels, 8 items, 120 characters each), so a huge or deeply shared
+    value is never walked in full; ints past Python's digit limit print as a placeholder."""
     try:
-        text = repr(value)
+        text = _SHORT.repr(value)
     except ValueError:  # ints past sys.get_int_max_str_digits()
         text = f"<{type(value).__name__} too large to print>"
+    except RecursionError:
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_max(field: str, value: Any, hi: int, why: str) -> None:
+    """Refuse ``value > hi`` with the reason for the bound (``why``), naming ``field``."""
+    if _finite_number(value) and value > hi:
+        raise ConfigError(field, f"must be <= {hi:,} ({why}), got {show(value)}")
+
+
+MAX_YAML_BYTES = 1 << 20
+"""Largest YAML document read (a trial config, a search space or one ``--set`` value)."""
+
+
+class YamlRefused(yaml.YAMLError):
+    """A YAML document that parses but is refused: an alias, or a duplicate key."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses aliases (``*name``: a "billion laughs" document expands
+    exponentially when walked) and duplicate mapping keys (the last one would silently win)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise YamlRefused(f"YAML aliases are not allowed (*{show(event.anchor, 40)} at line "
+                              f"{event.start_mark.line + 1}); write the value out")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                except TypeError:
+                    continue  # unhashable: the base class names it
+                if duplicate:
+                    raise YamlRefused(f"duplicate key {show(key, 40)} at line "
+                                      f"{key_node.start_mark.line + 1}; give each key once")
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse one YAML document safely: no aliases, no duplicate keys, at most
+    ``MAX_YAML_BYTES``. Raises ``yaml.YAMLError`` (:class:`YamlRefused` for the refusals)."""
+    if len(text) > MAX_YAML_BYTES:
+        raise YamlRefused(f"{len(text):,} characters is larger than the {MAX_YAML_BYTES:,} "
+                          "allowed for a config or search space")
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def _finite_number(value: Any) -> bool:

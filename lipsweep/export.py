@@ -4,20 +4,27 @@ An export folder rebuilds with timm alone (``config.json["timm"]`` holds the arc
 and the keyword arguments of ``timm.create_model``; ``config.json["normalization"]`` the
 pixel mean/std), and :func:`load_exported` returns the model in eval mode mapping [0, 1]
 pixels to logits (SPEC §3). Nothing is unpickled: weights are safetensors, the rest JSON.
-The folder is written to a temporary sibling and renamed into place, so a failed export never
-leaves a half-written folder.
+The folder is written to a temporary sibling and swapped into place, so a failed export never
+leaves a half-written folder nor loses the previous one; ``--force`` replaces only a folder
+marked as a previous export (:data:`MARKER`). :func:`load_exported` does not trust the folder
+it reads (:class:`ExportError`).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load as safetensors_load
+from safetensors.torch import save_file
 
+from lipsweep.config_base import ConfigError, UsageError, from_mapping, show
 from lipsweep.models import PixelModel
 
 SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
@@ -75,46 +82,227 @@ model = lipsweep.load_exported("{'<this folder>'}")   # eval mode, [0, 1] pixels
 """
 
 
+MARKER = ".lipsweep-export"
+"""Written into every export; ``--force`` replaces only a folder that holds it."""
+EXPORT_FILES = frozenset({"model.safetensors", "config.json", "metrics.json", "README.md",
+                          MARKER})
+TIMM_KWARGS = ("img_size", "patch_size", "num_classes", "qkv_bias", "depth", "embed_dim",
+               "num_heads")
+MAX_JSON_BYTES = 16 * 2**20
+
+
+class ExportError(ValueError):
+    """An export folder is refused by :func:`load_exported`; names the file and the field."""
+
+    def __init__(self, file: str | os.PathLike, field: str, message: str) -> None:
+        self.file, self.field, self.message = str(file), field, message
+        super().__init__(f"{self.file}: {field}: {message}")
+
+
+def check_out(out: str | os.PathLike, force: bool) -> None:
+    """Raise UsageError unless :func:`write_export` may write ``out``.
+
+    A missing or empty folder is fine. Otherwise ``force`` is needed, and it replaces only a
+    previous lipsweep export (holding the marker file and nothing but export files); never the
+    working folder or one of its ancestors, whatever it holds."""
+    out = Path(out)
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder; choose another --out")
+    real, cwd = out.resolve(), Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        raise UsageError(f"--out {out} is the working folder or one of its ancestors; an "
+                         "export is never written there, even with --force")
+    entries = list(out.iterdir())
+    if not entries:
+        return
+    if not force:
+        raise UsageError(f"--out {out} exists and is not empty; pass --force to replace a "
+                         "previous export")
+    marker = out / MARKER
+    if marker.is_symlink() or not marker.is_file():
+        raise UsageError(f"--out {out} is not a lipsweep export (no {MARKER} file); --force "
+                         "replaces only a previous export: remove the folder yourself or "
+                         "choose another --out")
+    other = sorted(e.name for e in entries
+                   if e.name not in EXPORT_FILES or e.is_symlink() or not e.is_file())
+    if other:
+        raise UsageError(f"--out {out} holds {show(other)} besides a lipsweep export; --force "
+                         "replaces only a folder holding nothing else")
+
+
 def write_export(out: Path, state_dict: dict[str, torch.Tensor], config: dict[str, Any],
                  metrics: dict[str, float], force: bool = False) -> Path:
-    """Write an export folder atomically. Refuses a non-empty ``out`` unless ``force``."""
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not force:
-        raise FileExistsError(f"{out} exists and is not empty; pass --force to overwrite it")
+    """Write an export folder (see :func:`check_out` for what ``force`` may replace).
+
+    The new export is written to a hidden sibling and swapped in with two renames, so a
+    failure at any point leaves the previous export (if any) intact."""
+    check_out(out, force)
+    out = Path(os.path.abspath(out))
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    out.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp.mkdir()
     try:
-        save_file({k: v.contiguous() for k, v in state_dict.items()}, str(tmp / "model.safetensors"),
-                  metadata={"format": "pt"})
+        save_file({k: v.contiguous() for k, v in state_dict.items()},
+                  str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
         (tmp / "README.md").write_text(_model_card(config, metrics))
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, out)
+        (tmp / MARKER).write_text(json.dumps({"format": config.get("format")}) + "\n")
+        if not out.exists():
+            os.rename(tmp, out)
+            return out
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(out, old)  # swap: the old export stays whole until the new one is in place
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            os.rename(old, out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
+def _open_inside(folder: Path, name: str) -> tuple[Path, Any]:
+    """``folder/name`` opened for reading: a regular file whose real path is inside ``folder``
+    (a symlink may not leave it), opened non-blocking (a FIFO is refused, not waited on)."""
+    path = folder / name
+    if not path.exists():
+        raise ExportError(path, "file", f"missing: {folder} is not a lipsweep export (needs "
+                          "config.json and model.safetensors)")
+    real = path.resolve()
+    if folder.resolve() not in real.parents:
+        raise ExportError(path, "file", f"is a link to {show(str(real))}, outside the export "
+                          "folder")
+    try:
+        fh = open(os.open(real, os.O_RDONLY | os.O_NONBLOCK), "rb")
+    except OSError as exc:
+        raise ExportError(path, "file", f"cannot open: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        fh.close()
+        raise ExportError(path, "file", "is not a regular file")
+    return path, fh
+
+
+def _read_config(folder: Path) -> tuple[Path, dict[str, Any]]:
+    path, fh = _open_inside(folder, "config.json")
+    with fh:
+        raw = fh.read(MAX_JSON_BYTES + 1)
+    if len(raw) > MAX_JSON_BYTES:
+        raise ExportError(path, "file", f"larger than {MAX_JSON_BYTES:,} bytes")
+    try:
+        config = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ExportError(path, "json", f"not valid JSON ({str(exc)[:120]})") from None
+    if not isinstance(config, dict):
+        raise ExportError(path, "json", "top level is not an object")
+    return path, config
+
+
+def _check_config(path: Path, config: dict[str, Any]) -> tuple[str, dict[str, Any], tuple, tuple]:
+    """(model name, timm kwargs, mean, std) of a config.json, each checked: only lipsweep's
+    own ViT family with its own keyword arguments, built locally (never from the network)."""
+    from lipsweep.models import ModelConfig, list_vit_models
+
+    if config.get("format") != "lipsweep-export/1":
+        raise ExportError(path, "format", f"must be 'lipsweep-export/1', got "
+                          f"{show(config.get('format'))}")
+    spec = config.get("timm")
+    if not isinstance(spec, dict) or not isinstance(spec.get("kwargs"), dict):
+        raise ExportError(path, "timm", "must be an object with model_name and kwargs")
+    name, kwargs = spec.get("model_name"), spec["kwargs"]
+    if not isinstance(name, str) or name not in list_vit_models():
+        raise ExportError(path, "timm.model_name", f"{show(name)} is not one of timm's ViTs "
+                          "(vit_*, built locally; hub names are refused)")
+    unknown = sorted(str(k) for k in kwargs if k not in TIMM_KWARGS)
+    if unknown:
+        raise ExportError(path, f"timm.kwargs.{unknown[0][:40]}", f"not allowed; an "
+                          f"export sets only {list(TIMM_KWARGS)}")
+    try:
+        cfg = from_mapping(ModelConfig, {"model": name, **kwargs})
+    except ConfigError as err:
+        raise ExportError(path, f"timm.kwargs.{err.field}", err.message) from None
+    norm = config.get("normalization")
+    if not isinstance(norm, dict):
+        raise ExportError(path, "normalization", "must be an object with mean and std")
+    for key in ("mean", "std"):
+        vals = norm.get(key)
+        if not isinstance(vals, list) or len(vals) != 3 or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in vals):
+            raise ExportError(path, f"normalization.{key}", f"must be 3 finite numbers, got "
+                              f"{show(vals)}")
+    if not all(v > 0 for v in norm["std"]):
+        raise ExportError(path, "normalization.std", f"must be > 0, got {norm['std']}")
+    kept = {k: getattr(cfg, k) for k in TIMM_KWARGS if k in kwargs}
+    return cfg.model, kept, tuple(norm["mean"]), tuple(norm["std"])
+
+
+def _read_weights(folder: Path, expected: dict[str, tuple[int, ...]]
+                  ) -> dict[str, torch.Tensor]:
+    """The tensors of model.safetensors, after its header was checked against ``expected``
+    (names and shapes of the model config.json describes): nothing is allocated before."""
+    from lipsweep._safetensors import HeaderError, read_header
+
+    path, fh = _open_inside(folder, "model.safetensors")
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        try:
+            header = read_header(fh, size)
+        except HeaderError as exc:
+            raise ExportError(path, exc.field, str(exc).split(": ", 1)[1]) from None
+        for key in sorted(set(expected) | set(header)):
+            if key not in header:
+                raise ExportError(path, f"tensor {show(key)}", "missing (config.json builds it)")
+            if key not in expected:
+                raise ExportError(path, f"tensor {show(key)}", "not part of the model "
+                                  "config.json builds")
+            dtype, shape = header[key]
+            if shape != expected[key]:
+                raise ExportError(path, f"tensor {show(key)}", f"shape {list(shape)} differs from "
+                                  f"{list(expected[key])}, the model config.json builds")
+            if dtype not in ("F16", "BF16", "F32", "F64"):
+                raise ExportError(path, f"tensor {show(key)}", f"dtype {dtype} is not a float")
+        fh.seek(0)
+        data = fh.read(size)
+    try:
+        return safetensors_load(data)
+    except SafetensorError as exc:
+        raise ExportError(path, "header", str(exc)[:200]) from None
+
+
 def load_exported(path: str | os.PathLike, device: Optional[str | torch.device] = None
                   ) -> PixelModel:
-    """Rebuild an exported model: eval mode, maps [0, 1] pixels to logits (SPEC §3)."""
+    """Rebuild an exported model: eval mode, maps [0, 1] pixels to logits (SPEC §3).
+
+    The folder is not trusted: only lipsweep's ViT family is built (never from the network),
+    no file may be a link out of the folder, and the weights file's own tensor shapes are
+    checked against the configured model (built on the meta device) before anything is
+    allocated. Every refusal is one :class:`ExportError` naming the file and the field."""
     import timm
 
     folder = Path(path)
-    cfg_path, weights = folder / "config.json", folder / "model.safetensors"
-    if not cfg_path.is_file() or not weights.is_file():
-        raise FileNotFoundError(f"{folder} is not a lipsweep export (needs config.json and "
-                                "model.safetensors)")
-    config = json.loads(cfg_path.read_text())
-    spec = config["timm"]
-    net = timm.create_model(spec["model_name"], pretrained=False, **spec["kwargs"])
-    net.load_state_dict(load_file(str(weights)))
-    norm = config["normalization"]
-    model = PixelModel(net, tuple(norm["mean"]), tuple(norm["std"]))
+    if not folder.is_dir():
+        raise ExportError(folder, "path", "not a folder (a lipsweep export holds config.json "
+                          "and model.safetensors)")
+    cfg_path, config = _read_config(folder)
+    name, kwargs, mean, std = _check_config(cfg_path, config)
+    try:
+        with torch.device("meta"):  # shapes only: nothing is allocated
+            shapes = {k: tuple(v.shape) for k, v in
+                      timm.create_model(name, pretrained=False, **kwargs).state_dict().items()}
+    except (AssertionError, RuntimeError, ValueError, TypeError) as exc:  # e.g. heads vs width
+        raise ExportError(cfg_path, "timm.kwargs", f"timm cannot build {name} with {kwargs}: "
+                          f"{str(exc)[:120]}") from None
+    state = _read_weights(folder, shapes)
+    net = timm.create_model(name, pretrained=False, **kwargs)
+    net.load_state_dict(state)
+    model = PixelModel(net, mean, std)
     if device is not None:
         model = model.to(device)
     return model.eval()

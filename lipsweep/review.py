@@ -116,9 +116,10 @@ def run_pareto_command(args: argparse.Namespace) -> int:
 def run_export_command(args: argparse.Namespace) -> int:
     from lipsweep.selection import DEFAULT_SELECT_RULE, parse_selection_rule, select_from_front
 
+    from lipsweep.export import check_out
+
     out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.force:
-        raise _usage(f"--out {out} exists and is not empty; pass --force to overwrite it")
+    check_out(out, args.force)  # --force replaces only a previous export (issue 16)
     rule = args.select or DEFAULT_SELECT_RULE
     parse_selection_rule(rule)  # validate before any MLflow work
     tracker = Tracker(args.tracking_uri, args.experiment)

@@ -12,26 +12,37 @@ from typing import Optional
 from lipsweep.attacks._registry import get_attack_class, list_attacks
 from lipsweep.attacks.autoattack import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
 from lipsweep.attacks.base import PRECISIONS
-from lipsweep.config_base import ConfigError, check_choice, check_positive, check_range
+from lipsweep.config_base import (ConfigError, check_choice, check_max, check_positive,
+                                  check_range, show)
+
+# Upper bounds; the reason goes into the error (a typo such as aa_iters 1e9 would run forever).
+_MAX = {"pgd_steps": (10_000, "the paper runs 4"),
+        "pgd_restarts": (100, "each restart is a full PGD run"),
+        "aa_iters": (10_000, "standard AutoAttack runs 100"),
+        "aa_restarts": (100, "each restart is a full APGD/FAB run"),
+        "attack_images": (1_000_000, "more than any evaluation set (CIFAR test: 10,000)"),
+        "attack_batch_size": (65_536, "a batch is held in memory at once")}
 
 
 def _check_eps_list(name: str, values: list[int]) -> None:
     if not isinstance(values, (list, tuple)):
         raise ConfigError(name, f"must be a list of integers (eps numerators over 255), got "
-                          f"{values!r}")
+                          f"{show(values)}")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 255:
             raise ConfigError(name, f"entries are eps numerators over 255, integers in "
-                              f"[1, 255] (4 means 4/255); got {v!r}")
+                              f"[1, 255] (4 means 4/255); got {show(v)}")
     if len(set(values)) != len(values):
-        raise ConfigError(name, f"has duplicates: {list(values)}")
+        raise ConfigError(name, f"has duplicates: {show(list(values))}")
 
 
 def _check_int(name: str, value: int, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"must be an integer, got {value!r}")
+        raise ConfigError(name, f"must be an integer, got {show(value)}")
     if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {value!r}")
+        raise ConfigError(name, f"must be >= {minimum}, got {show(value)}")
+    if name in _MAX:
+        check_max(name, value, *_MAX[name])
 
 
 @dataclass
@@ -76,11 +87,11 @@ class RobustnessConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.attacks, (list, tuple)) or not self.attacks:
             raise ConfigError("attacks", f"must be a non-empty list of {list_attacks()}, got "
-                              f"{self.attacks!r}")
+                              f"{show(self.attacks)}")
         for name in self.attacks:
             check_choice("attacks", name, list_attacks())
         if len(set(self.attacks)) != len(self.attacks):
-            raise ConfigError("attacks", f"has duplicates: {list(self.attacks)}")
+            raise ConfigError("attacks", f"has duplicates: {show(list(self.attacks))}")
         for name in list_attacks():
             eps_field = get_attack_class(name).eps_field
             _check_eps_list(eps_field, getattr(self, eps_field))
@@ -93,7 +104,7 @@ class RobustnessConfig:
             check_range("pgd_step_size", self.pgd_step_size, 0.0, 1.0)
         if not isinstance(self.pgd_random_start, bool):
             raise ConfigError("pgd_random_start", f"must be true or false, got "
-                              f"{self.pgd_random_start!r}")
+                              f"{show(self.pgd_random_start)}")
         _check_int("pgd_restarts", self.pgd_restarts, 1)
         if self.pgd_restarts > 1 and not self.pgd_random_start:
             raise ConfigError("pgd_restarts", f"{self.pgd_restarts} restarts need "
@@ -104,7 +115,7 @@ class RobustnessConfig:
         for name in self.aa_attacks:
             check_choice("aa_attacks", name, AA_ATTACKS)
         if len(set(self.aa_attacks)) != len(self.aa_attacks):
-            raise ConfigError("aa_attacks", f"has duplicates: {list(self.aa_attacks)}")
+            raise ConfigError("aa_attacks", f"has duplicates: {show(list(self.aa_attacks))}")
         _check_int("aa_iters", self.aa_iters, 1)
         _check_int("aa_restarts", self.aa_restarts, 1)
         if self.aa_version == "standard":

@@ -7,23 +7,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lipsweep.config_base import ConfigError, check_choice
+from lipsweep.config_base import ConfigError, check_choice, check_max, show
 
 _ROUTES = ("auto", "exact", "lanczos", "power")
 _HEAD_ROUTES = ("auto", "lanczos", "full")
 _SOFTMAX_METHODS = ("secular", "eigvalsh")
 
 
+_MAX = {"lip_iters": (10_000, "Lanczos converges in far fewer steps"),
+        "lip_head_iters": (100_000, "Lanczos converges in far fewer steps"),
+        "lip_batch_size": (65_536, "a batch is held in memory at once")}
+_MAX_IMAGES = (1_000_000, "more than any evaluation set (CIFAR test: 10,000)")
+
+
 def _check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"must be an integer, got {value!r}")
+        raise ConfigError(name, f"must be an integer, got {show(value)}")
     if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {value!r}")
+        raise ConfigError(name, f"must be >= {minimum}, got {show(value)}")
+    check_max(name, value, *_MAX.get(name, _MAX_IMAGES))
 
 
 def _check_tol(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise ConfigError(name, f"must be a number in (0, 1), got {value!r}")
+        raise ConfigError(name, f"must be a number in (0, 1), got {show(value)}")
 
 
 @dataclass
@@ -77,4 +84,4 @@ class LipschitzConfig:
         _check_tol("lip_head_tol", self.lip_head_tol)
         for name in ("lip_softmax", "lip_head_bounds", "lip_figures"):
             if not isinstance(getattr(self, name), bool):
-                raise ConfigError(name, f"must be true or false, got {getattr(self, name)!r}")
+                raise ConfigError(name, f"must be true or false, got {show(getattr(self, name))}")

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipsweep.config_base import ConfigError, check_positive
+from lipsweep.config_base import ConfigError, check_max, check_positive, show
 from lipsweep.regularizers._registry import register_regularizer
 from lipsweep.regularizers.base import Regularizer
 
@@ -108,9 +108,11 @@ class SpecformerRegularizer(Regularizer):
         cfg.spec_power_iters = 1 if cfg.spec_power_iters is None else cfg.spec_power_iters
         if isinstance(cfg.spec_power_iters, bool) or not isinstance(cfg.spec_power_iters, int):
             raise ConfigError("spec_power_iters", f"must be an integer, got "
-                              f"{cfg.spec_power_iters!r}")
+                              f"{show(cfg.spec_power_iters)}")
         if cfg.spec_power_iters < 1:
             raise ConfigError("spec_power_iters", f"must be >= 1, got {cfg.spec_power_iters}")
+        check_max("spec_power_iters", cfg.spec_power_iters, 1000,
+                  "it runs every training step; the authors use 1")
 
     @classmethod
     def from_config(cls, cfg) -> "SpecformerRegularizer":

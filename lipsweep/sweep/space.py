@@ -221,7 +221,7 @@ def _parse_search(raw: Any, path: str) -> SearchSpec:
     raw = _check_keys("search", raw, SEARCH_KEYS, path)
     algo = raw.get("algorithm")
     if algo not in ("random", "optuna"):
-        raise _err("search.algorithm", f"must be random or optuna, got {algo!r}", path)
+        raise _err("search.algorithm", f"must be random or optuna, got {show(algo)}", path)
     n = raw.get("num_samples")
     if not _int_in(n, 1, MAX_TRIALS):
         raise _err("search.num_samples", f"must be an integer in [1, {MAX_TRIALS}], got "
@@ -246,7 +246,7 @@ def _parse_search(raw: Any, path: str) -> SearchSpec:
 def _parse_scheduler(raw: Any, path: str) -> SchedulerSpec:
     raw = _check_keys("scheduler", raw, SCHEDULER_KEYS, path)
     if raw.get("type", "asha") != "asha":
-        raise _err("scheduler.type", f"only 'asha' is supported, got {raw.get('type')!r}", path)
+        raise _err("scheduler.type", f"only 'asha' is supported, got {show(raw.get('type'))}", path)
     spec = SchedulerSpec(**{k: v for k, v in raw.items()})
     if spec.mode not in ("max", "min"):
         raise _err("scheduler.mode", f"must be max or min, got {show(spec.mode)}", path)
