@@ -20,8 +20,8 @@ data, so a CUDA step never waits for the device. The backward is therefore alway
 rows, whichever received gradient): a row-sparse backward for max aggregation, which has
 gradient in about one row per (sample, head), needed ``nonzero`` (a sync) and data-dependent
 shapes, and saved ~6% of a tiny-ViT CPU step at k=0 max (x1.41 -> x1.48 of the baseline in
-one interleaved run on a loaded 2-core machine; far less at ViT-B width, where the whole
-term is ~2% of a step).
+one interleaved run on a loaded 2-core machine; at ViT-B width the whole dense term was
+measured at ~3% of a step, see jasmin.py).
 
 Selection. ``torch.topk`` of 11 out of 65 costs ~1 us per row on one CPU core (18 ms per
 tiny-ViT layer at batch 64), about as much as all the rest of this forward and backward
