@@ -14,7 +14,8 @@ import torch
 
 from lipsweep.config import TrialConfig
 from lipsweep.data import create_mixup, load_splits, train_batches, train_to_device
-from lipsweep.engine import LossMonitor, NonFiniteLossError, build_optimizer, train_one_epoch
+from lipsweep.engine import (LossMonitor, NonFiniteLossError, build_optimizer, count_host_syncs,
+                             train_one_epoch, train_step)
 from lipsweep.models import create_model
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.regularizers.jasmin import JasminRegularizer
@@ -114,3 +115,34 @@ def test_non_finite_loss_is_caught_by_the_periodic_check_with_its_step():
     with pytest.raises(NonFiniteLossError, match=r"loss became nan at epoch 3, step 8 "
                                                  r"\(loss_ce=1.0, loss_reg=nan"):
         monitor.check(3, 0.1)
+
+
+def test_count_host_syncs_needs_cuda():
+    with pytest.raises(ValueError, match="CUDA"):
+        count_host_syncs(lambda: None, torch.device("cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("flat", [{"regularizer": "none"},
+                                  {"regularizer": "jasmin", "k": 10, "aggregation": "mean"},
+                                  {"regularizer": "jasmin", "k": 0, "aggregation": "max"}])
+def test_a_cuda_train_step_makes_no_sync(flat):
+    """What the CPU traps stand in for, counted by CUDA itself (set_sync_debug_mode)."""
+    cfg = TrialConfig.from_flat({**TINY, **flat})
+    device = torch.device("cuda")
+    splits = train_to_device(load_splits(cfg.data), device)
+    gen = seed_everything(0, 1, device)
+    model = create_model(cfg.model).to(device)
+    reg = create_regularizer_from_config(cfg.regularizer)
+    reg.attach(model)
+    opt = build_optimizer(model, cfg.optim)
+    mixup = create_mixup(cfg.data, 10)
+    batches = train_batches(splits, cfg.optim.batch_size, 0, 1)
+
+    def step() -> None:
+        xb, yb = next(batches)
+        train_step(model, reg, opt, xb, yb, optim_cfg=cfg.optim, data_cfg=cfg.data,
+                   device=device, precision="auto", gen=gen, mixup=mixup, lr=0.01)
+
+    step()  # warm-up: first-use allocations and lazy inits
+    assert count_host_syncs(step, device) == 0
