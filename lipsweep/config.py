@@ -104,6 +104,12 @@ class RunConfig:
     """Wrap the model in torch.compile for training."""
     keep_checkpoints: int = 2
     """How many epoch checkpoints to keep (>= 2 so a corrupt latest has a fallback)."""
+    checkpoint_every: int = 1
+    """Checkpoint every this many epochs (the last epoch always is); a resumed trial repeats
+    the epochs after its last checkpoint."""
+    nonfinite_check_every: int = 50
+    """Steps between the checks for a non-finite loss (the train loop's only host sync);
+    also checked at every epoch end, so a non-finite epoch is never checkpointed."""
     evaluate: bool = True
     """Run the robustness suite and Lipschitz estimates after training."""
 
@@ -114,6 +120,8 @@ class RunConfig:
                               f"{show(self.device)}")
         check_choice("precision", self.precision, ("auto", "bf16", "fp32"))
         check_positive("keep_checkpoints", self.keep_checkpoints)
+        check_positive("checkpoint_every", self.checkpoint_every)
+        check_positive("nonfinite_check_every", self.nonfinite_check_every)
         if self.keep_checkpoints < 2:
             raise ConfigError("keep_checkpoints", "must be >= 2 so that a corrupt latest "
                               "checkpoint can fall back to the previous one")

@@ -11,6 +11,7 @@ every attack and every Lipschitz estimate of a trial sees the same images.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,20 +165,25 @@ def to_unit(x: torch.Tensor) -> torch.Tensor:
 
 
 def augment(x: torch.Tensor, cfg: DataConfig, gen: torch.Generator) -> torch.Tensor:
-    """Random crop (zero padding) and horizontal flip on a float batch (B, 3, H, W)."""
+    """Random crop (zero padding) and horizontal flip on a float batch (B, 3, H, W).
+
+    Draws from ``gen`` on the generator's device (the training device in a trial, so the
+    step never waits for the host) and makes no host sync.
+    """
     b, _, h, w = x.shape
+    gdev = gen.device
     if cfg.crop_padding:
         p = cfg.crop_padding
         padded = F.pad(x, (p, p, p, p))
-        dy = torch.randint(0, 2 * p + 1, (b,), generator=gen).to(x.device)
-        dx = torch.randint(0, 2 * p + 1, (b,), generator=gen).to(x.device)
+        dy = torch.randint(0, 2 * p + 1, (b,), generator=gen, device=gdev).to(x.device)
+        dx = torch.randint(0, 2 * p + 1, (b,), generator=gen, device=gdev).to(x.device)
         rows = (torch.arange(h, device=x.device).view(1, h) + dy.view(b, 1))  # (B, H)
         cols = (torch.arange(w, device=x.device).view(1, w) + dx.view(b, 1))  # (B, W)
         x = padded[torch.arange(b, device=x.device).view(b, 1, 1, 1),
                    torch.arange(x.shape[1], device=x.device).view(1, -1, 1, 1),
                    rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
     if cfg.hflip:
-        flip = (torch.rand(b, generator=gen) < 0.5).to(x.device).view(b, 1, 1, 1)
+        flip = (torch.rand(b, generator=gen, device=gdev) < 0.5).to(x.device).view(b, 1, 1, 1)
         x = torch.where(flip, x.flip(-1), x)
     return x
 
@@ -194,14 +200,30 @@ def create_mixup(cfg: DataConfig, num_classes: int):
 
 def train_batches(splits: ImageSplits, batch_size: int, seed: int, epoch: int,
                   drop_last: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Shuffled (uint8 images, labels) batches; the order depends only on (seed, epoch)."""
-    n = len(splits.x_train)
-    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    perm = torch.randperm(n, generator=g)
+    """Shuffled (uint8 images, labels) batches; the order depends only on (seed, epoch).
+
+    The permutation is drawn, and the batches gathered, on the device that holds
+    ``splits.x_train`` (see :func:`train_to_device`): no host round trip per batch. The
+    order for a given (seed, epoch) is the same on every run on that device type.
+    """
+    n, dev = len(splits.x_train), splits.x_train.device
+    g = torch.Generator(device=dev).manual_seed(seed * 100_003 + epoch)
+    perm = torch.randperm(n, generator=g, device=dev)
     stop = n - n % batch_size if drop_last and n >= batch_size else n
     for i in range(0, stop, batch_size):
         idx = perm[i:i + batch_size]
         yield splits.x_train[idx], splits.y_train[idx]
+
+
+def train_to_device(splits: ImageSplits, device: torch.device) -> ImageSplits:
+    """The splits with the uint8 train set (and the eval subset) on ``device``.
+
+    CIFAR-100's 50,000 training images are 150 MB as uint8: they fit on any GPU, so batching
+    and augmentation never copy from the host during training.
+    """
+    return dataclasses.replace(splits, x_train=splits.x_train.to(device),
+                               y_train=splits.y_train.to(device),
+                               x_eval=splits.x_eval.to(device), y_eval=splits.y_eval.to(device))
 
 
 def num_train_batches(splits: ImageSplits, batch_size: int, drop_last: bool = True) -> int:

@@ -3,14 +3,18 @@
 The loss of one step is ``loss = loss_ce + loss_reg`` with ``loss_reg = sum_n lam_n * term_n``:
 a regularizer returns its un-weighted terms and their weights (SPEC §2.2, §2.3; STYLE.md), the
 engine applies the weights and reports every part. A non-finite loss stops the trial with an
-error that says where and what to change, before the optimizer step can spread it.
+error that says where and what to change. The step itself never waits for the device
+(issue 17): loss parts are summed on the device and checked for finiteness every
+``nonfinite_check_every`` steps and at epoch end, so a non-finite epoch is never checkpointed.
 """
 from __future__ import annotations
 
 import contextlib
-import math
 import time
-from typing import Callable, Iterable, Optional
+import warnings
+from typing import Any, Callable, Iterable, Optional
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
@@ -57,73 +61,165 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
     return torch.optim.AdamW(groups, lr=cfg.lr)
 
 
+NONFINITE_CHECK_EVERY = 50
+"""Default steps between the non-finite-loss checks (the only host sync of the train loop)."""
+
+
+class LossMonitor:
+    """Per-step loss parts summed on the device, and the first non-finite step kept there.
+
+    Reading a loss on the host stalls a GPU every step, so the loop only accumulates:
+    :meth:`check` (one sync) runs every ``nonfinite_check_every`` steps and at epoch end.
+    A non-finite loss may thus reach up to that many optimizer steps before the error, but
+    the epoch is never checkpointed, so the bad weights never persist.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.sums = torch.zeros(3, device=device)                       # loss, ce, reg
+        self.ok = torch.ones((), dtype=torch.bool, device=device)
+        self.first_bad = torch.zeros(4, device=device)                  # step, loss, ce, reg
+        self.steps = 0
+
+    def add(self, parts: torch.Tensor, step: int) -> None:
+        """Accumulate (3,) loss parts of global step ``step`` without a host sync."""
+        self.sums += parts
+        bad = self.ok & ~torch.isfinite(parts[0])
+        step_t = torch.full((1,), float(step), device=parts.device)
+        self.first_bad = torch.where(bad, torch.cat([step_t, parts]), self.first_bad)
+        self.ok &= ~bad
+        self.steps += 1
+
+    def check(self, epoch: int, lr: float) -> list[float]:
+        """One host sync: raise NonFiniteLossError if any step so far was non-finite.
+
+        Returns the summed loss parts.
+        """
+        vals = torch.cat([self.ok.view(1).float(), self.first_bad, self.sums]).tolist()
+        if not vals[0]:
+            step, loss, ce, reg = vals[1:5]
+            raise NonFiniteLossError(
+                f"loss became {loss} at epoch {epoch}, step {int(step)} (loss_ce={ce}, "
+                f"loss_reg={reg}, lr={lr:.3g}); lower lr, enable clip_grad, or lower the "
+                "regularizer weight")
+        return vals[5:]
+
+
+def mix_seed(seed: int, step: int) -> int:
+    """numpy seed of timm Mixup's draws at global ``step``: a pure function of (seed, step)."""
+    return (seed * 1_000_003 + step * 7919 + 17) % (2**32)
+
+
+def train_step(model: nn.Module, regularizer: Regularizer, optimizer: torch.optim.Optimizer,
+               xb: torch.Tensor, yb: torch.Tensor, *, optim_cfg: OptimConfig,
+               data_cfg: DataConfig, device: torch.device, precision: str,
+               gen: torch.Generator, mixup: Optional[Callable], lr: float,
+               mix_seed_value: int = 0) -> torch.Tensor:
+    """One optimizer step on a uint8 batch: augment, mix, forward, backward, step.
+
+    Makes no host-device sync (no ``.item()``, ``.tolist()``, tensor ``bool`` or
+    data-dependent shape): augmentation draws from ``gen`` on the device, timm's Mixup from
+    numpy seeded with ``mix_seed_value`` on the host. Returns the detached (3,) float32
+    parts (loss, loss_ce, loss_reg) on the device; the caller checks them for finiteness.
+    """
+    x = augment(to_unit(xb.to(device, non_blocking=True)), data_cfg, gen)
+    y = yb.to(device, non_blocking=True)
+    if mixup is not None:
+        np.random.seed(mix_seed_value)  # timm draws lam and the box from numpy's global RNG
+        x, target = mixup(x, y)
+    else:
+        target = y
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    with autocast_context(device, precision):
+        logits = model(x)
+        loss_ce = F.cross_entropy(logits.float(), target,
+                                  label_smoothing=0.0 if mixup else data_cfg.label_smoothing)
+        terms = regularizer.terms()
+        loss_reg = sum((regularizer.weights[n] * t.float() for n, t in terms.items()),
+                       torch.zeros((), device=device))
+    loss = loss_ce + loss_reg
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if optim_cfg.clip_grad > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.clip_grad)
+    optimizer.step()
+    return torch.stack([loss.detach(), loss_ce.detach(), loss_reg.detach()]).float()
+
+
 def train_one_epoch(model: nn.Module, regularizer: Regularizer, optimizer: torch.optim.Optimizer,
                     batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
                     optim_cfg: OptimConfig, data_cfg: DataConfig, num_classes: int,
                     device: torch.device, precision: str, gen: torch.Generator,
                     mixup: Optional[Callable], step0: int, steps_per_epoch: int, epoch: int,
-                    on_step: Optional[Callable[[int], None]] = None) -> dict[str, float]:
-    """Train for one pass over ``batches``; returns mean loss parts and throughput."""
+                    on_step: Optional[Callable[[int], None]] = None, seed: int = 0,
+                    nonfinite_check_every: int = NONFINITE_CHECK_EVERY) -> dict[str, float]:
+    """Train for one pass over ``batches``; returns mean loss parts and throughput.
+
+    Host syncs: one every ``nonfinite_check_every`` steps and one at the end (LossMonitor).
+    """
     model.train()
-    sums = {"loss": 0.0, "loss_ce": 0.0, "loss_reg": 0.0}
-    n_img, n_step, step = 0, 0, step0
+    monitor = LossMonitor(device)
+    n_img, step, lr = 0, step0, optimizer.param_groups[0]["lr"]
     t0 = time.perf_counter()
     for xb, yb in batches:
-        x = augment(to_unit(xb.to(device, non_blocking=True)), data_cfg, gen)
-        y = yb.to(device, non_blocking=True)
-        if mixup is not None:
-            x, target = mixup(x, y)
-        else:
-            target = y
         lr = optim_cfg.lr_at(step, steps_per_epoch)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        with autocast_context(device, precision):
-            logits = model(x)
-            loss_ce = F.cross_entropy(logits.float(), target,
-                                      label_smoothing=0.0 if mixup else data_cfg.label_smoothing)
-            terms = regularizer.terms()
-            loss_reg = sum((regularizer.weights[n] * t.float() for n, t in terms.items()),
-                           torch.zeros((), device=device))
-        loss = loss_ce + loss_reg
-        loss_val, ce_val, reg_val = (float(v) for v in
-                                     torch.stack([loss.detach(), loss_ce.detach(),
-                                                  loss_reg.detach()]).tolist())
-        if not math.isfinite(loss_val):
-            raise NonFiniteLossError(
-                f"loss became {loss_val} at epoch {epoch}, step {step} (loss_ce={ce_val}, "
-                f"loss_reg={reg_val}, lr={lr:.3g}); lower lr, enable clip_grad, or lower the "
-                "regularizer weight")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if optim_cfg.clip_grad > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.clip_grad)
-        optimizer.step()
-        sums["loss"] += loss_val
-        sums["loss_ce"] += ce_val
-        sums["loss_reg"] += reg_val
+        parts = train_step(model, regularizer, optimizer, xb, yb, optim_cfg=optim_cfg,
+                           data_cfg=data_cfg, device=device, precision=precision, gen=gen,
+                           mixup=mixup, lr=lr, mix_seed_value=mix_seed(seed, step))
+        monitor.add(parts, step)
         n_img += len(xb)
-        n_step += 1
         step += 1
+        if monitor.steps % nonfinite_check_every == 0:
+            monitor.check(epoch, lr)
         if on_step is not None:
             on_step(step)
+    sums = monitor.check(epoch, lr)
     seconds = time.perf_counter() - t0
-    out = {k: v / max(1, n_step) for k, v in sums.items()}
+    n_step = monitor.steps
+    out = {k: v / max(1, n_step) for k, v in zip(("loss", "loss_ce", "loss_reg"), sums)}
     out.update(lr=optimizer.param_groups[0]["lr"], epoch_seconds=seconds,
                train_images_per_s=n_img / max(seconds, 1e-9), steps=float(n_step))
     return out
 
 
+def count_host_syncs(fn: Callable[[], Any], device: torch.device) -> int:
+    """Host-device syncs made by ``fn()`` on CUDA (``torch.cuda.set_sync_debug_mode``).
+
+    Synchronises before and after, so only ``fn``'s own syncs count. For the GPU suite:
+    e.g. ``count_host_syncs(lambda: train_step(...), device)`` should be 0.
+    """
+    if device.type != "cuda":
+        raise ValueError(f"count_host_syncs needs a CUDA device, got {device}")
+    torch.cuda.synchronize(device)
+    prev = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(prev)
+    torch.cuda.synchronize(device)
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
 @torch.no_grad()
 def evaluate_clean(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                   device: torch.device) -> float:
-    """Top-1 accuracy in percent of ``model`` on uint8 or [0, 1] images ``x``."""
+                   device: torch.device, precision: str = "fp32") -> float:
+    """Top-1 accuracy in percent of ``model`` on uint8 or [0, 1] images ``x``.
+
+    ``precision`` as in :func:`autocast_context`: the per-epoch evaluation passes 'auto'
+    (bf16 autocast on CUDA, fp32 on CPU, where bf16 autocast is slower); the default 'fp32'
+    is strict. One host sync, at the end.
+    """
     was_training = model.training
     model.eval()
     correct = torch.zeros((), dtype=torch.long, device=device)
-    for i in range(0, len(x), batch_size):
-        xb = x[i:i + batch_size].to(device)
-        xb = to_unit(xb) if xb.dtype == torch.uint8 else xb
-        correct += (model(xb).argmax(-1) == y[i:i + batch_size].to(device)).sum()
+    with autocast_context(device, precision):
+        for i in range(0, len(x), batch_size):
+            xb = x[i:i + batch_size].to(device, non_blocking=True)
+            xb = to_unit(xb) if xb.dtype == torch.uint8 else xb
+            yb = y[i:i + batch_size].to(device, non_blocking=True)
+            correct += (model(xb).argmax(-1) == yb).sum()
     model.train(was_training)
     return 100.0 * correct.item() / max(1, len(x))

@@ -3,9 +3,11 @@
 ``run_trial`` knows nothing of Ray or MLflow. It reports through :class:`TrialCallbacks`
 (minGPT-style hooks): the sweep's Tune trainable turns ``on_epoch_end`` into ``tune.report``
 with a checkpoint, and the CLI's ``lipsweep train`` just logs. Randomness is re-seeded from
-(seed, epoch) at the start of every epoch (model init, batch order, crops, flips, MixUp/CutMix
-and dropout), so a trial resumed from its epoch-e checkpoint produces the same weights as one
-that was never interrupted.
+(seed, epoch) at the start of every epoch (model init, batch order, crops, flips and dropout,
+drawn on the training device, where the uint8 train set lives) and MixUp/CutMix from
+(seed, step), so a trial resumed from its epoch-e checkpoint produces the same weights as one
+that was never interrupted (on the same device type). Epochs are checkpointed every
+``checkpoint_every`` epochs and always at the last one.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import torch
 from lipsweep.checkpoint import Checkpoint, load_latest, save_checkpoint, unflatten_optimizer
 from lipsweep.config import TrialConfig
 from lipsweep.data import (create_mixup, load_splits, num_train_batches, to_unit,
-                           train_batches)
+                           train_batches, train_to_device)
 from lipsweep.engine import (build_optimizer, evaluate_clean, resolve_device,
                              train_one_epoch)
 from lipsweep.models import PixelModel, create_model
@@ -36,8 +38,10 @@ _log = logging.getLogger(__name__)
 class TrialCallbacks:
     """Hooks a trial calls; override what you need (all no-ops here)."""
 
-    def on_epoch_end(self, epoch: int, metrics: dict[str, float], checkpoint: Path) -> None:
-        """After epoch ``epoch`` (1-based) is trained, evaluated and checkpointed."""
+    def on_epoch_end(self, epoch: int, metrics: dict[str, float],
+                     checkpoint: Optional[Path]) -> None:
+        """After epoch ``epoch`` (1-based) is trained and evaluated; ``checkpoint`` is the
+        folder written for it, or None when ``checkpoint_every`` skipped this epoch."""
 
     def on_trial_end(self, metrics: dict[str, float], artifacts: Path) -> None:
         """After the final evaluation; ``artifacts`` holds the Lipschitz arrays and figures."""
@@ -54,12 +58,17 @@ class TrialResult:
     resumed_from_epoch: int = 0
 
 
-def seed_everything(seed: int, epoch: int = 0) -> torch.Generator:
-    """Seed torch and numpy (timm's Mixup draws from numpy) for (seed, epoch)."""
+def seed_everything(seed: int, epoch: int = 0,
+                    device: Optional[torch.device] = None) -> torch.Generator:
+    """Seed torch (all devices) and numpy for (seed, epoch); returns a generator on ``device``.
+
+    The returned generator drives the crops and flips on the training device; timm's Mixup is
+    re-seeded per step by the engine (:func:`lipsweep.engine.mix_seed`).
+    """
     s = seed * 1_000_003 + epoch
     torch.manual_seed(s)
     np.random.seed(s % (2**32))
-    return torch.Generator().manual_seed(s)
+    return torch.Generator(device=device or "cpu").manual_seed(s)
 
 
 def _restore(ckpt: Checkpoint, model: PixelModel, optimizer: torch.optim.Optimizer,
@@ -89,6 +98,12 @@ def final_evaluation(model: PixelModel, x_eval: torch.Tensor, y_eval: torch.Tens
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
 
+def checkpoint_due(epoch: int, epochs: int, every: int) -> bool:
+    """Whether epoch ``epoch`` (1-based) of ``epochs`` is checkpointed: every ``every``-th and
+    always the last."""
+    return epoch % every == 0 or epoch == epochs
+
+
 def run_trial(cfg: TrialConfig, out_dir: Path, callbacks: Optional[TrialCallbacks] = None,
               checkpoint_dir: Optional[Path] = None, progress: Optional[bool] = None
               ) -> TrialResult:
@@ -107,7 +122,7 @@ def run_trial(cfg: TrialConfig, out_dir: Path, callbacks: Optional[TrialCallback
     out_dir = Path(out_dir)
     ckpt_root = out_dir / "checkpoints"
     device = resolve_device(cfg.run.device)
-    splits = load_splits(cfg.data)
+    splits = train_to_device(load_splits(cfg.data), device)
 
     seed_everything(cfg.run.seed)
     model = create_model(cfg.model).to(device)
@@ -134,7 +149,7 @@ def run_trial(cfg: TrialConfig, out_dir: Path, callbacks: Optional[TrialCallback
     mixup = create_mixup(cfg.data, cfg.model.num_classes)
     last_ckpt = ckpt.path if ckpt else None
     for epoch in range(start, cfg.optim.epochs + 1):
-        gen = seed_everything(cfg.run.seed, epoch)
+        gen = seed_everything(cfg.run.seed, epoch, device)
         batches = train_batches(splits, cfg.optim.batch_size, cfg.run.seed, epoch)
         if progress:
             from tqdm import tqdm
@@ -146,20 +161,25 @@ def run_trial(cfg: TrialConfig, out_dir: Path, callbacks: Optional[TrialCallback
                                 num_classes=cfg.model.num_classes, device=device,
                                 precision=cfg.run.precision, gen=gen, mixup=mixup,
                                 step0=(epoch - 1) * steps_per_epoch,
-                                steps_per_epoch=steps_per_epoch, epoch=epoch)
+                                steps_per_epoch=steps_per_epoch, epoch=epoch,
+                                seed=cfg.run.seed,
+                                nonfinite_check_every=cfg.run.nonfinite_check_every)
         stats["acc_clean"] = evaluate_clean(model, splits.x_eval, splits.y_eval,
-                                            cfg.robustness.attack_batch_size, device)
+                                            cfg.robustness.attack_batch_size, device,
+                                            precision="auto")
         stats["epoch"] = float(epoch)
         history.append(stats)
-        last_ckpt = save_checkpoint(
-            ckpt_root, epoch, model.net.state_dict(), optimizer.state_dict(),
-            regularizer.state_dict(), {"history": history, "config": cfg.to_flat()},
-            keep=cfg.run.keep_checkpoints)
+        epoch_ckpt = None
+        if checkpoint_due(epoch, cfg.optim.epochs, cfg.run.checkpoint_every):
+            epoch_ckpt = last_ckpt = save_checkpoint(
+                ckpt_root, epoch, model.net.state_dict(), optimizer.state_dict(),
+                regularizer.state_dict(), {"history": history, "config": cfg.to_flat()},
+                keep=cfg.run.keep_checkpoints)
         _log.info("epoch %d/%d  loss %.4f (ce %.4f, reg %.4f)  acc_clean %.2f%%  %.1fs  "
                   "%.0f img/s", epoch, cfg.optim.epochs, stats["loss"], stats["loss_ce"],
                   stats["loss_reg"], stats["acc_clean"], stats["epoch_seconds"],
                   stats["train_images_per_s"])
-        callbacks.on_epoch_end(epoch, stats, last_ckpt)
+        callbacks.on_epoch_end(epoch, stats, epoch_ckpt)
 
     regularizer.detach()
     artifacts = out_dir / "artifacts"

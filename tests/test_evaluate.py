@@ -284,3 +284,16 @@ def test_trained_model_paper_suite(trained_tiny_model, cifar_sample):
     assert [s["attack"] for s in stages] == ["apgd-ce", "apgd-t", "fab-t", "square"]
     for prev, nxt in zip(stages, stages[1:]):
         assert nxt["n_attacked"] == prev["n_attacked"] - prev["n_fooled"]
+
+
+def test_tf32_scope_restores_the_flags():
+    """Attacks may use TF32 on CUDA (issue 17); the global flags are restored after."""
+    from lipsweep.attacks.evaluate import tf32_matmuls
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    for enabled in (True, False):
+        with pytest.raises(RuntimeError), tf32_matmuls(enabled):
+            assert torch.backends.cuda.matmul.allow_tf32 is enabled
+            assert torch.backends.cudnn.allow_tf32 is enabled
+            raise RuntimeError
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before

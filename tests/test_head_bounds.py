@@ -252,3 +252,20 @@ def test_bounds_hold_on_a_trained_vit(trained_tiny_model, cifar_sample):
     real = inp.inputs[0][:, :17].double()
     torch.testing.assert_close(head_exact_norm(real, w, "lanczos", iters=400, tol=1e-10),
                                head_exact_norm(real, w, "full"), rtol=1e-8, atol=0)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_linalg_placement_keeps_the_bounds(device):
+    """The small SVDs may run on the CPU for CUDA inputs (issue 17); the bounds stay the same."""
+    x, w = _inputs("layernorm", seed=3).to(device), _random_head(6)
+    w = HeadWeights(*(t.to(device) if t is not None else None
+                      for t in (w.wq, w.wk, w.wv, w.bq, w.bk, w.bv)), w.scale)
+    on_cpu = head_bounds_at(x, w, linalg_placement="cpu")
+    on_same = head_bounds_at(x, w, linalg_placement="same")
+    assert on_cpu.keys() == on_same.keys()
+    for k in on_cpu:
+        assert on_cpu[k].device == x.device
+        torch.testing.assert_close(on_cpu[k], on_same[k], rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="linalg_placement"):
+        head_bounds_at(x, w, linalg_placement="gpu")

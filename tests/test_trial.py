@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 from lipsweep.checkpoint import list_checkpoints
 from lipsweep.config import TrialConfig
 from lipsweep.engine import NonFiniteLossError
-from lipsweep.trial import TrialCallbacks, run_trial
+from lipsweep.trial import TrialCallbacks, checkpoint_due, run_trial
 
 TINY = {"depth": 2, "embed_dim": 64, "num_heads": 4, "train_size": 192, "eval_size": 32,
         "epochs": 3, "batch_size": 64, "optimizer": "sgd", "lr": 0.05, "mixup": 0.8,
@@ -23,9 +23,11 @@ class _StopAfter(TrialCallbacks):
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.seen: list[int] = []
+        self.checkpoints: list = []
 
     def on_epoch_end(self, epoch, metrics, checkpoint) -> None:
         self.seen.append(epoch)
+        self.checkpoints.append(checkpoint and checkpoint.name)
         if epoch == self.epoch:
             raise _Interrupt
 
@@ -34,9 +36,21 @@ def _weights(out):
     return load_file(str(list_checkpoints(out / "checkpoints")[-1] / "model.safetensors"))
 
 
-def test_interrupted_trial_resumes_to_identical_weights(tmp_path):
-    cfg = TrialConfig.from_flat(TINY)
-    run_trial(cfg, tmp_path / "straight", progress=False)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_interrupted_trial_resumes_to_identical_weights(tmp_path, device):
+    """The train set, shuffling, crops and flips live on ``device`` (device generators)."""
+    cfg = TrialConfig.from_flat({**TINY, "device": device})
+    # checkpointing does not touch the randomness: every 2nd epoch, and always the last
+    straight = _StopAfter(99)
+    run_trial(TrialConfig.from_flat({**TINY, "device": device, "checkpoint_every": 2}),
+              tmp_path / "straight", callbacks=straight, progress=False)
+    assert straight.checkpoints == [None, "epoch_0002", "epoch_0003"]
+    assert [p.name for p in list_checkpoints(tmp_path / "straight" / "checkpoints")] == \
+        ["epoch_0002", "epoch_0003"]
     with pytest.raises(_Interrupt):
         run_trial(cfg, tmp_path / "cut", callbacks=_StopAfter(2), progress=False)
     again = _StopAfter(99)
@@ -59,3 +73,10 @@ def test_non_finite_loss_stops_with_a_clear_error(tmp_path):
                                  "epochs": 1})
     with pytest.raises(NonFiniteLossError, match="lower lr"):
         run_trial(cfg, tmp_path / "nan", progress=False)
+
+
+def test_checkpoint_every_counts_epochs_and_always_keeps_the_last():
+    assert [e for e in range(1, 8) if checkpoint_due(e, 7, 3)] == [3, 6, 7]
+    assert [e for e in range(1, 7) if checkpoint_due(e, 6, 3)] == [3, 6]
+    assert [e for e in range(1, 4) if checkpoint_due(e, 3, 1)] == [1, 2, 3]
+    assert [e for e in range(1, 4) if checkpoint_due(e, 3, 10)] == [3]

@@ -7,7 +7,11 @@ the suite at every eps on the same images, and returns the SPEC §3 metrics in p
 Robust accuracy follows AutoAttack's definition: an image counts as robust when it is
 classified correctly clean *and* under the attack. Attacks therefore run only on the images
 the model gets right (the others are non-robust either way), which also saves their cost.
-Accuracies are computed with fp32 forward passes whatever ``attack_precision`` is.
+Accuracies are computed with fp32 forward passes whatever ``attack_precision`` is. On CUDA the
+attacks' own forward/backward passes may use TF32 matmuls (``allow_tf32``, scoped to the attack
+and restored after; issue 17): the clean pass and every robust decision stay strict fp32, and
+AutoAttack's survivors are re-checked in strict fp32. ``attack_images: 0`` evaluates every
+image given (the whole test split with ``eval_size: 0``), clean accuracy included.
 
 Example::
 
@@ -16,11 +20,12 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import sys
 import time
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Union
 
 import torch
 from torch import nn
@@ -99,6 +104,17 @@ class _Progress:
             self.bar.close()
 
 
+@contextlib.contextmanager
+def tf32_matmuls(enabled: bool = True) -> Iterator[None]:
+    """Allow (or forbid) TF32 in CUDA matmuls and cuDNN convolutions inside the block only."""
+    prev = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
+
+
 def _percent(flags: torch.Tensor, n: int) -> float:
     return 100.0 * float(flags.sum()) / n
 
@@ -106,7 +122,7 @@ def _percent(flags: torch.Tensor, n: int) -> float:
 def evaluate_robustness(model: nn.Module, data: Data,
                         suite: Union[RobustnessConfig, Mapping[str, Any]],
                         device: Optional[Union[str, torch.device]] = None,
-                        progress: bool = True) -> dict[str, Any]:
+                        progress: bool = True, allow_tf32: bool = True) -> dict[str, Any]:
     """Clean and adversarial accuracy (percent) of ``model`` on the same images for every attack.
 
     Args:
@@ -116,6 +132,8 @@ def evaluate_robustness(model: nn.Module, data: Data,
         suite: a :class:`RobustnessConfig` (or a flat mapping of its fields).
         device: where to run; None picks CUDA when available, else CPU.
         progress: show a tqdm bar on stderr.
+        allow_tf32: let the attacks' own passes use TF32 matmuls on CUDA (scoped; the
+            accuracies stay strict fp32). No effect on CPU.
 
     Returns:
         ``acc_clean`` and ``acc_<attack>_<eps*255>`` for each attack and eps of the suite
@@ -137,13 +155,14 @@ def evaluate_robustness(model: nn.Module, data: Data,
     model.to(dev)
     try:
         with attack_mode(model):
-            return _evaluate(model, x, y, suite, dev, n, bs, progress)
+            return _evaluate(model, x, y, suite, dev, n, bs, progress, allow_tf32)
     finally:
         model.to(home)
 
 
 def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: RobustnessConfig,
-              dev: torch.device, n: int, bs: int, progress: bool) -> dict[str, Any]:
+              dev: torch.device, n: int, bs: int, progress: bool,
+              allow_tf32: bool = True) -> dict[str, Any]:
     warnings = run_model_checks(model, x[:CHECK_IMAGES].to(dev), y[:CHECK_IMAGES].to(dev))
     plan = [(get_attack_class(a), e) for a in suite.attacks
             for e in getattr(suite, get_attack_class(a).eps_field)]
@@ -154,7 +173,7 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Robustn
     t0 = time.perf_counter()
     correct = torch.zeros(n, dtype=torch.bool)
     bar = _Progress(len(_batches(n, bs)), progress)
-    with torch.no_grad():
+    with torch.no_grad(), tf32_matmuls(False):
         for sl in _batches(n, bs):
             correct[sl] = (model(x[sl].to(dev)).argmax(1) == y[sl].to(dev)).cpu()
             bar.step("clean")
@@ -175,21 +194,27 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Robustn
         robust = torch.zeros(x_ok.shape[0], dtype=torch.bool)
         if isinstance(attack, AutoAttack):
             xa, ya = x_ok.to(dev), y_ok.to(dev)
-            res = attack.run(xa, ya)
+            with tf32_matmuls(allow_tf32):
+                res = attack.run(xa, ya)
             warnings += check_perturbation(res.x_adv, xa, eps, key) + res.warnings
             robust = res.robust
+            if allow_tf32 and dev.type == "cuda":  # survivors re-checked in strict fp32
+                with tf32_matmuls(False), torch.no_grad():
+                    for sl in ok_batches:
+                        robust[sl] &= (model(res.x_adv[sl]).argmax(1) == ya[sl]).cpu()
             stages[f"acc_{key}"] = [dataclasses.asdict(s) for s in res.stages]
             bar.step(key)
         else:
             bad = False
             for sl in ok_batches:
                 xb, yb = x_ok[sl].to(dev), y_ok[sl].to(dev)
-                adv = attack(xb, yb)
+                with tf32_matmuls(allow_tf32):
+                    adv = attack(xb, yb)
                 if not bad:
                     w = check_perturbation(adv, xb, eps, key)
                     warnings += w
                     bad = bool(w)
-                with torch.no_grad():
+                with torch.no_grad(), tf32_matmuls(False):
                     robust[sl] = (model(adv).argmax(1) == yb).cpu()
                 bar.step(key)
         metrics[f"acc_{key}"] = _percent(robust, n)

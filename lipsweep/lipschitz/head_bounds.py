@@ -42,6 +42,11 @@ BOUNDS = ("thm1", "thm2", "thm3", "thm3_g1")
 """Names of the bounds, in the paper's order (Fig. 6 columns after 'exact')."""
 
 HEAD_ROUTES = ("auto", "lanczos", "full")
+LINALG_DEVICES = ("auto", "cpu", "same")
+"""Where the batched float64 SVD/eigh of the small matrices run (``linalg_placement``): 'cpu',
+'same' (the inputs' device), or 'auto': the CPU when the inputs are on CUDA, where batched
+decompositions of tiny matrices launch many small kernels (issue 17; benchmarks/gpu_suite.py
+measures both), else the inputs' device. The values are the CPU's either way on CPU inputs."""
 FULL_MAX_ENTRIES = 2_000_000
 """``auto`` forms the full (N d) x (N D) Jacobian up to this many entries per head."""
 
@@ -119,23 +124,43 @@ def _augmented(x: torch.Tensor, w: HeadWeights
                 ((w.wq, w.bq), (w.wk, w.bk), (w.wv, w.bv)))
 
 
+def linalg_device(device: torch.device, placement: str = "auto") -> torch.device:
+    """The device of the small decompositions for inputs on ``device`` (LINALG_DEVICES)."""
+    if placement not in LINALG_DEVICES:
+        raise ValueError(f"linalg_placement must be one of {list(LINALG_DEVICES)}, got "
+                         f"{placement!r}")
+    if placement == "cpu" or (placement == "auto" and device.type == "cuda"):
+        return torch.device("cpu")
+    return device
+
+
+def _spec_norm(m: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """Batched spectral norm of ``m`` (..., r, c) computed on ``dev``, returned on m's device."""
+    return torch.linalg.matrix_norm(m.to(dev), 2).to(m.device)
+
+
 def head_bounds_at(x: torch.Tensor, w: HeadWeights, radius: float = 0.0,
-                   softmax_method: str = "secular") -> dict[str, torch.Tensor]:
+                   softmax_method: str = "secular",
+                   linalg_placement: str = "auto") -> dict[str, torch.Tensor]:
     """Thm 1, 2, 3 and 3-with-g_1 for every image and head at inputs ``x`` (B, N, D).
 
-    ``radius`` is Thm 1's R (0: at X). Returns name -> (B, H), float64.
+    ``radius`` is Thm 1's R (0: at X). ``linalg_placement`` picks where the SVDs (and the
+    'eigvalsh' softmax norms) run, see LINALG_DEVICES. Returns name -> (B, H), float64, on
+    x's device.
     """
     x = x.double()
     n = x.shape[1]
+    dev = linalg_device(x.device, linalg_placement)
     p = head_probs(x, w)                                             # (B, H, N, N)
     xa, wq, wk, wv = _augmented(x, w)
-    nq, nk, nv = (torch.linalg.matrix_norm(m, 2) for m in (wq, wk, wv))   # (H,)
-    a_norm = torch.linalg.matrix_norm(wq @ wk.transpose(1, 2) * w.scale, 2)
+    nq, nk, nv = (_spec_norm(m, dev) for m in (wq, wk, wv))           # (H,)
+    a_norm = _spec_norm(wq @ wk.transpose(1, 2) * w.scale, dev)
     x_fro = torch.linalg.matrix_norm(xa, "fro")[:, None]              # (B, 1)
-    x_spec = torch.linalg.matrix_norm(xa, 2)[:, None]
+    x_spec = _spec_norm(xa, dev)[:, None]
     r_tok = xa.norm(dim=-1).amax(-1)[:, None]                         # max_i ||X_i||
-    p_spec = torch.linalg.matrix_norm(p, 2)                           # (B, H)
-    m_max = softmax_jacobian_norm(p, softmax_method).amax(-1)         # max_i ||M(P_i)||
+    p_spec = _spec_norm(p, dev)                                       # (B, H)
+    p_m = p.to(dev) if softmax_method == "eigvalsh" else p
+    m_max = softmax_jacobian_norm(p_m, softmax_method).amax(-1).to(x.device)  # max ||M(P_i)||
     g_max = g1(p).amax(-1)
     thm1 = n * (n + 1) * (x_fro + radius) ** 2 * (nv * nq * nk + nv)
     thm2 = math.sqrt(3) * nv * (a_norm ** 2 * r_tok ** 4 * (4 * n + 1) + n).sqrt()
@@ -153,7 +178,7 @@ def _full_norm(x: torch.Tensor, w: HeadWeights) -> torch.Tensor:
                            for t in (w.wq, w.wk, w.wv, w.bq, w.bk, w.bv)), w.scale)
         for i in range(b):
             jac = torch.func.jacrev(lambda z: head_forward(z[None], wh)[0, 0])(x[i])
-            out[i, h] = torch.linalg.matrix_norm(jac.reshape(-1, n * dim), 2)
+            out[i, h] = torch.linalg.matrix_norm(jac.reshape(-1, n * dim).cpu(), 2)
     return out
 
 
@@ -258,8 +283,12 @@ def _inputs_and_weights(model: nn.Module, x: torch.Tensor
 
 
 def measure_head_bounds(model: nn.Module, x: torch.Tensor, route: str = "auto", iters: int = 300,
-                tol: float = 1e-8, softmax_method: str = "secular") -> dict[str, torch.Tensor]:
+                tol: float = 1e-8, softmax_method: str = "secular",
+                linalg_placement: str = "auto") -> dict[str, torch.Tensor]:
     """Exact head norms and Thm 1-3 bounds for every image, layer and head of ``model``.
+
+    ``linalg_placement``: where the bounds' small SVDs run (LINALG_DEVICES; the GPU suite
+    times 'cpu' against 'same').
 
     Returns ``{"head_exact", "head_thm1", "head_thm2", "head_thm3", "head_thm3_g1"}``, each
     (B, L, H) float64. The model is in eval mode during the measurement; its mode is restored.
@@ -270,7 +299,8 @@ def measure_head_bounds(model: nn.Module, x: torch.Tensor, route: str = "auto", 
         inputs, weights = _inputs_and_weights(model, x)
     per_layer = []
     for xl, wl in zip(inputs, weights):
-        row = {f"head_{k}": v for k, v in head_bounds_at(xl, wl, 0.0, softmax_method).items()}
+        row = {f"head_{k}": v for k, v in head_bounds_at(xl, wl, 0.0, softmax_method,
+                                                         linalg_placement).items()}
         with torch.enable_grad():                                    # jacrev for 'full'
             row["head_exact"] = head_exact_norm(xl, wl, route, iters, tol).to(xl.device)
         per_layer.append(row)

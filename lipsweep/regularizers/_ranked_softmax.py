@@ -13,8 +13,15 @@ Gradient (p = softmax(s), y_r = p at the position i_r of rank r, G_r = dL/dy_r):
     dL/ds_m = sum_r G_r y_r [m == i_r] - p_m sum_r G_r y_r
 
 which is exactly what autograd through ``softmax(s).topk(...)`` gives for the same positions
-(tests compare both and run gradcheck in float64). When only a few rows receive gradient
-(max aggregation: one row per (sample, head)), the backward recomputes only those rows.
+(tests compare both and run gradcheck in float64).
+
+No host syncs (issue 17): nothing here reads a tensor on the host or makes a shape depend on
+data, so a CUDA step never waits for the device. The backward is therefore always dense (all
+rows, whichever received gradient): a row-sparse backward for max aggregation, which has
+gradient in about one row per (sample, head), needed ``nonzero`` (a sync) and data-dependent
+shapes, and saved ~6% of a tiny-ViT CPU step at k=0 max (x1.41 -> x1.48 of the baseline in
+one interleaved run on a loaded 2-core machine; at ViT-B width the whole dense term was
+measured at ~3% of a step, see jasmin.py).
 
 Selection. ``torch.topk`` of 11 out of 65 costs ~1 us per row on one CPU core (18 ms per
 tiny-ViT layer at batch 64), about as much as all the rest of this forward and backward
@@ -36,8 +43,6 @@ from torch.autograd.function import once_differentiable
 
 _CPU_INT_KEYS = True
 """Rank float32 CPU rows through int64 keys (False: torch.topk everywhere; for benchmarks)."""
-_SPARSE_ROW_FRACTION = 0.25
-"""Backward recomputes only the rows with gradient when at most this fraction has any."""
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -122,23 +127,16 @@ def _dense_backward(qs: torch.Tensor, kc: torch.Tensor, scale: float, lse: torch
     return dq, dk
 
 
-def _sparse_backward(qs: torch.Tensor, kc: torch.Tensor, scale: float, lse: torch.Tensor,
-                     pos: torch.Tensor, grad: torch.Tensor,
-                     active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Same as the dense backward, recomputing only the rows where ``active`` (G, N)."""
-    g, i = active.nonzero(as_tuple=True)                              # (A,), (A,)
-    one_per_group = len(g) == len(qs) and bool((g == torch.arange(len(g), device=g.device)).all())
-    q_a, pos_a = qs[g, i], pos[g, i]                                  # (A, d), (A, r)
-    k_a = kc if one_per_group else kc[g]                              # (A, N, d)
-    s_a = torch.bmm(k_a, q_a.unsqueeze(-1)).squeeze(-1)               # (A, N)
-    p_a = s_a.sub_(lse[g, i]).exp_()
-    c = grad[g, i] * p_a.gather(-1, pos_a)                            # (A, r)
-    ds = p_a.mul_(-c.sum(-1, keepdim=True)).scatter_add_(-1, pos_a, c)  # (A, N)
-    dq = torch.zeros_like(qs)
-    dq[g, i] = torch.bmm(ds.unsqueeze(1), k_a).squeeze(1) * scale
-    dk_a = ds.unsqueeze(-1) * q_a.unsqueeze(1)                        # (A, N, d)
-    dk = dk_a if one_per_group else torch.zeros_like(kc).index_add_(0, g, dk_a)
-    return dq, dk
+def _take_ranks(top: torch.Tensor, ranks: tuple[int, ...]) -> torch.Tensor:
+    """Columns ``ranks`` of ``top`` (..., m) by slicing: no index tensor to copy to the device."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([r, r + 1])
+    parts = [top[..., lo:hi] for lo, hi in runs]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, -1)
 
 
 class _RankedSoftmax(torch.autograd.Function):
@@ -153,8 +151,7 @@ class _RankedSoftmax(torch.autograd.Function):
             mx = s.amax(-1, keepdim=True)                                # (G, N, 1)
             e = s.sub_(mx).exp_()
             z = e.sum(-1, keepdim=True)
-            sel = torch.tensor(ranks, device=e.device)
-            pos = _top_positions(e, max(ranks) + 1, ws).index_select(-1, sel)  # (G, N, r)
+            pos = _take_ranks(_top_positions(e, max(ranks) + 1, ws), ranks)  # (G, N, r)
             probs = e.gather(-1, pos).div_(z)
             lse = mx.add_(z.log_())
         ctx.scale, ctx.ws = scale, ws
@@ -170,11 +167,7 @@ class _RankedSoftmax(torch.autograd.Function):
         pos = pos.long()
         with torch.autocast(q.device.type, enabled=False):
             qs, kc = _operands(q, k, ctx.scale, dtype, ctx.ws)
-            active = grad.ne(0).any(-1)                                  # (G, N)
-            if int(active.sum()) <= _SPARSE_ROW_FRACTION * active.numel():
-                dq, dk = _sparse_backward(qs, kc, ctx.scale, lse, pos, grad, active)
-            else:
-                dq, dk = _dense_backward(qs, kc, ctx.scale, lse, pos, grad, ctx.ws)
+            dq, dk = _dense_backward(qs, kc, ctx.scale, lse, pos, grad, ctx.ws)
         return dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), None, None, None
 
 

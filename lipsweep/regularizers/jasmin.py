@@ -24,8 +24,10 @@ log-sum-exps and r <= 4 int32 positions (<= 20 bytes per row instead of 4N).
 
 Why this design (benchmarks/bench_regularizers.py; tiny ViT, 65 tokens, batch 64, one thread
 of a shared and heavily loaded 2-core AVX2 CPU, CPU-time ratios to the fused baseline step):
-this Function x1.16-1.24 for k=10 mean and x1.09-1.13 for k=0 max (its backward then
-recomputes only the arg-max rows), +3.3 MiB saved for backward; plain autograd through
+this Function x1.16-1.24 for k=10 mean and x1.09-1.13 for k=0 max (measured when its
+backward recomputed only the arg-max rows; that needed host syncs, and the now always-dense
+backward adds ~6% of a tiny-ViT CPU step for k=0 max, issue 17), +3.3 MiB saved for
+backward; plain autograd through
 softmax and topk x1.28-1.36 and +40 MiB; the same under torch.utils.checkpoint x1.54-1.56;
 one call over the stacked layers x1.20-1.33 and +20 MiB (copies of q, k); torch.topk in
 place of the int-key selection x1.31-1.36. The arithmetic no exact design keeping no N x N

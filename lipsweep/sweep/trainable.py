@@ -1,12 +1,18 @@
 """The Ray Tune function trainable: one lipsweep trial inside a Tune worker.
 
-It uses Tune's current API only: ``tune.get_checkpoint`` to resume, ``tune.report`` with a
-``tune.Checkpoint`` every epoch (``ray.train.report`` raises inside Tune in Ray 2.60). Tune's
-checkpoint is the source of truth on restart: local leftovers of a crashed attempt are wiped, so
-a retried trial continues exactly after the last *reported* epoch and never reports an epoch
-twice or skips one. The final report carries the evaluation metrics, ``lipsweep_final = 1``, and
-a checkpoint folder holding the weights, ``config.json``, ``metrics.json`` and the Lipschitz
-artifacts, which the driver copies into MLflow.
+It uses Tune's current API only: ``tune.get_checkpoint`` to resume, ``tune.report`` every
+epoch, with a ``tune.Checkpoint`` on the epochs the trial checkpoints (``checkpoint_every``;
+``ray.train.report`` raises inside Tune in Ray 2.60). Checkpoints are written to the worker's
+local disk first; Tune uploads each reported one once. Tune's checkpoint is the source of truth
+on restart: local leftovers of a crashed attempt are wiped, so a retried trial continues exactly
+after the last *checkpointed* epoch (with ``checkpoint_every`` 1, the default, it never reports
+an epoch twice or skips one; with more, it repeats the epochs after its last checkpoint).
+
+The last epoch is reported without a checkpoint: its checkpoint (the weights, ~690 MB for
+ViT-B with SGD momentum) travels once, in the final report, which carries the evaluation
+metrics, ``lipsweep_final = 1``, and a checkpoint folder holding the weights, ``config.json``,
+``metrics.json`` and the Lipschitz artifacts, which the driver copies into MLflow. (A failure
+during the final evaluation therefore retrains the epochs after the last uploaded checkpoint.)
 
 A deterministic failure (a non-finite loss, a configuration error such as a missing remote
 dataset, or a GPU that Ray assigned but CUDA cannot see) is reported as ``lipsweep_error``
@@ -22,7 +28,7 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from lipsweep.config import TrialConfig
 from lipsweep.config_base import ConfigError
@@ -43,9 +49,13 @@ class _TuneReporter(TrialCallbacks):
         self.workdir = workdir
         self.cfg = cfg
 
-    def on_epoch_end(self, epoch: int, metrics: dict[str, float], checkpoint: Path) -> None:
+    def on_epoch_end(self, epoch: int, metrics: dict[str, float],
+                     checkpoint: Optional[Path]) -> None:
         from ray import tune
 
+        if checkpoint is None or epoch >= self.cfg.optim.epochs:  # the final report uploads it
+            tune.report({**metrics, "epoch": epoch})
+            return
         tune.report({**metrics, "epoch": epoch},
                     checkpoint=tune.Checkpoint.from_directory(str(checkpoint)))
 
@@ -79,12 +89,19 @@ def _assigned_gpus() -> list[str]:
     return [str(g) for g in ray.get_gpu_ids()]
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    """Hard-link ``src`` to ``dst`` (same file system), else copy it."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def train_trial(config: dict[str, Any]) -> None:
     """Tune entry point: train, evaluate and report one trial."""
     from ray import tune
 
     from lipsweep.device import choose_device
-
     from lipsweep.engine import NonFiniteLossError
 
     cfg = TrialConfig.from_flat(flat_config(config))
@@ -105,7 +122,7 @@ def train_trial(config: dict[str, Any]) -> None:
         return
     final = workdir / "final"
     shutil.rmtree(final, ignore_errors=True)
-    shutil.copytree(result.checkpoint, final)
+    shutil.copytree(result.checkpoint, final, copy_function=_link_or_copy)  # no 2nd local copy
     if result.artifacts is not None:
         shutil.copytree(result.artifacts, final / "artifacts")
     (final / "metrics.json").write_text(json.dumps(result.metrics, indent=2, sort_keys=True))

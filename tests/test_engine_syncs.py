@@ -1,0 +1,148 @@
+"""The train loop makes no host-device sync per step (issue 17), checked on CPU.
+
+A GPU stalls whenever the host reads a device value. On CPU there is no device to wait for,
+so the test traps the Python entry points of such reads instead: ``Tensor.item``, ``.tolist``,
+``.nonzero``, ``bool``/``int``/``float`` of a tensor and ``.cpu`` raise while a whole epoch of
+the real train loop runs (batching, on-device crop/flip, timm Mixup/CutMix, forward, the
+regularizer, backward, gradient clipping, SGD). Only the loop's non-finite-loss check
+(:meth:`LossMonitor.check`, every ``nonfinite_check_every`` steps and at epoch end) may read.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lipsweep.config import TrialConfig
+from lipsweep.data import create_mixup, load_splits, train_batches, train_to_device
+from lipsweep.engine import (LossMonitor, NonFiniteLossError, build_optimizer, count_host_syncs,
+                             train_one_epoch, train_step)
+from lipsweep.models import create_model
+from lipsweep.regularizers import create_regularizer_from_config
+from lipsweep.regularizers.jasmin import JasminRegularizer
+from lipsweep.trial import seed_everything
+
+TRAPPED = ("item", "tolist", "nonzero", "cpu", "__bool__", "__int__", "__float__")
+TINY = {"depth": 2, "embed_dim": 64, "num_heads": 4, "train_size": 96, "eval_size": 16,
+        "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "mixup": 0.8, "cutmix": 1.0,
+        "clip_grad": 1.0, "epochs": 1}
+
+
+class SyncTrap:
+    """Arms raising replacements of the host-read methods of ``torch.Tensor``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.armed = False
+        self.checks = 0
+        for name in TRAPPED:
+            orig = getattr(torch.Tensor, name)
+            monkeypatch.setattr(torch.Tensor, name, self._guard(name, orig))
+        check = LossMonitor.check
+
+        def counted_check(monitor: LossMonitor, *args, **kwargs):
+            self.checks += 1
+            self.armed = False  # the allowed sync
+            try:
+                return check(monitor, *args, **kwargs)
+            finally:
+                self.armed = True
+
+        monkeypatch.setattr(LossMonitor, "check", counted_check)
+
+    def _guard(self, name: str, orig):
+        def guarded(tensor: torch.Tensor, *args, **kwargs):
+            if self.armed:
+                raise AssertionError(f"host sync in the train step: Tensor.{name}")
+            return orig(tensor, *args, **kwargs)
+
+        return guarded
+
+
+def _epoch(flat: dict, trap: SyncTrap, check_every: int) -> dict[str, float]:
+    cfg = TrialConfig.from_flat({**TINY, **flat})
+    device = torch.device("cpu")
+    splits = train_to_device(load_splits(cfg.data), device)
+    gen = seed_everything(0, 1, device)
+    model = create_model(cfg.model)
+    reg = create_regularizer_from_config(cfg.regularizer)
+    reg.attach(model)
+    opt = build_optimizer(model, cfg.optim)
+    trap.armed = True
+    try:
+        return train_one_epoch(
+            model, reg, opt, train_batches(splits, cfg.optim.batch_size, 0, 1),
+            optim_cfg=cfg.optim, data_cfg=cfg.data, num_classes=10, device=device,
+            precision="fp32", gen=gen, mixup=create_mixup(cfg.data, 10), step0=0,
+            steps_per_epoch=3, epoch=1, seed=0, nonfinite_check_every=check_every)
+    finally:
+        trap.armed = False
+
+
+@pytest.mark.parametrize("flat", [
+    {"regularizer": "none"},
+    {"regularizer": "jasmin", "k": 10, "aggregation": "mean"},
+    {"regularizer": "jasmin", "k": 0, "aggregation": "max"},
+], ids=["baseline", "jasmin-k10-mean", "jasmin-k0-max"])
+def test_train_loop_reads_the_device_only_at_the_every_n_check(flat, monkeypatch):
+    trap = SyncTrap(monkeypatch)
+    stats = _epoch(flat, trap, check_every=2)
+    assert stats["steps"] == 3
+    assert trap.checks == 2  # after step 2, and at epoch end
+    assert all(torch.isfinite(torch.tensor(stats[k])) for k in ("loss", "loss_ce", "loss_reg"))
+    assert (stats["loss_reg"] != 0) == (flat["regularizer"] != "none")
+
+
+def test_the_trap_catches_a_sync(monkeypatch):
+    """The trap is live: a regularizer term that reads a value on the host is caught."""
+    trap = SyncTrap(monkeypatch)
+    orig_terms = JasminRegularizer.terms
+
+    def reading_terms(self):
+        terms = orig_terms(self)
+        float(terms["jasmin"])  # what a per-step log line would do
+        return terms
+
+    monkeypatch.setattr(JasminRegularizer, "terms", reading_terms)
+    with pytest.raises(AssertionError, match="host sync.*__float__"):
+        _epoch({"regularizer": "jasmin"}, trap, check_every=50)
+
+
+def test_non_finite_loss_is_caught_by_the_periodic_check_with_its_step():
+    """The deferred check still names the first non-finite step and its loss parts."""
+    monitor = LossMonitor(torch.device("cpu"))
+    monitor.add(torch.tensor([1.0, 1.0, 0.0]), step=7)
+    monitor.add(torch.tensor([float("nan"), 1.0, float("nan")]), step=8)
+    monitor.add(torch.tensor([float("inf"), float("inf"), 0.0]), step=9)
+    with pytest.raises(NonFiniteLossError, match=r"loss became nan at epoch 3, step 8 "
+                                                 r"\(loss_ce=1.0, loss_reg=nan"):
+        monitor.check(3, 0.1)
+
+
+def test_count_host_syncs_needs_cuda():
+    with pytest.raises(ValueError, match="CUDA"):
+        count_host_syncs(lambda: None, torch.device("cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("flat", [{"regularizer": "none"},
+                                  {"regularizer": "jasmin", "k": 10, "aggregation": "mean"},
+                                  {"regularizer": "jasmin", "k": 0, "aggregation": "max"}])
+def test_a_cuda_train_step_makes_no_sync(flat):
+    """What the CPU traps stand in for, counted by CUDA itself (set_sync_debug_mode)."""
+    cfg = TrialConfig.from_flat({**TINY, **flat})
+    device = torch.device("cuda")
+    splits = train_to_device(load_splits(cfg.data), device)
+    gen = seed_everything(0, 1, device)
+    model = create_model(cfg.model).to(device)
+    reg = create_regularizer_from_config(cfg.regularizer)
+    reg.attach(model)
+    opt = build_optimizer(model, cfg.optim)
+    mixup = create_mixup(cfg.data, 10)
+    batches = train_batches(splits, cfg.optim.batch_size, 0, 1)
+
+    def step() -> None:
+        xb, yb = next(batches)
+        train_step(model, reg, opt, xb, yb, optim_cfg=cfg.optim, data_cfg=cfg.data,
+                   device=device, precision="auto", gen=gen, mixup=mixup, lr=0.01)
+
+    step()  # warm-up: first-use allocations and lazy inits
+    assert count_host_syncs(step, device) == 0
