@@ -1,0 +1,105 @@
+"""`make setup` from a clone on a stock Debian/Ubuntu python3: PEP 668 marker, no uv on PATH.
+
+The python3 here is a copy of the test interpreter whose stdlib folder holds an
+EXTERNALLY-MANAGED marker (a venv shares its base's stdlib, so the marker needs a copied
+prefix: the binary plus links to every stdlib entry). pip refuses `--user` installs with it,
+as on Debian, and the Makefile must bootstrap uv anyway. Needs PyPI for the uv wheel; the
+pinned stack comes from uv's warm cache (hard links on the same filesystem).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _marked_python(dest: Path, with_ensurepip: bool = True) -> Path:
+    """A python3 whose stdlib carries EXTERNALLY-MANAGED (optionally without ensurepip)."""
+    real = Path(os.path.realpath(sys.executable))
+    stdlib = Path(sysconfig.get_paths(vars={"base": sys.base_prefix,
+                                            "installed_base": sys.base_prefix})["stdlib"])
+    lib = dest / "lib" / stdlib.name
+    lib.mkdir(parents=True)
+    for entry in stdlib.iterdir():
+        if entry.name == "ensurepip" and not with_ensurepip:
+            continue
+        (lib / entry.name).symlink_to(entry)
+    (lib / "EXTERNALLY-MANAGED").write_text(
+        "[externally-managed]\nError=Use apt or a venv (test marker).\n")
+    (dest / "bin").mkdir()
+    py = dest / "bin" / real.name
+    shutil.copy2(real, py)
+    (dest / "bin" / "python3").symlink_to(py.name)
+    return dest / "bin" / "python3"
+
+
+def _clone(dest: Path) -> Path:
+    """The working tree's tracked and unignored files, as a fresh clone would have them."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                            "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def _env(bin_dir: Path, **extra: str) -> dict[str, str]:
+    path = os.pathsep.join([str(bin_dir), "/usr/local/bin", "/usr/bin", "/bin"])
+    if shutil.which("uv", path=path):
+        pytest.skip("uv is installed system-wide; cannot test a PATH without uv")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "VIRTUAL_ENV"))}
+    env.update(PATH=path, PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)
+    if "UV_CACHE_DIR" in os.environ:
+        env["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
+    return env
+
+
+def _assert_marker_refuses_pip(py: Path, env: dict[str, str]) -> None:
+    stdlib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                            env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert (Path(stdlib) / "EXTERNALLY-MANAGED").is_file(), stdlib
+    refused = subprocess.run([py, "-m", "pip", "install", "--user", "uv"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "externally-managed" in refused.stderr, refused.stderr
+
+
+def test_make_setup_on_externally_managed_python_without_uv(tmp_path):
+    py = _marked_python(tmp_path / "python")
+    # an unrelated venv is active, as it often is: neither uv nor Ray may trip over it
+    env = _env(py.parent, VIRTUAL_ENV=str(tmp_path / "someone-elses-venv"))
+    _assert_marker_refuses_pip(py, env)
+    clone = _clone(tmp_path / "clone")
+    proc = subprocess.run(["make", "setup"], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (clone / ".tools" / "bin" / "uv").is_file()
+    assert "does not match the project environment" not in proc.stderr
+    version = subprocess.run([clone / ".tools" / "bin" / "uv", "run", "--frozen", "lipsweep",
+                              "--version"], cwd=clone, env={**env, "VIRTUAL_ENV": ""},
+                             capture_output=True, text=True, timeout=300)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("lipsweep "), version.stdout
+
+
+def test_uv_bootstrap_without_python3_venv(tmp_path):
+    """Debian's python3 without python3-venv (no ensurepip): pip --target, still no --user."""
+    py = _marked_python(tmp_path / "python", with_ensurepip=False)
+    env = _env(py.parent)
+    clone = _clone(tmp_path / "clone")
+    uv = clone / ".tools" / "bin" / "uv"
+    proc = subprocess.run(["make", str(uv)], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = subprocess.run([uv, "--version"], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("uv ")
