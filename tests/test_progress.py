@@ -73,3 +73,24 @@ def test_block_is_framed_on_a_terminal_and_one_plain_line_in_a_log():
 def test_unknown_end_state_is_refused():
     with pytest.raises(ValueError):
         SweepProgress(total=1).ended("a", "done", 0)
+
+
+def test_console_progress_feeds_the_block_at_each_trial_end():
+    """The Tune callback only feeds SweepProgress; a fake trial stands in for Tune's."""
+    import io
+    from types import SimpleNamespace
+
+    from lipsweep.sweep.callbacks import ConsoleProgress
+    from lipsweep.sweep.trainable import FINAL_KEY
+
+    out = io.StringIO()
+    cb = ConsoleProgress(3, ("acc_clean", "max"), status_every=0, stream=out)
+    trial = SimpleNamespace(trial_id="t0", config={"regularizer": "none", "seed": 0},
+                            last_result={FINAL_KEY: True, "acc_clean": 21.5}, status="RUNNING")
+    cb.on_step_end(0, [trial])
+    cb.on_trial_start(0, [trial], trial)
+    assert out.getvalue() == ""  # status_every=0: nothing until a trial ends
+    cb.on_trial_complete(1, [trial], trial)
+    line = out.getvalue().strip()
+    assert line.startswith("status: running 0 · pending 2 · finished 1 · failed 0 · ETA ")
+    assert line.endswith("21.50") and "t0 [" in line

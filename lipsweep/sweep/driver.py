@@ -45,6 +45,8 @@ class SweepOptions:
     max_concurrent_trials: Optional[int] = None
     ray_address: Optional[str] = None
     num_cpus: Optional[int] = None
+    status_every: float = 30.0     # seconds between status blocks (0: at trial ends only)
+    dashboard: bool = False        # the local Ray instance's dashboard, on 127.0.0.1
 
 
 @dataclass
@@ -145,8 +147,12 @@ def _init_ray(opts: SweepOptions) -> None:
     if opts.ray_address:
         ray.init(address=opts.ray_address, log_to_driver=True)
     else:
-        ray.init(num_cpus=opts.num_cpus, include_dashboard=False, log_to_driver=True,
-                 configure_logging=True, logging_level=logging.WARNING)
+        ctx = ray.init(num_cpus=opts.num_cpus, include_dashboard=opts.dashboard,
+                       dashboard_host="127.0.0.1", log_to_driver=True,
+                       configure_logging=True, logging_level=logging.WARNING)
+        if opts.dashboard:
+            _log.info("Ray dashboard: http://%s (log in with the token `ray get-auth-token` "
+                      "prints)", ctx.dashboard_url)
 
 
 def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
@@ -156,7 +162,8 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "60")
     from ray import tune
 
-    from lipsweep.sweep.callbacks import ConsoleProgress, MlflowSweepCallback, summarize
+    from lipsweep.sweep.callbacks import (ConsoleProgress, MlflowSweepCallback, first_objective,
+                                          summarize)
     from lipsweep.sweep.trainable import train_trial
 
     exp_path = experiment_path(opts.storage, opts.experiment)
@@ -180,7 +187,8 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
                        tracker.pending)
         raise UsageError(f"--tracking-uri: {err}") from None
     mlflow_cb = MlflowSweepCallback(tracker, parent)
-    callbacks = [mlflow_cb, ConsoleProgress(spec.num_trials)]
+    callbacks = [mlflow_cb, ConsoleProgress(spec.num_trials, first_objective(spec),
+                                            opts.status_every)]
     trainable = tune.with_resources(train_trial, {"cpu": spec.resources.cpu,
                                                   "gpu": spec.resources.gpu})
     tune_cfg, param_space = _tune_config(spec, opts)
