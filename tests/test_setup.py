@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
 
 
 def _marked_python(dest: Path, with_ensurepip: bool = True) -> Path:
@@ -74,6 +73,7 @@ def _assert_marker_refuses_pip(py: Path, env: dict[str, str]) -> None:
     assert refused.returncode != 0 and "externally-managed" in refused.stderr, refused.stderr
 
 
+@pytest.mark.slow
 def test_make_setup_on_externally_managed_python_without_uv(tmp_path):
     py = _marked_python(tmp_path / "python")
     # an unrelated venv is active, as it often is: neither uv nor Ray may trip over it
@@ -92,6 +92,7 @@ def test_make_setup_on_externally_managed_python_without_uv(tmp_path):
     assert version.stdout.startswith("lipsweep "), version.stdout
 
 
+@pytest.mark.slow
 def test_uv_bootstrap_without_python3_venv(tmp_path):
     """Debian's python3 without python3-venv (no ensurepip): pip --target, still no --user."""
     py = _marked_python(tmp_path / "python", with_ensurepip=False)
@@ -103,3 +104,42 @@ def test_uv_bootstrap_without_python3_venv(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = subprocess.run([uv, "--version"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("uv ")
+
+
+def test_lock_holds_the_dashboard_and_the_aws_extra():
+    """ray[default] (dashboard, `ray job submit`) and a pinned boto3 in the `aws` extra."""
+    import tomllib
+
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    pkgs = {p["name"]: p for p in lock["package"]}
+    me = pkgs["lipsweep"]
+    ray_dep = next(d for d in me["dependencies"] if d["name"] == "ray")
+    assert {"default", "tune"} <= set(ray_dep["extra"])
+    assert pkgs["ray"]["version"] == "2.60.0"
+    for name in ("aiohttp-cors", "opencensus", "py-spy"):  # what ray[default] adds
+        assert name in pkgs, name
+    assert [d["name"] for d in me["optional-dependencies"]["aws"]] == ["boto3"]
+    boto = next(d for d in me["metadata"]["requires-dist"] if d["name"] == "boto3")
+    assert boto["marker"] == "extra == 'aws'" and boto["specifier"].startswith("==")
+
+
+@pytest.mark.slow
+def test_sweep_dashboard_listens_on_loopback(tmp_path):
+    """`lipsweep sweep --dashboard`: the local Ray instance serves its dashboard on 127.0.0.1."""
+    from _sweep_helpers import ray_sandbox
+
+    script = (
+        "import logging, urllib.request, ray\n"
+        "from lipsweep.sweep.driver import SweepOptions, _init_ray\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "_init_ray(SweepOptions('x', 'x', '', num_cpus=1, dashboard=True))\n"
+        "url = ray._private.worker.global_worker.node.address_info['webui_url']\n"
+        "print('URL', url, urllib.request.urlopen('http://' + url + '/', timeout=60).status)\n"
+        "ray.shutdown()\n")
+    with ray_sandbox() as box:
+        proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=box.env(),
+                              capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    url, status = proc.stdout.split("URL ", 1)[1].split()
+    assert url.startswith("127.0.0.1:") and status == "200"
+    assert f"Ray dashboard: http://{url}" in proc.stderr
