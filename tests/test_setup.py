@@ -58,9 +58,12 @@ def _env(bin_dir: Path, **extra: str) -> dict[str, str]:
     if shutil.which("uv", path=path):
         pytest.skip("uv is installed system-wide; cannot test a PATH without uv")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "VIRTUAL_ENV"))}
-    env.update(PATH=path, PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)
-    if "UV_CACHE_DIR" in os.environ:
-        env["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
+    # a new user: no ~/.local/bin/uv from an earlier pip --user; uv's cache stays the warm one
+    home = bin_dir.parent.parent / "home"
+    home.mkdir(exist_ok=True)
+    cache = os.environ.get("UV_CACHE_DIR") or str(Path.home() / ".cache" / "uv")
+    env.update(PATH=path, HOME=str(home), UV_CACHE_DIR=cache, PIP_DISABLE_PIP_VERSION_CHECK="1",
+               **extra)
     return env
 
 
@@ -84,6 +87,7 @@ def test_make_setup_on_externally_managed_python_without_uv(tmp_path):
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (clone / ".tools" / "bin" / "uv").is_file()
+    assert not (tmp_path / "home" / ".local").exists()
     assert "does not match the project environment" not in proc.stderr
     version = subprocess.run([clone / ".tools" / "bin" / "uv", "run", "--frozen", "lipsweep",
                               "--version"], cwd=clone, env={**env, "VIRTUAL_ENV": ""},
