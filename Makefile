@@ -12,9 +12,11 @@ PYTHON ?= python3
 UV_VERSION := 0.13.9
 TOOLS := .tools
 UV ?= $(or $(shell command -v uv 2>/dev/null),$(CURDIR)/$(TOOLS)/bin/uv)
-# An active venv is not the project's: unset VIRTUAL_ENV so neither uv nor the raylet warns.
+# An active venv is not the project's: unset VIRTUAL_ENV so uv does not warn; Ray's workers use
+# .venv as it is, not a uv env rebuilt per session (which warns that VIRTUAL_ENV does not match).
 # MLflow's artifact progress bars run together on one line in a log: off.
-RUN := env -u VIRTUAL_ENV MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false $(UV) run --frozen
+RUN := env -u VIRTUAL_ENV RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 \
+	MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false $(UV) run --frozen
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test test-faults study clean

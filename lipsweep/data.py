@@ -51,10 +51,10 @@ class DataConfig:
 
     dataset: str = "embedded"
     """'embedded' (CIFAR-10 sample shipped in the package: 2000 train / 500 test images),
-    'embedded_full' (the whole shipped sample: 4660 / 846, used by the study), 'npz' (a local file with x_train, y_train,
-    x_test, y_test; uint8, NCHW or NHWC, any number of classes), 'imagefolder' (data_dir/train/
-    <class>/*.png and data_dir/test/<class>/*.png), 'cifar10' or 'cifar100' (torchvision: local
-    folder or download)."""
+    'embedded_full' (the whole shipped sample: 4660 / 846, used by the study), 'npz' (a local
+    file with x_train, y_train, x_test, y_test; uint8, NCHW or NHWC, any number of classes),
+    'imagefolder' (data_dir/train/<class>/*.png and data_dir/test/<class>/*.png), 'cifar10' or
+    'cifar100' (torchvision: local folder or download)."""
     data_dir: str = ""
     """For 'npz': the .npz file. For 'imagefolder': the folder holding train/ and test/. For
     'cifar10'/'cifar100': the torchvision root folder (the one holding cifar-10-batches-py /

@@ -9,7 +9,8 @@ and at each trial end, e.g.::
 
 The ETA assumes the remaining trials take as long as the mean ended (finished, stopped or
 failed) trial and run as many at a time as have run at once so far: (the running trials'
-remainders + pending x mean) / parallel, and no less than the longest remainder. It is a rough guide, shown as ``?`` until one trial has ended.
+remainders + pending x mean) / parallel, and no less than the longest remainder. It is a rough
+guide, shown as ``?`` until one trial has ended.
 """
 from __future__ import annotations
 

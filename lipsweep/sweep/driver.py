@@ -160,6 +160,9 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "60")
+    # Under `uv run` Ray would rebuild the project env for its workers (a copy of the folder, a
+    # second install, and a raylet warning that VIRTUAL_ENV does not match): use this one.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     from ray import tune
 
     from lipsweep.sweep.callbacks import (ConsoleProgress, MlflowSweepCallback, first_objective,
