@@ -50,6 +50,17 @@ def _add_command(sub, name: str, help_text: str, common: argparse.ArgumentParser
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def _seconds(text: str) -> float:
+    """argparse type: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lipsweep", description="Sweeps of attention regularizers for robust ViTs "
@@ -91,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"),
                    help="connect to this Ray cluster (default: $RAY_ADDRESS or a local one)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance")
-    p.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--status-every", type=_seconds, default=30.0, metavar="SECONDS",
                    help="print the status block (running/pending/finished, ETA, best trial) "
                         "this often, and at each trial end (default 30; 0: trial ends only)")
     p.add_argument("--dashboard", action="store_true", help="start the Ray dashboard of a "

@@ -53,6 +53,8 @@ def test_train_bad_config_exits_2_and_writes_nothing(tmp_path, yaml_text, field)
 def test_unknown_flag_exits_2(tmp_path):
     assert _run(tmp_path, "sweep", "x.yaml", "--max-concurent-trials", "2").returncode == 2
     assert _run(tmp_path, "pareto").returncode == 2  # --experiment is required
+    bad = _run(tmp_path, "sweep", "x.yaml", "--status-every", "-5")
+    assert bad.returncode == 2 and "--status-every: must be a number of seconds" in bad.stderr
 
 
 def test_help_settings_lists_every_setting(capsys):
