@@ -1,46 +1,63 @@
 # Two entry points from a fresh clone (see README):
 #   make demo   the main job on the embedded default (smoke sweep -> pareto -> export)
 #   make test   the test suite (the same command CI runs)
-# Both install the pinned stack from uv.lock into .venv first (uv itself comes from PyPI).
+# Both install the pinned stack from uv.lock into .venv first (uv itself comes from PyPI
+# into .tools/ unless it is on PATH). Afterwards: `uv run lipsweep ...` or
+# `source .venv/bin/activate`.
 
 PYTHON ?= python3
-UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+# uv: the one on PATH, else a private copy in .tools/ (never ~/.local/bin). .tools/ is a venv of
+# $(PYTHON), so a Debian/Ubuntu python3 marked EXTERNALLY-MANAGED installs into it; without
+# python3-venv, pip --target (which PEP 668 allows) puts uv in .tools/lib instead.
+UV_VERSION := 0.13.9
+TOOLS := .tools
+UV ?= $(or $(shell command -v uv 2>/dev/null),$(CURDIR)/$(TOOLS)/bin/uv)
+# An active venv is not the project's: unset VIRTUAL_ENV so uv does not warn; Ray's workers use
+# .venv as it is, not a uv env rebuilt per session (which warns that VIRTUAL_ENV does not match).
+# MLflow's artifact progress bars run together on one line in a log: off.
+RUN := env -u VIRTUAL_ENV RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 \
+	MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false $(UV) run --frozen
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test test-faults study clean
 
-$(UV):
-	$(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
+$(CURDIR)/$(TOOLS)/bin/uv:
+	rm -rf $(TOOLS)
+	($(PYTHON) -m venv $(TOOLS) && $(TOOLS)/bin/python -m pip install --quiet uv==$(UV_VERSION)) \
+	|| (rm -rf $(TOOLS) && $(PYTHON) -m pip install --quiet --target $(TOOLS)/lib \
+	    uv==$(UV_VERSION) && mkdir -p $(TOOLS)/bin && ln -sf ../lib/bin/uv $(TOOLS)/bin/uv) \
+	|| { echo "could not install uv with $(PYTHON): install python3-venv or python3-pip," \
+	     "or uv itself (https://docs.astral.sh/uv/)" >&2; exit 1; }
 
 .venv/.synced: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --extra dev
+	env -u VIRTUAL_ENV $(UV) sync --frozen --extra dev
 	touch $@
 
 setup: .venv/.synced
 
 demo: setup
-	$(UV) run --frozen lipsweep demo
+	$(RUN) lipsweep demo
 
 test: setup
-	$(UV) run --frozen pytest -q $(PYTEST_ARGS)
+	$(RUN) pytest -q $(PYTEST_ARGS)
 
 test-faults: setup
-	$(UV) run --frozen pytest -q -m faults
+	$(RUN) pytest -q -m faults
 
 # The first study (docs/study.md): 21 trials on the real CIFAR-10 sample (~1 h on 2 cores),
 # then pareto, export, and the tables/figures of docs/study.md rebuilt from MLflow.
 STUDY := study_cifar10_sample
 STUDY_URI := sqlite:///study.db
 study: setup
-	$(UV) run --frozen lipsweep sweep search_spaces/$(STUDY).yaml --tracking-uri $(STUDY_URI)
-	$(UV) run --frozen lipsweep pareto --experiment $(STUDY) --tracking-uri $(STUDY_URI)
-	$(UV) run --frozen lipsweep export --experiment $(STUDY) --out exports/$(STUDY)-best \
+	$(RUN) lipsweep sweep search_spaces/$(STUDY).yaml --tracking-uri $(STUDY_URI)
+	$(RUN) lipsweep pareto --experiment $(STUDY) --tracking-uri $(STUDY_URI)
+	$(RUN) lipsweep export --experiment $(STUDY) --out exports/$(STUDY)-best \
 		--force --tracking-uri $(STUDY_URI)
-	$(UV) run --frozen python docs/study_report.py --experiment $(STUDY) \
+	$(RUN) python docs/study_report.py --experiment $(STUDY) \
 		--tracking-uri $(STUDY_URI)
-	if command -v chromium >/dev/null; then $(UV) run --frozen python docs/screenshot_mlflow.py \
+	if command -v chromium >/dev/null; then $(RUN) python docs/screenshot_mlflow.py \
 		--experiment $(STUDY) --tracking-uri $(STUDY_URI) --view runs \
 		--out docs/study/mlflow_runs.png; fi
 
 clean:
-	rm -rf .venv mlflow.db study.db mlruns ray_results runs exports
+	rm -rf .venv .tools mlflow.db study.db mlruns ray_results runs exports

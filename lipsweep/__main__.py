@@ -7,12 +7,15 @@ offending field or flag; configuration is validated before anything is started o
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from lipsweep import __version__
 from lipsweep.config_base import ConfigError, UsageError
 
 _log = logging.getLogger("lipsweep")
@@ -28,24 +31,63 @@ def _add_tracking(p: argparse.ArgumentParser) -> None:
                         "mlflow.db in the working folder)")
 
 
+# One example per subcommand, shown at the end of its --help.
+EXAMPLES = {
+    "train": "lipsweep train configs/tiny.yaml --out runs/tiny --set epochs=3",
+    "sweep": "lipsweep sweep search_spaces/smoke.yaml --status-every 60",
+    "pareto": "lipsweep pareto --experiment smoke --tracking-uri sqlite:///mlflow.db",
+    "export": "lipsweep export --experiment smoke --out exports/smoke-best",
+    "demo": "lipsweep demo --num-cpus 2",
+    "models": "lipsweep models",
+}
+
+
+def _add_command(sub, name: str, help_text: str, common: argparse.ArgumentParser
+                 ) -> argparse.ArgumentParser:
+    """A subcommand with a description, one example, and the global flags (-v) anywhere."""
+    return sub.add_parser(name, help=help_text, description=help_text[:1].upper() + help_text[1:]
+                          + ".", epilog=f"example:\n  {EXAMPLES[name]}", parents=[common],
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _seconds(text: str) -> float:
+    """argparse type: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lipsweep", description="Sweeps of attention regularizers for robust ViTs "
-        "(Ray Tune + MLflow).")
+        "(Ray Tune + MLflow).", epilog="example:\n  lipsweep demo",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"lipsweep {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    # the same flag after the subcommand; SUPPRESS keeps a flag given before it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = sub.add_parser("train", help="train and evaluate one trial, without Ray or MLflow")
+    p = _add_command(sub, "train", "train and evaluate one trial, without Ray or MLflow",
+                     common)
     p.add_argument("config", nargs="?", help="flat YAML of trial settings")
     p.add_argument("--out", default="runs/train", help="output folder (checkpoints, "
-                   "metrics.json, artifacts); rerunning resumes from its last checkpoint")
+                   "metrics.json, artifacts); rerunning with the same config resumes from "
+                   "its last checkpoint, a different config is refused")
+    p.add_argument("--overwrite", action="store_true", help="delete --out first and start "
+                   "over (e.g. after changing the config)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one setting (repeatable), e.g. --set epochs=3")
     p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
-    _add_tracking(p)
 
-    p = sub.add_parser("sweep", help="run a sweep on Ray Tune, logging to MLflow")
+    p = _add_command(sub, "sweep", "run a sweep on Ray Tune, logging to MLflow", common)
     p.add_argument("space", help="search-space YAML (see search_spaces/)")
     p.add_argument("--experiment", help="MLflow experiment / sweep name (default: the YAML's "
                    "`name`)")
@@ -60,16 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"),
                    help="connect to this Ray cluster (default: $RAY_ADDRESS or a local one)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance")
+    p.add_argument("--status-every", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="print the status block (running/pending/finished, ETA, best trial) "
+                        "this often, and at each trial end (default 30; 0: trial ends only)")
+    p.add_argument("--dashboard", action="store_true", help="start the Ray dashboard of a "
+                   "local Ray instance on 127.0.0.1 (its address is printed)")
     _add_tracking(p)
 
-    p = sub.add_parser("pareto", help="mark the Pareto-optimal trials of a sweep")
+    p = _add_command(sub, "pareto", "mark the Pareto-optimal trials of a sweep", common)
     p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
     p.add_argument("--objective", action="append", default=None, metavar="NAME:max|min",
                    help="objective (repeatable); default acc_clean:max acc_pgd_4:max "
                         "acc_aa_2:max lip_jacobian_median:min")
     _add_tracking(p)
 
-    p = sub.add_parser("export", help="export a trial's checkpoint as a self-describing folder")
+    p = _add_command(sub, "export", "export a trial's checkpoint as a self-describing folder",
+                     common)
     p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--run-id", help="export this child run (default: pick by --select)")
@@ -82,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also register the export in the MLflow model registry")
     _add_tracking(p)
 
-    p = sub.add_parser("demo", help="the embedded default end to end: smoke sweep, pareto, "
-                       "export")
+    p = _add_command(sub, "demo", "the embedded default end to end: smoke sweep, pareto, "
+                     "export", common)
     p.add_argument("--space", default=None, help="search space (default: smoke.yaml)")
     p.add_argument("--experiment", default="smoke", help="experiment name")
     p.add_argument("--out", default="exports/smoke-best", help="export folder")
@@ -91,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray instance")
     _add_tracking(p)
 
-    p = sub.add_parser("models", help="list the timm ViT architectures lipsweep can build")
+    p = _add_command(sub, "models", "list the timm ViT architectures lipsweep can build",
+                     common)
     _add_tracking(p)
 
     _add_data_parser(sub)
@@ -150,16 +199,47 @@ def cmd_train(args: argparse.Namespace) -> int:
     from lipsweep.trial import run_trial
 
     out = Path(args.out)
+    check_out_config(out, cfg.to_flat(), args.overwrite)
     _log.info("training %s on %s, regularizer %s, %d epochs -> %s", cfg.model.model,
               cfg.data.dataset, cfg.regularizer.regularizer, cfg.optim.epochs, out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(cfg.to_json())
+    prepare_out(out, cfg.to_json(), args.overwrite)
     result = run_trial(cfg, out)
     keys = [k for k in ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4",
                         "acc_aa_2", "lip_jacobian_median") if k in result.metrics]
     sys.stdout.write("  ".join(f"{k}={result.metrics[k]:.2f}" for k in keys) + "\n")
     sys.stdout.write(f"metrics: {out / 'metrics.json'}\n")
     return 0
+
+
+def check_out_config(out: Path, flat: dict, overwrite: bool) -> None:
+    """Refuse to resume into ``out`` if it holds a run of a different config (unless
+    ``overwrite``): its checkpoint would silently be trained or evaluated under this one."""
+    saved_file = out / "config.json"
+    if overwrite or not saved_file.is_file():
+        return
+    try:
+        saved = json.loads(saved_file.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--out: cannot read {saved_file} ({err}); pass --overwrite to start "
+                         "over") from None
+    if not isinstance(saved, dict):
+        raise UsageError(f"--out: {saved_file} is not a config; pass --overwrite to start over")
+    flat = json.loads(json.dumps(flat))  # tuples -> lists, as saved
+    differ = sorted(k for k in set(saved) | set(flat) if saved.get(k) != flat.get(k))
+    if differ:
+        shown = ", ".join(f"{k} ({saved.get(k)!r} -> {flat.get(k)!r})" for k in differ[:6])
+        more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""
+        raise UsageError(f"--out {out} holds a run of a different config: {shown}{more}; "
+                         "pass --overwrite to start over, or choose another --out")
+
+
+def prepare_out(out: Path, config_json: str, overwrite: bool) -> None:
+    """Create ``out`` (emptied first if ``overwrite``) and write the trial's config.json."""
+    if overwrite and out.exists():
+        _log.info("--overwrite: deleting %s", out)
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(config_json)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -207,7 +287,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False)
+                        else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S", stream=sys.stderr)
     try:

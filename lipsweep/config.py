@@ -167,6 +167,10 @@ class TrialConfig:
         if self.model.num_classes != self.data.num_classes:
             raise ConfigError("num_classes", f"{self.model.num_classes} does not match dataset "
                               f"{self.data.dataset!r} ({self.data.num_classes} classes)")
+        if self.model.img_size != self.data.image_size:
+            raise ConfigError("img_size", f"{self.model.img_size} does not match the "
+                              f"{self.data.image_size}x{self.data.image_size} images of "
+                              f"dataset {self.data.dataset!r}")
         self.regularizer.check_tokens(self.model.num_tokens)
 
     def to_flat(self) -> dict[str, Any]:
@@ -190,6 +194,9 @@ class TrialConfig:
             for k, v in values.items():
                 parts[FIELD_SECTION[k]][k] = v
             built = {sec: from_mapping(SECTIONS[sec], parts[sec]) for sec in SECTIONS}
+            if "num_classes" not in values:  # follows the data (npz/imagefolder: any number)
+                built["model"] = dataclasses.replace(built["model"],
+                                                     num_classes=built["data"].num_classes)
             return cls(**built)
         except ConfigError as err:
             raise (err.with_source(source) if source else err) from None

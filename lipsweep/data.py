@@ -1,4 +1,6 @@
-"""CIFAR data for lipsweep: the embedded sample, a local .npz, or torchvision CIFAR-10/100.
+"""Data for lipsweep: the embedded CIFAR-10 sample, torchvision CIFAR-10/100, or the user's own
+images (an .npz file or an ImageFolder tree, checked when the config is built; see
+:mod:`lipsweep.data_sources`).
 
 Every source is loaded once into uint8 tensors (N, 3, 32, 32) and batched from memory; the
 paper's augmentations (random crop with padding 4, horizontal flip; CutMix and MixUp through
@@ -23,11 +25,15 @@ import torch.nn.functional as F
 
 from lipsweep.config_base import ConfigError, absolute_path, check_choice, check_positive, check_range
 from lipsweep.data_remote import check_uri, is_prepared, is_uri, local_source
+from lipsweep.data_sources import (SourceInfo, inspect_image_folder, inspect_npz,
+                                   load_image_folder, load_npz)
 
 _log = logging.getLogger(__name__)
 
-DATASETS = ("embedded", "npz", "cifar10", "cifar100")
-NUM_CLASSES = {"embedded": 10, "npz": 10, "cifar10": 10, "cifar100": 100}
+DATASETS = ("embedded", "embedded_full", "npz", "imagefolder", "cifar10", "cifar100")
+# fixed sources; for 'npz' and 'imagefolder' the classes come from the data
+NUM_CLASSES = {"embedded": 10, "embedded_full": 10, "cifar10": 10, "cifar100": 100}
+CIFAR_IMAGE_SIZE = 32
 
 
 def embedded_path() -> Path:
@@ -35,17 +41,27 @@ def embedded_path() -> Path:
     return Path(__file__).resolve().parent / "data" / "cifar10_sample.npz"
 
 
+def embedded_rest_path() -> Path:
+    """The rest of the shipped sample (2660 train / 346 test images; lipsweep/data/README.md):
+    with :func:`embedded_path` it makes 'embedded_full', 4660 train / 846 test images."""
+    return Path(__file__).resolve().parent / "data" / "cifar10_sample_rest.npz"
+
+
 @dataclass
 class DataConfig:
     """Where the images come from and how training batches are augmented."""
 
     dataset: str = "embedded"
-    """'embedded' (sample shipped in the package), 'npz' (a local file with x_train, y_train,
-    x_test, y_test), 'cifar10' or 'cifar100' (torchvision: local folder or download)."""
+    """'embedded' (CIFAR-10 sample shipped in the package: 2000 train / 500 test images),
+    'embedded_full' (the whole shipped sample: 4660 / 846, used by the study), 'npz' (a local
+    file with x_train, y_train, x_test, y_test; uint8, NCHW or NHWC, any number of classes),
+    'imagefolder' (data_dir/train/<class>/*.png and data_dir/test/<class>/*.png), 'cifar10' or
+    'cifar100' (torchvision: local folder or download)."""
     data_dir: str = ""
-    """For 'npz': the .npz file. For 'cifar10'/'cifar100': the torchvision root folder (the one
-    holding cifar-10-batches-py / cifar-100-python), or a file from `lipsweep data prepare`:
-    a local .npz or a URI (s3://, gs://, file://) that each node copies into its cache once."""
+    """For 'npz': the .npz file. For 'imagefolder': the folder holding train/ and test/. For
+    'cifar10'/'cifar100': the torchvision root folder (the one holding cifar-10-batches-py /
+    cifar-100-python), or a file from `lipsweep data prepare`: a local .npz or a URI (s3://,
+    gs://, file://) that each node copies into its cache once."""
     download: bool = False
     """Let torchvision download CIFAR into data_dir if it is not there."""
     train_size: int = 0
@@ -80,6 +96,7 @@ class DataConfig:
         check_positive("cutmix", self.cutmix, allow_zero=True)
         check_range("mix_prob", self.mix_prob, 0.0, 1.0)
         check_range("label_smoothing", self.label_smoothing, 0.0, 0.99)
+        self._source: Optional[SourceInfo] = None
         if is_uri(self.data_dir) and self.dataset != "embedded":
             if self.download:
                 raise ConfigError("download", "a prepared dataset URI needs no download; "
@@ -88,6 +105,12 @@ class DataConfig:
             if not self.data_dir or not Path(self.data_dir).is_file():
                 raise ConfigError("data_dir", f"dataset 'npz' needs an existing .npz file, got "
                                   f"{self.data_dir!r}")
+            self._source = inspect_npz(self.data_dir)
+        elif self.dataset == "imagefolder":
+            if not self.data_dir:
+                raise ConfigError("data_dir", "dataset 'imagefolder' needs the folder holding "
+                                  "train/<class>/ and test/<class>/")
+            self._source = inspect_image_folder(self.data_dir)
         elif self.dataset in ("cifar10", "cifar100") and is_prepared(self.data_dir):
             if not Path(self.data_dir).is_file():
                 raise ConfigError("data_dir", f"no such file {self.data_dir!r}; create it "
@@ -100,7 +123,18 @@ class DataConfig:
 
     @property
     def num_classes(self) -> int:
-        return NUM_CLASSES[self.dataset]
+        """Classes of the source: fixed for CIFAR, read from the data for npz/imagefolder.
+
+        An npz behind a URI is read only on the node: it must be a prepared CIFAR-10
+        (:func:`lipsweep.data_remote.fetch_prepared` refuses any other), hence 10."""
+        if self._source:
+            return self._source.num_classes
+        return NUM_CLASSES.get(self.dataset, 10)
+
+    @property
+    def image_size(self) -> int:
+        """Side of the (square) images of the source."""
+        return self._source.image_size if self._source else CIFAR_IMAGE_SIZE
 
 
 @dataclass
@@ -115,11 +149,8 @@ class ImageSplits:
 
 
 def _load_npz(path: Path) -> tuple[np.ndarray, ...]:
-    with np.load(path, allow_pickle=False) as d:
-        missing = {"x_train", "y_train", "x_test", "y_test"} - set(d.files)
-        if missing:
-            raise ConfigError("data_dir", f"{path} lacks arrays {sorted(missing)}")
-        return d["x_train"], d["y_train"], d["x_test"], d["y_test"]
+    """(x_train, y_train, x_test, y_test), checked; images uint8 NCHW."""
+    return load_npz(path)
 
 
 def _load_torchvision(cfg: DataConfig) -> tuple[np.ndarray, ...]:
@@ -146,6 +177,11 @@ def load_splits(cfg: DataConfig) -> ImageSplits:
     """Load the configured source into memory and cut the evaluation subset."""
     if cfg.dataset == "embedded":
         arrays = _load_npz(embedded_path())
+    elif cfg.dataset == "embedded_full":
+        arrays = tuple(np.concatenate(pair) for pair in zip(_load_npz(embedded_path()),
+                                                              _load_npz(embedded_rest_path())))
+    elif cfg.dataset == "imagefolder":
+        arrays = load_image_folder(cfg.data_dir)
     elif cfg.dataset == "npz" or is_prepared(cfg.data_dir):  # URIs via the node's cache
         arrays = _load_npz(local_source(cfg.data_dir, cfg.dataset))
     else:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lipsweep.__main__ import COMMANDS, build_parser, main
+from lipsweep.config_base import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +19,9 @@ def test_command_map_matches_parser():
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == set(COMMANDS)
     for name, p in sub.choices.items():
-        assert any("--tracking-uri" in a.option_strings for a in p._actions), name
+        # train runs without MLflow: no tracking option that it would ignore
+        has_uri = any("--tracking-uri" in a.option_strings for a in p._actions)
+        assert has_uri == (name != "train"), name
 
 
 def _run(tmp_path, *argv):
@@ -50,6 +53,8 @@ def test_train_bad_config_exits_2_and_writes_nothing(tmp_path, yaml_text, field)
 def test_unknown_flag_exits_2(tmp_path):
     assert _run(tmp_path, "sweep", "x.yaml", "--max-concurent-trials", "2").returncode == 2
     assert _run(tmp_path, "pareto").returncode == 2  # --experiment is required
+    bad = _run(tmp_path, "sweep", "x.yaml", "--status-every", "-5")
+    assert bad.returncode == 2 and "--status-every: must be a number of seconds" in bad.stderr
 
 
 def test_help_settings_lists_every_setting(capsys):
@@ -57,3 +62,69 @@ def test_help_settings_lists_every_setting(capsys):
     out = capsys.readouterr().out
     for name in ("epochs", "regularizer", "k", "lam_q", "pgd_steps", "seed"):
         assert f"  {name} = " in out
+
+
+def test_version_and_verbose_anywhere(capsys):
+    from lipsweep import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"lipsweep {__version__}"
+    parser = build_parser()
+    assert parser.parse_args(["-v", "models"]).verbose
+    assert parser.parse_args(["models", "-v"]).verbose
+    assert parser.parse_args(["sweep", "s.yaml", "--dry-run", "--verbose"]).verbose
+    assert not parser.parse_args(["models"]).verbose
+
+
+def test_every_subcommand_help_has_a_description_and_an_example():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        text = p.format_help()
+        assert p.description and p.description in text, name
+        example = text.split("example:\n", 1)[1].strip().splitlines()
+        assert len(example) == 1 and example[0].startswith(f"lipsweep {name}"), name
+
+
+def _train_out(tmp_path: Path, **settings) -> Path:
+    """An --out folder as `lipsweep train` leaves it: config.json and a checkpoint."""
+    from lipsweep.config import TrialConfig
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text(TrialConfig.from_flat(settings).to_json())
+    (out / "checkpoint.safetensors").write_bytes(b"weights")
+    return out
+
+
+def test_train_into_out_of_another_config_exits_2_naming_the_fields(tmp_path, capsys):
+    out = _train_out(tmp_path, epochs=3, regularizer="none")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    rc = main(["train", "--out", str(out), "--set", "epochs=4", "--set", "regularizer=jasmin",
+               "--set", "k=10"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "--out" in err[0] and "different config" in err[0] and "--overwrite" in err[0]
+    for field in ("epochs (3 -> 4)", "k (", "regularizer ('none' -> 'jasmin')"):
+        assert field in err[0], err[0]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing touched
+
+
+def test_same_config_resumes_and_overwrite_starts_over(tmp_path):
+    from lipsweep.__main__ import check_out_config, prepare_out
+    from lipsweep.config import TrialConfig
+
+    out = _train_out(tmp_path, epochs=3)
+    same = TrialConfig.from_flat({"epochs": 3})
+    check_out_config(out, same.to_flat(), overwrite=False)
+    prepare_out(out, same.to_json(), overwrite=False)  # resume: the checkpoint stays
+    assert (out / "checkpoint.safetensors").is_file()
+    other = TrialConfig.from_flat({"epochs": 4})
+    check_out_config(out, other.to_flat(), overwrite=True)
+    prepare_out(out, other.to_json(), overwrite=True)  # start over: only the new config
+    assert [p.name for p in out.iterdir()] == ["config.json"]
+    assert '"epochs": 4' in (out / "config.json").read_text()
+    (out / "config.json").write_text("{not json")
+    with pytest.raises(UsageError, match="--overwrite"):
+        check_out_config(out, TrialConfig.from_flat({"epochs": 3}).to_flat(), overwrite=False)

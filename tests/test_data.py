@@ -1,5 +1,8 @@
-"""Data: embedded sample, npz/torchvision loaders, seeded eval subset, augmentations."""
+"""Data: embedded sample, npz/imagefolder/torchvision loaders, eval subset, augmentations."""
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -7,17 +10,43 @@ import torch
 
 from conftest import SHARED_NPZ
 from lipsweep.config_base import ConfigError
-from lipsweep.data import (DataConfig, augment, create_mixup, embedded_path,
+from lipsweep.data import (DataConfig, augment, create_mixup, embedded_path, embedded_rest_path,
                            eval_subset_indices, load_splits, train_batches)
 
+KEYS = ("x_train", "y_train", "x_test", "y_test")
+# sha256 of SPEC §4's cifar10_subset.npz arrays (x_train, y_train, x_test, y_test bytes)
+SUBSET_SHA256 = "f97595d27ee0de20351c8951afe750780c60743887d66e368ee67dee2906fe5b"
 
-def test_embedded_sample_is_real_cifar10_from_the_shared_file():
+
+@pytest.fixture(scope="module")
+def ref() -> dict[str, np.ndarray]:
+    """The whole shipped sample (4660 train / 846 test), as cifar10_subset.npz holds it."""
+    a, b = np.load(embedded_path()), np.load(embedded_rest_path())
+    return {k: np.concatenate([a[k], b[k]]) for k in KEYS} | {"label_names": a["label_names"]}
+
+
+def test_shipped_sample_is_the_studys_real_cifar10_subset(ref):
     emb = np.load(embedded_path())
-    ref = np.load(SHARED_NPZ)
     assert emb["x_train"].shape == (2000, 3, 32, 32) and emb["x_train"].dtype == np.uint8
-    assert np.array_equal(emb["x_train"], ref["x_train"][:2000])
-    assert np.array_equal(emb["y_test"], ref["y_test"][:500])
-    assert embedded_path().stat().st_size < 8 * 2**20
+    assert ref["x_train"].shape == (4660, 3, 32, 32) and ref["x_test"].shape == (846, 3, 32, 32)
+    h = hashlib.sha256()
+    for k in KEYS:
+        h.update(np.ascontiguousarray(ref[k]).tobytes())
+    assert h.hexdigest() == SUBSET_SHA256
+    if SHARED_NPZ.is_file():
+        shared = np.load(SHARED_NPZ)
+        assert all(np.array_equal(ref[k], shared[k]) for k in KEYS)
+    size = embedded_path().stat().st_size + embedded_rest_path().stat().st_size
+    assert size <= 15 * 2**20
+    s = load_splits(DataConfig(dataset="embedded_full", eval_size=500))
+    assert s.x_train.shape == (4660, 3, 32, 32)
+    assert torch.equal(s.x_eval, torch.from_numpy(ref["x_test"][s.eval_indices.numpy()]))
+
+
+def test_study_reads_the_shipped_sample_not_a_shared_folder():
+    root = Path(__file__).resolve().parents[1]
+    for rel in ("search_spaces/study_cifar10_sample.yaml", "docs/study.md", "Makefile"):
+        assert "shared/data" not in (root / rel).read_text(), rel
 
 
 def test_eval_subset_is_seeded_sorted_and_stable():
@@ -28,19 +57,19 @@ def test_eval_subset_is_seeded_sorted_and_stable():
     assert torch.equal(eval_subset_indices(846, 0, 0), torch.arange(846))
 
 
-def test_npz_source_and_eval_subset(tmp_path):
-    cfg = DataConfig(dataset="npz", data_dir=str(SHARED_NPZ), eval_size=200, train_size=300)
+def test_npz_source_and_eval_subset(tmp_path, ref):
+    path = tmp_path / "d.npz"
+    np.savez(path, **ref)
+    cfg = DataConfig(dataset="npz", data_dir=str(path), eval_size=200, train_size=300)
     s = load_splits(cfg)
-    ref = np.load(SHARED_NPZ)
-    assert s.x_train.shape == (300, 3, 32, 32)
+    assert s.x_train.shape == (300, 3, 32, 32) and cfg.num_classes == 10
     assert torch.equal(s.x_eval, torch.from_numpy(ref["x_test"][s.eval_indices.numpy()]))
 
 
-def test_torchvision_cifar10_local_folder(tmp_path, monkeypatch):
+def test_torchvision_cifar10_local_folder(tmp_path, monkeypatch, ref):
     """The torchvision loader reads a local folder in the standard python-batches layout."""
     import pickle  # building the fixture folder in the standard layout needs pickle
 
-    ref = np.load(SHARED_NPZ)
     root = tmp_path / "cifar-10-batches-py"
     root.mkdir()
     x = ref["x_train"].reshape(len(ref["x_train"]), -1)
@@ -115,3 +144,135 @@ def test_mixup_is_timms_and_mixes_targets():
     x, t = mix(torch.rand(8, 3, 32, 32), torch.arange(8))
     assert t.shape == (8, 10) and torch.allclose(t.sum(-1), torch.ones(8))
     assert create_mixup(DataConfig(), 10) is None
+
+
+# --- the researcher's own data: npz with any number of classes, and an ImageFolder tree ---
+
+def _npz(path: Path, n_classes: int = 100, layout: str = "NHWC", **over) -> Path:
+    rng = np.random.default_rng(0)
+    shape = (lambda n: (n, 32, 32, 3)) if layout == "NHWC" else (lambda n: (n, 3, 32, 32))
+    arrays = {"x_train": rng.integers(0, 256, shape(300), dtype=np.uint8),
+              "y_train": np.arange(300) % n_classes,
+              "x_test": rng.integers(0, 256, shape(50), dtype=np.uint8),
+              "y_test": np.arange(50) % n_classes}
+    arrays.update(over)
+    np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+    return path
+
+
+def test_npz_with_100_classes_nhwc_sets_num_classes(tmp_path):
+    from lipsweep.config import TrialConfig
+
+    path = _npz(tmp_path / "c100.npz")
+    cfg = TrialConfig.from_flat({"dataset": "npz", "data_dir": str(path), "eval_size": 0})
+    assert cfg.data.num_classes == 100 and cfg.model.num_classes == 100
+    s = load_splits(cfg.data)
+    raw = np.load(path)
+    assert s.x_train.shape == (300, 3, 32, 32)  # NHWC in the file, NCHW in memory
+    assert torch.equal(s.x_train, torch.from_numpy(raw["x_train"].transpose(0, 3, 1, 2)))
+    assert s.y_eval.dtype == torch.int64 and int(s.y_train.max()) == 99
+    with pytest.raises(ConfigError) as exc:  # an explicit num_classes must match the data
+        TrialConfig.from_flat({"dataset": "npz", "data_dir": str(path), "num_classes": 10})
+    assert exc.value.field == "num_classes"
+
+
+def _png_tree(root: Path, sizes: dict[str, tuple[int, int]] | None = None) -> Path:
+    """train/ and test/ with classes cat, dog, frog; 32x32 PNGs (one greyscale)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    for split, n in (("train", 4), ("test", 2)):
+        for c in ("cat", "dog", "frog"):
+            (root / split / c).mkdir(parents=True)
+            for i in range(n):
+                size = (sizes or {}).get(f"{split}/{c}/{i}", (32, 32))
+                img = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+                im = Image.fromarray(img).convert("L") if (c, i) == ("frog", 0) else \
+                    Image.fromarray(img)
+                im.save(root / split / c / f"{i}.png")
+    return root
+
+
+def test_image_folder_source(tmp_path):
+    from PIL import Image
+
+    from lipsweep.config import TrialConfig
+
+    root = _png_tree(tmp_path / "pets")
+    cfg = TrialConfig.from_flat({"dataset": "imagefolder", "data_dir": str(root),
+                                 "eval_size": 0})
+    assert cfg.model.num_classes == 3 and cfg.data.image_size == 32
+    s = load_splits(cfg.data)
+    assert s.x_train.shape == (12, 3, 32, 32) and s.x_eval.shape == (6, 3, 32, 32)
+    assert s.y_train.tolist() == [0] * 4 + [1] * 4 + [2] * 4  # sorted class folders
+    dog1 = np.array(Image.open(root / "test" / "dog" / "1.png")).transpose(2, 0, 1)
+    assert torch.equal(s.x_eval[3], torch.from_numpy(dog1))
+    grey = np.array(Image.open(root / "train" / "frog" / "0.png"))
+    assert torch.equal(s.x_train[8], torch.from_numpy(np.stack([grey] * 3)))
+
+
+def _cli_refuses(tmp_path, capsys, data: Path, dataset: str, problem: str) -> None:
+    """`lipsweep train` on a bad source: exit 2, one line naming data_dir and the problem,
+    nothing created."""
+    from lipsweep.__main__ import main
+
+    out = tmp_path / "out"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc = main(["train", "--set", f"dataset={dataset}", "--set", f"data_dir={data}",
+               "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "data_dir:" in err[0] and problem in err[0], err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not out.exists()
+
+
+@pytest.mark.parametrize("over,problem", [
+    (dict(x_train=np.zeros((300, 32, 32, 3), np.float32)), "x_train is float32; expected uint8"),
+    (dict(x_test=np.zeros((50, 32, 32), np.uint8)), "x_test has shape (50, 32, 32)"),
+    (dict(y_train=np.arange(299) % 100), "x_train has 300 images but y_train 299 labels"),
+    (dict(y_test=np.full(50, 100)), "label 100 is out of range"),
+    (dict(label_names=np.array(["a"] * 10)), "label 99 is out of range: 10 label_names"),
+    (dict(y_train=-(np.arange(300) % 3)), "labels must be 0 .. C-1"),
+    (dict(y_train=np.linspace(0, 1, 300)), "y_train must be a 1-D integer array"),
+    (dict(x_test=np.zeros((50, 3, 32, 32), np.uint8)), "x_train is NHWC but x_test NCHW"),
+    (dict(x_test=np.zeros((50, 24, 24, 3), np.uint8)), "images must be square and the same"),
+    (dict(y_test=None), "lacks arrays ['y_test']"),
+])
+def test_bad_npz_is_refused_in_one_line(tmp_path, capsys, over, problem):
+    (tmp_path / "data").mkdir()
+    path = _npz(tmp_path / "data" / "bad.npz", **over)
+    _cli_refuses(tmp_path, capsys, path, "npz", problem)
+
+
+def test_a_file_that_is_no_npz_is_refused(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.npz").write_text("not a zip")
+    _cli_refuses(tmp_path, capsys, tmp_path / "data" / "x.npz", "npz", "not a readable .npz")
+
+
+@pytest.mark.parametrize("breakage,problem", [
+    ("no_test", "has no test/ folder"),
+    ("extra_class", "same class folders; they differ in ['emu']"),
+    ("empty_class", "train/dog/ holds no images"),
+    ("odd_size", "train/cat/1.png is 32x24; images must be square"),
+    ("two_sizes", "test/dog/0.png is 28x28 but the others 32x32"),
+    ("broken", "cannot read image train/cat/0.png"),
+    ("missing", "no such folder"),
+])
+def test_bad_image_folder_is_refused_in_one_line(tmp_path, capsys, breakage, problem):
+    import shutil
+
+    sizes = {"odd_size": {"train/cat/1": (32, 24)}, "two_sizes": {"test/dog/0": (28, 28)}}
+    root = _png_tree(tmp_path / "data" / "pets", sizes.get(breakage))
+    if breakage == "no_test":
+        shutil.rmtree(root / "test")
+    elif breakage == "extra_class":
+        (root / "test" / "emu").mkdir()
+    elif breakage == "empty_class":
+        for f in (root / "train" / "dog").iterdir():
+            f.unlink()
+    elif breakage == "broken":
+        (root / "train" / "cat" / "0.png").write_bytes(b"\x89PNG truncated")
+    elif breakage == "missing":
+        root = tmp_path / "data" / "nope"
+    _cli_refuses(tmp_path, capsys, root, "imagefolder", problem)

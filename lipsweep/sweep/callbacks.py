@@ -3,20 +3,27 @@
 :class:`MlflowSweepCallback` turns Tune's trial events into MLflow child runs under the
 sweep's parent run (see :mod:`lipsweep.tracking` for why the driver, and not the trials,
 writes). :class:`ConsoleProgress` prints one line per trial event with its state and key
-metrics, instead of Tune's full-screen tables.
+metrics, instead of Tune's full-screen tables, and feeds :class:`lipsweep.progress.SweepProgress`
+for the status block (counts, ETA, best trial) on stdout.
 """
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
-from lipsweep.sweep.space import trial_label
+from lipsweep.progress import FAILED as P_FAILED
+from lipsweep.progress import FINISHED as P_FINISHED
+from lipsweep.progress import STOPPED as P_STOPPED
+from lipsweep.progress import SweepProgress
+from lipsweep.sweep.space import SweepSpec, trial_label
 from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY, flat_config
 from lipsweep.tracking import (FAILED, FINISHED, KILLED, TAG_CHECKPOINT, TAG_EARLY_STOPPED,
                                TAG_FAILURE, Tracker)
@@ -199,12 +206,48 @@ def _error_text(trial) -> str:
     return str(getattr(trial, "error_msg", "") or "worker error")
 
 
-class ConsoleProgress(Callback):
-    """One log line per trial event: state, epoch and key metrics."""
+def first_objective(spec: SweepSpec) -> tuple[str, str]:
+    """The objective the status block ranks by: the search's first metric, else acc_clean."""
+    if spec.search is not None and spec.search.metric:
+        return spec.search.metric[0], spec.search.mode[0]
+    return "acc_clean", "max"
 
-    def __init__(self, total: int) -> None:
+
+class ConsoleProgress(Callback):
+    """One log line per trial event (state, epoch, key metrics), and the status block on
+    ``stream`` every ``status_every`` seconds (0: only at trial ends) and at each trial end."""
+
+    def __init__(self, total: int, objective: tuple[str, str] = ("acc_clean", "max"),
+                 status_every: float = 30.0, stream: Optional[TextIO] = None) -> None:
         self.total = total
         self.done = 0
+        self.progress = SweepProgress(total, objective)
+        self.status_every = status_every
+        self.stream = stream
+        self._last_status = time.monotonic()
+        self._synced = False
+
+    def _out(self) -> TextIO:
+        return self.stream or sys.stdout
+
+    def show_status(self) -> None:
+        """Write the status block now."""
+        now = time.monotonic()
+        self._last_status = now
+        out = self._out()
+        tty = bool(getattr(out, "isatty", lambda: False)())
+        out.write("\n".join(self.progress.status_lines(now, tty)) + "\n")
+        out.flush()
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        if not self._synced:  # trials that ended before a --resume: counted, not timed
+            self._synced = True
+            for t in trials:
+                state = {"TERMINATED": P_FINISHED, "ERROR": P_FAILED}.get(t.status)
+                if state:
+                    self.progress.ended_before(t.trial_id, state, self._name(t))
+        if self.status_every > 0 and time.monotonic() - self._last_status >= self.status_every:
+            self.show_status()
 
     @staticmethod
     def _name(trial) -> str:
@@ -212,9 +255,11 @@ class ConsoleProgress(Callback):
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
         _log.info("%s RUNNING", self._name(trial))
+        self.progress.started(trial.trial_id, time.monotonic(), self._name(trial))
 
     def on_trial_restore(self, iteration: int, trials: list, trial, **info: Any) -> None:
         _log.info("%s RESTORED from checkpoint", self._name(trial))
+        self.progress.started(trial.trial_id, time.monotonic(), self._name(trial))
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info: Any) -> None:
         failures = getattr(getattr(trial, "run_metadata", None), "num_failures", "?")
@@ -234,19 +279,27 @@ class ConsoleProgress(Callback):
         r = trial.last_result or {}
         if ERROR_KEY in r:
             _log.error("%s FAILED: %s", self._name(trial), r[ERROR_KEY])
+            state = P_FAILED
         elif not r.get(FINAL_KEY):
             _log.info("%s STOPPED early (scheduler)  [%d/%d]", self._name(trial), self.done,
                       self.total)
+            state = P_STOPPED
         else:
             keys = ("acc_clean", "acc_fgsm_4", "acc_pgd_4", "acc_aa_2", "lip_jacobian_median")
             text = "  ".join(f"{k} {r[k]:.2f}" for k in keys if k in r)
             _log.info("%s FINISHED  %s  [%d/%d]", self._name(trial), text, self.done,
                       self.total)
+            state = P_FINISHED
+        self.progress.ended(trial.trial_id, state, time.monotonic(), r, self._name(trial))
+        self.show_status()
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self.done += 1
         _log.error("%s ERROR (retries exhausted)  [%d/%d]", self._name(trial), self.done,
                    self.total)
+        self.progress.ended(trial.trial_id, P_FAILED, time.monotonic(), None,
+                            self._name(trial))
+        self.show_status()
 
 
 def summarize(outcomes: dict[str, TrialOutcome], total: int) -> tuple[bool, str]:

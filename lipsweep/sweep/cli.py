@@ -64,7 +64,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     opts = SweepOptions(experiment=experiment, storage=storage,
                         tracking_uri=args.tracking_uri, resume=args.resume,
                         max_concurrent_trials=args.max_concurrent_trials,
-                        ray_address=args.ray_address, num_cpus=args.num_cpus)
+                        ray_address=args.ray_address, num_cpus=args.num_cpus,
+                        status_every=args.status_every, dashboard=args.dashboard)
     _log.info("sweep %r: %d trials -> storage %s, MLflow %s", experiment, spec.num_trials,
               storage, args.tracking_uri)
     outcome = run_sweep(spec, opts)

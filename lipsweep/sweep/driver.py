@@ -45,6 +45,8 @@ class SweepOptions:
     max_concurrent_trials: Optional[int] = None
     ray_address: Optional[str] = None
     num_cpus: Optional[int] = None
+    status_every: float = 30.0     # seconds between status blocks (0: at trial ends only)
+    dashboard: bool = False        # the local Ray instance's dashboard, on 127.0.0.1
 
 
 @dataclass
@@ -145,9 +147,14 @@ def _init_ray(opts: SweepOptions) -> None:
     if opts.ray_address:
         ray.init(address=opts.ray_address, log_to_driver=True)
     else:
-        _local_token_auth()
-        ray.init(num_cpus=opts.num_cpus, include_dashboard=False, log_to_driver=True,
-                 configure_logging=True, logging_level=logging.WARNING)
+        if not opts.dashboard:  # the dashboard's login takes the token `ray get-auth-token` prints
+            _local_token_auth()
+        ctx = ray.init(num_cpus=opts.num_cpus, include_dashboard=opts.dashboard,
+                       dashboard_host="127.0.0.1", log_to_driver=True,
+                       configure_logging=True, logging_level=logging.WARNING)
+        if opts.dashboard:
+            _log.info("Ray dashboard: http://%s (log in with the token `ray get-auth-token` "
+                      "prints)", ctx.dashboard_url)
 
 
 def _local_token_auth() -> None:
@@ -176,9 +183,13 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "60")
+    # Under `uv run` Ray would rebuild the project env for its workers (a copy of the folder, a
+    # second install, and a raylet warning that VIRTUAL_ENV does not match): use this one.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     from ray import tune
 
-    from lipsweep.sweep.callbacks import ConsoleProgress, MlflowSweepCallback, summarize
+    from lipsweep.sweep.callbacks import (ConsoleProgress, MlflowSweepCallback, first_objective,
+                                          summarize)
     from lipsweep.sweep.trainable import train_trial
 
     exp_path = experiment_path(opts.storage, opts.experiment)
@@ -202,7 +213,8 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
                        tracker.pending)
         raise UsageError(f"--tracking-uri: {err}") from None
     mlflow_cb = MlflowSweepCallback(tracker, parent)
-    callbacks = [mlflow_cb, ConsoleProgress(spec.num_trials)]
+    callbacks = [mlflow_cb, ConsoleProgress(spec.num_trials, first_objective(spec),
+                                            opts.status_every)]
     trainable = tune.with_resources(train_trial, {"cpu": spec.resources.cpu,
                                                   "gpu": spec.resources.gpu})
     tune_cfg, param_space = _tune_config(spec, opts)

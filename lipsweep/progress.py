@@ -1,0 +1,139 @@
+"""Live sweep progress: counts, ETA and the best trial so far, fed by trial events.
+
+Pure bookkeeping, no Ray: :class:`lipsweep.sweep.callbacks.ConsoleProgress` feeds it Tune's
+trial events and prints :meth:`SweepProgress.status_lines` every ``--status-every`` seconds
+and at each trial end, e.g.::
+
+    running 2 · pending 27 · finished 2 · failed 0 · ETA 3h10m
+    best acc_clean (max): 3a1f_00003 [jasmin k=10 lam=0.01 max seed=0] 27.00
+
+The ETA assumes the remaining trials take as long as the mean ended (finished, stopped or
+failed) trial and run as many at a time as have run at once so far: (the running trials'
+remainders + pending x mean) / parallel, and no less than the longest remainder. It is a rough
+guide, shown as ``?`` until one trial has ended.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+FINISHED = "finished"
+STOPPED = "stopped"   # stopped early by the scheduler: it ended, on purpose
+FAILED = "failed"
+END_STATES = (FINISHED, STOPPED, FAILED)
+SEP = " · "
+
+
+def format_duration(seconds: float) -> str:
+    """Compact duration: ``45s``, ``12m``, ``3h10m``, ``2d4h``."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    m = s // 60
+    if m < 60:
+        return f"{m}m"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h}h"
+
+
+@dataclass
+class _Trial:
+    label: str
+    started: Optional[float] = None
+    state: str = "pending"
+    duration: Optional[float] = None
+
+
+@dataclass
+class SweepProgress:
+    """State of a sweep of ``total`` trials, built from start/end events.
+
+    ``objective`` is (metric, "max" | "min"); the best trial is the best finished trial on it.
+    Times are seconds from any monotonic clock (the caller passes ``now``).
+    """
+
+    total: int
+    objective: tuple[str, str] = ("acc_clean", "max")
+    trials: dict[str, _Trial] = field(default_factory=dict)
+    best: Optional[tuple[str, float]] = None
+    max_running: int = 0
+
+    def started(self, trial_id: str, now: float, label: str = "") -> None:
+        """A trial started, restarted after a failure, or was restored by ``--resume``."""
+        t = self.trials.setdefault(trial_id, _Trial(label or trial_id))
+        if t.state != "running":
+            t.started, t.state = now, "running"
+        self.max_running = max(self.max_running, self.count("running"))
+
+    def ended(self, trial_id: str, state: str, now: float,
+              metrics: Optional[dict[str, float]] = None, label: str = "") -> None:
+        """A trial ended as ``finished``, ``stopped`` (early, by the scheduler) or ``failed``."""
+        if state not in END_STATES:
+            raise ValueError(f"state must be one of {END_STATES}, got {state!r}")
+        t = self.trials.setdefault(trial_id, _Trial(label or trial_id))
+        if t.started is not None and t.state == "running":
+            t.duration = now - t.started
+        t.state = state
+        value = (metrics or {}).get(self.objective[0])
+        if state == FINISHED and isinstance(value, (int, float)) and math.isfinite(value):
+            if self.best is None or self._better(float(value), self.best[1]):
+                self.best = (trial_id, float(value))
+
+    def ended_before(self, trial_id: str, state: str, label: str = "") -> None:
+        """A trial that ended before this driver started (``--resume``): counted, not timed."""
+        if trial_id not in self.trials or self.trials[trial_id].state == "pending":
+            self.trials[trial_id] = _Trial(label or trial_id, state=state)
+
+    def _better(self, a: float, b: float) -> bool:
+        return a > b if self.objective[1] == "max" else a < b
+
+    def count(self, state: str) -> int:
+        return sum(t.state == state for t in self.trials.values())
+
+    @property
+    def pending(self) -> int:
+        seen = sum(t.state != "pending" for t in self.trials.values())
+        return max(0, self.total - seen)
+
+    def eta(self, now: float) -> Optional[float]:
+        """Seconds until the last trial ends, or None before any timed trial has ended."""
+        durations = [t.duration for t in self.trials.values() if t.duration is not None]
+        if not durations:
+            return None
+        mean = sum(durations) / len(durations)
+        running = [t for t in self.trials.values() if t.state == "running"]
+        left_running = [max(mean - (now - t.started), 0.0) if t.started is not None
+                        else mean / 2 for t in running]
+        parallel = max(self.max_running, 1)
+        # the work left, shared by `parallel` slots, but no less than the longest remainder
+        work = sum(left_running) + self.pending * mean
+        return max(max(left_running, default=0.0), work / parallel)
+
+    def counts_line(self, now: float) -> str:
+        eta = self.eta(now)
+        parts = [f"running {self.count('running')}", f"pending {self.pending}",
+                 f"finished {self.count(FINISHED)}"]
+        if self.count(STOPPED):
+            parts.append(f"stopped {self.count(STOPPED)}")
+        parts += [f"failed {self.count(FAILED)}",
+                  "ETA " + ("?" if eta is None else format_duration(eta))]
+        return SEP.join(parts)
+
+    def best_line(self) -> str:
+        metric, mode = self.objective
+        if self.best is None:
+            return f"best {metric} ({mode}): no finished trial yet"
+        tid, value = self.best
+        return f"best {metric} ({mode}): {self.trials[tid].label} {value:.2f}"
+
+    def status_lines(self, now: float, tty: bool) -> list[str]:
+        """The status block: framed lines on a terminal, one plain line in a log file."""
+        if not tty:
+            return [f"status: {self.counts_line(now)}{SEP}{self.best_line()}"]
+        rule = "─" * 8
+        return [f"{rule} sweep status {rule}", self.counts_line(now), self.best_line(),
+                "─" * (2 * len(rule) + len(" sweep status "))]

@@ -1,0 +1,96 @@
+"""The sweep status block, driven by fake trial events (no Ray)."""
+from __future__ import annotations
+
+import pytest
+
+from lipsweep.progress import FAILED, FINISHED, STOPPED, SweepProgress, format_duration
+
+
+@pytest.mark.parametrize("seconds,text", [(0, "0s"), (45, "45s"), (60, "1m"), (719, "11m"),
+                                          (3 * 3600 + 10 * 60, "3h10m"), (50 * 3600, "2d2h")])
+def test_format_duration(seconds, text):
+    assert format_duration(seconds) == text
+
+
+def _sweep() -> SweepProgress:
+    """31 trials, two slots: trials take 840 s (14 min); two finished, two running."""
+    p = SweepProgress(total=31, objective=("acc_clean", "max"))
+    p.started("t0", 0, "t0 [none seed=0]")
+    p.started("t1", 0, "t1 [jasmin k=10]")
+    p.ended("t0", FINISHED, 840, {"acc_clean": 21.5})
+    p.ended("t1", FINISHED, 840, {"acc_clean": 25.0})
+    p.started("t2", 840, "t2 [specformer]")
+    p.started("t3", 840, "t3 [jasmin k=0]")
+    return p
+
+
+def test_counts_eta_and_best_line():
+    p = _sweep()
+    # now = 1260: each running trial has 420 s left; (2 * 420 + 27 * 840) / 2 slots = 11760 s
+    assert p.counts_line(1260) == ("running 2 · pending 27 · finished 2 · failed 0 · "
+                                   "ETA 3h16m")
+    assert p.best_line() == "best acc_clean (max): t1 [jasmin k=10] 25.00"
+
+
+def test_failed_and_stopped_are_counted_and_never_best():
+    p = _sweep()
+    p.ended("t2", FAILED, 900, {"acc_clean": 99.0})
+    p.ended("t3", STOPPED, 900, {"acc_clean": 98.0})
+    line = p.counts_line(900)
+    assert "running 0 · pending 27 · finished 2 · stopped 1 · failed 1 · ETA" in line
+    assert p.best[0] == "t1"
+
+
+def test_min_objective_and_no_best_yet():
+    p = SweepProgress(total=2, objective=("lip_jacobian_median", "min"))
+    assert p.best_line() == "best lip_jacobian_median (min): no finished trial yet"
+    assert p.counts_line(0) == "running 0 · pending 2 · finished 0 · failed 0 · ETA ?"
+    p.started("a", 0)
+    p.ended("a", FINISHED, 10, {"lip_jacobian_median": 1.4})
+    p.started("b", 10)
+    p.ended("b", FINISHED, 20, {"lip_jacobian_median": 1.2})
+    assert p.best == ("b", 1.2) and p.eta(20) == 0
+
+
+def test_restarted_trial_is_not_counted_twice_and_resumed_ones_are_done():
+    p = SweepProgress(total=4)
+    p.ended_before("old0", FINISHED)
+    p.ended_before("old1", FAILED)
+    p.started("x", 0)
+    p.started("x", 5)  # retried after a worker failure: still one running trial
+    assert p.counts_line(6).startswith("running 1 · pending 1 · finished 1 · failed 1 · ")
+
+
+def test_block_is_framed_on_a_terminal_and_one_plain_line_in_a_log():
+    p = _sweep()
+    plain = p.status_lines(1260, tty=False)
+    assert plain == ["status: running 2 · pending 27 · finished 2 · failed 0 · ETA 3h16m · "
+                     "best acc_clean (max): t1 [jasmin k=10] 25.00"]
+    block = p.status_lines(1260, tty=True)
+    assert len(block) == 4 and "sweep status" in block[0] and block[1].startswith("running 2")
+
+
+def test_unknown_end_state_is_refused():
+    with pytest.raises(ValueError):
+        SweepProgress(total=1).ended("a", "done", 0)
+
+
+def test_console_progress_feeds_the_block_at_each_trial_end():
+    """The Tune callback only feeds SweepProgress; a fake trial stands in for Tune's."""
+    import io
+    from types import SimpleNamespace
+
+    from lipsweep.sweep.callbacks import ConsoleProgress
+    from lipsweep.sweep.trainable import FINAL_KEY
+
+    out = io.StringIO()
+    cb = ConsoleProgress(3, ("acc_clean", "max"), status_every=0, stream=out)
+    trial = SimpleNamespace(trial_id="t0", config={"regularizer": "none", "seed": 0},
+                            last_result={FINAL_KEY: True, "acc_clean": 21.5}, status="RUNNING")
+    cb.on_step_end(0, [trial])
+    cb.on_trial_start(0, [trial], trial)
+    assert out.getvalue() == ""  # status_every=0: nothing until a trial ends
+    cb.on_trial_complete(1, [trial], trial)
+    line = out.getvalue().strip()
+    assert line.startswith("status: running 0 · pending 2 · finished 1 · failed 0 · ETA ")
+    assert line.endswith("21.50") and "t0 [" in line
