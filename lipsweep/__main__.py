@@ -39,6 +39,7 @@ EXAMPLES = {
     "export": "lipsweep export --experiment smoke --out exports/smoke-best",
     "demo": "lipsweep demo --num-cpus 2",
     "models": "lipsweep models",
+    "data": "lipsweep data prepare --dataset cifar100 --source ~/cifar --dest s3://bucket/data",
 }
 
 
@@ -143,14 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
                      common)
     _add_tracking(p)
 
-    _add_data_parser(sub)
+    _add_data_parser(sub, common)
     return parser
 
 
-def _add_data_parser(sub: argparse._SubParsersAction) -> None:
+def _add_data_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``lipsweep data prepare``: pack CIFAR once into a verified file for every worker."""
-    p = sub.add_parser("data", help="prepare a dataset once for a cluster (data prepare)")
-    _add_tracking(p)  # unused: every subcommand takes it (SPEC §3)
+    p = _add_command(sub, "data", "prepare a dataset once for a cluster (data prepare)", common)
     actions = p.add_subparsers(dest="data_command", metavar="ACTION")
     actions.required = True
     q = actions.add_parser("prepare", help="pack CIFAR into DEST/<dataset>.npz + manifest "
