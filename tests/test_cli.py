@@ -19,9 +19,9 @@ def test_command_map_matches_parser():
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == set(COMMANDS)
     for name, p in sub.choices.items():
-        # train runs without MLflow: no tracking option that it would ignore
+        # train and data run without MLflow: no tracking option that they would ignore
         has_uri = any("--tracking-uri" in a.option_strings for a in p._actions)
-        assert has_uri == (name != "train"), name
+        assert has_uri == (name not in ("train", "data")), name
 
 
 def _run(tmp_path, *argv):
