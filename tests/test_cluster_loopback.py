@@ -502,8 +502,7 @@ def _check_head(box: Loopback, token: str | None) -> None:
     assert oct((box.head / ".ray" / "auth_token").stat().st_mode & 0o777) == "0o600"
     listening = _listeners()
     assert listening.get(box.mlflow_port) == {"127.0.0.1"}, listening.get(box.mlflow_port)
-    # The dashboard needs ray[default], which uv.lock does not pin (the rayproject images ship it):
-    # on this environment Ray starts without it. If it runs, it must be on 127.0.0.1 only.
+    # uv.lock pins ray[default], so the head runs its dashboard: on 127.0.0.1 only.
     assert listening.get(box.dashboard_port, {"127.0.0.1"}) == {"127.0.0.1"}
     assert listening.get(box.gcs_port), "the head's GCS is not listening"
     assert _http(f"http://127.0.0.1:{box.mlflow_port}/health")[0] == 200
