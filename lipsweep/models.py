@@ -11,9 +11,9 @@ size overrides (``depth``, ``embed_dim``, ``num_heads``). Pretrained weights com
 (``pretrained="hub"``) or a local file (``pretrained="/path/to/file"``); the checkpoint tag rides
 on the name (``vit_base_patch16_224.orig_in21k_ft_in1k``, the original ViT-B/16). The 16x16 patch
 kernel is brought to the new patch size by timm's resampling (``patch_resample="timm"``:
-PI-resize kernel, bicubic position embedding) or as Specformer does (``"sum_pool"``: each new kernel entry
-is the sum of its 4x4 block of the old one, the position grid resized bilinearly; Specformer's
-code, ``model_for_cifar_sn/vit.py``). The pixel normalisation is the checkpoint's
+PI-resize kernel, bicubic position embedding) or as Specformer does (``"sum_pool"``: each new
+kernel entry is the sum of its 4x4 block of the old one, the position grid resized bilinearly;
+Specformer's code, ``model_for_cifar_sn/vit.py``). The pixel normalisation is the checkpoint's
 (``normalization="pretrained"``) or the CIFAR mean/std (``"cifar10"``, ``"cifar100"``).
 
 Example::

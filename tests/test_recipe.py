@@ -29,7 +29,8 @@ CIFAR_STATS = {"cifar10": ((0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616)),
 # issue 19's table, "paper / Specformer" column, plus the paper's own stated values
 EXPECTED = {
     "batch_size": 512, "warmup_epochs": 0.0, "min_lr": 1e-4, "weight_decay_scope": "all",
-    "mix_prob": 0.3, "mixup": 0.8, "cutmix": 1.0, "model": "vit_base_patch16_224.orig_in21k_ft_in1k",
+    "mix_prob": 0.3, "mixup": 0.8, "cutmix": 1.0,
+    "model": "vit_base_patch16_224.orig_in21k_ft_in1k",
     "patch_resample": "sum_pool", "pgd_step_size": 2 / 255, "eval_size": 0, "attack_images": 0,
     "epochs": 40, "optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
     "qkv_bias": False, "patch_size": 4, "img_size": 32, "hflip": True, "crop_padding": 4,
@@ -241,3 +242,19 @@ def test_dry_run_prints_the_recipe_before_the_trials(capsys):
     assert rows["min_lr"] == "0.0001" and rows["warmup_epochs"] == "0.0"
     assert rows["model"] == "vit_base_patch16_224.orig_in21k_ft_in1k"
     assert rows["attack_images"] == "0 (all)" and rows["eval_size"] == "0 (all)"
+
+
+def test_dry_run_recipe_of_a_sampled_space_marks_nothing_it_cannot_know(tmp_path):
+    """Optuna samples lazily: the block shows the fixed settings and defaults; sampled ones
+    (here lr) show their default, the trial list says they are sampled."""
+    from lipsweep.sweep.driver import dry_run_lines
+
+    path = tmp_path / "space.yaml"
+    path.write_text("fixed: {epochs: 1, batch_size: 32, pgd_step_size: 0.0156862745098039}\n"
+                    "search:\n  algorithm: optuna\n  num_samples: 2\n  metric: acc_pgd_4\n"
+                    "  mode: max\n  space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}\n")
+    lines = dry_run_lines(load_space(path))
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("recipe"))
+    rows = dict(ln.split(None, 1) for ln in lines[start + 1:start + 1 + 30])
+    assert rows["batch_size"] == "32" and rows["pgd_step_size"] == "4/255"
+    assert rows["normalization"] == "pretrained" and "optuna samples" in lines[-1]

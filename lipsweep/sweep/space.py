@@ -415,13 +415,13 @@ def _recipe_value(key: str, value: Any) -> str:
             return f"{round(value * 255)}/255"
     if key in ("eval_size", "attack_images", "lip_images") and value == 0:
         return "0 (all)"
-    return str(value)
+    return "''" if value == "" else str(value)
 
 
 def recipe_lines(spec: SweepSpec) -> list[str]:
     """The recipe every trial runs, one block (defaults filled in); settings that differ
     between trials are marked ``(varies)``. Optuna spaces show their fixed settings."""
-    trials = spec.trials or [TrialConfig.from_flat(spec.fixed).to_flat()]
+    trials = spec.trials or [{**TrialConfig().to_flat(), **spec.fixed}]
     lines = ["recipe (every trial; docs/science.md gives each setting's source):"]
     for key in RECIPE_KEYS:
         values = {repr(t.get(key)) for t in trials}
