@@ -318,3 +318,14 @@ def test_thm1_as_stated_is_not_an_upper_bound_near_zero():
             assert (bounds[name] >= exact * (1 - RATIO_TOL)).all(), (name, scale)
     torch.testing.assert_close(head_exact_norm(base * 0, w, "full")[0],
                                torch.linalg.matrix_norm(w.wv, 2), rtol=1e-10, atol=0)
+
+
+def test_summary_counts_where_thm1_as_stated_falls_below_the_exact_norm():
+    from lipsweep.lipschitz.summary import _head_metrics
+
+    exact = np.array([[[1.0, 2.0], [3.0, 4.0]]])                       # (image, layer, head)
+    arrays = {"head_exact": exact, "head_thm1": exact * np.array([[[0.5, 2], [2, 2]]]),
+              "head_thm2": exact * 3, "head_thm3": exact * 2, "head_thm3_g1": exact * 2}
+    metrics = _head_metrics(arrays)
+    assert metrics["lip_head_thm1_below_exact_frac"] == 0.25
+    assert metrics["lip_head_thm1_ratio_min"] == 0.5
