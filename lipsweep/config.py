@@ -37,6 +37,8 @@ from lipsweep.regularizers.config import RegularizerConfig
 MAX_EPOCHS = 10_000
 MAX_BATCH = 65_536
 
+WEIGHT_DECAY_SCOPES = ("weights", "all")
+
 
 @dataclass
 class OptimConfig:
@@ -54,10 +56,13 @@ class OptimConfig:
     """SGD momentum (paper: 0.9)."""
     weight_decay: float = 1e-4
     """Weight decay (paper: 1e-4)."""
+    weight_decay_scope: str = "weights"
+    """Which parameters decay: 'weights' (all but 1-D parameters (norms, biases), pos_embed and
+    cls_token) or 'all' (every parameter, as Specformer's code: SGD over model.parameters())."""
     warmup_epochs: float = 0.0
     """Linear warmup length in epochs before the cosine decay."""
     min_lr: float = 0.0
-    """Floor of the cosine schedule."""
+    """Floor of the cosine schedule, which decays per step (Specformer's code: 1e-4)."""
     clip_grad: float = 1.0
     """Clip the global gradient norm to this value (Specformer recipe: 1.0; 0 disables)."""
 
@@ -70,6 +75,7 @@ class OptimConfig:
         check_choice("optimizer", self.optimizer, ("sgd", "adamw"))
         check_range("momentum", self.momentum, 0.0, 1.0)
         check_positive("weight_decay", self.weight_decay, allow_zero=True)
+        check_choice("weight_decay_scope", self.weight_decay_scope, WEIGHT_DECAY_SCOPES)
         check_positive("warmup_epochs", self.warmup_epochs, allow_zero=True)
         check_positive("min_lr", self.min_lr, allow_zero=True)
         check_positive("clip_grad", self.clip_grad, allow_zero=True)
@@ -172,6 +178,11 @@ class TrialConfig:
                               f"{self.data.image_size}x{self.data.image_size} images of "
                               f"dataset {self.data.dataset!r}")
         self.regularizer.check_tokens(self.model.num_tokens)
+        norm = self.model.normalization
+        if norm.startswith("cifar") and self.data.dataset.startswith("cifar") \
+                and norm != self.data.dataset:
+            raise ConfigError("normalization", f"{norm!r} mean/std with dataset "
+                              f"{self.data.dataset!r}; use normalization: {self.data.dataset}")
 
     def to_flat(self) -> dict[str, Any]:
         """One flat dict of JSON scalars/lists; fields that do not apply (None) are left out."""

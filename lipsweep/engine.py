@@ -48,12 +48,14 @@ def autocast_context(device: torch.device, precision: str) -> contextlib.Abstrac
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
-    """SGD with momentum (paper) or AdamW; no weight decay on norms, biases and embeddings."""
+    """SGD with momentum (paper) or AdamW. ``weight_decay_scope='weights'`` spares norms, biases
+    and embeddings; ``'all'`` decays every parameter (Specformer's code)."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if p.ndim <= 1 or name.endswith(("pos_embed", "cls_token")) else decay).append(p)
+        spared = p.ndim <= 1 or name.endswith(("pos_embed", "cls_token"))
+        (no_decay if spared and cfg.weight_decay_scope == "weights" else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     if cfg.optimizer == "sgd":

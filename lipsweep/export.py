@@ -29,7 +29,9 @@ from lipsweep.models import PixelModel
 
 SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
                 "lip_jacobian_mean", "lip_jacobian_median", "lip_jacobian_p90",
-                "lip_jacobian_p99", "lip_jacobian_max")
+                "lip_jacobian_p99", "lip_jacobian_max", "lip_jacobian_tokens_mean",
+                "lip_jacobian_tokens_median", "lip_jacobian_tokens_p90",
+                "lip_jacobian_tokens_p99", "lip_jacobian_tokens_max")
 
 
 def timm_spec(flat: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +75,7 @@ Exported by lipsweep from MLflow run `{src.get('run_id', '?')}` of experiment
 
 Accuracies are percent on the trial's seeded evaluation subset; FGSM/PGD/AutoAttack are
 L-infinity with eps = n/255 (suffix n). `lip_jacobian_*` summarise ||J_f(x)||_2 over the same
-images.
+images (`lip_jacobian_tokens_*`: w.r.t. the token embeddings, the paper's Fig. 4).
 
 ```python
 import lipsweep

@@ -8,8 +8,13 @@ the data pipeline.
 The builder is one code path for ViT-B/16 and for tiny ViTs: ``timm.create_model`` with the
 paper's overrides (``img_size``, ``patch_size``, ``qkv_bias=False``; paper Sec. 5) and optional
 size overrides (``depth``, ``embed_dim``, ``num_heads``). Pretrained weights come from the hub
-(``pretrained="hub"``) or a local file (``pretrained="/path/to/file"``); timm resamples the 16x16
-patch kernel to the new patch size and interpolates the position embedding to the new grid.
+(``pretrained="hub"``) or a local file (``pretrained="/path/to/file"``); the checkpoint tag rides
+on the name (``vit_base_patch16_224.orig_in21k_ft_in1k``, the original ViT-B/16). The 16x16 patch
+kernel is brought to the new patch size by timm's resampling (``patch_resample="timm"``:
+PI-resize kernel, bicubic position embedding) or as Specformer does (``"sum_pool"``: each new
+kernel entry is the sum of its 4x4 block of the old one, the position grid resized bilinearly;
+Specformer's code, ``model_for_cifar_sn/vit.py``). The pixel normalisation is the checkpoint's
+(``normalization="pretrained"``) or the CIFAR mean/std (``"cifar10"``, ``"cifar100"``).
 
 Example::
 
@@ -20,15 +25,18 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from lipsweep.config_base import ConfigError, absolute_path, check_max, check_positive, show
+from lipsweep.config_base import (ConfigError, absolute_path, check_choice, check_max,
+                                  check_positive, show)
 
 _log = logging.getLogger(__name__)
 
@@ -52,6 +60,16 @@ _BOUND_WHY = {
     "num_heads": "32 channels per head at the largest embed_dim, 8,192",
 }
 
+NORMALIZATIONS: dict[str, Optional[tuple[tuple[float, ...], tuple[float, ...]]]] = {
+    "pretrained": None,
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+}
+"""Pixel (mean, std) by name; ``pretrained`` is the checkpoint's own (timm's pretrained cfg).
+The CIFAR values are Specformer's (``train/utils.py`` of its public code)."""
+
+PATCH_RESAMPLE = ("timm", "sum_pool")
+
 
 def list_vit_models() -> list[str]:
     """Names of timm's plain ViT architectures (``vision_transformer`` module)."""
@@ -65,7 +83,8 @@ class ModelConfig:
     """What to build: a timm ViT, resized for small images as in the paper (Sec. 5)."""
 
     model: str = "vit_tiny_patch16_224"
-    """timm architecture name (any ``vit_*`` of timm's vision_transformer module)."""
+    """timm architecture name (any ``vit_*`` of timm's vision_transformer module), optionally with
+    a pretrained tag, e.g. ``vit_base_patch16_224.orig_in21k_ft_in1k`` (original ViT-B/16)."""
     img_size: int = 32
     """Input resolution in pixels (square)."""
     patch_size: int = 4
@@ -84,6 +103,13 @@ class ModelConfig:
     """'' for random init, 'hub' for timm's hub weights, or a path to a local weights file."""
     drop_path: float = 0.0
     """Stochastic depth rate."""
+    normalization: str = "pretrained"
+    """Pixel mean/std inside the model: 'pretrained' (the checkpoint's; 0.5/0.5 for ViT-B),
+    'cifar10' or 'cifar100' (the dataset's mean/std, as in Specformer's code)."""
+    patch_resample: str = "timm"
+    """How pretrained weights meet a smaller patch: 'timm' (timm's PI-resize of the kernel,
+    bicubic position embedding) or 'sum_pool' (Specformer: the 16x16 kernel sum-pooled to the
+    new patch size, the position grid resized bilinearly)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.startswith("vit_"):
@@ -118,6 +144,8 @@ class ModelConfig:
                               f"{self.embed_dim}")
         if not 0.0 <= self.drop_path < 1.0:
             raise ConfigError("drop_path", f"must be in [0, 1), got {self.drop_path}")
+        check_choice("normalization", self.normalization, tuple(NORMALIZATIONS))
+        check_choice("patch_resample", self.patch_resample, PATCH_RESAMPLE)
         if self.pretrained not in ("", "hub"):  # absolute: Tune workers run elsewhere
             self.pretrained = absolute_path("pretrained", self.pretrained)
             if not Path(self.pretrained).is_file():
@@ -192,10 +220,72 @@ def pixel_normalization(model_name: str) -> tuple[tuple[float, ...], tuple[float
     return tuple(pcfg.mean), tuple(pcfg.std)
 
 
-def create_model(cfg: ModelConfig) -> PixelModel:
-    """Build the ViT described by ``cfg`` (same code path for ViT-B and tiny ViTs)."""
+def model_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) the model wrapper applies for ``cfg`` (what an export's config.json holds)."""
+    fixed = NORMALIZATIONS[cfg.normalization]
+    return fixed if fixed is not None else pixel_normalization(cfg.model)
+
+
+def sum_pool_patch_kernel(weight: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """(O, C, P, P) patch kernel -> (O, C, p, p), each entry the sum of its (P/p)^2 block.
+
+    A constant patch keeps its response (the kernel's total is unchanged), as in Specformer's
+    ``checkpoint_filter_fn`` (``model_for_cifar_sn/vit.py`` of its public code).
+    """
+    o, c, big, big_w = weight.shape
+    if big != big_w or big % patch_size:
+        raise ValueError(f"patch size {patch_size} does not divide the {big}x{big_w} kernel")
+    f = big // patch_size
+    return weight.reshape(o, c, patch_size, f, patch_size, f).sum(dim=(3, 5))  # (O, C, p, p)
+
+
+def resize_pos_embed_bilinear(pos: torch.Tensor, grid: int, prefix: int) -> torch.Tensor:
+    """(1, prefix + G*G, D) -> (1, prefix + grid*grid, D): prefix (CLS) rows kept, the G x G
+    grid resized bilinearly (align_corners=False), as Specformer's ``resize_pos_embed``."""
+    tok, old = pos[:, :prefix], pos[:, prefix:]
+    g = math.isqrt(old.shape[1])
+    if g * g != old.shape[1]:
+        raise ValueError(f"position embedding of {old.shape[1]} grid tokens is not square")
+    old = old.reshape(1, g, g, -1).permute(0, 3, 1, 2)                          # (1, D, G, G)
+    new = F.interpolate(old, size=(grid, grid), mode="bilinear", align_corners=False)
+    return torch.cat([tok, new.permute(0, 2, 3, 1).reshape(1, grid * grid, -1)], dim=1)
+
+
+def _timm_net(cfg: ModelConfig, pretrained: bool, **kwargs) -> nn.Module:
     import timm
 
+    if not pretrained:
+        return timm.create_model(cfg.model, pretrained=False, **kwargs)
+    if cfg.pretrained == "hub":
+        return timm.create_model(cfg.model, pretrained=True, **kwargs)
+    _log.info("loading pretrained weights from %s", cfg.pretrained)
+    return timm.create_model(cfg.model, pretrained=True,
+                             pretrained_cfg_overlay=dict(file=str(cfg.pretrained)), **kwargs)
+
+
+def _sum_pool_net(cfg: ModelConfig, kwargs: dict) -> nn.Module:
+    """Load the checkpoint at its own patch/image size, then sum-pool the kernel and resize the
+    position grid into a freshly built model of ``cfg``'s size (Specformer's recipe)."""
+    native_kw = {k: v for k, v in kwargs.items() if k not in ("img_size", "patch_size")}
+    native = _timm_net(cfg, True, **native_kw)
+    net = _timm_net(cfg, False, **kwargs)
+    state = native.state_dict()
+    big = native.patch_embed.proj.weight.shape[-1]
+    if big % cfg.patch_size:
+        raise ConfigError("patch_resample", f"'sum_pool' needs patch_size to divide the "
+                          f"checkpoint's {big}; got {cfg.patch_size}. Use patch_resample: timm")
+    state["patch_embed.proj.weight"] = sum_pool_patch_kernel(state["patch_embed.proj.weight"],
+                                                             cfg.patch_size)
+    prefix = 0 if getattr(net, "no_embed_class", False) else net.num_prefix_tokens
+    state["pos_embed"] = resize_pos_embed_bilinear(state["pos_embed"], cfg.img_size //
+                                                   cfg.patch_size, prefix)
+    net.load_state_dict(state)
+    net.pretrained_cfg = native.pretrained_cfg
+    return net
+
+
+def create_model(cfg: ModelConfig) -> PixelModel:
+    """Build the ViT described by ``cfg`` (same code path for ViT-B and tiny ViTs)."""
     cfg.validate_name()
     kwargs: dict = dict(img_size=cfg.img_size, patch_size=cfg.patch_size,
                         num_classes=cfg.num_classes, qkv_bias=cfg.qkv_bias,
@@ -203,17 +293,17 @@ def create_model(cfg: ModelConfig) -> PixelModel:
     for name in ("depth", "embed_dim", "num_heads"):
         if getattr(cfg, name) is not None:
             kwargs[name] = getattr(cfg, name)
-    if cfg.pretrained == "hub":
-        net = timm.create_model(cfg.model, pretrained=True, **kwargs)
-    elif cfg.pretrained:
-        _log.info("loading pretrained weights from %s", cfg.pretrained)
-        net = timm.create_model(cfg.model, pretrained=True,
-                                pretrained_cfg_overlay=dict(file=str(cfg.pretrained)), **kwargs)
+    if cfg.pretrained and cfg.patch_resample == "sum_pool":
+        net = _sum_pool_net(cfg, kwargs)
     else:
-        net = timm.create_model(cfg.model, pretrained=False, **kwargs)
-    pcfg = getattr(net, "pretrained_cfg", {}) or {}
-    mean = tuple(pcfg.get("mean", _DEFAULT_MEAN))
-    std = tuple(pcfg.get("std", _DEFAULT_STD))
+        net = _timm_net(cfg, bool(cfg.pretrained), **kwargs)
+    fixed = NORMALIZATIONS[cfg.normalization]
+    if fixed is not None:
+        mean, std = fixed
+    else:
+        pcfg = getattr(net, "pretrained_cfg", {}) or {}
+        mean = tuple(pcfg.get("mean", _DEFAULT_MEAN))
+        std = tuple(pcfg.get("std", _DEFAULT_STD))
     return PixelModel(net, mean, std)
 
 

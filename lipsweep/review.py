@@ -153,7 +153,7 @@ def export_run(tracker: Tracker, run_id: str, out: Path, selected_by: str,
 
     from lipsweep.config import TrialConfig
     from lipsweep.export import SPEC_METRICS, build_config_json, write_export
-    from lipsweep.models import pixel_normalization
+    from lipsweep.models import model_normalization
 
     run = tracker.client.get_run(run_id)
     with tempfile.TemporaryDirectory() as tmp:
@@ -169,7 +169,7 @@ def export_run(tracker: Tracker, run_id: str, out: Path, selected_by: str,
                   "run_id": run_id, "run_name": run.info.run_name,
                   "checkpoint": run.data.tags.get("lipsweep.checkpoint"),
                   "selected_by": selected_by}
-        mean, std = pixel_normalization(cfg.model.model)
+        mean, std = model_normalization(cfg.model)
         config = build_config_json(flat, mean, std, source)
         ordered = {k: metrics[k] for k in SPEC_METRICS if k in metrics}
         ordered.update({k: v for k, v in sorted(metrics.items()) if k not in ordered})

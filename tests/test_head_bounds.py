@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -269,3 +270,79 @@ def test_linalg_placement_keeps_the_bounds(device):
         torch.testing.assert_close(on_cpu[k], on_same[k], rtol=1e-12, atol=0)
     with pytest.raises(ValueError, match="linalg_placement"):
         head_bounds_at(x, w, linalg_placement="gpu")
+
+
+# --- each bound's VALUE, against the paper's formulas written out here (SPEC §2.4) ------------
+
+def _paper_bounds(x: np.ndarray, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray,
+                  scale: float) -> dict[str, float]:
+    """Thm 1, 2, 3 and 3-with-g_1 of ONE head at X (N x D), from the paper's statements, in
+    numpy (independent of lipsweep): spectral norms by SVD, M(p) = diag(p) - p p^T dense."""
+    spec = lambda m: float(np.linalg.norm(m, 2))                       # noqa: E731
+    n = x.shape[0]
+    a = wq @ wk.T * scale                                              # A = W_Q W_K^T / sqrt(d)
+    s = x @ a @ x.T
+    p = np.exp(s - s.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)                                       # P, row-wise softmax
+    m_norm = max(spec(np.diag(r) - np.outer(r, r)) for r in p)         # max_i ||M(P_i)||
+    top2 = np.sort(p, 1)[:, ::-1][:, :2]
+    g_1 = float((top2[:, 0] * (1 - top2[:, 0] + top2[:, 1])).max())   # max_i g_1(P_i)
+    x_f = float(np.linalg.norm(x, "fro"))
+    r = float(np.linalg.norm(x, axis=1).max())                        # max_i ||X_i||
+    return {
+        "thm1": n * (n + 1) * x_f ** 2 * (spec(wv) * spec(wq) * spec(wk) + spec(wv)),
+        "thm2": math.sqrt(3) * spec(wv) * math.sqrt(spec(a) ** 2 * r ** 4 * (4 * n + 1) + n),
+        "thm3": spec(wv) * (spec(p) + 2 * spec(x) ** 2 * spec(a) * m_norm),
+        "thm3_g1": spec(wv) * (spec(p) + 2 * spec(x) ** 2 * spec(a) * g_1),
+    }
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("seed,scale", [(0, 1.0), (1, 0.5), (2, 2.0)])
+def test_each_bound_equals_the_papers_formula(seed, scale, bias):
+    """At non-zero inputs each bound's value, not only its inequality, is the paper's formula:
+    a Thm 3 without its factor 2 (or a Thm 1 without its (N + 1)) fails here. With q/k/v biases
+    the formulas take Remark 2's [X 1] and [W; b]."""
+    w = _random_head(seed, heads=2, bias=bias)
+    x = _inputs("gaussian", seed + 10, scale=scale)                    # (2, 9, 16)
+    got = head_bounds_at(x, w)
+    for i in range(x.shape[0]):
+        for h in range(w.num_heads):
+            xi = x[i].numpy()
+            mats = [m[h].numpy() for m in (w.wq, w.wk, w.wv)]
+            if bias:
+                xi = np.concatenate([xi, np.ones((xi.shape[0], 1))], 1)
+                mats = [np.concatenate([m, b[h].numpy()[None]], 0)
+                        for m, b in zip(mats, (w.bq, w.bk, w.bv))]
+            want = _paper_bounds(xi, *mats, w.scale)
+            for name, value in want.items():
+                assert got[name][i, h].item() == pytest.approx(value, rel=1e-9), (name, i, h)
+
+
+def test_thm1_as_stated_is_not_an_upper_bound_near_zero():
+    """The counter-example: at X = 0 the exact head norm is ||W_V|| > 0 while Thm 1 (as Hu et
+    al. state it, R = 0) gives 0; on small non-zero inputs Thm 1 is positive yet still below
+    the exact norm. Thm 2 and Thm 3 hold at the same inputs: they are bounds, Thm 1 is the
+    paper's statement only (labelled so in the figures and the summary docs)."""
+    w = _random_head(3, heads=2)
+    base = _inputs("gaussian", 4)[:1]
+    for scale in (0.0, 1e-3, 3e-3):
+        x = base * scale
+        exact = head_exact_norm(x, w, "full")
+        bounds = head_bounds_at(x, w)
+        assert (bounds["thm1"] < exact).all(), (scale, bounds["thm1"], exact)
+        for name in ("thm2", "thm3", "thm3_g1"):
+            assert (bounds[name] >= exact * (1 - RATIO_TOL)).all(), (name, scale)
+    torch.testing.assert_close(head_exact_norm(base * 0, w, "full")[0],
+                               torch.linalg.matrix_norm(w.wv, 2), rtol=1e-10, atol=0)
+
+
+def test_summary_counts_where_thm1_as_stated_falls_below_the_exact_norm():
+    from lipsweep.lipschitz.summary import _head_metrics
+
+    exact = np.array([[[1.0, 2.0], [3.0, 4.0]]])                       # (image, layer, head)
+    arrays = {"head_exact": exact, "head_thm1": exact * np.array([[[0.5, 2], [2, 2]]]),
+              "head_thm2": exact * 3, "head_thm3": exact * 2, "head_thm3_g1": exact * 2}
+    metrics = _head_metrics(arrays)
+    assert metrics["lip_head_thm1_below_exact_frac"] == 0.25
+    assert metrics["lip_head_thm1_ratio_min"] == 0.5

@@ -176,3 +176,53 @@ def test_krylov_solvers_on_known_spectra(solver):
     res = solver(lambda v: diag * v, v0, 500, 1e-10)
     assert res.converged.all()
     torch.testing.assert_close(res.value, diag.amax(1), rtol=1e-6, atol=0)
+
+
+def _reference_tokens(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """T written out with timm's stages: patch embedding, CLS + position embedding, norm_pre."""
+    return net.norm_pre(net.patch_drop(net._pos_embed(net.patch_embed(x))))
+
+
+def test_token_jacobian_matches_autograd_jacobian_of_the_blocks_and_head(small_vit, small_batch):
+    """||d f / d T||_2 (paper Fig. 4) against torch.autograd.functional.jacobian of
+    T -> head(norm(blocks(T))), T the 17 tokens (CLS included) after the position embedding."""
+    from lipsweep.lipschitz import token_jacobian_norm_result
+    from lipsweep.lipschitz.token_jacobian import token_embeddings
+
+    net = small_vit.net
+    x_norm = (small_batch - small_vit.mean) / small_vit.std
+    with torch.no_grad():
+        tokens = _reference_tokens(net, x_norm)                           # (B, 17, 64)
+    assert tokens.shape == (4, 17, 64)
+    torch.testing.assert_close(token_embeddings(small_vit, small_batch), tokens)
+
+    def rest(t: torch.Tensor) -> torch.Tensor:                            # (17, 64) -> (C,)
+        return net.forward_head(net.norm(net.blocks(t.unsqueeze(0))))[0]
+
+    ref = []
+    for t in tokens:
+        jac = torch.autograd.functional.jacobian(rest, t)                 # (C, 17, 64)
+        ref.append(torch.linalg.matrix_norm(jac.reshape(jac.shape[0], -1), 2))
+    ref = torch.stack(ref)
+    exact = token_jacobian_norm_result(small_vit, small_batch, 10, route="exact")
+    torch.testing.assert_close(exact.values, ref, rtol=1e-6, atol=0)
+    lanczos = token_jacobian_norm_result(small_vit, small_batch, 100, route="lanczos")
+    assert ((lanczos.values - ref).abs() / ref).max() < ITERATIVE_RTOL
+    # not the pixel Jacobian: the patch embedding and normalisation are left out
+    pixel = jacobian_spectral_norm(small_vit, small_batch, 10, route="exact")
+    assert ((pixel - ref).abs() / ref).min() > 1e-3
+
+
+def test_summary_reports_token_jacobian_metrics_beside_the_pixel_ones(small_vit, small_batch,
+                                                                      tmp_path):
+    from lipsweep.lipschitz import LipschitzConfig, lipschitz_summary
+
+    cfg = LipschitzConfig(lip_softmax=False, lip_head_bounds=False, lip_route="exact")
+    metrics = lipschitz_summary(small_vit, small_batch, cfg, out_dir=tmp_path)
+    for stat in ("mean", "median", "p90", "p99", "max"):
+        assert f"lip_jacobian_{stat}" in metrics and f"lip_jacobian_tokens_{stat}" in metrics
+    assert metrics["lip_jacobian_tokens_converged_frac"] == 1.0
+    assert (tmp_path / "lipschitz_jacobian_tokens_hist.png").is_file()
+    off = lipschitz_summary(small_vit, small_batch, LipschitzConfig(
+        lip_softmax=False, lip_head_bounds=False, lip_tokens=False, lip_figures=False))
+    assert not any(k.startswith("lip_jacobian_tokens") for k in off)

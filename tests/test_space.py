@@ -46,7 +46,7 @@ def test_paper_grids_are_exactly_the_tables(name, classes):
     assert set(keys) == expected
     cfg = TrialConfig.from_flat(spec.trials[0])
     assert (cfg.model.model, cfg.model.img_size, cfg.model.patch_size) == \
-        ("vit_base_patch16_224", 32, 4)
+        ("vit_base_patch16_224.orig_in21k_ft_in1k", 32, 4)
     assert cfg.model.num_tokens == 65 and cfg.model.qkv_bias is False
     assert cfg.model.num_classes == classes and cfg.optim.epochs == 40
     assert (cfg.optim.optimizer, cfg.optim.momentum, cfg.optim.weight_decay) == ("sgd", 0.9, 1e-4)

@@ -11,7 +11,9 @@ from _sweep_helpers import (FIXED, children, client, epochs_logged, parents, run
 pytestmark = pytest.mark.slow
 SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
                 "lip_jacobian_mean", "lip_jacobian_median", "lip_jacobian_p90",
-                "lip_jacobian_p99", "lip_jacobian_max")
+                "lip_jacobian_p99", "lip_jacobian_max", "lip_jacobian_tokens_mean",
+                "lip_jacobian_tokens_median", "lip_jacobian_tokens_p90",
+                "lip_jacobian_tokens_p99", "lip_jacobian_tokens_max")
 
 FOUR = """  - regularizer: none
   - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}

@@ -4,6 +4,8 @@ Public API:
 
 - :func:`jacobian_spectral_norm` (SPEC §3) and :func:`jacobian_norm_result`: ||J_f(x)||_2 of
   the logits w.r.t. the pixels, one value per sample, by the exact, Lanczos or power route.
+- :func:`token_jacobian_spectral_norm` and :func:`token_jacobian_norm_result`: ||d f / d T||_2
+  of the logits w.r.t. the token embeddings entering the first block (paper Fig. 4).
 - :func:`softmax_jacobian_norm`, :func:`g1`, :func:`softmax_jacobian_stats`: exact norm of the
   softmax Jacobian M(p) = diag(p) - p p^T of every attention row and its bound g_1 (Thm 4).
 - :func:`head_weights`, :func:`head_bounds_at`, :func:`head_exact_norm`,
@@ -28,6 +30,8 @@ from lipsweep.lipschitz.jacobian import (EXACT_MAX_CLASSES, ROUTES, JacobianNorm
 from lipsweep.lipschitz.softmax_jacobian import (g1, softmax_jacobian_matrix,
                                                  softmax_jacobian_norm, softmax_jacobian_stats,
                                                  softmax_ratio)
+from lipsweep.lipschitz.token_jacobian import (token_jacobian_norm_result,
+                                               token_jacobian_spectral_norm)
 from lipsweep.lipschitz import estimators as _estimators  # noqa: F401  (registers them)
 from lipsweep.lipschitz.summary import lipschitz_summary
 
@@ -38,5 +42,5 @@ __all__ = [
     "is_estimator", "jacobian_norm_result", "jacobian_spectral_norm", "lipschitz_summary",
     "list_estimators", "measure_head_bounds", "register_estimator", "resolve_route",
     "softmax_jacobian_matrix", "softmax_jacobian_norm", "softmax_jacobian_stats",
-    "softmax_ratio",
+    "softmax_ratio", "token_jacobian_norm_result", "token_jacobian_spectral_norm",
 ]

@@ -52,6 +52,9 @@ class LipschitzConfig:
     norm costs about as much per image as PGD-4 (C backward passes against PGD's 4 forward +
     backward), so 500 keeps the whole summary below PGD-4 on a 1000-image evaluation set
     (benchmarks/bench_lipschitz.py); 0 measures every evaluation image."""
+    lip_tokens: bool = True
+    """Also measure ||d f / d T||_2 with respect to the token embeddings T entering the first
+    block (``lip_jacobian_tokens_*``, the paper's Fig. 4), on the same images and route."""
     lip_softmax: bool = True
     """Measure g_1(P_i) / ||M(P_i)||_2 over every layer, head and row (paper Fig. 3)."""
     lip_softmax_images: int = 0
@@ -82,6 +85,6 @@ class LipschitzConfig:
             _check_int(name, getattr(self, name), 0)
         _check_tol("lip_tol", self.lip_tol)
         _check_tol("lip_head_tol", self.lip_head_tol)
-        for name in ("lip_softmax", "lip_head_bounds", "lip_figures"):
+        for name in ("lip_tokens", "lip_softmax", "lip_head_bounds", "lip_figures"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {show(getattr(self, name))}")

@@ -1,5 +1,6 @@
-"""The registered estimators: whole-network Jacobian norm (three routes), softmax Jacobian
-norms and bounds per attention row, and per-head Lipschitz bounds against the exact norm."""
+"""The registered estimators: whole-network Jacobian norm (three routes) with respect to the
+pixels and to the token embeddings, softmax Jacobian norms and bounds per attention row, and
+per-head Lipschitz bounds against the exact norm."""
 from __future__ import annotations
 
 import torch
@@ -9,6 +10,7 @@ from lipsweep.lipschitz._registry import register_estimator
 from lipsweep.lipschitz.head_bounds import measure_head_bounds
 from lipsweep.lipschitz.jacobian import DEFAULT_TOL, jacobian_norm_result
 from lipsweep.lipschitz.softmax_jacobian import softmax_jacobian_stats
+from lipsweep.lipschitz.token_jacobian import token_jacobian_norm_result
 
 
 class JacobianNorm:
@@ -40,6 +42,24 @@ def _jacobian_lanczos(iters: int = 100, tol: float = DEFAULT_TOL) -> JacobianNor
 @register_estimator("jacobian_power")
 def _jacobian_power(iters: int = 100, tol: float = DEFAULT_TOL) -> JacobianNorm:
     return JacobianNorm("power", iters, tol)
+
+
+@register_estimator("token_jacobian")
+class TokenJacobianNorm:
+    """||d f / d T||_2 per sample, T the tokens entering the first block (paper Fig. 4):
+    ``token_jacobian_norm`` (B,), ``token_jacobian_iterations`` (B,) and
+    ``token_jacobian_converged`` (B,)."""
+
+    name = "token_jacobian"
+    outputs = ("token_jacobian_norm", "token_jacobian_iterations", "token_jacobian_converged")
+
+    def __init__(self, route: str = "auto", iters: int = 100, tol: float = DEFAULT_TOL) -> None:
+        self.route, self.iters, self.tol = route, iters, tol
+
+    def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        res = token_jacobian_norm_result(model, x, self.iters, route=self.route, tol=self.tol)
+        return {"token_jacobian_norm": res.values, "token_jacobian_iterations": res.iterations,
+                "token_jacobian_converged": res.converged}
 
 
 @register_estimator("softmax_jacobian")

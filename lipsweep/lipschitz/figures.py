@@ -1,4 +1,5 @@
-"""PNG figures of the Lipschitz summary: the ||J_f(x)|| histogram (paper Fig. 4), the
+"""PNG figures of the Lipschitz summary: the ||J_f|| histograms w.r.t. pixels and w.r.t. the
+token embeddings (the latter is the paper's Fig. 4), the
 g_1 / ||M|| histogram (Fig. 3) and the per-head bound heatmaps in log10 (Fig. 6).
 
 matplotlib is imported inside each function and only its object-oriented ``Figure`` is used,
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-HEAD_PANELS = (("head_exact", "Exact"), ("head_thm1", "Thm 1 (Hu et al.)"),
+HEAD_PANELS = (("head_exact", "Exact"), ("head_thm1", "Thm 1 as stated (Hu et al.; not a bound)"),
                ("head_thm2", "Thm 2 (Castin et al.)"), ("head_thm3", "Thm 3"),
                ("head_thm3_g1", "Thm 3 with g_1"))
 """(array name, panel title) of the head-bound heatmaps, in the paper's order."""
@@ -27,8 +28,9 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_jacobian_histogram(values: np.ndarray, path: Path) -> Path:
-    """Histogram of per-sample ||J_f(x)||_2 with mean and median marked."""
+def plot_jacobian_histogram(values: np.ndarray, path: Path, wrt: str = "pixels") -> Path:
+    """Histogram of per-sample ||J_f||_2 with mean and median marked; ``wrt`` is 'pixels'
+    (d logits / d x) or 'tokens' (d logits / d T, the token embeddings: paper Fig. 4)."""
     from matplotlib.figure import Figure
 
     values = np.asarray(values, dtype=float)
@@ -38,7 +40,8 @@ def plot_jacobian_histogram(values: np.ndarray, path: Path) -> Path:
     ax.axvline(np.mean(values), color="k", ls="--", lw=1, label=f"mean {np.mean(values):.3g}")
     ax.axvline(np.median(values), color="tab:red", ls=":", lw=1.2,
                label=f"median {np.median(values):.3g}")
-    ax.set_xlabel(r"$\|J_f(x)\|_2$ (logits w.r.t. pixels)")
+    ax.set_xlabel(r"$\|J_f(x)\|_2$ (logits w.r.t. pixels)" if wrt == "pixels" else
+                  r"$\|\partial f / \partial T\|_2$ (logits w.r.t. token embeddings; Fig. 4)")
     ax.set_ylabel("images")
     ax.set_title(f"Local Lipschitz constant, {values.size} images")
     ax.legend(fontsize=8)

@@ -5,6 +5,10 @@ Metrics (all floats; names start with ``lip_``):
 - ``lip_jacobian_{mean,median,p90,p99,max}`` (SPEC §3): distribution of ||J_f(x)||_2 over the
   first ``lip_images`` images; ``lip_jacobian_converged_frac``: share of images whose
   iterative estimate met ``lip_tol`` (1 for the exact route).
+- ``lip_jacobian_tokens_{mean,median,p90,p99,max}`` and ``lip_jacobian_tokens_converged_frac``
+  (with ``lip_tokens``): the same for ||d f / d T||_2, T the token embeddings entering the first
+  block, on the same images and route. This is what the paper's Fig. 4 plots; the pixel one
+  above is the threat model's (the attacks perturb pixels), which the paper does not plot.
 - ``lip_softmax_ratio_{mean,median,p99,max,min}``: g_1(P_i) / ||M(P_i)||_2 over every layer,
   head, query row and image of the first ``lip_softmax_images`` (paper Fig. 3; the minimum is
   >= 1 by Thm 4); ``lip_softmax_norm_{mean,max}`` and ``lip_softmax_g1_mean``: the exact norm
@@ -13,7 +17,10 @@ Metrics (all floats; names start with ``lip_``):
 - ``lip_head_{exact,thm1,thm2,thm3,thm3_g1}_{mean,max}``: per-head local Lipschitz constant
   and its bounds over images x layers x heads of the first ``lip_head_images`` (paper Fig. 6);
   ``lip_head_{thm1,thm2,thm3,thm3_g1}_ratio_{min,median}``: bound / exact per (image, layer,
-  head), >= 1 wherever the bound holds (Thm 1 can fail for inputs near 0, see head_bounds);
+  head), >= 1 wherever the bound holds. ``thm1`` is the paper's STATEMENT of Thm 1 (Hu et al.),
+  not a certified bound: it is 0 at X = 0 where the exact norm is not (see head_bounds), so
+  its ratio can fall below 1 (``lip_head_thm1_below_exact_frac`` counts how often); Thm 2 and
+  Thm 3 are bounds on every input;
   ``lip_head_thm3_below_thm2_frac``: share of (image, layer, head) where Thm 3 is tighter
   than Thm 2 (the paper's Fig. 6 suggests always; it is not a theorem, see App. C).
 
@@ -41,6 +48,7 @@ _log = logging.getLogger(__name__)
 
 NPZ_NAME = "lipschitz.npz"
 FIGURES = {"jacobian": "lipschitz_jacobian_hist.png",
+           "tokens": "lipschitz_jacobian_tokens_hist.png",
            "softmax": "lipschitz_softmax_ratio.png",
            "heads": "lipschitz_head_bounds.png"}
 _HEAD_BOUNDS = ("thm1", "thm2", "thm3", "thm3_g1")
@@ -63,13 +71,14 @@ def _batched(est: Callable, model: nn.Module, x: torch.Tensor, batch_size: int,
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def _jacobian_metrics(v: np.ndarray, converged: np.ndarray) -> dict[str, float]:
-    return {"lip_jacobian_mean": float(np.mean(v)),
-            "lip_jacobian_median": float(np.median(v)),
-            "lip_jacobian_p90": float(np.percentile(v, 90)),
-            "lip_jacobian_p99": float(np.percentile(v, 99)),
-            "lip_jacobian_max": float(np.max(v)),
-            "lip_jacobian_converged_frac": float(np.mean(converged))}
+def _jacobian_metrics(v: np.ndarray, converged: np.ndarray,
+                      prefix: str = "lip_jacobian") -> dict[str, float]:
+    return {f"{prefix}_mean": float(np.mean(v)),
+            f"{prefix}_median": float(np.median(v)),
+            f"{prefix}_p90": float(np.percentile(v, 90)),
+            f"{prefix}_p99": float(np.percentile(v, 99)),
+            f"{prefix}_max": float(np.max(v)),
+            f"{prefix}_converged_frac": float(np.mean(converged))}
 
 
 def _softmax_metrics(norm: np.ndarray, g1: np.ndarray) -> dict[str, float]:
@@ -99,6 +108,8 @@ def _head_metrics(arr: dict[str, np.ndarray]) -> dict[str, float]:
         out[f"lip_head_{name}_ratio_min"] = float(ratio.min())
         out[f"lip_head_{name}_ratio_median"] = float(np.median(ratio))
     out["lip_head_thm3_below_thm2_frac"] = float(np.mean(arr["head_thm3"] < arr["head_thm2"]))
+    # Thm 1 is the paper's statement, not a certified bound: how often it falls below exact
+    out["lip_head_thm1_below_exact_frac"] = float(np.mean(arr["head_thm1"] < exact))
     return out
 
 
@@ -115,6 +126,9 @@ def _write_figures(arrays: dict[str, np.ndarray], out_dir: Path) -> None:
 
     if "jacobian_norm" in arrays:
         figures.plot_jacobian_histogram(arrays["jacobian_norm"], out_dir / FIGURES["jacobian"])
+    if "token_jacobian_norm" in arrays:
+        figures.plot_jacobian_histogram(arrays["token_jacobian_norm"], out_dir / FIGURES["tokens"],
+                                        wrt="tokens")
     if "softmax_norm" in arrays:
         ratio = softmax_ratio(torch.from_numpy(arrays["softmax_norm"]),
                               torch.from_numpy(arrays["softmax_g1"])).numpy()
@@ -129,7 +143,8 @@ def lipschitz_summary(model: nn.Module, x: torch.Tensor, cfg: LipschitzConfig,
                       ) -> dict[str, float]:
     """Measure the model's local Lipschitz behaviour on evaluation images ``x`` (B, 3, H, W).
 
-    Runs the whole-network Jacobian norm (``lip_images``), the softmax-Jacobian ratio
+    Runs the whole-network Jacobian norm w.r.t. pixels and (``lip_tokens``) token embeddings
+    (``lip_images``), the softmax-Jacobian ratio
     (``lip_softmax_images``) and the per-head bounds (``lip_head_images``), returns the metrics
     listed in the module docstring, and writes the arrays and figures to ``out_dir`` if given.
     The model's train/eval modes and fused-attention flags are restored after.
@@ -147,6 +162,13 @@ def lipschitz_summary(model: nn.Module, x: torch.Tensor, cfg: LipschitzConfig,
     arrays["jacobian_route"] = np.array(route)
     metrics = _jacobian_metrics(arrays["jacobian_norm"], arrays["jacobian_converged"])
     _log.info("lipschitz: ||J_f|| route %s, median %.4g", route, metrics["lip_jacobian_median"])
+    if cfg.lip_tokens:
+        est = create_estimator("token_jacobian", route=route, iters=cfg.lip_iters,
+                               tol=cfg.lip_tol)
+        arrays.update(_batched(est, model, x_jac, cfg.lip_batch_size, progress, "tokens"))
+        metrics.update(_jacobian_metrics(arrays["token_jacobian_norm"],
+                                         arrays["token_jacobian_converged"],
+                                         "lip_jacobian_tokens"))
     if cfg.lip_softmax:
         est = create_estimator("softmax_jacobian", method=cfg.lip_softmax_method)
         arrays.update(_batched(est, model, _first(x_jac, cfg.lip_softmax_images),

@@ -321,12 +321,13 @@ def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:
 
 def dry_run_lines(spec: SweepSpec) -> list[str]:
     """Human-readable list of the trials a sweep would run (no Ray)."""
-    from lipsweep.sweep.space import trial_label
+    from lipsweep.sweep.space import recipe_lines, trial_label
 
     kind = spec.search.algorithm if spec.search else "grid"
     lines = [f"sweep {spec.name!r} from {spec.path}: {spec.num_trials} trials ({kind}"
              + (f", {spec.scheduler.type} scheduler" if spec.scheduler else "") + ")",
              f"resources per trial: cpu={spec.resources.cpu} gpu={spec.resources.gpu}"]
+    lines += recipe_lines(spec)
     if spec.trials:
         varying = sorted({k for t in spec.trials for k in t
                           if any(t.get(k) != u.get(k) for u in spec.trials)})
