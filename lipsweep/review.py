@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from lipsweep.tracking import FINISHED, TAG_KIND, Tracker
+from lipsweep.tracking import (FINISHED, READ_RETRIES, TAG_KIND, Tracker, TrackingError,
+                               check_tracking_uri, redact_uri)
 
 _log = logging.getLogger("lipsweep.review")
 
@@ -36,12 +37,27 @@ def _usage(msg: str) -> Exception:
     return UsageError(msg)
 
 
+def read_tracker(tracking_uri: str, experiment: str) -> Tracker:
+    """A tracker for a read command: the URI checked first (a missing SQLite store is an
+    error, never created), few retries and MLflow's HTTP retries off, so a bad
+    ``--tracking-uri`` fails within ~20 s."""
+    check_tracking_uri(tracking_uri, must_exist=True)
+    return Tracker(tracking_uri, experiment, retries=READ_RETRIES, reader=True)
+
+
+def _tracking_usage(err: TrackingError, tracking_uri: str) -> Exception:
+    shown = redact_uri(tracking_uri)
+    text = str(err).replace(f" at {shown}", "")
+    return _usage(f"--tracking-uri {shown}: {text}")
+
+
 def load_sweep_runs(tracker: Tracker) -> SweepRuns:
     """FINISHED trial runs of the experiment, as pareto records; exit-2 errors if none."""
     exp_id = tracker.existing_experiment_id()
     if exp_id is None:
         names = sorted(e.name for e in tracker.client.search_experiments())
-        raise _usage(f"no experiment {tracker.experiment!r} at {tracker.tracking_uri}; "
+        raise _usage(f"--experiment {tracker.experiment}: no such experiment at "
+                     f"{tracker.shown_uri} (nothing created); "
                      f"experiments there: {names or 'none'}")
     runs = tracker.search(f"tags.`{TAG_KIND}` = 'trial' and attributes.status = '{FINISHED}'",
                           exp_id)
@@ -74,11 +90,25 @@ def rank_sweep(tracker: Tracker, objective_specs: Optional[list[str]]):
 
 
 def run_pareto_command(args: argparse.Namespace) -> int:
+    try:
+        return _pareto(args)
+    except TrackingError as err:
+        raise _tracking_usage(err, args.tracking_uri) from None
+
+
+def run_export_command(args: argparse.Namespace) -> int:
+    try:
+        return _export(args)
+    except TrackingError as err:
+        raise _tracking_usage(err, args.tracking_uri) from None
+
+
+def _pareto(args: argparse.Namespace) -> int:
     from lipsweep.pareto import front_table, pareto_json
     from lipsweep.selection import DEFAULT_SELECT_RULE, select_from_front
     from lipsweep.pareto_plots import parallel_coordinates, scatter_front
 
-    tracker = Tracker(args.tracking_uri, args.experiment)
+    tracker = read_tracker(args.tracking_uri, args.experiment)
     sweep, result = rank_sweep(tracker, args.objective)
     ranks = [int(r) for r in result.ranks]
     try:
@@ -113,7 +143,7 @@ def run_pareto_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_export_command(args: argparse.Namespace) -> int:
+def _export(args: argparse.Namespace) -> int:
     from lipsweep.selection import DEFAULT_SELECT_RULE, parse_selection_rule, select_from_front
 
     out = Path(args.out)
@@ -121,7 +151,7 @@ def run_export_command(args: argparse.Namespace) -> int:
         raise _usage(f"--out {out} exists and is not empty; pass --force to overwrite it")
     rule = args.select or DEFAULT_SELECT_RULE
     parse_selection_rule(rule)  # validate before any MLflow work
-    tracker = Tracker(args.tracking_uri, args.experiment)
+    tracker = read_tracker(args.tracking_uri, args.experiment)
     if args.run_id:
         sweep = load_sweep_runs(tracker)
         if args.run_id not in sweep.runs:
@@ -164,7 +194,7 @@ def export_run(tracker: Tracker, run_id: str, out: Path, selected_by: str,
         cfg = TrialConfig.from_flat(flat)
         state = load_file(str(local / "model.safetensors"))
         metrics = {k: v for k, v in run.data.metrics.items()}
-        source = {"tracking_uri": tracker.tracking_uri, "experiment": tracker.experiment,
+        source = {"tracking_uri": tracker.shown_uri, "experiment": tracker.experiment,
                   "run_id": run_id, "run_name": run.info.run_name,
                   "checkpoint": run.data.tags.get("lipsweep.checkpoint"),
                   "selected_by": selected_by}
