@@ -263,7 +263,7 @@ TIMED = ("import sys, time; from lipsweep.__main__ import main; t = time.monoton
 @pytest.mark.parametrize("uri,needle", [
     ("http://127.0.0.1:1", "Connection refused"),
     ("file:{tmp}/mlruns", "not supported"),
-    ("postgresql://u@127.0.0.1/db", "driver not usable"),
+    ("postgresql://127.0.0.1/db", "driver not usable"),
     ("bogus://x", "scheme 'bogus' is not supported"),
     ("sqlite:///{tmp}/typo.db", "no MLflow store at"),
 ])
