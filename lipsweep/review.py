@@ -10,13 +10,14 @@ and the figures to the parent run; running it twice gives the same tags and arti
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from lipsweep.tracking import (FINISHED, READ_RETRIES, TAG_KIND, Tracker, TrackingError,
                                check_tracking_uri, redact_uri)
@@ -45,10 +46,18 @@ def read_tracker(tracking_uri: str, experiment: str) -> Tracker:
     return Tracker(tracking_uri, experiment, retries=READ_RETRIES, reader=True)
 
 
-def _tracking_usage(err: TrackingError, tracking_uri: str) -> Exception:
-    shown = redact_uri(tracking_uri)
-    text = str(err).replace(f" at {shown}", "")
-    return _usage(f"--tracking-uri {shown}: {text}")
+def _read_command(fn: Callable[[argparse.Namespace], int]
+                  ) -> Callable[[argparse.Namespace], int]:
+    """MLflow failing under a read command is a --tracking-uri problem: exit 2, one line."""
+    @functools.wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except TrackingError as err:
+            shown = redact_uri(args.tracking_uri)
+            text = str(err).replace(f" at {shown}", "")
+            raise _usage(f"--tracking-uri {shown}: {text}") from None
+    return run
 
 
 def load_sweep_runs(tracker: Tracker) -> SweepRuns:
@@ -89,21 +98,8 @@ def rank_sweep(tracker: Tracker, objective_specs: Optional[list[str]]):
     return sweep, pareto_rank(sweep.records, objectives)
 
 
+@_read_command
 def run_pareto_command(args: argparse.Namespace) -> int:
-    try:
-        return _pareto(args)
-    except TrackingError as err:
-        raise _tracking_usage(err, args.tracking_uri) from None
-
-
-def run_export_command(args: argparse.Namespace) -> int:
-    try:
-        return _export(args)
-    except TrackingError as err:
-        raise _tracking_usage(err, args.tracking_uri) from None
-
-
-def _pareto(args: argparse.Namespace) -> int:
     from lipsweep.pareto import front_table, pareto_json
     from lipsweep.selection import DEFAULT_SELECT_RULE, select_from_front
     from lipsweep.pareto_plots import parallel_coordinates, scatter_front
@@ -143,7 +139,8 @@ def _pareto(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export(args: argparse.Namespace) -> int:
+@_read_command
+def run_export_command(args: argparse.Namespace) -> int:
     from lipsweep.selection import DEFAULT_SELECT_RULE, parse_selection_rule, select_from_front
 
     out = Path(args.out)

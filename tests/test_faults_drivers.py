@@ -74,8 +74,8 @@ def test_two_drivers_started_together_one_runs_the_other_exits_2(tmp_path):
                 if p.poll() is None:
                     p.kill()
     codes = sorted(p.returncode for p in procs)
-    assert codes == [0, 2], [(p.returncode, o[0][-1500:], o[1][-1500:])
-                             for p, o in zip(procs, outs)]
+    assert codes == [0, 2], "\n\n".join(f"rc={p.returncode}\n{o[0][-2000:]}\n{o[1][-5000:]}"
+                                          for p, o in zip(procs, outs))
     loser = next(o for p, o in zip(procs, outs) if p.returncode == 2)
     line = _one_error_line(subprocess.CompletedProcess([], 2, *loser), "--experiment exp")
     assert f"host {socket.gethostname()}, pid " in line and ", since " in line, line
