@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -167,18 +168,30 @@ def test_two_new_parents_for_one_sweep_the_later_one_backs_off(tmp_path):
 
 def test_sqlite_schema_is_created_under_a_file_lock(tmp_path):
     """Two fresh drivers on one SQLite store raced on `duplicate column name`; the schema is
-    now made while holding ``<db>.lock``: a driver waits while another holds it."""
+    now made while holding ``<db>.lock``. With the test holding it, a driver's tracker must
+    queue for it (a waiter in /proc/locks) and create nothing until it is released."""
     from lipsweep.tracking import Tracker
 
     db = tmp_path / "mlflow.db"
-    holder = open(tmp_path / "mlflow.db.lock", "a")
+    lock_file = tmp_path / "mlflow.db.lock"
+    holder = open(lock_file, "a")
     fcntl.flock(holder, fcntl.LOCK_EX)
+    inode = os.stat(lock_file).st_ino
     tracker = Tracker(sqlite_uri(tmp_path), "exp", buffer_writes=True)
     t = threading.Thread(target=lambda: tracker.client, daemon=True)
     t.start()
-    t.join(3.0)
-    assert t.is_alive() and not db.exists(), "the store was created without the lock"
-    holder.close()
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert not db.exists(), "the store was created while another process held the lock"
+            waiters = [ln for ln in Path("/proc/locks").read_text().splitlines()
+                       if "->" in ln and re.search(rf":{inode}\b", ln)]
+            if waiters:
+                break
+            assert time.monotonic() < deadline and t.is_alive(), "no wait on <db>.lock"
+            time.sleep(0.05)
+    finally:
+        holder.close()
     t.join(120)
     assert not t.is_alive() and db.is_file()
 
@@ -326,7 +339,6 @@ def test_worker_policy_cannot_write_the_drivers_experiment_state():
     (<storage>/<experiment>/<trial>/...) but not the driver's state beside them
     (<storage>/<experiment>/tuner.pkl, experiment_state-*.json), which --resume unpickles."""
     import fnmatch
-    import re
 
     text = (ROOT / "deploy" / "README.md").read_text()
     policy = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
