@@ -4,9 +4,9 @@ Order of work: validate the space, every trial config and every option (done by 
 take the experiment's lock (:class:`SweepLock`), check the storage path, then start Ray, open
 (or on ``--resume`` adopt) the parent run, and run ``Tuner.fit`` (or
 ``Tuner.restore(...).fit``). One driver per experiment: a second one exits 2 naming the
-holder; a parent run is adopted only with ``--resume`` and only when its owner is gone. Whatever happens, MLflow runs end FINISHED,
-FAILED or KILLED, never RUNNING: on an interrupt the parent and any open children are marked
-KILLED and reopened by ``--resume``. (A SIGKILLed driver cannot mark anything: its runs stay
+holder; a parent run is adopted only with ``--resume`` and only when its owner is gone.
+Whatever happens, MLflow runs end FINISHED, FAILED or KILLED, never RUNNING: on an interrupt
+the parent and any open children are marked KILLED and reopened by ``--resume``. (A SIGKILLed driver cannot mark anything: its runs stay
 RUNNING until ``--resume`` reopens and finishes them.)
 
 MLflow outages: the driver's tracker buffers writes while the server is unreachable (see
