@@ -34,7 +34,7 @@
 #                              password in MLFLOW_AUTH_ADMIN_PASSWORD (then rotate it with MLflow's
 #                              update-password API). The driver then needs MLFLOW_TRACKING_USERNAME
 #                              and MLFLOW_TRACKING_PASSWORD in its environment (never in the URI,
-#                              never in ~/lipsweep.env). [none]
+#                              never in ~/lipsweep.env). Needs mlflow[auth] (Flask-WTF). [none]
 #   LIPSWEEP_MLFLOW_PORT       [5000]
 #   LIPSWEEP_MLFLOW_HOME       folder of the SQLite store, the pid and the log [~/mlflow]
 #   LIPSWEEP_MLFLOW_BACKEND    backend store URI, e.g. postgresql://user@host/db with the password
@@ -162,6 +162,11 @@ prepare() {
     case "$auth" in
         none) ;;
         basic)
+            if ! "$py" -c 'import flask_wtf' 2>/dev/null; then
+                say "LIPSWEEP_MLFLOW_AUTH=basic needs MLflow's auth extra (Flask-WTF), which uv.lock"
+                say "does not hold yet: pip install 'mlflow[auth]' matching the locked mlflow"
+                exit 2
+            fi
             # MLflow's basic-auth app, its user store beside the tracking store (not the cwd).
             export MLFLOW_AUTH_CONFIG_PATH="${MLFLOW_AUTH_CONFIG_PATH:-$mlflow_home/basic_auth.ini}"
             if [ ! -f "$MLFLOW_AUTH_CONFIG_PATH" ]; then
@@ -169,6 +174,13 @@ prepare() {
                     "database_uri = sqlite:///$mlflow_home/basic_auth.db" "admin_username = admin" \
                     "authorization_function = mlflow.server.auth:authenticate_request_basic_auth" \
                     > "$MLFLOW_AUTH_CONFIG_PATH"
+            fi
+            # CSRF key of the auth app: made once, kept (mode 600) beside the user store.
+            if [ -z "${MLFLOW_FLASK_SERVER_SECRET_KEY:-}" ]; then
+                local key_file="$mlflow_home/flask_secret_key"
+                [ -s "$key_file" ] || (umask 077; "$py" -c 'import secrets; print(secrets.token_hex(32))' > "$key_file")
+                MLFLOW_FLASK_SERVER_SECRET_KEY="$(cat "$key_file")"
+                export MLFLOW_FLASK_SERVER_SECRET_KEY
             fi
             server_args+=(--app-name basic-auth) ;;
         *) say "LIPSWEEP_MLFLOW_AUTH must be none or basic, got '$auth'"; exit 2 ;;
