@@ -65,8 +65,8 @@ def load_sweep_runs(tracker: Tracker) -> SweepRuns:
     exp_id = tracker.existing_experiment_id()
     if exp_id is None:
         names = sorted(e.name for e in tracker.client.search_experiments())
-        raise _usage(f"--experiment {tracker.experiment}: no such experiment at "
-                     f"{tracker.shown_uri} (nothing created); "
+        raise _usage(f"--experiment {tracker.experiment}: no experiment "
+                     f"{tracker.experiment!r} at {tracker.shown_uri} (nothing created); "
                      f"experiments there: {names or 'none'}")
     runs = tracker.search(f"tags.`{TAG_KIND}` = 'trial' and attributes.status = '{FINISHED}'",
                           exp_id)

@@ -302,7 +302,7 @@ def test_read_commands_never_create_an_experiment(tmp_path):
     before = _files(tmp_path)
     for argv in (["pareto"], ["export", "--out", str(tmp_path / "out")]):
         proc = _cli(tmp_path, *argv, "--experiment", "nope", "--tracking-uri", uri)
-        _one_error_line(proc, "--experiment nope: no such experiment")
+        _one_error_line(proc, "--experiment nope: no experiment 'nope'")
     assert [e.name for e in client(uri).search_experiments()] == ["Default"]
     assert _files(tmp_path) == before
 
