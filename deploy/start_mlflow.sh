@@ -12,7 +12,15 @@
 # `ray up` runs `start` as the last head start command (ray_cluster.yaml). Only the sweep driver
 # writes to MLflow, and it runs on the head, so the server binds to the head's loopback address by
 # default: nothing on the VPC or the internet can reach it; people reach it through an SSH tunnel
-# (`ray attach ray_cluster.yaml -p 5000`). 0.0.0.0 / :: are refused.
+# (`ray attach ray_cluster.yaml -p 5000`). The bind address is resolved the way the server will
+# resolve it and must be loopback or private: every spelling of "all interfaces" (0.0.0.0, 0,
+# ::, ::0, 0:0:0:0:0:0:0:0, ...) and public addresses are refused (exit 2).
+#
+# Trust boundary: without LIPSWEEP_MLFLOW_AUTH=basic the server has no authentication. Anyone who
+# reaches its port (on 127.0.0.1: every user and process on the head; with `private`: everything
+# in the VPC) can read and change every run and, through --serve-artifacts, read and write the
+# artifact store with the head's S3 role. With LIPSWEEP_MLFLOW_AUTH=basic, MLflow's basic-auth
+# app (`--app-name basic-auth`) requires a user and password for every request but /health.
 #
 # Settings, from the environment (default in brackets):
 #   LIPSWEEP_STORAGE           Ray Tune storage path, written to ~/lipsweep.env. Multi-node Tune
@@ -21,6 +29,12 @@
 #   LIPSWEEP_MLFLOW_HOST       address to bind: an IP, or `private` for this node's private IP as Ray
 #                              sees it (reachable from the VPC; `ray attach -p` then cannot reach it,
 #                              use `ssh -L 5000:<private ip>:5000`). [127.0.0.1]
+#   LIPSWEEP_MLFLOW_AUTH       `none` or `basic`: MLflow's basic-auth app. Its user store is
+#                              $LIPSWEEP_MLFLOW_HOME/basic_auth.db; the first start needs the admin
+#                              password in MLFLOW_AUTH_ADMIN_PASSWORD (then rotate it with MLflow's
+#                              update-password API). The driver then needs MLFLOW_TRACKING_USERNAME
+#                              and MLFLOW_TRACKING_PASSWORD in its environment (never in the URI,
+#                              never in ~/lipsweep.env). Needs mlflow[auth] (Flask-WTF). [none]
 #   LIPSWEEP_MLFLOW_PORT       [5000]
 #   LIPSWEEP_MLFLOW_HOME       folder of the SQLite store, the pid and the log [~/mlflow]
 #   LIPSWEEP_MLFLOW_BACKEND    backend store URI. The supported store is SQLite on the head (the
@@ -50,18 +64,42 @@ project_dir="${LIPSWEEP_PROJECT_DIR:-$HOME/lipsweep}"
 pid_file="$mlflow_home/mlflow.pid"
 log_file="$mlflow_home/mlflow.log"
 
+auth="${LIPSWEEP_MLFLOW_AUTH:-none}"
+py="$(command -v python || command -v python3)"
+
 say() { echo "start_mlflow.sh: $*" >&2; }
 
 resolve_host() {
-    local host="${LIPSWEEP_MLFLOW_HOST:-127.0.0.1}"
+    local host="${LIPSWEEP_MLFLOW_HOST:-127.0.0.1}" why
     if [ "$host" = "private" ]; then
         host="$(python -c 'from ray.util import get_node_ip_address; print(get_node_ip_address())')"
     fi
-    case "$host" in
-        0.0.0.0 | :: | "[::]" | "")
-            say "refusing to bind MLflow to '$host' (every interface); use 127.0.0.1 or 'private'"
-            exit 2 ;;
-    esac
+    # Resolve it as the server's bind will (getaddrinfo): "0", "::0", "0x0" or a name all become
+    # addresses; each one must be loopback or private, never unspecified (every interface).
+    if ! why="$("$py" - "$host" 2>&1 <<'EOF'
+import ipaddress, socket, sys
+host = sys.argv[1].strip()
+if host.startswith("[") and host.endswith("]"):
+    host = host[1:-1]
+try:
+    infos = socket.getaddrinfo(host, None) if host else []
+except OSError as exc:
+    sys.exit(f"cannot resolve it ({exc})")
+if not infos:
+    sys.exit("empty")
+for info in infos:
+    ip = ipaddress.ip_address(info[4][0].split("%")[0])
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified:
+        sys.exit(f"{ip} is every interface")
+    if ip.is_multicast or not (ip.is_loopback or ip.is_private):
+        sys.exit(f"{ip} is not a loopback or private address")
+EOF
+)"; then
+        say "refusing to bind MLflow to '$host': $why; use 127.0.0.1 or 'private'"
+        exit 2
+    fi
     echo "$host"
 }
 
@@ -122,6 +160,32 @@ prepare() {
     case "$artifacts" in *://*) ;; *) mkdir -p "$artifacts" ;; esac
     server_args=(--host "$host" --port "$port" --workers "$workers"
                  --backend-store-uri "$backend" --serve-artifacts --artifacts-destination "$artifacts")
+    case "$auth" in
+        none) ;;
+        basic)
+            if ! "$py" -c 'import flask_wtf' 2>/dev/null; then
+                say "LIPSWEEP_MLFLOW_AUTH=basic needs MLflow's auth extra (Flask-WTF), which uv.lock"
+                say "does not hold yet: pip install 'mlflow[auth]' matching the locked mlflow"
+                exit 2
+            fi
+            # MLflow's basic-auth app, its user store beside the tracking store (not the cwd).
+            export MLFLOW_AUTH_CONFIG_PATH="${MLFLOW_AUTH_CONFIG_PATH:-$mlflow_home/basic_auth.ini}"
+            if [ ! -f "$MLFLOW_AUTH_CONFIG_PATH" ]; then
+                printf '%s\n' "[mlflow]" "default_permission = READ" \
+                    "database_uri = sqlite:///$mlflow_home/basic_auth.db" "admin_username = admin" \
+                    "authorization_function = mlflow.server.auth:authenticate_request_basic_auth" \
+                    > "$MLFLOW_AUTH_CONFIG_PATH"
+            fi
+            # CSRF key of the auth app: made once, kept (mode 600) beside the user store.
+            if [ -z "${MLFLOW_FLASK_SERVER_SECRET_KEY:-}" ]; then
+                local key_file="$mlflow_home/flask_secret_key"
+                [ -s "$key_file" ] || (umask 077; "$py" -c 'import secrets; print(secrets.token_hex(32))' > "$key_file")
+                MLFLOW_FLASK_SERVER_SECRET_KEY="$(cat "$key_file")"
+                export MLFLOW_FLASK_SERVER_SECRET_KEY
+            fi
+            server_args+=(--app-name basic-auth) ;;
+        *) say "LIPSWEEP_MLFLOW_AUTH must be none or basic, got '$auth'"; exit 2 ;;
+    esac
 }
 
 start_server() {

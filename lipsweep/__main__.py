@@ -284,6 +284,14 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _redact_record(record: logging.LogRecord) -> bool:
+    from lipsweep.tracking import redact_uri
+
+    if "@" in (text := record.getMessage()):
+        record.msg, record.args = redact_uri(text), None
+    return True
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -291,6 +299,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S", stream=sys.stderr)
+    for handler in logging.getLogger().handlers:  # no user:password@ of a URI in any log line
+        handler.addFilter(_redact_record)
     try:
         return COMMANDS[args.command](args)
     except ConfigError as err:

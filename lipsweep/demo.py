@@ -50,7 +50,9 @@ def run_demo(args: argparse.Namespace) -> int:
     run_pareto_command(parser.parse_args(["pareto", *common]))
     sys.stdout.write("\n== Export ==\n")
     run_export_command(parser.parse_args(["export", *common, "--out", args.out, "--force"]))
-    uri = args.tracking_uri
+    from lipsweep.tracking import redact_uri
+
+    uri = redact_uri(args.tracking_uri)  # shown, so without user:password@
     sys.stdout.write(f"""
 == Where to look ==
 sweep: {t_sweep:.0f} s; Ray Tune state in {experiment_path(storage, args.experiment)}

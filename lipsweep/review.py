@@ -10,15 +10,17 @@ and the figures to the parent run; running it twice gives the same tags and arti
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from lipsweep.tracking import FINISHED, TAG_KIND, Tracker
+from lipsweep.tracking import (FINISHED, READ_RETRIES, TAG_KIND, Tracker, TrackingError,
+                               check_tracking_uri, redact_uri)
 
 _log = logging.getLogger("lipsweep.review")
 
@@ -36,12 +38,35 @@ def _usage(msg: str) -> Exception:
     return UsageError(msg)
 
 
+def read_tracker(tracking_uri: str, experiment: str) -> Tracker:
+    """A tracker for a read command: the URI checked first (a missing SQLite store is an
+    error, never created), few retries and MLflow's HTTP retries off, so a bad
+    ``--tracking-uri`` fails within ~20 s."""
+    check_tracking_uri(tracking_uri, must_exist=True)
+    return Tracker(tracking_uri, experiment, retries=READ_RETRIES, reader=True)
+
+
+def _read_command(fn: Callable[[argparse.Namespace], int]
+                  ) -> Callable[[argparse.Namespace], int]:
+    """MLflow failing under a read command is a --tracking-uri problem: exit 2, one line."""
+    @functools.wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except TrackingError as err:
+            shown = redact_uri(args.tracking_uri)
+            text = str(err).replace(f" at {shown}", "")
+            raise _usage(f"--tracking-uri {shown}: {text}") from None
+    return run
+
+
 def load_sweep_runs(tracker: Tracker) -> SweepRuns:
     """FINISHED trial runs of the experiment, as pareto records; exit-2 errors if none."""
     exp_id = tracker.existing_experiment_id()
     if exp_id is None:
         names = sorted(e.name for e in tracker.client.search_experiments())
-        raise _usage(f"no experiment {tracker.experiment!r} at {tracker.tracking_uri}; "
+        raise _usage(f"--experiment {tracker.experiment}: no experiment "
+                     f"{tracker.experiment!r} at {tracker.shown_uri} (nothing created); "
                      f"experiments there: {names or 'none'}")
     runs = tracker.search(f"tags.`{TAG_KIND}` = 'trial' and attributes.status = '{FINISHED}'",
                           exp_id)
@@ -73,12 +98,13 @@ def rank_sweep(tracker: Tracker, objective_specs: Optional[list[str]]):
     return sweep, pareto_rank(sweep.records, objectives)
 
 
+@_read_command
 def run_pareto_command(args: argparse.Namespace) -> int:
     from lipsweep.pareto import front_table, pareto_json
     from lipsweep.selection import DEFAULT_SELECT_RULE, select_from_front
     from lipsweep.pareto_plots import parallel_coordinates, scatter_front
 
-    tracker = Tracker(args.tracking_uri, args.experiment)
+    tracker = read_tracker(args.tracking_uri, args.experiment)
     sweep, result = rank_sweep(tracker, args.objective)
     ranks = [int(r) for r in result.ranks]
     try:
@@ -113,6 +139,7 @@ def run_pareto_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@_read_command
 def run_export_command(args: argparse.Namespace) -> int:
     from lipsweep.selection import DEFAULT_SELECT_RULE, parse_selection_rule, select_from_front
 
@@ -122,7 +149,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     check_out(out, args.force)  # --force replaces only a previous export (issue 16)
     rule = args.select or DEFAULT_SELECT_RULE
     parse_selection_rule(rule)  # validate before any MLflow work
-    tracker = Tracker(args.tracking_uri, args.experiment)
+    tracker = read_tracker(args.tracking_uri, args.experiment)
     if args.run_id:
         sweep = load_sweep_runs(tracker)
         if args.run_id not in sweep.runs:
@@ -165,7 +192,7 @@ def export_run(tracker: Tracker, run_id: str, out: Path, selected_by: str,
         cfg = TrialConfig.from_flat(flat)
         state = load_file(str(local / "model.safetensors"))
         metrics = {k: v for k, v in run.data.metrics.items()}
-        source = {"tracking_uri": tracker.tracking_uri, "experiment": tracker.experiment,
+        source = {"tracking_uri": tracker.shown_uri, "experiment": tracker.experiment,
                   "run_id": run_id, "run_name": run.info.run_name,
                   "checkpoint": run.data.tags.get("lipsweep.checkpoint"),
                   "selected_by": selected_by}

@@ -23,9 +23,11 @@ still block with retries, at most about ``sum(min(backoff_s * 2**i, 30))`` secon
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -45,8 +47,108 @@ TAG_CHECKPOINT = "lipsweep.checkpoint"
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
 
 
+TAG_OWNER = "lipsweep.owner"          # 'host pid since' of the driver that holds the sweep
+TAG_HEARTBEAT = "lipsweep.heartbeat"  # unix time of the owner's last sign of life
+READ_HTTP_TIMEOUT_S = 8               # read commands: per-request timeout, no urllib3 retries
+READ_RETRIES = 1                      # read commands: lipsweep's retries (2 tries, < 30 s)
+DB_SCHEMES = ("postgresql", "mysql", "mssql")
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
+
+
 class TrackingError(RuntimeError):
     """MLflow could not be reached or refused a write after retries."""
+
+
+class SweepBusy(RuntimeError):
+    """Another live driver owns the sweep (its parent run), or the run may not be adopted."""
+
+
+def redact_uri(text: str) -> str:
+    """``text`` with the userinfo (``user:password@``) of every URI in it replaced by
+    ``***@``: what logs, error lines and exports show or store instead of a credential."""
+    return _USERINFO.sub(r"\1***@", str(text))
+
+
+def _sqlite_path(uri: str) -> Optional[Path]:
+    """The file of a ``sqlite:///`` URI (relative to the cwd, or absolute with 4 slashes)."""
+    rest = uri[len("sqlite://"):].split("?", 1)[0]
+    if not rest.startswith("/") or rest == "/":
+        return None  # sqlite:// (in memory) or a host part: not a file
+    return Path(rest[1:])
+
+
+def check_tracking_uri(uri: str, must_exist: bool) -> None:
+    """Refuse a ``--tracking-uri`` MLflow cannot use, before anything is written or waited on.
+
+    Accepted: ``sqlite:///FILE``, ``http(s)://``, and ``postgresql|mysql|mssql://`` when their
+    SQLAlchemy driver is installed. With ``must_exist`` (read commands) a SQLite file must
+    already hold an MLflow store: reading never creates one. Raises UsageError naming the flag.
+    """
+    from lipsweep.config_base import UsageError
+
+    shown = redact_uri(uri)
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme == "sqlite":
+        path = _sqlite_path(uri)
+        if path is None:
+            raise UsageError(f"--tracking-uri {shown}: not a SQLite file; use sqlite:///FILE "
+                             "(relative) or sqlite:////ABS/PATH")
+        if must_exist:
+            _check_mlflow_db(path, shown)
+        elif not path.parent.is_dir():
+            raise UsageError(f"--tracking-uri {shown}: folder {path.parent} does not exist")
+        return
+    if scheme in ("http", "https"):
+        if must_exist:  # fail fast instead of MLflow's minutes of urllib3 retries
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(READ_HTTP_TIMEOUT_S))
+        return
+    if scheme.split("+", 1)[0] in DB_SCHEMES:
+        try:
+            from sqlalchemy.engine import make_url
+
+            make_url(uri).get_dialect().import_dbapi()
+        except Exception as exc:  # noqa: BLE001 - a missing driver or an unparsable URL
+            raise UsageError(f"--tracking-uri {shown}: database driver not usable "
+                             f"({type(exc).__name__}: {redact_uri(exc)})") from None
+        return
+    what = "a folder (MLflow's file store)" if scheme in ("", "file") else f"scheme {scheme!r}"
+    raise UsageError(f"--tracking-uri {shown}: {what} is not supported; use sqlite:///FILE, "
+                     "http(s)://HOST:PORT or postgresql://...")
+
+
+def _check_mlflow_db(path: Path, shown: str) -> None:
+    import sqlite3
+
+    from lipsweep.config_base import UsageError
+
+    if not path.is_file():
+        raise UsageError(f"--tracking-uri {shown}: no MLflow store at {path} (nothing "
+                         "created); check the path")
+    try:
+        con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("select name from sqlite_master")}
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise UsageError(f"--tracking-uri {shown}: {path} is not a SQLite database ({exc})"
+                         ) from None
+    if not {"alembic_version", "experiments", "runs"} <= tables:
+        raise UsageError(f"--tracking-uri {shown}: {path} holds no MLflow store (nothing "
+                         "created); check the path")
+
+
+def sqlite_schema_lock(uri: str):
+    """An exclusive file lock beside a SQLite store (``<db>.lock``), held while MLflow
+    creates or migrates its schema, so two fresh drivers never race on ``duplicate column
+    name``. Returns an open file to close, or None for other stores."""
+    path = _sqlite_path(uri) if uri.lower().startswith("sqlite://") else None
+    if path is None or not path.parent.is_dir():
+        return None
+    fh = open(path.with_name(path.name + ".lock"), "a")
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh
 
 
 @dataclass
@@ -59,6 +161,7 @@ class Tracker:
     backoff_s: float = 1.0
     buffer_writes: bool = False
     max_pending: int = 100_000
+    reader: bool = False  # read commands: never create a store (no schema lock file either)
     _client: Any = field(default=None, init=False, repr=False)
     _experiment_id: Optional[str] = field(default=None, init=False)
     _last_step: dict[str, int] = field(default_factory=dict, init=False)
@@ -69,7 +172,13 @@ class Tracker:
     def __getstate__(self) -> dict[str, Any]:  # Tune pickles callbacks; clients do not travel
         state = self.__dict__.copy()
         state["_client"] = None
+        state["tracking_uri"] = redact_uri(self.tracking_uri)  # no password in Tune's storage
         return state
+
+    @property
+    def shown_uri(self) -> str:
+        """The tracking URI as logs and errors show it: without ``user:password@``."""
+        return redact_uri(self.tracking_uri)
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         if self._pending:
@@ -80,9 +189,10 @@ class Tracker:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - MLflow raises many types for I/O
                 if attempt == self.retries or not _transient(exc):
-                    raise TrackingError(f"MLflow {what} failed at {self.tracking_uri}: "
-                                        f"{type(exc).__name__}: {exc}") from exc
-                _log.warning("MLflow %s failed (%s); retrying in %.0fs", what, exc, delay)
+                    raise TrackingError(f"MLflow {what} failed at {self.shown_uri}: "
+                                        f"{type(exc).__name__}: {redact_uri(exc)}") from exc
+                _log.warning("MLflow %s failed (%s); retrying in %.0fs", what, redact_uri(exc),
+                             delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 30.0)
         raise AssertionError("unreachable")
@@ -95,7 +205,7 @@ class Tracker:
             self._call(op, lambda: self._apply(record))
             return
         if len(self._pending) >= self.max_pending:
-            raise TrackingError(f"MLflow at {self.tracking_uri} unreachable for too long: "
+            raise TrackingError(f"MLflow at {self.shown_uri} unreachable for too long: "
                                 f"{len(self._pending)} writes buffered (max_pending)")
         self._pending.append(record)
         self._drain(force=len(self._pending) == 1)
@@ -110,18 +220,18 @@ class Tracker:
                 self._apply(record)
             except Exception as exc:  # noqa: BLE001 - MLflow raises many types for I/O
                 if not _transient(exc):
-                    raise TrackingError(f"MLflow {record['op']} failed at {self.tracking_uri}:"
-                                        f" {type(exc).__name__}: {exc}") from exc
+                    raise TrackingError(f"MLflow {record['op']} failed at {self.shown_uri}:"
+                                        f" {type(exc).__name__}: {redact_uri(exc)}") from exc
                 self._flush_delay = min(max(self._flush_delay * 2, self.backoff_s), 30.0)
                 self._next_try = time.monotonic() + self._flush_delay
                 _log.warning("MLflow unreachable (%s: %s); buffering writes (%d pending), "
-                             "retrying in %.0fs", type(exc).__name__, str(exc)[:200],
+                             "retrying in %.0fs", type(exc).__name__, redact_uri(exc)[:200],
                              len(self._pending), self._flush_delay)
                 return
             self._pending.popleft()
         if self._flush_delay:
             _log.warning("MLflow reachable again at %s; buffered writes delivered",
-                         self.tracking_uri)
+                         self.shown_uri)
         self._flush_delay = 0.0
 
     def _apply(self, record: dict[str, Any]) -> None:
@@ -194,7 +304,12 @@ class Tracker:
                 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
                 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
-            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+            lock = None if self.reader else sqlite_schema_lock(self.tracking_uri)
+            try:  # the driver may create the store: its schema is made under a file lock
+                self._client = MlflowClient(tracking_uri=self.tracking_uri)
+            finally:
+                if lock is not None:
+                    lock.close()
         return self._client
 
     @property
@@ -202,6 +317,8 @@ class Tracker:
         if self._experiment_id is None:
             exp = self._call("get_experiment",
                              lambda: self.client.get_experiment_by_name(self.experiment))
+            if exp is None and self.reader:
+                raise TrackingError(f"no experiment {self.experiment!r} at {self.shown_uri}")
             if exp is None:
                 self._experiment_id = self._call(
                     "create_experiment", lambda: self.client.create_experiment(self.experiment))
@@ -230,28 +347,64 @@ class Tracker:
                 return runs
 
     # -- parent -----------------------------------------------------------------------------
-    def find_parent(self, sweep_dir: str) -> Optional[str]:
+    def find_parent_run(self, sweep_dir: str) -> Optional[Any]:
+        """The sweep's (newest) parent run, or None."""
         runs = self.search(f"tags.`{TAG_KIND}` = 'sweep' and tags.`{TAG_SWEEP_DIR}` = "
                            f"'{sweep_dir}'")
-        return runs[0].info.run_id if runs else None
+        return runs[0] if runs else None
+
+    def find_parent(self, sweep_dir: str) -> Optional[str]:
+        run = self.find_parent_run(sweep_dir)
+        return run.info.run_id if run is not None else None
 
     def open_parent(self, sweep_dir: str, name: str, params: dict[str, Any],
-                    space_file: Optional[Path] = None) -> str:
-        """Find (on resume) or create the sweep's parent run and mark it RUNNING."""
-        run_id = self.find_parent(sweep_dir)
-        if run_id is None:
+                    space_file: Optional[Path] = None, owner: Optional[str] = None,
+                    adopt: Optional[Callable[[Any], None]] = None) -> str:
+        """Find (on resume) or create the sweep's parent run and mark it RUNNING.
+
+        ``owner`` ('host pid since') is tagged on the run with a heartbeat; ``adopt(run)``
+        decides whether an existing parent may be taken over (it raises if not). A new parent
+        that finds an older one created at the same time for the same sweep deletes itself
+        and raises :class:`SweepBusy`: MLflow arbitrates where no file lock can.
+        """
+        found = self.find_parent_run(sweep_dir)
+        owner_tags = {TAG_OWNER: owner, TAG_HEARTBEAT: f"{time.time():.0f}"} if owner else {}
+        if found is None:
             run = self._call("create_run", lambda: self.client.create_run(
                 self.experiment_id, run_name=name,
-                tags={TAG_KIND: "sweep", TAG_SWEEP_DIR: sweep_dir}))
+                tags={TAG_KIND: "sweep", TAG_SWEEP_DIR: sweep_dir, **owner_tags}))
             run_id = run.info.run_id
+            if owner:
+                self._check_sole_parent(sweep_dir, run_id)
             self.log_params(run_id, params)
             if space_file is not None:
                 self._call("log_artifact",
                            lambda: self.client.log_artifact(run_id, str(space_file)))
         else:
+            run_id = found.info.run_id
+            if adopt is not None:
+                adopt(found)
             self._write("update_run", run_id, status=RUNNING)
+            if owner_tags:
+                self.set_tags(run_id, owner_tags)
             _log.info("resuming parent run %s", run_id)
         return run_id
+
+    def _check_sole_parent(self, sweep_dir: str, run_id: str) -> None:
+        runs = self.search(f"tags.`{TAG_KIND}` = 'sweep' and tags.`{TAG_SWEEP_DIR}` = "
+                           f"'{sweep_dir}'")
+        if len(runs) < 2:
+            return
+        first = min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+        if first.info.run_id != run_id:
+            self._call("delete_run", lambda: self.client.delete_run(run_id))
+            raise SweepBusy(f"sweep {sweep_dir} was started at the same time by "
+                            f"{first.data.tags.get(TAG_OWNER, 'another driver')} "
+                            f"(MLflow parent run {first.info.run_id})")
+
+    def heartbeat(self, run_id: str) -> None:
+        """Tell other drivers this sweep's owner is alive (see :data:`TAG_HEARTBEAT`)."""
+        self.set_tags(run_id, {TAG_HEARTBEAT: f"{time.time():.0f}"})
 
     # -- children ---------------------------------------------------------------------------
     def children(self, parent_id: str) -> list:

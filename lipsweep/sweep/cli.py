@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lipsweep.config_base import ConfigError
+from lipsweep.config_base import ConfigError, show
 
 if TYPE_CHECKING:
     from lipsweep.sweep.space import SweepSpec
@@ -37,43 +37,88 @@ def preflight(spec: "SweepSpec") -> None:
     check_sweep_device(spec.resources.gpu, trials)
 
 
+def check_experiment_name(name: str) -> None:
+    """``--experiment`` follows the rule of the space's ``name`` (letters, digits, - or _):
+    it is a folder under --storage and part of MLflow filters, so no ``..``, ``/``, quotes."""
+    if not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError("--experiment", f"must be letters, digits, - or _, got {show(name)}")
+
+
+def check_storage(storage: str) -> None:
+    """A --storage path that MLflow filters (quoted) and Tune can hold."""
+    if any(c in storage for c in "'\"`") or not storage.isprintable():
+        raise ConfigError("--storage", f"must not contain quotes or control characters, got "
+                          f"{show(storage)}")
+
+
+def validate_sweep_options(args: argparse.Namespace, experiment: str) -> None:
+    """Every option of ``lipsweep sweep``, checked before anything is written or started."""
+    from lipsweep.sweep.driver import parse_ray_address
+    from lipsweep.tracking import check_tracking_uri
+
+    for flag, value in (("--max-concurrent-trials", args.max_concurrent_trials),
+                        ("--num-cpus", args.num_cpus)):
+        if value is not None and value < 1:
+            raise ConfigError(flag, f"must be >= 1, got {value}")
+    check_experiment_name(experiment)
+    if args.storage is not None:
+        check_storage(args.storage)
+    check_tracking_uri(args.tracking_uri, must_exist=False)
+    if args.ray_address:
+        parse_ray_address(args.ray_address)
+
+
 def run_sweep_command(args: argparse.Namespace) -> int:
     from lipsweep.config_base import UsageError
-    from lipsweep.sweep.driver import (SweepOptions, dry_run_lines, experiment_path, run_sweep,
-                                       storage_exists)
+    from lipsweep.sweep.driver import (SweepLock, SweepOptions, check_ray_address,
+                                       dry_run_lines, experiment_path, is_remote, owner_id,
+                                       run_sweep, storage_exists)
     from lipsweep.sweep.space import load_space
+    from lipsweep.tracking import redact_uri
 
     spec = load_space(args.space)
     preflight(spec)
-    if args.max_concurrent_trials is not None and args.max_concurrent_trials < 1:
-        raise ConfigError("--max-concurrent-trials", f"must be >= 1, got "
-                          f"{args.max_concurrent_trials}")
     experiment = args.experiment or spec.name
+    validate_sweep_options(args, experiment)
     if args.dry_run:
         sys.stdout.write("\n".join(dry_run_lines(spec)) + "\n")
         return 0
     storage = resolve_storage(args.storage)
-    exp_path = experiment_path(storage, experiment)
-    exists = storage_exists(exp_path)
-    if args.resume and not exists:
-        raise UsageError(f"--resume: no sweep {experiment!r} at {exp_path}; check --storage "
-                         "and --experiment, or drop --resume to start it")
-    if not args.resume and exists:
-        raise UsageError(f"sweep {experiment!r} already exists at {exp_path}; pass --resume "
-                         "to continue it, or choose another --experiment / --storage")
-    opts = SweepOptions(experiment=experiment, storage=storage,
-                        tracking_uri=args.tracking_uri, resume=args.resume,
-                        max_concurrent_trials=args.max_concurrent_trials,
-                        ray_address=args.ray_address, num_cpus=args.num_cpus,
-                        status_every=args.status_every, dashboard=args.dashboard)
-    _log.info("sweep %r: %d trials -> storage %s, MLflow %s", experiment, spec.num_trials,
-              storage, args.tracking_uri)
-    outcome = run_sweep(spec, opts)
+    check_storage(storage)
+    if args.ray_address:
+        check_ray_address(args.ray_address)
+    owner = owner_id()
+    # The first write: the experiment's lock, held until this process ends. Only its holder
+    # decides whether the sweep exists (so two drivers started together cannot both start it).
+    lock = None if is_remote(storage) else SweepLock(storage, experiment, owner)
+    try:
+        exp_path = experiment_path(storage, experiment)
+        exists = storage_exists(exp_path)
+        if args.resume and not exists:
+            raise UsageError(f"--resume: no sweep {experiment!r} at {exp_path}; check "
+                             "--storage and --experiment, or drop --resume to start it")
+        if not args.resume and exists:
+            raise UsageError(f"sweep {experiment!r} already exists at {exp_path}; pass "
+                             "--resume to continue it, or choose another --experiment / "
+                             "--storage")
+        opts = SweepOptions(experiment=experiment, storage=storage,
+                            tracking_uri=args.tracking_uri, resume=args.resume,
+                            max_concurrent_trials=args.max_concurrent_trials,
+                            ray_address=args.ray_address, num_cpus=args.num_cpus,
+                            status_every=args.status_every, dashboard=args.dashboard,
+                            owner=owner, locked=lock is not None)
+        shown_uri = redact_uri(args.tracking_uri)
+        _log.info("sweep %r: %d trials -> storage %s, MLflow %s", experiment, spec.num_trials,
+                  storage, shown_uri)
+        outcome = run_sweep(spec, opts)
+    finally:
+        if lock is not None:
+            lock.release()
     if outcome.interrupted:
         sys.stdout.write(f"sweep interrupted; resume with: lipsweep sweep {args.space} "
                          f"--experiment {experiment} --storage {storage} --resume\n")
         return 130
     sys.stdout.write(outcome.summary + "\n")
     sys.stdout.write(f"MLflow parent run {outcome.parent_run_id} in experiment {experiment!r}"
-                     f" ({args.tracking_uri})\n")
+                     f" ({shown_uri})\n")
     return 0 if outcome.ok else 1

@@ -1,10 +1,12 @@
 """The sweep driver: a validated space -> Ray Tune trials -> MLflow runs.
 
-Order of work: validate the space and every trial config (done by the caller), check the
-storage path, then start Ray, open (or on ``--resume`` find) the parent run, and run
-``Tuner.fit`` (or ``Tuner.restore(...).fit``). Whatever happens, MLflow runs end FINISHED,
-FAILED or KILLED, never RUNNING: on an interrupt the parent and any open children are marked
-KILLED and reopened by ``--resume``. (A SIGKILLed driver cannot mark anything: its runs stay
+Order of work: validate the space, every trial config and every option (done by the caller),
+take the experiment's lock (:class:`SweepLock`), check the storage path, then start Ray, open
+(or on ``--resume`` adopt) the parent run, and run ``Tuner.fit`` (or
+``Tuner.restore(...).fit``). One driver per experiment: a second one exits 2 naming the
+holder; a parent run is adopted only with ``--resume`` and only when its owner is gone.
+Whatever happens, MLflow runs end FINISHED, FAILED or KILLED, never RUNNING: on an interrupt
+the parent and any open children are marked KILLED and reopened by ``--resume``. (A SIGKILLed driver cannot mark anything: its runs stay
 RUNNING until ``--resume`` reopens and finishes them.)
 
 MLflow outages: the driver's tracker buffers writes while the server is unreachable (see
@@ -16,15 +18,20 @@ replayed by ``--resume``.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import random
-from dataclasses import dataclass
+import socket
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from lipsweep.sweep.space import SweepSpec, sample_space
-from lipsweep.tracking import FAILED, FINISHED, KILLED, Tracker, TrackingError
+from lipsweep.config_base import UsageError
+from lipsweep.tracking import (FAILED, FINISHED, KILLED, RUNNING, TAG_HEARTBEAT, TAG_OWNER,
+                               SweepBusy, Tracker, TrackingError, redact_uri)
 
 _log = logging.getLogger("lipsweep.sweep")
 INTERRUPTED = "sweep interrupted"
@@ -32,6 +39,23 @@ SPILL_FILE = "lipsweep_mlflow_pending.jsonl"
 TRACKING_RETRIES = 10        # blocking MLflow calls: backoff 1, 2, 4, 8, 16, 30, ... ~3 min
 FLUSH_TIMEOUT_S = 600.0      # at the end, wait this long for buffered writes to be delivered
 INTERRUPT_FLUSH_TIMEOUT_S = 30.0
+LOCK_SUFFIX = ".lipsweep.lock"
+HEARTBEAT_S = 60.0           # the owner refreshes its parent run's heartbeat this often
+HEARTBEAT_STALE_S = 600.0    # older than this (on another host): the owner is gone
+RAY_CONNECT_TIMEOUT_S = 10.0
+
+
+def owner_id() -> str:
+    """'host pid since' of this driver, as the lock file and the parent run's tag hold it."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return f"{socket.gethostname()} {os.getpid()} {since}"
+
+
+def describe_owner(owner: str) -> str:
+    parts = owner.split()
+    if len(parts) == 3:
+        return f"host {parts[0]}, pid {parts[1]}, since {parts[2]}"
+    return owner or "another driver"
 
 
 @dataclass
@@ -47,6 +71,8 @@ class SweepOptions:
     num_cpus: Optional[int] = None
     status_every: float = 30.0     # seconds between status blocks (0: at trial ends only)
     dashboard: bool = False        # the local Ray instance's dashboard, on 127.0.0.1
+    owner: str = field(default_factory=owner_id)
+    locked: bool = False  # this driver holds the experiment's file lock (local storage)
 
 
 @dataclass
@@ -72,6 +98,109 @@ def storage_exists(path: str) -> bool:
     return Path(path.removeprefix("file://")).exists()
 
 
+def is_remote(storage: str) -> bool:
+    return "://" in storage and not storage.startswith("file://")
+
+
+class SweepLock:
+    """The exclusive lock of one experiment: ``<storage>/.<experiment>.lipsweep.lock``,
+    ``fcntl.flock``-ed for the driver's life (the kernel drops it when the process dies, even
+    on SIGKILL). It holds 'host pid since' of its owner. Remote storage has no lock file;
+    there the parent run's owner and heartbeat tags stand in (:meth:`Tracker.open_parent`)."""
+
+    def __init__(self, storage: str, experiment: str, owner: str) -> None:
+        self.path = Path(storage.removeprefix("file://")) / f".{experiment}{LOCK_SUFFIX}"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a+")
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._holder()
+            self._fh.close()
+            raise UsageError(f"--experiment {experiment}: this sweep is being run by "
+                             f"{describe_owner(holder)} (lock {self.path}); wait for it to "
+                             "end, or stop it and rerun with --resume") from None
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(owner + "\n")
+        self._fh.flush()
+
+    def _holder(self) -> str:
+        for _ in range(20):  # the holder writes its name just after taking the lock
+            self._fh.seek(0)
+            text = self._fh.read().strip()
+            if text:
+                return text
+            time.sleep(0.05)
+        return ""
+
+    def release(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()  # closing drops the flock; the file stays (harmless, reused)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _adoption_policy(opts: SweepOptions):
+    """``adopt(run)`` for :meth:`Tracker.open_parent`: raise SweepBusy unless the existing
+    parent run may be taken over (only with --resume, and only when its owner is gone)."""
+    def adopt(run) -> None:
+        rid = run.info.run_id
+        if not opts.resume:
+            raise SweepBusy(f"MLflow already has parent run {rid} ({run.info.status}) for "
+                            f"this sweep; pass --resume to continue it, or choose another "
+                            "--experiment / --storage")
+        owner = run.data.tags.get(TAG_OWNER, "")
+        if opts.locked or run.info.status != RUNNING or not owner:
+            return  # our file lock proves no live driver holds this storage path
+        host, pid = (owner.split() + ["", ""])[:2]
+        if host == socket.gethostname():
+            gone = not (pid.isdigit() and _pid_alive(int(pid)))
+        else:
+            try:
+                beat = float(run.data.tags.get(TAG_HEARTBEAT, "0"))
+            except ValueError:
+                beat = 0.0
+            gone = time.time() - beat > HEARTBEAT_STALE_S
+        if not gone:
+            raise SweepBusy(f"parent run {rid} is held by a live driver: "
+                            f"{describe_owner(owner)}; wait for it to end or stop it")
+    return adopt
+
+
+def parse_ray_address(addr: str) -> Optional[tuple[str, int]]:
+    """(host, port) of an explicit ``--ray-address`` (``host:port`` or ``ray://host:port``);
+    None for ``auto``/``local``. Raises UsageError naming the flag if malformed."""
+    if addr in ("auto", "local"):
+        return None
+    rest = addr.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--ray-address {addr!r}: expected HOST:PORT, ray://HOST:PORT or auto")
+    return host, int(port)
+
+
+def check_ray_address(addr: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse an unreachable ``--ray-address`` within ``timeout_s`` (ray.init would hang)."""
+    hp = parse_ray_address(addr)
+    if hp is None:
+        return
+    try:
+        socket.create_connection(hp, timeout=timeout_s).close()
+    except OSError as exc:
+        raise UsageError(f"--ray-address {addr}: cannot connect within {timeout_s:.0f} s "
+                         f"({exc})") from None
+
+
 def spill_path(opts: SweepOptions) -> Path:
     """Where undelivered MLflow writes go: the local experiment folder, else the cwd."""
     exp = experiment_path(opts.storage, opts.experiment)
@@ -95,7 +224,7 @@ def _deliver(tracker: Tracker, spill: Path, timeout_s: float) -> int:
         return 0
     n = tracker.spill(spill)
     _log.error("MLflow at %s is unreachable: %d writes saved to %s; they are delivered by "
-               "the next `lipsweep sweep ... --resume`", tracker.tracking_uri, n, spill)
+               "the next `lipsweep sweep ... --resume`", tracker.shown_uri, n, spill)
     return n
 
 
@@ -145,7 +274,11 @@ def _init_ray(opts: SweepOptions) -> None:
     if ray.is_initialized():
         return
     if opts.ray_address:
-        ray.init(address=opts.ray_address, log_to_driver=True)
+        check_ray_address(opts.ray_address)
+        try:
+            ray.init(address=opts.ray_address, log_to_driver=True)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise UsageError(f"--ray-address {opts.ray_address}: {exc}") from None
     else:
         if not opts.dashboard:  # the dashboard's login takes the token `ray get-auth-token` prints
             _local_token_auth()
@@ -201,20 +334,25 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
                    "scheduler": spec.scheduler.type if spec.scheduler else "none",
                    "resources_cpu": spec.resources.cpu, "resources_gpu": spec.resources.gpu,
                    **{f"fixed.{k}": v for k, v in spec.fixed.items()}}
+    _init_ray(opts)  # before the parent run: a Ray that cannot start leaves nothing RUNNING
     try:
         if opts.resume:
             tracker.replay(spill)
-        parent = tracker.open_parent(exp_path, opts.experiment, flat_params, Path(spec.path))
+        parent = tracker.open_parent(exp_path, opts.experiment, flat_params, Path(spec.path),
+                                     owner=opts.owner, adopt=_adoption_policy(opts))
+    except SweepBusy as err:
+        raise UsageError(f"--experiment {opts.experiment}: {err}") from None
     except TrackingError as err:  # nothing started yet: a bad or unreachable --tracking-uri
-        from lipsweep.config_base import UsageError
-
         if tracker.pending:
             _log.error("%d MLflow writes for the new parent run were not delivered",
                        tracker.pending)
         raise UsageError(f"--tracking-uri: {err}") from None
+    from lipsweep.sweep.heartbeat import Heartbeat
+
     mlflow_cb = MlflowSweepCallback(tracker, parent)
     callbacks = [mlflow_cb, ConsoleProgress(spec.num_trials, first_objective(spec),
-                                            opts.status_every)]
+                                            opts.status_every),
+                 Heartbeat(tracker, parent, HEARTBEAT_S)]
     trainable = tune.with_resources(train_trial, {"cpu": spec.resources.cpu,
                                                   "gpu": spec.resources.gpu})
     tune_cfg, param_space = _tune_config(spec, opts)
@@ -225,7 +363,6 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
     interrupted = False
     tracking_error: Optional[TrackingError] = None
     try:
-        _init_ray(opts)
         if opts.resume:
             tuner = tune.Tuner.restore(exp_path, trainable=trainable, resume_unfinished=True,
                                        resume_errored=True, param_space=param_space)
@@ -262,8 +399,8 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
     if undelivered:
         ok = False
         summary += (f"\n{undelivered} MLflow writes could not be delivered to "
-                    f"{opts.tracking_uri}; saved to {spill}. Rerun with --resume once MLflow "
-                    "is reachable to deliver them")
+                    f"{redact_uri(opts.tracking_uri)}; saved to {spill}. Rerun with --resume "
+                    "once MLflow is reachable to deliver them")
     return SweepOutcome(ok, summary, parent, exp_path)
 
 
