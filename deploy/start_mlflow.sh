@@ -34,7 +34,7 @@
 #                              password in MLFLOW_AUTH_ADMIN_PASSWORD (then rotate it with MLflow's
 #                              update-password API). The driver then needs MLFLOW_TRACKING_USERNAME
 #                              and MLFLOW_TRACKING_PASSWORD in its environment (never in the URI,
-#                              never in ~/lipsweep.env). Needs mlflow[auth] (Flask-WTF). [none]
+#                              never in ~/lipsweep.env). Needs mlflow[auth]: the aws extra. [none]
 #   LIPSWEEP_MLFLOW_PORT       [5000]
 #   LIPSWEEP_MLFLOW_HOME       folder of the SQLite store, the pid and the log [~/mlflow]
 #   LIPSWEEP_MLFLOW_BACKEND    backend store URI. The supported store is SQLite on the head (the
@@ -164,8 +164,8 @@ prepare() {
         none) ;;
         basic)
             if ! "$py" -c 'import flask_wtf' 2>/dev/null; then
-                say "LIPSWEEP_MLFLOW_AUTH=basic needs MLflow's auth extra (Flask-WTF), which uv.lock"
-                say "does not hold yet: pip install 'mlflow[auth]' matching the locked mlflow"
+                say "LIPSWEEP_MLFLOW_AUTH=basic needs MLflow's auth extra (Flask-WTF): install the"
+                say "lock's aws extra (uv sync --frozen --extra aws; the cluster image has it)"
                 exit 2
             fi
             # MLflow's basic-auth app, its user store beside the tracking store (not the cwd).
