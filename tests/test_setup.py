@@ -111,7 +111,8 @@ def test_uv_bootstrap_without_python3_venv(tmp_path):
 
 
 def test_lock_holds_the_dashboard_and_the_aws_extra():
-    """ray[default] (dashboard, `ray job submit`) and a pinned boto3 in the `aws` extra."""
+    """ray[default] (dashboard, `ray job submit`); a pinned boto3 and MLflow's auth extra (the
+    basic-auth app of deploy/start_mlflow.sh) in the `aws` extra."""
     import tomllib
 
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
@@ -122,7 +123,8 @@ def test_lock_holds_the_dashboard_and_the_aws_extra():
     assert pkgs["ray"]["version"] == "2.60.0"
     for name in ("aiohttp-cors", "opencensus", "py-spy"):  # what ray[default] adds
         assert name in pkgs, name
-    assert [d["name"] for d in me["optional-dependencies"]["aws"]] == ["boto3"]
+    assert sorted(d["name"] for d in me["optional-dependencies"]["aws"]) == ["boto3", "mlflow"]
+    assert "flask-wtf" in pkgs  # what mlflow[auth] adds
     boto = next(d for d in me["metadata"]["requires-dist"] if d["name"] == "boto3")
     assert boto["marker"] == "extra == 'aws'" and boto["specifier"].startswith("==")
 
