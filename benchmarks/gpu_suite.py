@@ -50,7 +50,6 @@ import sys
 import tempfile
 import time
 import traceback
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
@@ -330,18 +329,11 @@ def time_steps(model: torch.nn.Module, reg: Regularizer, opt: torch.optim.Optimi
 
 
 def count_syncs(fn: Callable[[], Any], device: torch.device) -> Optional[int]:
-    """Host-device synchronisations ``fn`` makes (set_sync_debug_mode warnings); None on CPU."""
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-    return sum("synchroniz" in str(w.message) for w in caught)
+    """Host-device synchronisations ``fn`` makes (:func:`lipsweep.engine.count_host_syncs`);
+    None on CPU, where there is no device to sync with."""
+    from lipsweep.engine import count_host_syncs
+
+    return count_host_syncs(fn, device) if device.type == "cuda" else None
 
 
 # ---------------------------------------------------------------- sections
