@@ -281,9 +281,11 @@ Host 127.0.0.1
                 # gave them (they export the rest later); RAY_TMPDIR, where set (Ray passes its
                 # session folder to the processes it starts as an argument).
                 # Ray's own processes retitle themselves (setproctitle): a long title such as
-                # "ray::DashboardAgent" is written over the start of their environ block, so
-                # any variable may be gone there; whatever is left is still checked.
-                if comm.startswith("ray::"):
+                # "ray::DashboardAgent" or "ray-dashboard-DataHead-0 (...)" (the dashboard's
+                # modules, which run since the lock pins ray[default]) is written over the start
+                # of their environ block, so any variable may be gone there; whatever is left
+                # is still checked.
+                if comm.startswith(("ray::", "ray-dashboard")):
                     required: tuple[str, ...] = ()
                 elif comm in ("bash", "sh", "rsync"):
                     required = ("HOME",)

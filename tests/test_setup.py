@@ -57,7 +57,10 @@ def _env(bin_dir: Path, **extra: str) -> dict[str, str]:
     path = os.pathsep.join([str(bin_dir), "/usr/local/bin", "/usr/bin", "/bin"])
     if shutil.which("uv", path=path):
         pytest.skip("uv is installed system-wide; cannot test a PATH without uv")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "VIRTUAL_ENV"))}
+    # `uv run` (CI's `make test`) sets UV to its own binary and make passes MAKEFLAGS down:
+    # neither may tell the Makefile under test where a uv is.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "VIRTUAL_ENV"))
+           and k not in ("UV", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     # a new user: no ~/.local/bin/uv from an earlier pip --user; uv's cache stays the warm one
     home = bin_dir.parent.parent / "home"
     home.mkdir(exist_ok=True)
