@@ -818,16 +818,28 @@ def project_paper_trial(data: dict[str, Any], device: torch.device | str,
     }
 
 
+# The GPU machine has no network: no hub weights, no bucket. The smoke trial keeps every other
+# setting of the space (ViT-B, patch 4, cuda, the evaluation) on the CIFAR-10 sample in the
+# package, from random init; the JSON records these overrides next to the result.
+SMOKE_OFFLINE = {"pretrained": "", "dataset": "embedded", "data_dir": ""}
+
+
 def smoke_trial(s: Suite, space: Path) -> None:
-    """The first trial of ``space`` through ``python -m lipsweep train`` (no Ray, no MLflow)."""
+    """The first trial of ``space`` through ``python -m lipsweep train`` (no Ray, no MLflow),
+    with :data:`SMOKE_OFFLINE` applied where the space reads the network."""
     import yaml
 
+    from lipsweep.data_remote import is_uri
     from lipsweep.sweep.space import load_space
 
     sec = s.data.setdefault("smoke_trial", {})
     with s.guard(sec, "lipsweep_train") as r:
         spec = load_space(space)
         flat = dict(spec.trials[0])
+        if flat.get("pretrained") == "hub" or is_uri(str(flat.get("data_dir", ""))):
+            r["offline_overrides"] = {k: v for k, v in SMOKE_OFFLINE.items() if k in flat
+                                      or k == "dataset"}
+            flat.update(r["offline_overrides"])
         work = Path(tempfile.mkdtemp(prefix="gpu_suite_smoke_"))
         try:
             cfg = work / "trial.yaml"
