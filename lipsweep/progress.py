@@ -119,8 +119,13 @@ class SweepProgress:
                  f"finished {self.count(FINISHED)}"]
         if self.count(STOPPED):
             parts.append(f"stopped {self.count(STOPPED)}")
-        parts += [f"failed {self.count(FAILED)}",
-                  "ETA " + ("?" if eta is None else format_duration(eta))]
+        if eta is None:
+            eta_text = "?"
+        elif eta < 1 and self.count("running"):  # running past the mean ended trial's time
+            eta_text = "soon"
+        else:
+            eta_text = format_duration(eta)
+        parts += [f"failed {self.count(FAILED)}", f"ETA {eta_text}"]
         return SEP.join(parts)
 
     def best_line(self) -> str:

@@ -94,3 +94,13 @@ def test_console_progress_feeds_the_block_at_each_trial_end():
     line = out.getvalue().strip()
     assert line.startswith("status: running 0 · pending 2 · finished 1 · failed 0 · ETA ")
     assert line.endswith("21.50") and "t0 [" in line
+
+
+def test_eta_says_soon_not_0s_while_trials_run_past_the_mean():
+    """A trial still running after the mean ended trial's time has an unknown, not zero, rest."""
+    p = SweepProgress(total=2)
+    p.started("a", 0)
+    p.ended("a", FINISHED, 10, {"acc_clean": 1.0})
+    p.started("b", 10)
+    assert p.counts_line(12).endswith("ETA 8s")
+    assert p.counts_line(30).endswith("ETA soon")
