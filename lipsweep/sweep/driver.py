@@ -89,17 +89,18 @@ def experiment_path(storage: str, name: str) -> str:
     return f"{storage.rstrip('/')}/{name}"
 
 
+def is_remote(storage: str) -> bool:
+    """A URI that is not ``file://`` (s3://, gs://, ...): no local lock file or folder there."""
+    return "://" in storage and not storage.startswith("file://")
+
+
 def storage_exists(path: str) -> bool:
-    if "://" in path and not path.startswith("file://"):
+    if is_remote(path):
         import pyarrow.fs as pafs
 
         fs, p = pafs.FileSystem.from_uri(path)
         return fs.get_file_info(p).type != pafs.FileType.NotFound
     return Path(path.removeprefix("file://")).exists()
-
-
-def is_remote(storage: str) -> bool:
-    return "://" in storage and not storage.startswith("file://")
 
 
 class SweepLock:
@@ -204,7 +205,7 @@ def check_ray_address(addr: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> No
 def spill_path(opts: SweepOptions) -> Path:
     """Where undelivered MLflow writes go: the local experiment folder, else the cwd."""
     exp = experiment_path(opts.storage, opts.experiment)
-    if "://" in exp and not exp.startswith("file://"):
+    if is_remote(exp):
         return Path.cwd() / f".{opts.experiment}-{SPILL_FILE}"
     return Path(exp.removeprefix("file://")) / SPILL_FILE
 
