@@ -148,11 +148,6 @@ class ImageSplits:
     eval_indices: torch.Tensor
 
 
-def _load_npz(path: Path) -> tuple[np.ndarray, ...]:
-    """(x_train, y_train, x_test, y_test), checked; images uint8 NCHW."""
-    return load_npz(path)
-
-
 def _load_torchvision(cfg: DataConfig) -> tuple[np.ndarray, ...]:
     from torchvision import datasets
 
@@ -176,14 +171,14 @@ def eval_subset_indices(n_test: int, size: int, seed: int) -> torch.Tensor:
 def load_splits(cfg: DataConfig) -> ImageSplits:
     """Load the configured source into memory and cut the evaluation subset."""
     if cfg.dataset == "embedded":
-        arrays = _load_npz(embedded_path())
+        arrays = load_npz(embedded_path())
     elif cfg.dataset == "embedded_full":
-        arrays = tuple(np.concatenate(pair) for pair in zip(_load_npz(embedded_path()),
-                                                              _load_npz(embedded_rest_path())))
+        arrays = tuple(np.concatenate(pair) for pair in zip(load_npz(embedded_path()),
+                                                              load_npz(embedded_rest_path())))
     elif cfg.dataset == "imagefolder":
         arrays = load_image_folder(cfg.data_dir)
     elif cfg.dataset == "npz" or is_prepared(cfg.data_dir):  # URIs via the node's cache
-        arrays = _load_npz(local_source(cfg.data_dir, cfg.dataset))
+        arrays = load_npz(local_source(cfg.data_dir, cfg.dataset))
     else:
         arrays = _load_torchvision(cfg)
     x_tr, y_tr, x_te, y_te = (torch.from_numpy(np.asarray(a)) for a in arrays)

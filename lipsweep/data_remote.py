@@ -28,6 +28,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from lipsweep.config_base import ConfigError, show
+from lipsweep.data_sources import NPZ_ARRAYS, load_npz
 
 _log = logging.getLogger(__name__)
 
@@ -100,12 +101,11 @@ class Manifest:
 
 def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str, np.ndarray]:
     """(x_train, y_train, x_test, y_test) from an .npz or a torchvision CIFAR root folder."""
-    if source.suffix == ".npz":
-        with np.load(source, allow_pickle=False) as d:
-            missing = {"x_train", "y_train", "x_test", "y_test"} - set(d.files)
-            if missing:
-                raise ConfigError("--source", f"{source} lacks arrays {sorted(missing)}")
-            return {k: d[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+    if source.suffix == ".npz":  # the npz source's own reader and checks
+        try:
+            return dict(zip(NPZ_ARRAYS, load_npz(source)))
+        except ConfigError as err:
+            raise ConfigError("--source", err.message) from None
     from torchvision import datasets
 
     cls = datasets.CIFAR10 if dataset == "cifar10" else datasets.CIFAR100
