@@ -25,13 +25,9 @@ from safetensors.torch import load as safetensors_load
 from safetensors.torch import save_file
 
 from lipsweep.config_base import ConfigError, UsageError, from_mapping, show
+from lipsweep.core.metric_names import SPEC_METRICS
 from lipsweep.models import PixelModel
 
-SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
-                "lip_jacobian_mean", "lip_jacobian_median", "lip_jacobian_p90",
-                "lip_jacobian_p99", "lip_jacobian_max", "lip_jacobian_tokens_mean",
-                "lip_jacobian_tokens_median", "lip_jacobian_tokens_p90",
-                "lip_jacobian_tokens_p99", "lip_jacobian_tokens_max")
 
 
 def timm_spec(flat: dict[str, Any]) -> dict[str, Any]:

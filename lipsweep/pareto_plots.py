@@ -13,17 +13,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from lipsweep.core.metric_names import ACC_CLEAN, ATTACK_METRICS, metric_title
 from lipsweep.pareto import (DEFAULT_OBJECTIVES, Objective, Trial, as_trials, check_ranks,
                              config_label, fmt_value, metric_value, non_dominated_ranks,
                              resolve_objectives)
 
-ROBUST_METRICS = ("acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2")
-METRIC_TITLES = {
-    "acc_clean": "clean accuracy (%)",
-    "acc_fgsm_2": "FGSM, ε = 2/255", "acc_fgsm_4": "FGSM, ε = 4/255",
-    "acc_pgd_2": "PGD, ε = 2/255", "acc_pgd_4": "PGD, ε = 4/255",
-    "acc_aa_2": "AutoAttack, ε = 2/255",
-}
+ROBUST_METRICS = ATTACK_METRICS
+METRIC_TITLES = {name: metric_title(name) for name in (ACC_CLEAN, *ATTACK_METRICS)}
 # Okabe-Ito colours (colour-blind safe) and a marker per regularizer: (colour, marker, legend).
 REGULARIZER_STYLE = {
     "none": ("#4d4d4d", "s", "baseline (none)"),
@@ -144,7 +140,7 @@ def scatter_front(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[
     for ax, name in zip(axes, metrics):
         y = _metric_array(trials, name)
         ok = np.isfinite(clean) & np.isfinite(y)
-        ax.set_title(METRIC_TITLES.get(name, name), fontsize=11)
+        ax.set_title(METRIC_TITLES.get(name, metric_title(name)), fontsize=11)
         ax.set_xlabel("clean accuracy (%)")
         ax.set_ylabel(f"{name} (%)" if name.startswith("acc_") else name)
         ax.grid(True, alpha=0.3, linewidth=0.6)

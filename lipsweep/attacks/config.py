@@ -12,6 +12,7 @@ from typing import Optional
 from lipsweep.attacks._registry import get_attack_class, list_attacks
 from lipsweep.attacks.autoattack import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
 from lipsweep.attacks.base import PRECISIONS
+from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
 from lipsweep.config_base import (ConfigError, check_choice, check_max, check_positive,
                                   check_range, show)
 
@@ -135,8 +136,8 @@ class RobustnessConfig:
 
     def metric_names(self) -> list[str]:
         """The accuracy metrics this suite reports, in order (``acc_clean`` first)."""
-        names = ["acc_clean"]
+        names = [ACC_CLEAN]
         for name in self.attacks:
             cls = get_attack_class(name)
-            names += [f"acc_{cls.metric_prefix}_{n}" for n in getattr(self, cls.eps_field)]
+            names += [attack_metric(cls.metric_prefix, n) for n in getattr(self, cls.eps_field)]
         return names

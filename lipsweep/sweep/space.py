@@ -50,6 +50,7 @@ from typing import Any, Optional
 
 from lipsweep.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
 from lipsweep.config_base import INT_LIMIT, ConfigError, key_name, show
+from lipsweep.core import metric_names
 from lipsweep.regularizers import list_regularizers
 
 TOP_KEYS = {"name", "description", "fixed", "grid", "repeat", "search", "scheduler",
@@ -301,7 +302,7 @@ def _validate_trials(trials: list[dict[str, Any]], path: str) -> list[dict[str, 
 
 # Reported by every epoch's tune.report, so the only metrics a scheduler (ASHA) can compare
 # trials by. The searcher (Optuna) learns from the final report, which holds the SPEC metrics.
-EPOCH_METRICS = ("acc_clean", "loss", "loss_ce", "loss_reg")
+EPOCH_METRICS = metric_names.EPOCH_METRICS
 
 
 def _check_metrics(spec_search: Optional[SearchSpec], scheduler: Optional[SchedulerSpec],
