@@ -7,7 +7,7 @@ does not state alpha or the start; our defaults:
 
 - ``step_size=None`` means alpha = 2.5 * eps / steps (Madry et al.'s rule: the iterates can
   reach the boundary of the ball and still move along it). torchattacks' default, and
-  Specformer's evaluation code (``robust_evaluate/pgd.py``, ``--alpha 2``), is a fixed
+  Hu et al.'s evaluation code (``robust_evaluate/pgd.py``, ``--alpha 2``), is a fixed
   alpha = 2/255, which the paper spaces use (``pgd_step_size``); pass ``step_size`` to use any
   other value (pixel units).
 - ``random_start=True`` (as in Madry et al. and torchattacks).

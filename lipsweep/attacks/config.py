@@ -59,7 +59,7 @@ class RobustnessConfig:
     pgd_steps: int = 4
     """PGD gradient steps (paper: 4)."""
     pgd_step_size: Optional[float] = None
-    """PGD step in pixel units, the same for every eps (Specformer's code: 2/255 =
+    """PGD step in pixel units, the same for every eps (Hu et al.'s code: 2/255 =
     0.00784313725490196); None means 2.5 * eps / pgd_steps (Madry et al.)."""
     pgd_random_start: bool = True
     """Start PGD from a uniform random point of the eps-ball."""

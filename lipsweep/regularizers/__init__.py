@@ -21,6 +21,7 @@ from lipsweep.regularizers._registry import (
     get_regularizer_class,
     is_regularizer,
     list_regularizers,
+    on_change,
     register_regularizer,
     regularizer_spec,
     regularizer_specs,
@@ -55,6 +56,6 @@ __all__ = [
     "RegularizerSpec", "Setting", "SpecformerRegularizer", "all_settings", "create_regularizer",
     "create_regularizer_from_config", "find_spec", "g_k", "get_regularizer_class",
     "is_regularizer", "jasmin_penalty", "jasmin_penalty_from_qk", "list_regularizers",
-    "register_regularizer", "regularizer_spec", "regularizer_specs", "shown_params",
+    "on_change", "register_regularizer", "regularizer_spec", "regularizer_specs", "shown_params",
     "unregister_regularizer",
 ]
