@@ -182,7 +182,7 @@ def scatter_front(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[
         ax.margins(0.12)
     for ax in axes[len(metrics):]:
         ax.axis("off")
-    order = [v[2] for v in REGULARIZER_STYLE.values()]  # known ones first, fixed order
+    order = [s.legend or s.display for s in regularizer_specs()]  # registered first, in order
     seen = sorted(regs_seen.values(), key=lambda v: (order.index(v[2]) if v[2] in order
                                                      else len(order), v[2]))
     handles = [Line2D([], [], ls="", marker=m, color=c, markersize=8, label=lab)

@@ -13,7 +13,7 @@ from lipsweep.attacks._registry import get_attack_class, list_attacks
 from lipsweep.attacks.autoattack import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
 from lipsweep.attacks.base import PRECISIONS
 from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
-from lipsweep.config_base import (ConfigError, check_choice, check_max, check_positive,
+from lipsweep.config_base import (ConfigError, check_choice, check_int, check_max, check_positive,
                                   check_range, show)
 
 # Upper bounds; the reason goes into the error (a typo such as aa_iters 1e9 would run forever).
@@ -38,10 +38,7 @@ def _check_eps_list(name: str, values: list[int]) -> None:
 
 
 def _check_int(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"must be an integer, got {show(value)}")
-    if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {show(value)}")
+    check_int(name, value, minimum)
     if name in _MAX:
         check_max(name, value, *_MAX[name])
 
