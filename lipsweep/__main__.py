@@ -204,8 +204,9 @@ def cmd_train(args: argparse.Namespace) -> int:
               cfg.data.dataset, cfg.regularizer.regularizer, cfg.optim.epochs, out)
     prepare_out(out, cfg.to_json(), args.overwrite)
     result = run_trial(cfg, out)
-    keys = [k for k in ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4",
-                        "acc_aa_2", "lip_jacobian_median") if k in result.metrics]
+    from lipsweep.core.metric_names import SUMMARY_METRICS
+
+    keys = [k for k in SUMMARY_METRICS if k in result.metrics]
     sys.stdout.write("  ".join(f"{k}={result.metrics[k]:.2f}" for k in keys) + "\n")
     sys.stdout.write(f"metrics: {out / 'metrics.json'}\n")
     return 0

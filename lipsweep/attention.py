@@ -9,7 +9,7 @@ fused path, untouched. Hooking ``q_norm``/``k_norm`` rather than subclassing ``A
 survives timm refactors of the module (see STYLE.md).
 
 From q and k, the scores S = q k^T * scale (B, H, N, N) follow with one batched matmul, and the
-rows of P are softmax(S) exactly; consumers (JaSMin, the Lipschitz diagnostics) reduce them to
+rows of P are softmax(S) exactly; consumers (regularizers, the Lipschitz diagnostics) reduce them to
 what they need.
 
 Example::

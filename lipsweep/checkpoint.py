@@ -1,7 +1,7 @@
 """Epoch checkpoints: safetensors + JSON only (nothing is unpickled), written atomically.
 
 A checkpoint is a folder ``epoch_NNNN`` holding ``model.safetensors``, ``optimizer.safetensors``
-(tensor state, flattened), ``regularizer.safetensors`` (e.g. Specformer's power-iteration
+(tensor state, flattened), ``regularizer.safetensors`` (e.g. a regularizer's power-iteration
 vectors) and ``state.json`` (epoch, step, non-tensor optimizer state, and a SHA-256 of every
 file). It is written to a hidden temporary folder, fsync'ed, then renamed into place, so a
 crash or a full disk never leaves a half-written checkpoint under a real name; the previous

@@ -140,6 +140,15 @@ def check_positive(field: str, value: Any, allow_zero: bool = False) -> None:
         raise ConfigError(field, f"must be {bound}, got {show(value)}")
 
 
+def check_int(field: str, value: Any, minimum: int | None = None) -> int:
+    """``value`` if it is an integer (not a bool) >= ``minimum``, else ConfigError(field)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(field, f"must be an integer, got {show(value)}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(field, f"must be >= {minimum}, got {show(value)}")
+    return value
+
+
 def check_range(field: str, value: Any, lo: float, hi: float) -> None:
     if not _finite_number(value):
         raise ConfigError(field, f"must be a number, got {show(value)}")

@@ -11,9 +11,15 @@ import textwrap
 from functools import lru_cache
 
 
-@lru_cache(maxsize=None)
 def field_docs(cls: type) -> dict[str, str]:
-    """Map field name -> the docstring written right below it in ``cls``'s body."""
+    """Map field name -> its doc: ``cls.__field_docs__()`` where a class declares its fields
+    elsewhere (the regularizer registry), else the docstring right below each field."""
+    declared = getattr(cls, "__field_docs__", None)
+    return declared() if callable(declared) else _source_field_docs(cls)
+
+
+@lru_cache(maxsize=None)
+def _source_field_docs(cls: type) -> dict[str, str]:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):

@@ -49,7 +49,7 @@ def autocast_context(device: torch.device, precision: str) -> contextlib.Abstrac
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     """SGD with momentum (paper) or AdamW. ``weight_decay_scope='weights'`` spares norms, biases
-    and embeddings; ``'all'`` decays every parameter (Specformer's code)."""
+    and embeddings; ``'all'`` decays every parameter (Hu et al.'s code)."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:

@@ -25,13 +25,10 @@ from safetensors.torch import load as safetensors_load
 from safetensors.torch import save_file
 
 from lipsweep.config_base import ConfigError, UsageError, from_mapping, show
+from lipsweep.core.metric_names import SPEC_METRICS
+from lipsweep.regularizers import find_spec, shown_params
 from lipsweep.models import PixelModel
 
-SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
-                "lip_jacobian_mean", "lip_jacobian_median", "lip_jacobian_p90",
-                "lip_jacobian_p99", "lip_jacobian_max", "lip_jacobian_tokens_mean",
-                "lip_jacobian_tokens_median", "lip_jacobian_tokens_p90",
-                "lip_jacobian_tokens_p99", "lip_jacobian_tokens_max")
 
 
 def timm_spec(flat: dict[str, Any]) -> dict[str, Any]:
@@ -53,8 +50,9 @@ def _model_card(config: dict[str, Any], metrics: dict[str, float]) -> str:
     flat = config["trial_config"]
     rows = "\n".join(f"| `{k}` | {metrics[k]:.4g} |" for k in SPEC_METRICS if k in metrics)
     reg = flat.get("regularizer", "none")
-    reg_params = ", ".join(f"{k}={flat[k]}" for k in ("k", "lam", "aggregation", "lam_q",
-                                                     "lam_k", "lam_v") if k in flat)
+    spec = find_spec(reg)
+    shown = spec.shown if spec is not None else shown_params()
+    reg_params = ", ".join(f"{k}={flat[k]}" for k in shown if k in flat)
     t = config["timm"]
     return f"""# {t['model_name']} — {reg}{f' ({reg_params})' if reg_params else ''}
 

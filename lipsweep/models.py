@@ -11,9 +11,9 @@ size overrides (``depth``, ``embed_dim``, ``num_heads``). Pretrained weights com
 (``pretrained="hub"``) or a local file (``pretrained="/path/to/file"``); the checkpoint tag rides
 on the name (``vit_base_patch16_224.orig_in21k_ft_in1k``, the original ViT-B/16). The 16x16 patch
 kernel is brought to the new patch size by timm's resampling (``patch_resample="timm"``:
-PI-resize kernel, bicubic position embedding) or as Specformer does (``"sum_pool"``: each new
+PI-resize kernel, bicubic position embedding) or as Hu et al. 2024 do (``"sum_pool"``: each new
 kernel entry is the sum of its 4x4 block of the old one, the position grid resized bilinearly;
-Specformer's code, ``model_for_cifar_sn/vit.py``). The pixel normalisation is the checkpoint's
+Hu et al.'s code, ``model_for_cifar_sn/vit.py``). The pixel normalisation is the checkpoint's
 (``normalization="pretrained"``) or the CIFAR mean/std (``"cifar10"``, ``"cifar100"``).
 
 Example::
@@ -66,7 +66,7 @@ NORMALIZATIONS: dict[str, Optional[tuple[tuple[float, ...], tuple[float, ...]]]]
     "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
 }
 """Pixel (mean, std) by name; ``pretrained`` is the checkpoint's own (timm's pretrained cfg).
-The CIFAR values are Specformer's (``train/utils.py`` of its public code)."""
+The CIFAR values are Hu et al.'s (``train/utils.py`` of its public code)."""
 
 PATCH_RESAMPLE = ("timm", "sum_pool")
 
@@ -105,10 +105,10 @@ class ModelConfig:
     """Stochastic depth rate."""
     normalization: str = "pretrained"
     """Pixel mean/std inside the model: 'pretrained' (the checkpoint's; 0.5/0.5 for ViT-B),
-    'cifar10' or 'cifar100' (the dataset's mean/std, as in Specformer's code)."""
+    'cifar10' or 'cifar100' (the dataset's mean/std, as in Hu et al.'s code)."""
     patch_resample: str = "timm"
     """How pretrained weights meet a smaller patch: 'timm' (timm's PI-resize of the kernel,
-    bicubic position embedding) or 'sum_pool' (Specformer: the 16x16 kernel sum-pooled to the
+    bicubic position embedding) or 'sum_pool' (Hu et al.: the 16x16 kernel sum-pooled to the
     new patch size, the position grid resized bilinearly)."""
 
     def __post_init__(self) -> None:
@@ -229,7 +229,7 @@ def model_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[floa
 def sum_pool_patch_kernel(weight: torch.Tensor, patch_size: int) -> torch.Tensor:
     """(O, C, P, P) patch kernel -> (O, C, p, p), each entry the sum of its (P/p)^2 block.
 
-    A constant patch keeps its response (the kernel's total is unchanged), as in Specformer's
+    A constant patch keeps its response (the kernel's total is unchanged), as in Hu et al.'s
     ``checkpoint_filter_fn`` (``model_for_cifar_sn/vit.py`` of its public code).
     """
     o, c, big, big_w = weight.shape
@@ -241,7 +241,7 @@ def sum_pool_patch_kernel(weight: torch.Tensor, patch_size: int) -> torch.Tensor
 
 def resize_pos_embed_bilinear(pos: torch.Tensor, grid: int, prefix: int) -> torch.Tensor:
     """(1, prefix + G*G, D) -> (1, prefix + grid*grid, D): prefix (CLS) rows kept, the G x G
-    grid resized bilinearly (align_corners=False), as Specformer's ``resize_pos_embed``."""
+    grid resized bilinearly (align_corners=False), as Hu et al.'s ``resize_pos_embed``."""
     tok, old = pos[:, :prefix], pos[:, prefix:]
     g = math.isqrt(old.shape[1])
     if g * g != old.shape[1]:
@@ -265,7 +265,7 @@ def _timm_net(cfg: ModelConfig, pretrained: bool, **kwargs) -> nn.Module:
 
 def _sum_pool_net(cfg: ModelConfig, kwargs: dict) -> nn.Module:
     """Load the checkpoint at its own patch/image size, then sum-pool the kernel and resize the
-    position grid into a freshly built model of ``cfg``'s size (Specformer's recipe)."""
+    position grid into a freshly built model of ``cfg``'s size (Hu et al.'s recipe)."""
     native_kw = {k: v for k, v in kwargs.items() if k not in ("img_size", "patch_size")}
     native = _timm_net(cfg, True, **native_kw)
     net = _timm_net(cfg, False, **kwargs)

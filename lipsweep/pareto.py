@@ -4,7 +4,7 @@ A *record* is one trial (one MLflow child run) as a plain mapping::
 
     {"run_id": "3f2a...", "run_name": "trial_0007",            # run_name optional
      "metrics": {"acc_clean": 90.94, "acc_pgd_4": 15.39, ...},  # SPEC §3 names
-     "params": {"regularizer": "jasmin", "k": "10", "lam": "0.001", ...}}
+     "params": {"regularizer": "none", "seed": "0", ...}}  # flat config (SPEC §3 params)
 
 Contract (what `lipsweep pareto` relies on):
 
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from lipsweep.config_base import ConfigError
+from lipsweep.regularizers import find_spec, shown_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.selection import Selection
@@ -284,14 +285,11 @@ def check_ranks(ranks: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- labels and output
 
-REGULARIZER_PARAMS: dict[str, tuple[str, ...]] = {
-    "none": (),
-    "jasmin": ("k", "lam", "aggregation"),
-    "specformer": ("lam_q", "lam_k", "lam_v"),
-}
-"""Which params apply to which regularizer (SPEC §2.2, §2.3); an unknown or missing regularizer
-shows every one of them that was logged."""
-_ALL_REG_PARAMS = ("k", "lam", "aggregation", "lam_q", "lam_k", "lam_v")
+def _reg_params(reg: str) -> tuple[str, ...]:
+    """The params a regularizer's spec shows (SPEC §2.2, §2.3); an unknown or missing
+    regularizer shows every registered one that was logged."""
+    spec = find_spec(reg)
+    return spec.shown if spec is not None else shown_params()
 
 
 def _fmt_param(v: Any) -> str:
@@ -312,7 +310,7 @@ def _fmt_param(v: Any) -> str:
 def applicable_params(params: Mapping[str, Any]) -> dict[str, str]:
     """The regularizer's own params (formatted, in canonical order) that were logged."""
     reg = str(params.get("regularizer", "") or "")
-    names = REGULARIZER_PARAMS.get(reg, _ALL_REG_PARAMS)
+    names = _reg_params(reg)
     return {n: _fmt_param(params[n]) for n in names if _fmt_param(params.get(n))}
 
 
@@ -320,14 +318,9 @@ def config_label(params: Mapping[str, Any]) -> str:
     """Short human label of a trial's config, in the paper's notation (Tables 3, 4)."""
     reg = str(params.get("regularizer", "") or "")
     p = applicable_params(params)
-    if reg == "none":
-        return "baseline"
-    if reg == "jasmin":
-        parts = [f"k={p['k']}" if "k" in p else "", f"λ={p['lam']}" if "lam" in p else "",
-                 p.get("aggregation", "")]
-        return " ".join(["JaSMin"] + [s for s in parts if s])
-    if reg == "specformer":
-        return f"Specformer ({', '.join(p.get(n, '?') for n in REGULARIZER_PARAMS[reg])})"
+    spec = find_spec(reg)
+    if spec is not None:
+        return spec.paper_label(p)
     body = " ".join(f"{k}={v}" for k, v in p.items())
     return f"{reg or '?'} {body}".strip()
 
@@ -357,7 +350,7 @@ def front_table(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[in
     values, reasons = objective_values(trials, objs)
     rows_idx = [i for i in _ordered(trials, r, values, objs) if r[i] <= max_rank]
     shown = {i: applicable_params(trials[i].params) for i in rows_idx}
-    pcols = [n for n in _ALL_REG_PARAMS if any(n in p for p in shown.values())]
+    pcols = [n for n in shown_params() if any(n in p for p in shown.values())]
     named = any(trials[i].run_name for i in rows_idx)
     head = ["rank", "run_id"] + (["run_name"] if named else []) + ["regularizer"] + pcols
     head += [f"{o.name}({o.direction})" for o in objs]

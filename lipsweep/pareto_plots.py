@@ -13,35 +13,39 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from lipsweep.core.metric_names import ACC_CLEAN, ATTACK_METRICS, metric_title
+from lipsweep.regularizers import find_spec, regularizer_specs
 from lipsweep.pareto import (DEFAULT_OBJECTIVES, Objective, Trial, as_trials, check_ranks,
                              config_label, fmt_value, metric_value, non_dominated_ranks,
                              resolve_objectives)
 
-ROBUST_METRICS = ("acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2")
-METRIC_TITLES = {
-    "acc_clean": "clean accuracy (%)",
-    "acc_fgsm_2": "FGSM, ε = 2/255", "acc_fgsm_4": "FGSM, ε = 4/255",
-    "acc_pgd_2": "PGD, ε = 2/255", "acc_pgd_4": "PGD, ε = 4/255",
-    "acc_aa_2": "AutoAttack, ε = 2/255",
-}
-# Okabe-Ito colours (colour-blind safe) and a marker per regularizer: (colour, marker, legend).
-REGULARIZER_STYLE = {
-    "none": ("#4d4d4d", "s", "baseline (none)"),
-    "jasmin": ("#0072B2", "o", "JaSMin"),
-    "specformer": ("#E69F00", "^", "Specformer"),
-}
+ROBUST_METRICS = ATTACK_METRICS
+METRIC_TITLES = {name: metric_title(name) for name in (ACC_CLEAN, *ATTACK_METRICS)}
+# Okabe-Ito colours (colour-blind safe) and a marker per regularizer: (colour, marker, legend),
+# from each regularizer's spec; one without a colour takes a spare one.
 _EXTRA_COLOURS = ("#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442")
 _MISSING_STYLE = ("#999999", "v", "regularizer not logged")
+_LINE_NAMES = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
 
 
 def _style(reg: str, extra: dict[str, tuple[str, str, str]]) -> tuple[str, str, str]:
-    if reg in REGULARIZER_STYLE:
-        return REGULARIZER_STYLE[reg]
+    spec = find_spec(reg)
+    if spec is not None and spec.colour:
+        return spec.colour, spec.marker, spec.legend or spec.display
     if not reg:
         return _MISSING_STYLE
     if reg not in extra:
-        extra[reg] = (_EXTRA_COLOURS[len(extra) % len(_EXTRA_COLOURS)], "D", reg)
+        label = (spec.legend or spec.display) if spec is not None else reg
+        marker = spec.marker if spec is not None else "D"
+        extra[reg] = (_EXTRA_COLOURS[len(extra) % len(_EXTRA_COLOURS)], marker, label)
     return extra[reg]
+
+
+def _line_legend() -> str:
+    """Legend title naming each regularizer's line style in the parallel-coordinates plot."""
+    parts = [f"{_LINE_NAMES.get(s.line, s.line)} {s.legend.split(' (')[0] or s.display}"
+             for s in sorted(regularizer_specs(), key=lambda s: s.name == "none")]
+    return "line: " + ",\n".join(", ".join(parts[i:i + 2]) for i in range(0, len(parts), 2))
 
 
 def _reg(t: Trial) -> str:
@@ -58,7 +62,10 @@ def _short_label(t: Trial) -> str:
     if not _reg(t):
         return t.run_name or t.run_id[:8]
     lab = config_label(t.params)
-    lab = lab.replace("JaSMin ", "J ").replace("Specformer ", "S ").replace("k=", "k")
+    spec = find_spec(_reg(t))
+    if spec is not None and spec.short:
+        lab = lab.replace(f"{spec.display} ", f"{spec.short} ")
+    lab = lab.replace("k=", "k")
     return lab.replace("λ=", "").replace(", ", ",")
 
 
@@ -144,7 +151,7 @@ def scatter_front(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[
     for ax, name in zip(axes, metrics):
         y = _metric_array(trials, name)
         ok = np.isfinite(clean) & np.isfinite(y)
-        ax.set_title(METRIC_TITLES.get(name, name), fontsize=11)
+        ax.set_title(METRIC_TITLES.get(name, metric_title(name)), fontsize=11)
         ax.set_xlabel("clean accuracy (%)")
         ax.set_ylabel(f"{name} (%)" if name.startswith("acc_") else name)
         ax.grid(True, alpha=0.3, linewidth=0.6)
@@ -175,7 +182,7 @@ def scatter_front(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[
         ax.margins(0.12)
     for ax in axes[len(metrics):]:
         ax.axis("off")
-    order = [v[2] for v in REGULARIZER_STYLE.values()]  # known ones first, fixed order
+    order = [s.legend or s.display for s in regularizer_specs()]  # registered first, in order
     seen = sorted(regs_seen.values(), key=lambda v: (order.index(v[2]) if v[2] in order
                                                      else len(order), v[2]))
     handles = [Line2D([], [], ls="", marker=m, color=c, markersize=8, label=lab)
@@ -266,18 +273,18 @@ def parallel_coordinates(records: Sequence[Mapping[str, Any] | Trial],
         if i not in shown:
             ax.plot(xs, u[i], c="0.75", lw=0.8, alpha=0.6, zorder=2)
     colours = _palette(len(shown))
-    dashes = {"jasmin": "-", "specformer": "--", "none": ":"}
     for c, i in enumerate(shown):
         t = trials[i]
         sel = selected is not None and t.run_id == selected
         lab = _label(t) + (f" (rank {r[i]})" if max_rank > 1 else "") + (" ★ selected" if sel
                                                                            else "")
-        ax.plot(xs, u[i], ls=dashes.get(_reg(t), "-."), marker="o", ms=5,
+        spec = find_spec(_reg(t))
+        ax.plot(xs, u[i], ls=spec.line if spec is not None else "-.", marker="o", ms=5,
                 lw=3.4 if sel else 1.8, c="black" if sel else colours[c], label=lab,
                 zorder=4 if sel else 3)
     if shown:
         fig.legend(loc="outside right upper", fontsize=8, frameon=False,
-                   title="line: solid JaSMin, dashed Specformer,\ndotted baseline",
+                   title=_line_legend(),
                    title_fontsize=8, alignment="left")
     grey = f" (grey: {len(ranked) - len(shown)} other ranked)" if len(ranked) > len(shown) \
         else ""

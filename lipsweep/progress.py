@@ -5,7 +5,7 @@ trial events and prints :meth:`SweepProgress.status_lines` every ``--status-ever
 and at each trial end, e.g.::
 
     running 2 · pending 27 · finished 2 · failed 0 · ETA 3h10m
-    best acc_clean (max): 3a1f_00003 [jasmin k=10 lam=0.01 max seed=0] 27.00
+    best acc_clean (max): 3a1f_00003 [none seed=0] 27.00
 
 The ETA assumes the remaining trials take as long as the mean ended (finished, stopped or
 failed) trial and run as many at a time as have run at once so far: (the running trials'

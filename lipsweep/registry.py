@@ -31,6 +31,14 @@ class Registry(Generic[T]):
         self._members[name] = member
         return member
 
+    def remove(self, name: str) -> T:
+        """Unregister ``name`` (for tests that register a temporary member)."""
+        return self._members.pop(name)
+
+    def members(self) -> list[T]:
+        """The members in registration order."""
+        return list(self._members.values())
+
     def names(self, filter: str = "") -> list[str]:
         """Sorted names, optionally those matching the fnmatch pattern ``filter``."""
         names = sorted(self._members)

@@ -7,7 +7,7 @@ does not state alpha or the start; our defaults:
 
 - ``step_size=None`` means alpha = 2.5 * eps / steps (Madry et al.'s rule: the iterates can
   reach the boundary of the ball and still move along it). torchattacks' default, and
-  Specformer's evaluation code (``robust_evaluate/pgd.py``, ``--alpha 2``), is a fixed
+  Hu et al.'s evaluation code (``robust_evaluate/pgd.py``, ``--alpha 2``), is a fixed
   alpha = 2/255, which the paper spaces use (``pgd_step_size``); pass ``step_size`` to use any
   other value (pixel units).
 - ``random_start=True`` (as in Madry et al. and torchattacks).
@@ -29,15 +29,10 @@ from torch import nn
 
 from lipsweep.attacks._registry import register_attack
 from lipsweep.attacks.base import Attack, check_eps
+from lipsweep.config_base import check_int
 
 DEFAULT_STEP_FACTOR = 2.5
 """alpha = DEFAULT_STEP_FACTOR * eps / steps when no step size is given."""
-
-
-def _check_int(name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 @register_attack("pgd")
@@ -73,8 +68,8 @@ class PGD(Attack):
                  restarts: int = 1, seed: Optional[int] = None,
                  precision: str = "fp32") -> None:
         super().__init__(model, eps, precision)
-        self.steps = _check_int("steps", steps, 1)
-        self.restarts = _check_int("restarts", restarts, 1)
+        self.steps = check_int("steps", steps, 1)
+        self.restarts = check_int("restarts", restarts, 1)
         if step_size is None:
             step_size = DEFAULT_STEP_FACTOR * self.eps / self.steps
         elif check_eps(step_size, "step_size") == 0:

@@ -12,7 +12,8 @@ from typing import Optional
 from lipsweep.attacks._registry import get_attack_class, list_attacks
 from lipsweep.attacks.autoattack import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
 from lipsweep.attacks.base import PRECISIONS
-from lipsweep.config_base import (ConfigError, check_choice, check_max, check_positive,
+from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
+from lipsweep.config_base import (ConfigError, check_choice, check_int, check_max, check_positive,
                                   check_range, show)
 
 # Upper bounds; the reason goes into the error (a typo such as aa_iters 1e9 would run forever).
@@ -37,10 +38,7 @@ def _check_eps_list(name: str, values: list[int]) -> None:
 
 
 def _check_int(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"must be an integer, got {show(value)}")
-    if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {show(value)}")
+    check_int(name, value, minimum)
     if name in _MAX:
         check_max(name, value, *_MAX[name])
 
@@ -58,7 +56,7 @@ class RobustnessConfig:
     pgd_steps: int = 4
     """PGD gradient steps (paper: 4)."""
     pgd_step_size: Optional[float] = None
-    """PGD step in pixel units, the same for every eps (Specformer's code: 2/255 =
+    """PGD step in pixel units, the same for every eps (Hu et al.'s code: 2/255 =
     0.00784313725490196); None means 2.5 * eps / pgd_steps (Madry et al.)."""
     pgd_random_start: bool = True
     """Start PGD from a uniform random point of the eps-ball."""
@@ -135,8 +133,8 @@ class RobustnessConfig:
 
     def metric_names(self) -> list[str]:
         """The accuracy metrics this suite reports, in order (``acc_clean`` first)."""
-        names = ["acc_clean"]
+        names = [ACC_CLEAN]
         for name in self.attacks:
             cls = get_attack_class(name)
-            names += [f"acc_{cls.metric_prefix}_{n}" for n in getattr(self, cls.eps_field)]
+            names += [attack_metric(cls.metric_prefix, n) for n in getattr(self, cls.eps_field)]
         return names

@@ -36,6 +36,7 @@ from lipsweep.attacks.base import attack_mode, check_images
 from lipsweep.attacks.checks import check_monotone, check_perturbation, run_model_checks
 from lipsweep.attacks.config import RobustnessConfig
 from lipsweep.config_base import from_mapping
+from lipsweep.core.metric_names import attack_metric
 
 _log = logging.getLogger(__name__)
 
@@ -189,6 +190,7 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Robustn
 
     for cls, num in plan:
         eps, key = num / 255, f"{cls.metric_prefix}_{num}"
+        metric = attack_metric(cls.metric_prefix, num)
         attack = cls.from_config(model, eps, suite)
         t0 = time.perf_counter()
         robust = torch.zeros(x_ok.shape[0], dtype=torch.bool)
@@ -202,7 +204,7 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Robustn
                 with tf32_matmuls(False), torch.no_grad():
                     for sl in ok_batches:
                         robust[sl] &= (model(res.x_adv[sl]).argmax(1) == ya[sl]).cpu()
-            stages[f"acc_{key}"] = [dataclasses.asdict(s) for s in res.stages]
+            stages[metric] = [dataclasses.asdict(s) for s in res.stages]
             bar.step(key)
         else:
             bad = False
@@ -217,9 +219,9 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Robustn
                 with torch.no_grad(), tf32_matmuls(False):
                     robust[sl] = (model(adv).argmax(1) == yb).cpu()
                 bar.step(key)
-        metrics[f"acc_{key}"] = _percent(robust, n)
+        metrics[metric] = _percent(robust, n)
         seconds[key] = time.perf_counter() - t0
-        _log.info("acc_%s = %.2f%% (%d images, %.1f s)", key, metrics[f"acc_{key}"], n,
+        _log.info("%s = %.2f%% (%d images, %.1f s)", metric, metrics[metric], n,
                   seconds[key])
     bar.close()
     warnings += check_monotone(metrics)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lipsweep.config_base import ConfigError, check_choice, check_max, show
+from lipsweep.config_base import ConfigError, check_choice, check_int, check_max, show
 
 _ROUTES = ("auto", "exact", "lanczos", "power")
 _HEAD_ROUTES = ("auto", "lanczos", "full")
@@ -21,10 +21,7 @@ _MAX_IMAGES = (1_000_000, "more than any evaluation set (CIFAR test: 10,000)")
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"must be an integer, got {show(value)}")
-    if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {show(value)}")
+    check_int(name, value, minimum)
     check_max(name, value, *_MAX.get(name, _MAX_IMAGES))
 
 

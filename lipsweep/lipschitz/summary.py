@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from lipsweep.core.metric_names import LIP_JACOBIAN, LIP_JACOBIAN_TOKENS, LIP_STATS, lip_metric
 from lipsweep.lipschitz._registry import create_estimator
 from lipsweep.lipschitz.config import LipschitzConfig
 from lipsweep.lipschitz.jacobian import measurement_mode, resolve_route
@@ -72,13 +73,11 @@ def _batched(est: Callable, model: nn.Module, x: torch.Tensor, batch_size: int,
 
 
 def _jacobian_metrics(v: np.ndarray, converged: np.ndarray,
-                      prefix: str = "lip_jacobian") -> dict[str, float]:
-    return {f"{prefix}_mean": float(np.mean(v)),
-            f"{prefix}_median": float(np.median(v)),
-            f"{prefix}_p90": float(np.percentile(v, 90)),
-            f"{prefix}_p99": float(np.percentile(v, 99)),
-            f"{prefix}_max": float(np.max(v)),
-            f"{prefix}_converged_frac": float(np.mean(converged))}
+                      prefix: str = LIP_JACOBIAN) -> dict[str, float]:
+    stats = (np.mean(v), np.median(v), np.percentile(v, 90), np.percentile(v, 99), np.max(v))
+    out = {lip_metric(prefix, s): float(x) for s, x in zip(LIP_STATS, stats)}
+    out[lip_metric(prefix, "converged_frac")] = float(np.mean(converged))
+    return out
 
 
 def _softmax_metrics(norm: np.ndarray, g1: np.ndarray) -> dict[str, float]:
@@ -168,7 +167,7 @@ def lipschitz_summary(model: nn.Module, x: torch.Tensor, cfg: LipschitzConfig,
         arrays.update(_batched(est, model, x_jac, cfg.lip_batch_size, progress, "tokens"))
         metrics.update(_jacobian_metrics(arrays["token_jacobian_norm"],
                                          arrays["token_jacobian_converged"],
-                                         "lip_jacobian_tokens"))
+                                         LIP_JACOBIAN_TOKENS))
     if cfg.lip_softmax:
         est = create_estimator("softmax_jacobian", method=cfg.lip_softmax_method)
         arrays.update(_batched(est, model, _first(x_jac, cfg.lip_softmax_images),

@@ -1,8 +1,8 @@
 """Token-embedding Jacobian ||d f / d T||_2 of every sample (paper Fig. 4).
 
-The paper (jasmin_full_text.txt L284) measures its Fig. 4 distribution this way: "We remove
+The paper (Sec. 5, "Details") measures its Fig. 4 distribution this way: "We remove
 patch embedding layer from the model and compute Jacobian norm for the rest of the model, as
-JaSMin does not regularize positional embeddings and a convolutional layer", by power
+[the regularizer] does not regularize positional embeddings and a convolutional layer", by power
 iteration over the evaluation set. Here T (N x D per image) is the token sequence that enters
 the first transformer block: the patch embedding of the pixels, with the CLS token prepended
 and the position embedding added (timm's ``_pos_embed``, then ``patch_drop``/``norm_pre``,

@@ -3,31 +3,59 @@
 Public API (SPEC §3): :func:`g_k`, :func:`jasmin_penalty`; the registry
 :func:`create_regularizer` / :func:`list_regularizers` / :func:`is_regularizer`;
 :class:`RegularizerConfig` and :func:`create_regularizer_from_config`.
+
+Importing this package, the registry and the config does not import torch: the specs
+(:mod:`.builtin`) name their classes, and the torch-side names below load on first access
+(PEP 562).
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from lipsweep.regularizers._registry import (
+    all_settings,
     create_regularizer,
     create_regularizer_from_config,
+    find_spec,
     get_regularizer_class,
     is_regularizer,
     list_regularizers,
+    on_change,
     register_regularizer,
+    regularizer_spec,
+    regularizer_specs,
+    shown_params,
+    unregister_regularizer,
 )
-from lipsweep.regularizers.base import NoRegularizer, Regularizer
-from lipsweep.regularizers.jasmin import (
-    JASMIN_EPS,
-    JasminRegularizer,
-    g_k,
-    jasmin_penalty,
-    jasmin_penalty_from_qk,
-)
-from lipsweep.regularizers.specformer import SpecformerRegularizer
-from lipsweep.regularizers.config import RegularizerConfig  # after the registrations
+from lipsweep.regularizers.config import RegularizerConfig
+from lipsweep.regularizers.spec import RegularizerSpec, Setting
+
+_LAZY = {
+    "NoRegularizer": "base", "Regularizer": "base",
+    "JASMIN_EPS": "jasmin", "JasminRegularizer": "jasmin", "g_k": "jasmin",
+    "jasmin_penalty": "jasmin", "jasmin_penalty_from_qk": "jasmin",
+    "SpecformerRegularizer": "specformer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "JASMIN_EPS", "JasminRegularizer", "NoRegularizer", "Regularizer", "RegularizerConfig",
-    "SpecformerRegularizer", "create_regularizer", "create_regularizer_from_config",
-    "g_k", "get_regularizer_class", "is_regularizer", "jasmin_penalty",
-    "jasmin_penalty_from_qk", "list_regularizers", "register_regularizer",
+    "RegularizerSpec", "Setting", "SpecformerRegularizer", "all_settings", "create_regularizer",
+    "create_regularizer_from_config", "find_spec", "g_k", "get_regularizer_class",
+    "is_regularizer", "jasmin_penalty", "jasmin_penalty_from_qk", "list_regularizers",
+    "on_change", "register_regularizer", "regularizer_spec", "regularizer_specs", "shown_params",
+    "unregister_regularizer",
 ]

@@ -1,8 +1,9 @@
 """Registry of attention regularizers: ``create_regularizer`` / ``list_regularizers``.
 
-A regularizer class joins the family with ``@register_regularizer`` and its ``name``; the
-config (:class:`~lipsweep.regularizers.config.RegularizerConfig`) and the tests read the
-registry, so a registered class is validated and tested without further wiring.
+The registry holds each regularizer's torch-free :class:`~lipsweep.regularizers.spec.
+RegularizerSpec`; the class is imported when first built. A regularizer joins the family with
+:func:`register_regularizer` (a spec, or a class carrying one as ``spec``); the config, the
+CLI help, labels, tables, plots and the export card read the registry.
 
 Example::
 
@@ -14,26 +15,86 @@ Example::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Union
+import importlib
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from lipsweep.config_base import ConfigError
 from lipsweep.registry import Registry
+from lipsweep.regularizers.spec import RegularizerSpec, Setting
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.regularizers.base import Regularizer
     from lipsweep.regularizers.config import RegularizerConfig
 
-_REGISTRY: Registry[type["Regularizer"]] = Registry(
+_REGISTRY: Registry[RegularizerSpec] = Registry(
     "regularizer", lambda name, known: ConfigError(
         "regularizer", f"unknown regularizer {name!r}; choose one of {known}"))
+_CLASSES: dict[str, type] = {}
+_LISTENERS: list[Callable[[], None]] = []
 
 
-def register_regularizer(cls: type["Regularizer"]) -> type["Regularizer"]:
-    """Class decorator: add ``cls`` to the registry under ``cls.name``."""
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"{cls.__name__} needs a class attribute `name` to be registered")
-    return _REGISTRY.add(name, cls)
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` after every (un)registration (the config's fields follow)."""
+    _LISTENERS.append(listener)
+
+
+def _changed() -> None:
+    for listener in _LISTENERS:
+        listener()
+
+
+def register_regularizer(item: Union[RegularizerSpec, type]) -> Any:
+    """Add a :class:`RegularizerSpec`, or a class with a ``spec`` attribute (decorator).
+
+    A setting name may belong to one regularizer only (it is one flat config key).
+    """
+    spec = item if isinstance(item, RegularizerSpec) else getattr(item, "spec", None)
+    if not isinstance(spec, RegularizerSpec):
+        raise TypeError(f"{getattr(item, '__name__', item)!s} needs a RegularizerSpec `spec` "
+                        "to be registered")
+    taken = {s.name: other.name for other in _REGISTRY.members() if other.name != spec.name
+             for s in other.settings}
+    for s in spec.settings:
+        if s.name in taken or s.name == "regularizer":
+            raise ValueError(f"setting {s.name!r} of {spec.name!r} is already a setting of "
+                             f"{taken.get(s.name, 'the config')!r}")
+    _REGISTRY.add(spec.name, spec)
+    if isinstance(item, type):
+        _CLASSES[spec.name] = item
+    _changed()
+    return item
+
+
+def unregister_regularizer(name: str) -> None:
+    """Remove ``name`` (tests register temporary regularizers)."""
+    _REGISTRY.remove(name)
+    _CLASSES.pop(name, None)
+    _changed()
+
+
+def regularizer_specs() -> list[RegularizerSpec]:
+    """Every registered spec, in registration order."""
+    return _REGISTRY.members()
+
+
+def regularizer_spec(name: str) -> RegularizerSpec:
+    """The spec of ``name``; ConfigError('regularizer') if unknown."""
+    return _REGISTRY.get(name)
+
+
+def find_spec(name: object) -> Optional[RegularizerSpec]:
+    """The spec of ``name``, or None (for presenters reading logged params)."""
+    return _REGISTRY.get(name) if is_regularizer(name) else None  # type: ignore[arg-type]
+
+
+def all_settings() -> list[Setting]:
+    """Every regularizer setting (flat config keys other than ``regularizer``), in order."""
+    return [s for spec in regularizer_specs() for s in spec.settings]
+
+
+def shown_params() -> tuple[str, ...]:
+    """Every shown setting of every regularizer, in registration order."""
+    return tuple(n for spec in regularizer_specs() for n in spec.shown)
 
 
 def list_regularizers(filter: str = "") -> list[str]:
@@ -41,14 +102,21 @@ def list_regularizers(filter: str = "") -> list[str]:
     return _REGISTRY.names(filter)
 
 
-def is_regularizer(name: str) -> bool:
+def is_regularizer(name: object) -> bool:
     """True if ``name`` is a registered regularizer."""
     return name in _REGISTRY
 
 
 def get_regularizer_class(name: str) -> type["Regularizer"]:
-    """The registered class for ``name``; ConfigError('regularizer') if unknown."""
-    return _REGISTRY.get(name)
+    """The class of ``name`` (imported on first use); ConfigError('regularizer') if unknown."""
+    spec = _REGISTRY.get(name)
+    if name not in _CLASSES:
+        impl = spec.impl
+        if isinstance(impl, str):
+            module, _, attr = impl.partition(":")
+            impl = getattr(importlib.import_module(module), attr)
+        _CLASSES[name] = impl
+    return _CLASSES[name]
 
 
 def create_regularizer_from_config(cfg: "RegularizerConfig") -> "Regularizer":
@@ -60,9 +128,8 @@ def create_regularizer(name_or_cfg: Union[str, "RegularizerConfig"],
                        **kwargs: Any) -> "Regularizer":
     """Build a regularizer from its name and config fields, or from a ``RegularizerConfig``.
 
-    ``kwargs`` are :class:`RegularizerConfig` fields (``k``, ``lam``, ``aggregation``,
-    ``lam_q``, ``lam_k``, ``lam_v``, ``spec_power_iters``); they are validated exactly as a
-    YAML/Tune config would be, and unset ones take the documented defaults.
+    ``kwargs`` are the regularizer's settings (its spec's ``settings``); they are validated
+    exactly as a YAML/Tune config would be, and unset ones take the documented defaults.
     """
     from lipsweep.config_base import from_mapping
     from lipsweep.regularizers.config import RegularizerConfig
@@ -75,7 +142,7 @@ def create_regularizer(name_or_cfg: Union[str, "RegularizerConfig"],
     if not isinstance(name_or_cfg, str):
         raise TypeError(f"name_or_cfg must be a regularizer name or a RegularizerConfig, "
                         f"got {type(name_or_cfg).__name__}")
-    get_regularizer_class(name_or_cfg)  # unknown name -> ConfigError naming the field
+    regularizer_spec(name_or_cfg)  # unknown name -> ConfigError naming the field
     if "regularizer" in kwargs:
         raise ValueError("the regularizer is named by the first argument, not by a keyword")
     cfg = from_mapping(RegularizerConfig, {"regularizer": name_or_cfg, **kwargs})

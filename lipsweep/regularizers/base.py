@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import nn
 
-from lipsweep.regularizers._registry import register_regularizer
-
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.regularizers.config import RegularizerConfig
 
@@ -27,20 +25,15 @@ class Regularizer:
     """Base class: a penalty on a ViT's attention, reported as named unweighted terms.
 
     Subclasses set ``name`` (the registry key and the ``regularizer`` config value) and
-    ``config_fields`` (the :class:`RegularizerConfig` fields that apply to them), and
-    implement ``resolve_config`` (fill defaults, validate) and ``from_config``.
+    implement ``from_config``; their settings, defaults and rules are declared once in a
+    torch-free :class:`~lipsweep.regularizers.spec.RegularizerSpec` (:mod:`.builtin`).
     """
 
     name: ClassVar[str]
-    config_fields: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def resolve_config(cls, cfg: "RegularizerConfig") -> None:
-        """Fill the defaults of ``config_fields`` left None in ``cfg`` and validate them."""
 
     @classmethod
     def from_config(cls, cfg: "RegularizerConfig") -> "Regularizer":
-        """Build from a validated config."""
+        """Build from a validated config (no re-checking)."""
         raise NotImplementedError
 
     def attach(self, model: nn.Module) -> None:
@@ -72,7 +65,6 @@ class Regularizer:
         return f"{type(self).__name__}(weights={self.weights})"
 
 
-@register_regularizer
 class NoRegularizer(Regularizer):
     """The baseline: no penalty, no hooks, timm's fused attention path untouched."""
 

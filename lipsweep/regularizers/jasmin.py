@@ -43,35 +43,20 @@ from typing import ClassVar, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from lipsweep.config_base import ConfigError
+from lipsweep.config_base import check_choice, check_int, check_positive
 from lipsweep.regularizers._ranked_softmax import Workspace, ranked_softmax_probs
-from lipsweep.regularizers._registry import register_regularizer
 from lipsweep.regularizers.base import Regularizer
+from lipsweep.regularizers.builtin import (AGGREGATIONS, DEFAULT_AGGREGATION, DEFAULT_K,
+                                           DEFAULT_LAM, JASMIN, check_jasmin_k, check_k_tokens)
 
 JASMIN_EPS = 1e-6
 """Floor inside the log of g_1 and g_k (paper Appendix D uses eps ~ 1e-6)."""
-AGGREGATIONS = ("mean", "max")
-DEFAULT_K = 0
-DEFAULT_LAM = 1e-2
-DEFAULT_AGGREGATION = "mean"
-
-
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    return value
 
 
 def _check_jasmin_k(k: object, num_keys: int) -> int:
-    """k = 0 or 2 <= k <= N-1 (k = 1 makes the term identically 0)."""
-    k = _check_int("k", k)
-    if k < 0 or k == 1:
-        raise ValueError(f"k must be 0 (log g_1) or >= 2 (log g_1/g_k), got {k}; k=1 makes "
-                         "the JaSMin term identically 0")
-    if max(k, 1) + 1 > num_keys:
-        raise ValueError(f"k={k} needs attention rows of at least {max(k, 1) + 1} entries, "
-                         f"got {num_keys}")
-    return k
+    """k = 0 or 2 <= k <= N-1: the rules of the ``k`` setting (:mod:`.builtin`)."""
+    check_k_tokens(check_jasmin_k(k), num_keys)
+    return k  # type: ignore[return-value]
 
 
 def jasmin_ranks(k: int) -> tuple[int, ...]:
@@ -106,7 +91,7 @@ def g_k(p: torch.Tensor, k: Union[int, Sequence[int]]) -> torch.Tensor:
     if not ks:
         raise ValueError(f"k must be an int or a non-empty sequence of ints, got {k!r}")
     for kk in ks:
-        if not 1 <= _check_int("k", kk) <= n - 1:
+        if not 1 <= check_int("k", kk) <= n - 1:
             raise ValueError(f"k must be in [1, N-1] = [1, {n - 1}], got {kk}")
     top = p.topk(max(ks) + 1, dim=-1).values                   # (..., max_k+1), descending
     out = torch.stack([_g_pair(top[..., kk - 1], top[..., kk]) for kk in ks], -1)
@@ -131,9 +116,7 @@ def _aggregate(rows: torch.Tensor, aggregation: str) -> torch.Tensor:
 
 
 def _check_aggregation(aggregation: object) -> str:
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got "
-                         f"{aggregation!r}")
+    check_choice("aggregation", aggregation, AGGREGATIONS)
     return aggregation  # type: ignore[return-value]
 
 
@@ -191,12 +174,12 @@ def jasmin_penalty_from_qk(records: Sequence[tuple[torch.Tensor, torch.Tensor, f
     return sum(_aggregate(_log_ratio(r, k, eps), aggregation) for r in ranked)
 
 
-@register_regularizer
 class JasminRegularizer(Regularizer):
     """JaSMin_k with weight ``lam`` (paper Sec. 4); term name ``'jasmin'``.
 
     Records q/k only in training forwards with grad enabled, so evaluation and attacks
-    run the plain fused model.
+    run the plain fused model. Built directly, its arguments are checked by the ``k`` and
+    ``aggregation`` rules of the spec (:mod:`.builtin`); built from a config, not again.
 
     Example::
 
@@ -205,42 +188,27 @@ class JasminRegularizer(Regularizer):
         >>> loss = F.cross_entropy(model(x), y) + reg.weights["jasmin"] * reg.terms()["jasmin"]
     """
 
-    name: ClassVar[str] = "jasmin"
-    config_fields: ClassVar[tuple[str, ...]] = ("k", "lam", "aggregation")
+    name: ClassVar[str] = JASMIN.name
 
     def __init__(self, k: int = DEFAULT_K, lam: float = DEFAULT_LAM,
                  aggregation: str = DEFAULT_AGGREGATION, eps: float = JASMIN_EPS) -> None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0 or k == 1:
-            raise ValueError(f"k must be 0 or an integer >= 2, got {k!r}")
-        if not lam >= 0:
-            raise ValueError(f"lam must be >= 0, got {lam!r}")
+        check_jasmin_k(k)
+        check_positive("lam", lam, allow_zero=True)
+        _check_aggregation(aggregation)
+        self._setup(k, lam, aggregation, eps)
+
+    def _setup(self, k: int, lam: float, aggregation: str, eps: float) -> None:
         self.k, self.lam, self.eps = k, float(lam), float(eps)
-        self.aggregation = _check_aggregation(aggregation)
+        self.aggregation = aggregation
         self._model: Optional[nn.Module] = None
         self._recorder = None
         self._workspace = Workspace()
 
     @classmethod
-    def resolve_config(cls, cfg) -> None:
-        from lipsweep.config_base import check_choice, check_positive
-
-        cfg.k = DEFAULT_K if cfg.k is None else cfg.k
-        cfg.lam = DEFAULT_LAM if cfg.lam is None else cfg.lam
-        cfg.aggregation = DEFAULT_AGGREGATION if cfg.aggregation is None else cfg.aggregation
-        if isinstance(cfg.k, bool) or not isinstance(cfg.k, int):
-            raise ConfigError("k", f"must be an integer, got {cfg.k!r}")
-        if cfg.k < 0 or cfg.k == 1:
-            raise ConfigError("k", f"must be 0 (log g_1) or >= 2 (log g_1/g_k), got {cfg.k}; "
-                              "k=1 makes the JaSMin term identically 0")
-        check_positive("lam", cfg.lam, allow_zero=True)
-        if cfg.lam == 0:
-            raise ConfigError("lam", "lam=0 turns JaSMin off; use regularizer: none for the "
-                              "baseline")
-        check_choice("aggregation", cfg.aggregation, AGGREGATIONS)
-
-    @classmethod
     def from_config(cls, cfg) -> "JasminRegularizer":
-        return cls(k=cfg.k, lam=cfg.lam, aggregation=cfg.aggregation)
+        reg = cls.__new__(cls)
+        reg._setup(cfg.k, cfg.lam, cfg.aggregation, JASMIN_EPS)
+        return reg
 
     def attach(self, model: nn.Module) -> None:
         from lipsweep.attention import QKRecorder

@@ -24,13 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipsweep.config_base import ConfigError, check_max, check_positive, show
-from lipsweep.regularizers._registry import register_regularizer
+from lipsweep.config_base import check_positive
 from lipsweep.regularizers.base import Regularizer
+from lipsweep.regularizers.builtin import SPEC_DEFAULT_LAM as DEFAULT_LAM
+from lipsweep.regularizers.builtin import SPECFORMER, check_power_iters
 
 TERMS = ("spec_q", "spec_k", "spec_v")
-DEFAULT_LAM = 1e-2
-"""Each lambda when none of lam_q/lam_k/lam_v is given (the paper's joint 1e-2 setting)."""
 
 
 def head_weights(attn: nn.Module) -> torch.Tensor:
@@ -63,9 +62,11 @@ def spectral_norms(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.T
     return torch.bmm(torch.bmm(u.unsqueeze(1), w), v.unsqueeze(-1)).view(-1)
 
 
-@register_regularizer
 class SpecformerRegularizer(Regularizer):
     """Squared spectral norms of every head's W_Q, W_K, W_V; terms 'spec_q', 'spec_k', 'spec_v'.
+
+    Built directly, its arguments are checked by the spec's rules (:mod:`.builtin`); built
+    from a config, not again.
 
     Example::
 
@@ -74,16 +75,17 @@ class SpecformerRegularizer(Regularizer):
         >>> terms = reg.terms()     # one power iteration, then sum_{l,h} sigma_1^2 per kind
     """
 
-    name: ClassVar[str] = "specformer"
-    config_fields: ClassVar[tuple[str, ...]] = ("lam_q", "lam_k", "lam_v", "spec_power_iters")
+    name: ClassVar[str] = SPECFORMER.name
 
     def __init__(self, lam_q: float = DEFAULT_LAM, lam_k: float = DEFAULT_LAM,
                  lam_v: float = DEFAULT_LAM, power_iters: int = 1, seed: int = 0) -> None:
         for name, lam in (("lam_q", lam_q), ("lam_k", lam_k), ("lam_v", lam_v)):
-            if not lam >= 0:
-                raise ValueError(f"{name} must be >= 0, got {lam!r}")
-        if isinstance(power_iters, bool) or not isinstance(power_iters, int) or power_iters < 1:
-            raise ValueError(f"power_iters must be an integer >= 1, got {power_iters!r}")
+            check_positive(name, lam, allow_zero=True)
+        check_power_iters(power_iters)
+        self._setup(lam_q, lam_k, lam_v, power_iters, seed)
+
+    def _setup(self, lam_q: float, lam_k: float, lam_v: float, power_iters: int,
+               seed: int) -> None:
         self.lams = {"spec_q": float(lam_q), "spec_k": float(lam_k), "spec_v": float(lam_v)}
         self.power_iters = power_iters
         self.seed = seed
@@ -92,32 +94,10 @@ class SpecformerRegularizer(Regularizer):
         self._v = torch.empty(0)
 
     @classmethod
-    def resolve_config(cls, cfg) -> None:
-        lams = ("lam_q", "lam_k", "lam_v")
-        given = [getattr(cfg, n) for n in lams]
-        for n, val in zip(lams, given):
-            if val is not None:
-                check_positive(n, val, allow_zero=True)
-        fill = DEFAULT_LAM if all(v is None for v in given) else 0.0
-        for n in lams:
-            if getattr(cfg, n) is None:
-                setattr(cfg, n, fill)
-        if all(getattr(cfg, n) == 0 for n in lams):
-            raise ConfigError("lam_q", "lam_q, lam_k and lam_v are all 0, which turns "
-                              "Specformer off; use regularizer: none for the baseline")
-        cfg.spec_power_iters = 1 if cfg.spec_power_iters is None else cfg.spec_power_iters
-        if isinstance(cfg.spec_power_iters, bool) or not isinstance(cfg.spec_power_iters, int):
-            raise ConfigError("spec_power_iters", f"must be an integer, got "
-                              f"{show(cfg.spec_power_iters)}")
-        if cfg.spec_power_iters < 1:
-            raise ConfigError("spec_power_iters", f"must be >= 1, got {cfg.spec_power_iters}")
-        check_max("spec_power_iters", cfg.spec_power_iters, 1000,
-                  "it runs every training step; the authors use 1")
-
-    @classmethod
     def from_config(cls, cfg) -> "SpecformerRegularizer":
-        return cls(lam_q=cfg.lam_q, lam_k=cfg.lam_k, lam_v=cfg.lam_v,
-                   power_iters=cfg.spec_power_iters)
+        reg = cls.__new__(cls)
+        reg._setup(cfg.lam_q, cfg.lam_k, cfg.lam_v, cfg.spec_power_iters, 0)
+        return reg
 
     def attach(self, model: nn.Module) -> None:
         """Find the attention blocks and draw unit power vectors (seeded, own generator)."""

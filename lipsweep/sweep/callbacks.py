@@ -19,6 +19,7 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
+from lipsweep.core.metric_names import ACC_CLEAN, EPOCH_ACC_CLEAN, HEADLINE_METRICS
 from lipsweep.progress import FAILED as P_FAILED
 from lipsweep.progress import FINISHED as P_FINISHED
 from lipsweep.progress import STOPPED as P_STOPPED
@@ -36,7 +37,7 @@ EPOCH_KEYS = ("loss", "loss_ce", "loss_reg", "acc_clean", "lr", "epoch_seconds",
 # accuracy after each epoch (all eval_size images) is not the final acc_clean (the images the
 # attacks use), and MLflow's latest value, which the UI and `lipsweep pareto` read, must be
 # the final one.
-EPOCH_MLFLOW_NAMES = {"acc_clean": "epoch_acc_clean"}
+EPOCH_MLFLOW_NAMES = {ACC_CLEAN: EPOCH_ACC_CLEAN}
 
 
 def epoch_metrics(values: dict[str, Any]) -> dict[str, float]:
@@ -285,8 +286,7 @@ class ConsoleProgress(Callback):
                       self.total)
             state = P_STOPPED
         else:
-            keys = ("acc_clean", "acc_fgsm_4", "acc_pgd_4", "acc_aa_2", "lip_jacobian_median")
-            text = "  ".join(f"{k} {r[k]:.2f}" for k in keys if k in r)
+            text = "  ".join(f"{k} {r[k]:.2f}" for k in HEADLINE_METRICS if k in r)
             _log.info("%s FINISHED  %s  [%d/%d]", self._name(trial), text, self.done,
                       self.total)
             state = P_FINISHED

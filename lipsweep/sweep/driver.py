@@ -459,6 +459,7 @@ def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:
 
 def dry_run_lines(spec: SweepSpec) -> list[str]:
     """Human-readable list of the trials a sweep would run (no Ray)."""
+    from lipsweep.regularizers import all_settings
     from lipsweep.sweep.space import recipe_lines, trial_label
 
     kind = spec.search.algorithm if spec.search else "grid"
@@ -467,13 +468,12 @@ def dry_run_lines(spec: SweepSpec) -> list[str]:
              f"resources per trial: cpu={spec.resources.cpu} gpu={spec.resources.gpu}"]
     lines += recipe_lines(spec)
     if spec.trials:
+        labelled = {"regularizer", "seed", *(s.name for s in all_settings())}
         varying = sorted({k for t in spec.trials for k in t
                           if any(t.get(k) != u.get(k) for u in spec.trials)})
         for i, t in enumerate(spec.trials):
             extra = " ".join(f"{k}={t[k]}" for k in varying
-                             if k not in ("regularizer", "k", "lam", "aggregation", "lam_q",
-                                          "lam_k", "lam_v", "seed", "spec_power_iters")
-                             and k in t)
+                             if k not in labelled and k in t)
             lines.append(f"  {i:3d}  {trial_label(t)}  {extra}".rstrip())
     else:
         rng = random.Random(spec.search.seed)

@@ -7,12 +7,11 @@ A space file (``search_spaces/*.yaml``) has these top-level keys::
     fixed: {epochs: 3, ...}          # trial settings shared by every trial (flat TrialConfig keys)
     grid:                            # EITHER an explicit grid: a list of blocks, each the
       - {regularizer: none}          #   cartesian product of its list-valued keys, so
-      - regularizer: jasmin          #   jasmin-only and specformer-only settings stay apart
-        k: [0, 10, 30]
-        lam: [1.0e-2, 1.0e-3]
-        aggregation: [mean, max]
-      - regularizer: specformer      #   a comma-joined key assigns tuples jointly:
-        lam_q,lam_k,lam_v: [[1.0e-2, 1.0e-2, 1.0e-2], [1.0e-2, 0, 0]]
+      - regularizer: <reg_a>         #   each regularizer's own settings stay apart
+        <a_int>: [0, 10, 30]         #   (`--help-settings` lists every regularizer's
+        <a_float>: [1.0e-2, 1.0e-3]  #   settings; search_spaces/ holds real examples)
+      - regularizer: <reg_b>         #   a comma-joined key assigns tuples jointly:
+        <b_x>,<b_y>: [[1.0e-2, 1.0e-2], [1.0e-2, 0]]
     repeat: {seed: [0, 1, 2]}        # optional: cross every grid point with these settings
     search:                          # OR a sampled search
       algorithm: random | optuna
@@ -22,9 +21,9 @@ A space file (``search_spaces/*.yaml``) has these top-level keys::
       mode: max                      # or a list matching metric
       space:                         # distributions; a mapping under a regularizer name
         lr: {loguniform: [1.0e-3, 1.0e-1]}   # applies only when that regularizer is drawn
-        regularizer: {choice: [jasmin, specformer]}
-        jasmin: {k: {choice: [0, 10]}, lam: {loguniform: [1.0e-4, 1.0e-2]}}
-        specformer: {lam_v: {loguniform: [1.0e-4, 1.0e-2]}}
+        regularizer: {choice: [<reg_a>, <reg_b>]}
+        <reg_a>: {<a_int>: {choice: [0, 10]}, <a_float>: {loguniform: [1.0e-4, 1.0e-2]}}
+        <reg_b>: {<b_y>: {loguniform: [1.0e-4, 1.0e-2]}}
     scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 1, reduction_factor: 2}
     resources: {cpu: 1, gpu: 0.5}    # per trial; fractional GPUs pack trials on one GPU
     max_concurrent_trials: 4
@@ -50,7 +49,8 @@ from typing import Any, Optional
 
 from lipsweep.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
 from lipsweep.config_base import INT_LIMIT, ConfigError, key_name, show
-from lipsweep.regularizers import list_regularizers
+from lipsweep.core import metric_names
+from lipsweep.regularizers import find_spec, list_regularizers, regularizer_specs
 
 TOP_KEYS = {"name", "description", "fixed", "grid", "repeat", "search", "scheduler",
             "resources", "max_concurrent_trials", "max_failures"}
@@ -293,15 +293,21 @@ def _validate_trials(trials: list[dict[str, Any]], path: str) -> list[dict[str, 
         try:
             out.append(TrialConfig.from_flat(flat).to_flat())
         except ConfigError as err:
-            label = ", ".join(f"{k}={show(flat[k], 40)}" for k in ("regularizer", "k", "lam",
-                                                                   "lam_q") if k in flat)
+            label = ", ".join(f"{k}={show(flat[k], 40)}" for k in _label_keys() if k in flat)
             raise ConfigError(err.field, f"{err.message} (trial {i}: {label})", path) from None
     return out
 
 
+def _label_keys() -> tuple[str, ...]:
+    """Keys that name a trial in an error: the regularizer and the first two settings of
+    each registered regularizer."""
+    return ("regularizer",) + tuple(s.name for spec in regularizer_specs()
+                                    for s in spec.settings[:2])
+
+
 # Reported by every epoch's tune.report, so the only metrics a scheduler (ASHA) can compare
 # trials by. The searcher (Optuna) learns from the final report, which holds the SPEC metrics.
-EPOCH_METRICS = ("acc_clean", "loss", "loss_ce", "loss_reg")
+EPOCH_METRICS = metric_names.EPOCH_METRICS
 
 
 def _check_metrics(spec_search: Optional[SearchSpec], scheduler: Optional[SchedulerSpec],
@@ -386,15 +392,11 @@ def load_space(path: str | Path) -> SweepSpec:
 
 
 def trial_label(flat: dict[str, Any]) -> str:
-    """Short human label of a trial's regularizer settings, e.g. 'jasmin k=10 lam=0.01 mean'."""
+    """Short human label of a trial's regularizer settings (its spec's ``label``, e.g.
+    ``<name> k=v ...``), then the seed."""
     reg = flat.get("regularizer", "none")
-    if reg == "jasmin":
-        core = f"jasmin k={flat.get('k', 0)} lam={flat.get('lam')} {flat.get('aggregation', '')}"
-    elif reg == "specformer":
-        core = (f"specformer ({flat.get('lam_q', 0)}, {flat.get('lam_k', 0)}, "
-                f"{flat.get('lam_v', 0)})")
-    else:
-        core = reg
+    spec = find_spec(reg)
+    core = spec.label(flat) if spec is not None else str(reg)
     return core.strip() + (f" seed={flat['seed']}" if "seed" in flat else "")
 
 
