@@ -106,19 +106,27 @@ def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str,
             return dict(zip(NPZ_ARRAYS, load_npz(source)))
         except ConfigError as err:
             raise ConfigError("--source", err.message) from None
+    try:
+        arrays = read_torchvision(dataset, str(source), download)
+    except RuntimeError as exc:  # "Dataset not found or corrupted"
+        raise ConfigError("--source", f"{source}: {exc}; pass --download to fetch it "
+                          "there") from None
+    return dict(zip(NPZ_ARRAYS, arrays))
+
+
+def read_torchvision(dataset: str, root: str, download: bool) -> tuple[np.ndarray, ...]:
+    """(x_train, y_train, x_test, y_test) of torchvision's CIFAR-10/100 under ``root``: uint8
+    (N, 3, 32, 32) images and int64 labels. The one reader of a torchvision CIFAR folder (a
+    trial's data and `lipsweep data prepare`); RuntimeError if the folder lacks the dataset."""
     from torchvision import datasets
 
     cls = datasets.CIFAR10 if dataset == "cifar10" else datasets.CIFAR100
-    out: dict[str, np.ndarray] = {}
-    for split, train in (("train", True), ("test", False)):
-        try:
-            ds = cls(root=str(source), train=train, download=download)
-        except RuntimeError as exc:  # "Dataset not found or corrupted"
-            raise ConfigError("--source", f"{source}: {exc}; pass --download to fetch it "
-                              "there") from None
-        out[f"x_{split}"] = np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))
-        out[f"y_{split}"] = np.asarray(ds.targets)
-    return out
+    out: list[np.ndarray] = []
+    for train in (True, False):
+        ds = cls(root=root, train=train, download=download)
+        out += [np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)),
+                np.asarray(ds.targets, dtype=np.int64)]
+    return tuple(out)
 
 
 def _check_arrays(dataset: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
