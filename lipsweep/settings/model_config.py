@@ -36,7 +36,7 @@ NORMALIZATIONS: dict[str, Optional[tuple[tuple[float, ...], tuple[float, ...]]]]
     "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
 }
 """Pixel (mean, std) by name; ``pretrained`` is the checkpoint's own (timm's pretrained cfg).
-The CIFAR values are Specformer's (``train/utils.py`` of its public code)."""
+The CIFAR values are Hu et al.'s (``train/utils.py`` of its public code)."""
 
 PATCH_RESAMPLE = ("timm", "sum_pool")
 
@@ -75,10 +75,10 @@ class ModelConfig:
     """Stochastic depth rate."""
     normalization: str = "pretrained"
     """Pixel mean/std inside the model: 'pretrained' (the checkpoint's; 0.5/0.5 for ViT-B),
-    'cifar10' or 'cifar100' (the dataset's mean/std, as in Specformer's code)."""
+    'cifar10' or 'cifar100' (the dataset's mean/std, as in Hu et al.'s code)."""
     patch_resample: str = "timm"
     """How pretrained weights meet a smaller patch: 'timm' (timm's PI-resize of the kernel,
-    bicubic position embedding) or 'sum_pool' (Specformer: the 16x16 kernel sum-pooled to the
+    bicubic position embedding) or 'sum_pool' (Hu et al.: the 16x16 kernel sum-pooled to the
     new patch size, the position grid resized bilinearly)."""
 
     def __post_init__(self) -> None:

@@ -34,6 +34,12 @@ In ``grid`` a list is always an axis; to set a list-valued setting (e.g. ``attac
 grid block, wrap it in one more list. Every expanded trial is validated as a TrialConfig before
 Ray starts, and errors name the file and the key. Nothing here imports Ray.
 
+A ``search.space`` value is a constant (any value that is not a mapping) or one distribution,
+read by one parser (:func:`parse_distribution`) for the random sampler and Optuna alike:
+``choice: [a, b, ...]``, ``uniform: [low, high]``, ``loguniform: [low, high]``, ``randint:
+[low, high]`` (an integer, high excluded) or ``quniform: [low, high, q]`` (``low + i * q``
+up to high; q defaults to 1). Any other mapping is refused, naming its key.
+
 Metrics: a trial reports ``acc_clean`` and its losses every epoch and the SPEC §3 metrics
 (``acc_*``, ``lip_*``, ``epochs_done``) once, at the end. So ``scheduler.metric`` must be one of
 :data:`EPOCH_METRICS` (ASHA compares trials at each rung), while ``search.metric`` may be any
