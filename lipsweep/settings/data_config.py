@@ -1,19 +1,23 @@
 """Data settings (torch-free): where a trial's images come from and how they are augmented.
 
 Kept apart from the tensor code in :mod:`lipsweep.data` so that a trial config (and ``lipsweep
-sweep --dry-run``) validates without importing torch; the augmentations are the paper's
+sweep --dry-run``) validates without importing torch (or numpy, unless the source is an npz
+file or an image folder, which are inspected here); the augmentations are the paper's
 recipe (SPEC §2.7).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from lipsweep.config_base import (ConfigError, absolute_path, check_choice, check_positive,
                                   check_range)
 from lipsweep.data_remote import check_uri, is_prepared, is_uri
-from lipsweep.data_sources import SourceInfo, inspect_image_folder, inspect_npz
+
+if TYPE_CHECKING:
+    from lipsweep.data_sources import SourceInfo
+
 
 DATASETS = ("embedded", "embedded_full", "npz", "imagefolder", "cifar10", "cifar100")
 # fixed sources; for 'npz' and 'imagefolder' the classes come from the data
@@ -79,11 +83,15 @@ class DataConfig:
             if not self.data_dir or not Path(self.data_dir).is_file():
                 raise ConfigError("data_dir", f"dataset 'npz' needs an existing .npz file, got "
                                   f"{self.data_dir!r}")
+            from lipsweep.data_sources import inspect_npz  # numpy: only for this source
+
             self._source = inspect_npz(self.data_dir)
         elif self.dataset == "imagefolder":
             if not self.data_dir:
                 raise ConfigError("data_dir", "dataset 'imagefolder' needs the folder holding "
                                   "train/<class>/ and test/<class>/")
+            from lipsweep.data_sources import inspect_image_folder
+
             self._source = inspect_image_folder(self.data_dir)
         elif self.dataset in ("cifar10", "cifar100") and is_prepared(self.data_dir):
             if not Path(self.data_dir).is_file():
