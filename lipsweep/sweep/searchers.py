@@ -43,6 +43,13 @@ class OptunaSpace:
         self.fixed = dict(fixed)
         self.space = space if isinstance(space, SearchSpace) else parse_space(space, path)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Tune's experiment state of a sweep started before the space was parsed holds the
+        raw mapping: parse it on restore (``--resume``)."""
+        self.__dict__.update(state)
+        if not isinstance(self.space, SearchSpace):
+            self.space = parse_space(self.space, "search.space")
+
     def __call__(self, trial: Any) -> dict[str, Any]:
         flat = {**self.fixed, **self.space.suggest(trial)}
         try:
