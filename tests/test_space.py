@@ -220,8 +220,8 @@ def test_random_and_optuna_draw_the_same_values(raw, allowed):
 
     dist = parse_distribution(raw, "search.space.x", "s.yaml")
     rng = random.Random(0)
-    drawn = {"random": [dist.sample(rng) for _ in range(60)],
-             "optuna": [dist.suggest(_optuna_trial(i), "x") for i in range(60)]}
+    drawn = {"random": [dist.sample(rng) for _ in range(30)],
+             "optuna": [dist.suggest(_optuna_trial(i), "x") for i in range(30)]}
     for name, values in drawn.items():
         keyed = {tuple(v) if isinstance(v, list) else v for v in values}
         assert keyed <= allowed and len(keyed) >= 2, (name, keyed)
