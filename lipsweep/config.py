@@ -28,11 +28,11 @@ from lipsweep.attacks.config import RobustnessConfig
 from lipsweep.config_base import (MAX_YAML_BYTES, ConfigError, YamlRefused, check_choice,
                                   check_max, check_positive, check_range, from_mapping,
                                   key_name, load_yaml_text, show)
-from lipsweep.data import DataConfig
 from lipsweep.lipschitz.config import LipschitzConfig
-from lipsweep.models import ModelConfig
 from lipsweep.regularizers import on_change as on_regularizers_change
 from lipsweep.regularizers.config import RegularizerConfig
+from lipsweep.settings.data_config import DataConfig
+from lipsweep.settings.model_config import ModelConfig
 
 
 MAX_EPOCHS = 10_000

@@ -23,17 +23,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lipsweep.config_base import ConfigError, absolute_path, check_choice, check_positive, check_range
-from lipsweep.data_remote import check_uri, is_prepared, is_uri, local_source
-from lipsweep.data_sources import (SourceInfo, inspect_image_folder, inspect_npz,
-                                   load_image_folder, load_npz)
+from lipsweep.data_remote import is_prepared, local_source, read_torchvision
+from lipsweep.data_sources import load_image_folder, load_npz
+from lipsweep.settings.data_config import (  # noqa: F401  (re-exported)
+    CIFAR_IMAGE_SIZE, DATASETS, NUM_CLASSES, DataConfig)
 
 _log = logging.getLogger(__name__)
-
-DATASETS = ("embedded", "embedded_full", "npz", "imagefolder", "cifar10", "cifar100")
-# fixed sources; for 'npz' and 'imagefolder' the classes come from the data
-NUM_CLASSES = {"embedded": 10, "embedded_full": 10, "cifar10": 10, "cifar100": 100}
-CIFAR_IMAGE_SIZE = 32
 
 
 def embedded_path() -> Path:
@@ -48,96 +43,6 @@ def embedded_rest_path() -> Path:
 
 
 @dataclass
-class DataConfig:
-    """Where the images come from and how training batches are augmented."""
-
-    dataset: str = "embedded"
-    """'embedded' (CIFAR-10 sample shipped in the package: 2000 train / 500 test images),
-    'embedded_full' (the whole shipped sample: 4660 / 846, used by the study), 'npz' (a local
-    file with x_train, y_train, x_test, y_test; uint8, NCHW or NHWC, any number of classes),
-    'imagefolder' (data_dir/train/<class>/*.png and data_dir/test/<class>/*.png), 'cifar10' or
-    'cifar100' (torchvision: local folder or download)."""
-    data_dir: str = ""
-    """For 'npz': the .npz file. For 'imagefolder': the folder holding train/ and test/. For
-    'cifar10'/'cifar100': the torchvision root folder (the one holding cifar-10-batches-py /
-    cifar-100-python), or a file from `lipsweep data prepare`: a local .npz or a URI (s3://,
-    gs://, file://) that each node copies into its cache once."""
-    download: bool = False
-    """Let torchvision download CIFAR into data_dir if it is not there."""
-    train_size: int = 0
-    """Use only the first train_size training images (0 = all)."""
-    eval_size: int = 500
-    """Size of the seeded evaluation subset of the test split (0 = whole test split)."""
-    eval_seed: int = 0
-    """Seed of the evaluation subset; the same for every trial of a sweep."""
-    crop_padding: int = 4
-    """Random crop with this zero padding (0 disables)."""
-    hflip: bool = True
-    """Random horizontal flips."""
-    mixup: float = 0.0
-    """MixUp alpha (timm Mixup; 0 disables). The paper's recipe uses MixUp and CutMix."""
-    cutmix: float = 0.0
-    """CutMix alpha (timm Mixup; 0 disables)."""
-    mix_prob: float = 1.0
-    """Probability of applying MixUp/CutMix to a batch."""
-    label_smoothing: float = 0.0
-    """Label smoothing for the cross-entropy (also used by timm's Mixup targets)."""
-
-    def __post_init__(self) -> None:
-        check_choice("dataset", self.dataset, DATASETS)
-        if is_uri(self.data_dir):  # a prepared dataset; the trial reads it (data_remote)
-            check_uri("data_dir", self.data_dir)
-        elif self.data_dir:  # relative to where the command runs: Tune workers run elsewhere
-            self.data_dir = absolute_path("data_dir", self.data_dir)
-        check_positive("train_size", self.train_size, allow_zero=True)
-        check_positive("eval_size", self.eval_size, allow_zero=True)
-        check_positive("crop_padding", self.crop_padding, allow_zero=True)
-        check_positive("mixup", self.mixup, allow_zero=True)
-        check_positive("cutmix", self.cutmix, allow_zero=True)
-        check_range("mix_prob", self.mix_prob, 0.0, 1.0)
-        check_range("label_smoothing", self.label_smoothing, 0.0, 0.99)
-        self._source: Optional[SourceInfo] = None
-        if is_uri(self.data_dir) and self.dataset != "embedded":
-            if self.download:
-                raise ConfigError("download", "a prepared dataset URI needs no download; "
-                                  "set download: false")
-        elif self.dataset == "npz":
-            if not self.data_dir or not Path(self.data_dir).is_file():
-                raise ConfigError("data_dir", f"dataset 'npz' needs an existing .npz file, got "
-                                  f"{self.data_dir!r}")
-            self._source = inspect_npz(self.data_dir)
-        elif self.dataset == "imagefolder":
-            if not self.data_dir:
-                raise ConfigError("data_dir", "dataset 'imagefolder' needs the folder holding "
-                                  "train/<class>/ and test/<class>/")
-            self._source = inspect_image_folder(self.data_dir)
-        elif self.dataset in ("cifar10", "cifar100") and is_prepared(self.data_dir):
-            if not Path(self.data_dir).is_file():
-                raise ConfigError("data_dir", f"no such file {self.data_dir!r}; create it "
-                                  "with `lipsweep data prepare`")
-        elif self.dataset in ("cifar10", "cifar100") and not self.download:
-            if not self.data_dir or not Path(self.data_dir).is_dir():
-                raise ConfigError("data_dir", f"no such folder {self.data_dir!r} for "
-                                  f"{self.dataset}; point it at a torchvision CIFAR root or a "
-                                  "file from `lipsweep data prepare`, or set download: true")
-
-    @property
-    def num_classes(self) -> int:
-        """Classes of the source: fixed for CIFAR, read from the data for npz/imagefolder.
-
-        An npz behind a URI is read only on the node: it must be a prepared CIFAR-10
-        (:func:`lipsweep.data_remote.fetch_prepared` refuses any other), hence 10."""
-        if self._source:
-            return self._source.num_classes
-        return NUM_CLASSES.get(self.dataset, 10)
-
-    @property
-    def image_size(self) -> int:
-        """Side of the (square) images of the source."""
-        return self._source.image_size if self._source else CIFAR_IMAGE_SIZE
-
-
-@dataclass
 class ImageSplits:
     """uint8 images (N, 3, H, W) and int64 labels for the train split and the eval subset."""
 
@@ -146,18 +51,6 @@ class ImageSplits:
     x_eval: torch.Tensor
     y_eval: torch.Tensor
     eval_indices: torch.Tensor
-
-
-def _load_torchvision(cfg: DataConfig) -> tuple[np.ndarray, ...]:
-    from torchvision import datasets
-
-    cls = datasets.CIFAR10 if cfg.dataset == "cifar10" else datasets.CIFAR100
-    out = []
-    for train in (True, False):
-        ds = cls(root=cfg.data_dir or ".", train=train, download=cfg.download)
-        out += [np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)),
-                np.asarray(ds.targets, dtype=np.int64)]
-    return tuple(out)
 
 
 def eval_subset_indices(n_test: int, size: int, seed: int) -> torch.Tensor:
@@ -180,7 +73,7 @@ def load_splits(cfg: DataConfig) -> ImageSplits:
     elif cfg.dataset == "npz" or is_prepared(cfg.data_dir):  # URIs via the node's cache
         arrays = load_npz(local_source(cfg.data_dir, cfg.dataset))
     else:
-        arrays = _load_torchvision(cfg)
+        arrays = read_torchvision(cfg.dataset, cfg.data_dir or ".", cfg.download)
     x_tr, y_tr, x_te, y_te = (torch.from_numpy(np.asarray(a)) for a in arrays)
     if cfg.train_size:
         x_tr, y_tr = x_tr[:cfg.train_size], y_tr[:cfg.train_size]

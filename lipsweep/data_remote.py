@@ -23,12 +23,14 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from lipsweep.config_base import ConfigError, show
-from lipsweep.data_sources import NPZ_ARRAYS, load_npz
+
+if TYPE_CHECKING:
+    import numpy as np
+# numpy and the npz reader are imported where used: DataConfig (so `lipsweep sweep --dry-run`)
+# calls only is_uri/check_uri/is_prepared here.
 
 _log = logging.getLogger(__name__)
 
@@ -101,27 +103,40 @@ class Manifest:
 
 def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str, np.ndarray]:
     """(x_train, y_train, x_test, y_test) from an .npz or a torchvision CIFAR root folder."""
+    from lipsweep.data_sources import NPZ_ARRAYS, load_npz
+
     if source.suffix == ".npz":  # the npz source's own reader and checks
         try:
             return dict(zip(NPZ_ARRAYS, load_npz(source)))
         except ConfigError as err:
             raise ConfigError("--source", err.message) from None
+    try:
+        arrays = read_torchvision(dataset, str(source), download)
+    except RuntimeError as exc:  # "Dataset not found or corrupted"
+        raise ConfigError("--source", f"{source}: {exc}; pass --download to fetch it "
+                          "there") from None
+    return dict(zip(NPZ_ARRAYS, arrays))
+
+
+def read_torchvision(dataset: str, root: str, download: bool) -> tuple[np.ndarray, ...]:
+    """(x_train, y_train, x_test, y_test) of torchvision's CIFAR-10/100 under ``root``: uint8
+    (N, 3, 32, 32) images and int64 labels. The one reader of a torchvision CIFAR folder (a
+    trial's data and `lipsweep data prepare`); RuntimeError if the folder lacks the dataset."""
+    import numpy as np
     from torchvision import datasets
 
     cls = datasets.CIFAR10 if dataset == "cifar10" else datasets.CIFAR100
-    out: dict[str, np.ndarray] = {}
-    for split, train in (("train", True), ("test", False)):
-        try:
-            ds = cls(root=str(source), train=train, download=download)
-        except RuntimeError as exc:  # "Dataset not found or corrupted"
-            raise ConfigError("--source", f"{source}: {exc}; pass --download to fetch it "
-                              "there") from None
-        out[f"x_{split}"] = np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))
-        out[f"y_{split}"] = np.asarray(ds.targets)
-    return out
+    out: list[np.ndarray] = []
+    for train in (True, False):
+        ds = cls(root=root, train=train, download=download)
+        out += [np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)),
+                np.asarray(ds.targets, dtype=np.int64)]
+    return tuple(out)
 
 
 def _check_arrays(dataset: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import numpy as np
+
     out = {}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
@@ -140,6 +155,8 @@ def _check_arrays(dataset: str, arrays: Mapping[str, np.ndarray]) -> dict[str, n
 def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Manifest:
     """Pack ``source`` into ``dest``/<dataset>.npz plus its manifest; returns the manifest."""
     import io
+
+    import numpy as np
 
     if dataset not in CLASSES:
         raise ConfigError("--dataset", f"must be one of {sorted(CLASSES)}, got {show(dataset)}")

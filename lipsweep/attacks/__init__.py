@@ -11,14 +11,33 @@ FGSM and PGD live in the private modules ``_fgsm`` / ``_pgd``: a public submodul
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from lipsweep.attacks._registry import (create_attack, get_attack_class, is_attack,
                                         list_attacks, register_attack)
-from lipsweep.attacks.base import Attack, attack_mode
-from lipsweep.attacks._fgsm import FGSM, fgsm
-from lipsweep.attacks._pgd import PGD, pgd
-from lipsweep.attacks.autoattack import AutoAttack, AutoAttackResult, AttackStage
 from lipsweep.attacks.config import RobustnessConfig
-from lipsweep.attacks.evaluate import evaluate_robustness
+
+# PEP 562: the torch-backed names load on first use, so a config (and `lipsweep sweep
+# --dry-run`) validates without importing torch.
+_LAZY = {
+    "Attack": "base", "attack_mode": "base", "FGSM": "_fgsm", "fgsm": "_fgsm", "PGD": "_pgd",
+    "pgd": "_pgd", "AutoAttack": "autoattack", "AutoAttackResult": "autoattack",
+    "AttackStage": "autoattack", "evaluate_robustness": "evaluate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Attack", "AttackStage", "AutoAttack", "AutoAttackResult", "FGSM", "PGD",

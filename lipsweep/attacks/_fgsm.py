@@ -33,9 +33,6 @@ class FGSM(Attack):
         >>> adv = FGSM(model, eps=4/255)(x, y)
     """
 
-    metric_prefix = "fgsm"
-    eps_field = "fgsm_eps"
-
     @classmethod
     def from_config(cls, model: nn.Module, eps: float, cfg) -> "FGSM":
         return cls(model, eps, precision=cfg.attack_precision)

@@ -60,9 +60,6 @@ class PGD(Attack):
         >>> adv = PGD(model, eps=4/255, steps=4)(x, y)
     """
 
-    metric_prefix = "pgd"
-    eps_field = "pgd_eps"
-
     def __init__(self, model: nn.Module, eps: float, steps: int = 4,
                  step_size: Optional[float] = None, random_start: bool = True,
                  restarts: int = 1, seed: Optional[int] = None,

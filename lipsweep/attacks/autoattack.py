@@ -39,14 +39,10 @@ from torch import nn
 
 from lipsweep.attacks._registry import register_attack
 from lipsweep.attacks.base import Attack, attack_mode, check_images
+from lipsweep.attacks.config import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
 
 _log = logging.getLogger(__name__)
 
-AA_ATTACKS = ("apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t")
-"""Attack names pyautoattack understands."""
-STANDARD_ATTACKS = ("apgd-ce", "apgd-t", "fab-t", "square")
-"""The standard version's attacks, in its running order."""
-STANDARD_ITERS = 100
 DEFAULT_ITERS = 10
 """The paper's iterations per attack (Sec. 5)."""
 
@@ -117,9 +113,6 @@ class AutoAttack(Attack):
         >>> res = AutoAttack(model, eps=2/255).run(x, y)
         >>> res.robust_accuracy, [(s.attack, s.n_attacked, s.seconds) for s in res.stages]
     """
-
-    metric_prefix = "aa"
-    eps_field = "aa_eps"
 
     def __init__(self, model: nn.Module, eps: float, version: str = "custom",
                  attacks: Optional[Sequence[str]] = None, iters: Optional[int] = None,

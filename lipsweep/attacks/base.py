@@ -22,7 +22,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-PRECISIONS = ("fp32", "bf16")
+from lipsweep.attacks.config import PRECISIONS
 
 
 @contextlib.contextmanager

@@ -9,12 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from lipsweep.attacks._registry import get_attack_class, list_attacks
-from lipsweep.attacks.autoattack import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
-from lipsweep.attacks.base import PRECISIONS
+from lipsweep.attacks._registry import attack_vocab, list_attacks
 from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
 from lipsweep.config_base import (ConfigError, check_choice, check_int, check_max, check_positive,
                                   check_range, show)
+
+# Torch-free: configs (and `lipsweep sweep --dry-run`) validate without importing torch.
+PRECISIONS = ("fp32", "bf16")
+"""Precisions of the attacks' forward/backward passes."""
+AA_ATTACKS = ("apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t")
+"""Attack names pyautoattack understands."""
+STANDARD_ATTACKS = ("apgd-ce", "apgd-t", "fab-t", "square")
+"""The standard version's attacks, in its running order."""
+STANDARD_ITERS = 100
 
 # Upper bounds; the reason goes into the error (a typo such as aa_iters 1e9 would run forever).
 _MAX = {"pgd_steps": (10_000, "the paper runs 4"),
@@ -92,7 +99,7 @@ class RobustnessConfig:
         if len(set(self.attacks)) != len(self.attacks):
             raise ConfigError("attacks", f"has duplicates: {show(list(self.attacks))}")
         for name in list_attacks():
-            eps_field = get_attack_class(name).eps_field
+            eps_field = attack_vocab(name).eps_field
             _check_eps_list(eps_field, getattr(self, eps_field))
             if name in self.attacks and not getattr(self, eps_field):
                 raise ConfigError(eps_field, f"is empty but attacks includes {name!r}; give at "
@@ -135,6 +142,6 @@ class RobustnessConfig:
         """The accuracy metrics this suite reports, in order (``acc_clean`` first)."""
         names = [ACC_CLEAN]
         for name in self.attacks:
-            cls = get_attack_class(name)
-            names += [attack_metric(cls.metric_prefix, n) for n in getattr(self, cls.eps_field)]
+            vocab = attack_vocab(name)
+            names += [attack_metric(vocab.metric_prefix, n) for n in getattr(self, vocab.eps_field)]
         return names

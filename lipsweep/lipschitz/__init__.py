@@ -18,22 +18,43 @@ Public API:
 """
 from __future__ import annotations
 
-from lipsweep.lipschitz._registry import (Estimator, create_estimator, is_estimator,
-                                          list_estimators, register_estimator)
+import importlib
+from typing import Any
+
 from lipsweep.lipschitz.config import LipschitzConfig
-from lipsweep.lipschitz.head_bounds import (BOUNDS, HeadLinearization, HeadWeights,
-                                            head_bounds_at, head_exact_norm, head_forward,
-                                            head_probs, head_weights, measure_head_bounds)
-from lipsweep.lipschitz.jacobian import (EXACT_MAX_CLASSES, ROUTES, JacobianNormResult,
-                                         jacobian_norm_result, jacobian_spectral_norm,
-                                         resolve_route)
-from lipsweep.lipschitz.softmax_jacobian import (g1, softmax_jacobian_matrix,
-                                                 softmax_jacobian_norm, softmax_jacobian_stats,
-                                                 softmax_ratio)
-from lipsweep.lipschitz.token_jacobian import (token_jacobian_norm_result,
-                                               token_jacobian_spectral_norm)
-from lipsweep.lipschitz import estimators as _estimators  # noqa: F401  (registers them)
-from lipsweep.lipschitz.summary import lipschitz_summary
+
+# PEP 562: the torch-backed names load on first use, so a config (and `lipsweep sweep
+# --dry-run`) validates without importing torch. The first one loads every module below, the
+# built-in estimators' registration included.
+_MODULES = {
+    "_registry": ("Estimator", "create_estimator", "is_estimator", "list_estimators",
+                  "register_estimator"),
+    "head_bounds": ("BOUNDS", "HeadLinearization", "HeadWeights", "head_bounds_at",
+                    "head_exact_norm", "head_forward", "head_probs", "head_weights",
+                    "measure_head_bounds"),
+    "jacobian": ("EXACT_MAX_CLASSES", "ROUTES", "JacobianNormResult", "jacobian_norm_result",
+                 "jacobian_spectral_norm", "resolve_route"),
+    "softmax_jacobian": ("g1", "softmax_jacobian_matrix", "softmax_jacobian_norm",
+                         "softmax_jacobian_stats", "softmax_ratio"),
+    "token_jacobian": ("token_jacobian_norm_result", "token_jacobian_spectral_norm"),
+    "estimators": (),  # registers the built-in estimators
+    "summary": ("lipschitz_summary",),
+}
+_LAZY = {name: mod for mod, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    for mod, names in _MODULES.items():
+        module = importlib.import_module(f"{__name__}.{mod}")
+        globals().update({n: getattr(module, n) for n in names})
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "BOUNDS", "EXACT_MAX_CLASSES", "Estimator", "HeadLinearization", "HeadWeights",

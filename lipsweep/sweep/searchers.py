@@ -5,11 +5,15 @@ Both classes live at module level because Tune pickles the searcher into the exp
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ray.tune.search.optuna import OptunaSearch
 
-from lipsweep.regularizers import list_regularizers
+from lipsweep.config_base import ConfigError
+from lipsweep.sweep.space import SearchSpace, normalise_trial, parse_space
+
+_log = logging.getLogger(__name__)
 
 
 class FinalResultOptuna(OptunaSearch):
@@ -26,39 +30,30 @@ class FinalResultOptuna(OptunaSearch):
 
 
 class OptunaSpace:
-    """Define-by-run space for Optuna mirroring a ``search.space`` mapping (see space.py).
+    """Define-by-run space for Optuna over a ``search.space`` (see space.py).
 
-    Keys named after a regularizer hold that regularizer's settings and are suggested only when
-    it is drawn, under the name ``<regularizer>.<key>`` so Optuna sees each branch separately.
+    It draws through the same parsed :class:`~lipsweep.sweep.space.SearchSpace` as the random
+    searcher (so both read the distribution syntax one way), and hands Tune the normalised flat
+    config (:func:`~lipsweep.sweep.space.normalise_trial`): the MLflow params and
+    ``config.json`` are then the same settings under either searcher.
     """
 
-    def __init__(self, fixed: dict[str, Any], space: dict[str, Any]) -> None:
+    def __init__(self, fixed: dict[str, Any], space: SearchSpace | dict[str, Any],
+                 path: str = "search.space") -> None:
         self.fixed = dict(fixed)
-        self.space = dict(space)
+        self.space = space if isinstance(space, SearchSpace) else parse_space(space, path)
 
-    @staticmethod
-    def suggest(trial: Any, name: str, dist: Any) -> Any:
-        if not isinstance(dist, dict) or len(dist) != 1:
-            return dist  # a constant
-        kind, args = next(iter(dist.items()))
-        if kind == "choice":
-            return trial.suggest_categorical(name, args)
-        lo, hi = float(args[0]), float(args[1])
-        if kind == "loguniform":
-            return trial.suggest_float(name, lo, hi, log=True)
-        if kind == "uniform":
-            return trial.suggest_float(name, lo, hi)
-        if kind == "randint":
-            return trial.suggest_int(name, int(lo), int(hi) - 1)
-        return trial.suggest_int(name, int(round(lo)), int(round(hi)))
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Tune's experiment state of a sweep started before the space was parsed holds the
+        raw mapping: parse it on restore (``--resume``)."""
+        self.__dict__.update(state)
+        if not isinstance(self.space, SearchSpace):
+            self.space = parse_space(self.space, "search.space")
 
     def __call__(self, trial: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, dist in self.space.items():
-            if key not in list_regularizers():
-                out[key] = self.suggest(trial, key, dist)
-        branch = self.space.get(out.get("regularizer"))
-        if isinstance(branch, dict):
-            for key, dist in branch.items():
-                out[key] = self.suggest(trial, f"{out['regularizer']}.{key}", dist)
-        return {"trial": {**self.fixed, **out}}
+        flat = {**self.fixed, **self.space.suggest(trial)}
+        try:
+            return {"trial": normalise_trial(flat)}
+        except ConfigError as err:  # load_space checked 16 draws; this trial fails with it
+            _log.warning("optuna drew an invalid trial: %s", err.format())
+            return {"trial": flat}

@@ -1,0 +1,162 @@
+"""Model settings (torch-free): what :func:`lipsweep.models.create_model` builds.
+
+Kept apart from the ``nn.Module`` code so that a trial config (and ``lipsweep sweep --dry-run``)
+validates without importing torch or timm; the paper's overrides are in Sec. 5.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from lipsweep.config_base import (ConfigError, absolute_path, check_choice, check_max,
+                                  check_positive, show)
+
+# Upper bounds (the reason goes into the error): a typo such as embed_dim 1e9 must not reach
+# an allocation. timm's largest ViTs have 48 blocks, width 3,072 and 1-3 billion parameters.
+MAX_IMG_SIZE = 2048
+MAX_TOKENS = 128 * 128 + 1
+MAX_DEPTH = 128
+MAX_EMBED_DIM = 8192
+MAX_HEADS = 256
+MAX_CLASSES = 100_000
+MAX_BLOCK_PARAMS = 8 * 10**9
+_BOUND_WHY = {
+    "img_size": "tokens and memory grow with its square",
+    "num_classes": "ImageNet-21k has 21,843",
+    "depth": "timm's deepest ViT has 48 blocks",
+    "embed_dim": "timm's widest ViT is 3,072; parameters grow with its square",
+    "num_heads": "32 channels per head at the largest embed_dim, 8,192",
+}
+
+NORMALIZATIONS: dict[str, Optional[tuple[tuple[float, ...], tuple[float, ...]]]] = {
+    "pretrained": None,
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+}
+"""Pixel (mean, std) by name; ``pretrained`` is the checkpoint's own (timm's pretrained cfg).
+The CIFAR values are Hu et al.'s (``train/utils.py`` of its public code)."""
+
+PATCH_RESAMPLE = ("timm", "sum_pool")
+
+
+def list_vit_models() -> list[str]:
+    """Names of timm's plain ViT architectures (``vision_transformer`` module)."""
+    import timm
+
+    return sorted(n for n in timm.list_models(module="vision_transformer") if n.startswith("vit_"))
+
+
+@dataclass
+class ModelConfig:
+    """What to build: a timm ViT, resized for small images as in the paper (Sec. 5)."""
+
+    model: str = "vit_tiny_patch16_224"
+    """timm architecture name (any ``vit_*`` of timm's vision_transformer module), optionally with
+    a pretrained tag, e.g. ``vit_base_patch16_224.orig_in21k_ft_in1k`` (original ViT-B/16)."""
+    img_size: int = 32
+    """Input resolution in pixels (square)."""
+    patch_size: int = 4
+    """Patch size; must divide img_size. 32px / patch 4 gives 64 patches + CLS = 65 tokens."""
+    num_classes: int = 10
+    """Number of output logits."""
+    qkv_bias: bool = False
+    """Keep biases on the q/k/v projections (the paper removes them)."""
+    depth: Optional[int] = None
+    """Override the number of blocks (None keeps the architecture's)."""
+    embed_dim: Optional[int] = None
+    """Override the token width (None keeps the architecture's)."""
+    num_heads: Optional[int] = None
+    """Override the number of heads (None keeps the architecture's)."""
+    pretrained: str = ""
+    """'' for random init, 'hub' for timm's hub weights, or a path to a local weights file."""
+    drop_path: float = 0.0
+    """Stochastic depth rate."""
+    normalization: str = "pretrained"
+    """Pixel mean/std inside the model: 'pretrained' (the checkpoint's; 0.5/0.5 for ViT-B),
+    'cifar10' or 'cifar100' (the dataset's mean/std, as in Hu et al.'s code)."""
+    patch_resample: str = "timm"
+    """How pretrained weights meet a smaller patch: 'timm' (timm's PI-resize of the kernel,
+    bicubic position embedding) or 'sum_pool' (Hu et al.: the 16x16 kernel sum-pooled to the
+    new patch size, the position grid resized bilinearly)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model.startswith("vit_"):
+            raise ConfigError("model", f"{show(self.model)} is not a timm ViT name (vit_*); "
+                              "see `lipsweep models` for the list")
+        check_positive("img_size", self.img_size)
+        check_max("img_size", self.img_size, MAX_IMG_SIZE, _BOUND_WHY["img_size"])
+        check_positive("patch_size", self.patch_size)
+        check_positive("num_classes", self.num_classes)
+        check_max("num_classes", self.num_classes, MAX_CLASSES, _BOUND_WHY["num_classes"])
+        if self.img_size % self.patch_size:
+            raise ConfigError("patch_size", f"{self.patch_size} does not divide img_size "
+                              f"{self.img_size}")
+        if self.num_tokens > MAX_TOKENS:
+            raise ConfigError("patch_size", f"{self.img_size // self.patch_size}^2 patches + "
+                              f"CLS = {self.num_tokens:,} tokens exceeds {MAX_TOKENS:,} "
+                              "(attention memory grows with the square of the tokens)")
+        limits = {"depth": MAX_DEPTH, "embed_dim": MAX_EMBED_DIM, "num_heads": MAX_HEADS}
+        for name in ("depth", "embed_dim", "num_heads"):
+            if getattr(self, name) is not None:
+                check_positive(name, getattr(self, name))
+                check_max(name, getattr(self, name), limits[name], _BOUND_WHY[name])
+        if self.depth is not None and self.embed_dim is not None \
+                and 12 * self.depth * self.embed_dim ** 2 > MAX_BLOCK_PARAMS:
+            raise ConfigError("embed_dim", f"depth {self.depth} x embed_dim {self.embed_dim} "
+                              f"makes about {12 * self.depth * self.embed_dim ** 2:.2g} "
+                              f"parameters, more than {MAX_BLOCK_PARAMS:.0g} (about 3x timm's "
+                              "largest ViT; 32 GB of fp32 weights)")
+        if self.embed_dim is not None and self.num_heads is not None \
+                and self.embed_dim % self.num_heads:
+            raise ConfigError("num_heads", f"{self.num_heads} does not divide embed_dim "
+                              f"{self.embed_dim}")
+        if not 0.0 <= self.drop_path < 1.0:
+            raise ConfigError("drop_path", f"must be in [0, 1), got {self.drop_path}")
+        check_choice("normalization", self.normalization, tuple(NORMALIZATIONS))
+        check_choice("patch_resample", self.patch_resample, PATCH_RESAMPLE)
+        if self.pretrained not in ("", "hub"):  # absolute: Tune workers run elsewhere
+            self.pretrained = absolute_path("pretrained", self.pretrained)
+            if not Path(self.pretrained).is_file():
+                raise ConfigError("pretrained", f"no such weights file: {show(self.pretrained)}"
+                                  ". Use 'hub' to download from the Hugging Face hub, '' for "
+                                  "random init, or a path to a local .safetensors/.pth file")
+            check_weights_file(self.pretrained)
+
+    def validate_name(self) -> None:
+        """Check the architecture exists in the installed timm (imports timm)."""
+        import timm
+
+        if not timm.is_model(self.model):
+            close = [n for n in list_vit_models() if self.model.split("_")[1] in n][:5]
+            raise ConfigError("model", f"unknown timm model {show(self.model)}; e.g. {close}")
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens per image: patches plus the CLS token."""
+        return (self.img_size // self.patch_size) ** 2 + 1
+
+
+def check_weights_file(path: str) -> None:
+    """Refuse a ``pretrained`` file that timm cannot load, before anything is written: a
+    ``*.safetensors`` file needs a well-formed safetensors header; any other name is read by
+    timm with ``torch.load(weights_only=True)`` and must be a ``torch.save`` zip archive."""
+    import zipfile
+
+    from lipsweep._safetensors import HeaderError, read_header
+
+    try:
+        with open(path, "rb") as fh:
+            if path.endswith(".safetensors"):
+                read_header(fh, os.fstat(fh.fileno()).st_size)
+                return
+            names = zipfile.ZipFile(fh).namelist() if zipfile.is_zipfile(fh) else []
+    except HeaderError as exc:
+        raise ConfigError("pretrained", f"{show(path)} is not a safetensors file ({exc})") \
+            from None
+    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise ConfigError("pretrained", f"cannot read {show(path)}: {exc}") from None
+    if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        raise ConfigError("pretrained", f"{show(path)} is neither a .safetensors file nor a "
+                          "torch.save archive (.pth/.pt/.bin); convert the weights to one")
