@@ -26,7 +26,7 @@ def smoke_space_path() -> Path:
 
 def run_demo(args: argparse.Namespace) -> int:
     from lipsweep.__main__ import build_parser
-    from lipsweep.review import run_export_command, run_pareto_command
+    from lipsweep.decide.commands import run_export_command, run_pareto_command
     from lipsweep.sweep.cli import resolve_storage, run_sweep_command
     from lipsweep.sweep.driver import experiment_path, storage_exists
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 from lipsweep.tracking import (FINISHED, READ_RETRIES, TAG_KIND, Tracker, TrackingError,
                                check_tracking_uri, redact_uri)
 
-_log = logging.getLogger("lipsweep.review")
+_log = logging.getLogger("lipsweep.decide.commands")
 
 
 @dataclass
