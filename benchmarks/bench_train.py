@@ -33,7 +33,7 @@ def measure(cfg: TrialConfig, fused: bool, steps: int) -> float:
     opt = build_optimizer(model, cfg.optim)
     splits = load_splits(cfg.data)
     batches = list(train_batches(splits, cfg.optim.batch_size, seed=0, epoch=1))[:steps + 2]
-    kw = dict(optim_cfg=cfg.optim, data_cfg=cfg.data, num_classes=10,
+    kw = dict(optim_cfg=cfg.optim, data_cfg=cfg.data,
               device=torch.device("cpu"), precision="fp32", gen=torch.Generator().manual_seed(0),
               mixup=None, step0=0, steps_per_epoch=steps, epoch=1)
     train_one_epoch(model, reg, opt, batches[:2], **kw)  # warm-up

@@ -312,7 +312,7 @@ def train_steps(model: torch.nn.Module, regularizer: Regularizer,
     optim_cfg = optim_cfg or OptimConfig(lr=0.01)
     n = steps_per_epoch or len(batches)
     return train_one_epoch(model, regularizer, optimizer, batches, optim_cfg=optim_cfg,
-                           data_cfg=DataConfig(), num_classes=num_classes, device=device,
+                           data_cfg=DataConfig(), device=device,
                            precision=precision, gen=torch.Generator().manual_seed(epoch),
                            mixup=None, step0=(epoch - 1) * n, steps_per_epoch=n, epoch=epoch)
 

@@ -38,20 +38,20 @@ def free_port() -> int:
 
 def find_runs(tracking_uri: str, experiment: str, child: str | None) -> tuple[str, str]:
     """(experiment id, run id) of the sweep's parent run, or of the child run named ``child``."""
-    from mlflow.tracking import MlflowClient
+    from lipsweep.tracking import TrackingReader
 
-    client = MlflowClient(tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
+    reader = TrackingReader(tracking_uri, experiment)
+    exp_id = reader.existing_experiment_id()
+    if exp_id is None:
         sys.exit(f"error: no experiment {experiment!r} in {tracking_uri}")
     kind = "trial" if child else "sweep"
-    runs = client.search_runs([exp.experiment_id], f"tags.`lipsweep.kind` = '{kind}'",
-                              order_by=["attributes.start_time DESC"])
+    runs = sorted(reader.search(f"tags.`lipsweep.kind` = '{kind}'", exp_id),
+                  key=lambda r: r.info.start_time or 0, reverse=True)
     if child:
         runs = [r for r in runs if r.info.run_name == child or r.info.run_id == child]
     if not runs:
         sys.exit(f"error: no {kind} run {child or ''} in experiment {experiment!r}")
-    return exp.experiment_id, runs[0].info.run_id
+    return exp_id, runs[0].info.run_id
 
 
 def wait_http(url: str, timeout: float) -> None:

@@ -250,13 +250,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
-    from lipsweep.review import run_pareto_command
+    from lipsweep.decide.commands import run_pareto_command
 
     return run_pareto_command(args)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from lipsweep.review import run_export_command
+    from lipsweep.decide.commands import run_export_command
 
     return run_export_command(args)
 

@@ -49,10 +49,6 @@ class QKRecorder:
         self._handles: list = []
         self.attach()
 
-    @property
-    def attached(self) -> bool:
-        return bool(self._handles)
-
     def attach(self) -> None:
         if self._handles:
             return

@@ -153,14 +153,3 @@ def train_to_device(splits: ImageSplits, device: torch.device) -> ImageSplits:
 def num_train_batches(splits: ImageSplits, batch_size: int, drop_last: bool = True) -> int:
     n = len(splits.x_train)
     return n // batch_size if drop_last and n >= batch_size else -(-n // batch_size)
-
-
-def eval_batches(x: torch.Tensor, y: torch.Tensor,
-                 batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    for i in range(0, len(x), batch_size):
-        yield x[i:i + batch_size], y[i:i + batch_size]
-
-
-def describe(cfg: DataConfig, splits: Optional[ImageSplits] = None) -> str:
-    tail = f" ({len(splits.x_train)} train / {len(splits.x_eval)} eval)" if splits else ""
-    return f"{cfg.dataset}{tail}"

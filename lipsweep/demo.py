@@ -8,9 +8,11 @@ the same sweep instead of starting a second one.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 
 def smoke_space_path() -> Path:
@@ -24,32 +26,49 @@ def smoke_space_path() -> Path:
     return repo
 
 
+def sweep_args(space: str, experiment: str, storage: str, tracking_uri: str, resume: bool,
+               num_cpus: Optional[int]) -> argparse.Namespace:
+    """The options of ``lipsweep sweep SPACE --experiment E --storage S --tracking-uri U
+    [--resume] [--num-cpus N]``, every other flag at its default (a test pins the parity)."""
+    return argparse.Namespace(
+        verbose=False, command="sweep", space=space, experiment=experiment, storage=storage,
+        resume=resume, max_concurrent_trials=None, dry_run=False,
+        ray_address=os.environ.get("RAY_ADDRESS"), num_cpus=num_cpus, status_every=30.0,
+        dashboard=False, tracking_uri=tracking_uri)
+
+
+def pareto_args(experiment: str, tracking_uri: str) -> argparse.Namespace:
+    """The options of ``lipsweep pareto --experiment E --tracking-uri U``."""
+    return argparse.Namespace(verbose=False, command="pareto", experiment=experiment,
+                              objective=None, tracking_uri=tracking_uri)
+
+
+def export_args(experiment: str, tracking_uri: str, out: str) -> argparse.Namespace:
+    """The options of ``lipsweep export --experiment E --tracking-uri U --out O --force``."""
+    return argparse.Namespace(verbose=False, command="export", experiment=experiment, out=out,
+                              run_id=None, select=None, objective=None, force=True,
+                              register=None, tracking_uri=tracking_uri)
+
+
 def run_demo(args: argparse.Namespace) -> int:
-    from lipsweep.__main__ import build_parser
-    from lipsweep.review import run_export_command, run_pareto_command
-    from lipsweep.sweep.cli import resolve_storage, run_sweep_command
-    from lipsweep.sweep.driver import experiment_path, storage_exists
+    from lipsweep.core.storage import experiment_path, resolve_storage, storage_exists
+    from lipsweep.decide.commands import run_export_command, run_pareto_command
+    from lipsweep.sweep.cli import run_sweep_command
 
     space = args.space or str(smoke_space_path())
     storage = resolve_storage(args.storage)
     resume = storage_exists(experiment_path(storage, args.experiment))
-    parser = build_parser()
-    common = ["--experiment", args.experiment, "--tracking-uri", args.tracking_uri]
     t0 = time.perf_counter()
-    sweep_argv = ["sweep", space, "--storage", storage, *common]
-    if resume:
-        sweep_argv.append("--resume")
-    if args.num_cpus:
-        sweep_argv += ["--num-cpus", str(args.num_cpus)]
-    rc = run_sweep_command(parser.parse_args(sweep_argv))
+    rc = run_sweep_command(sweep_args(space, args.experiment, storage, args.tracking_uri,
+                                      resume, args.num_cpus))
     if rc != 0:
         sys.stdout.write("demo: the sweep did not finish every trial; see above\n")
         return rc
     t_sweep = time.perf_counter() - t0
     sys.stdout.write("\n== Pareto front ==\n")
-    run_pareto_command(parser.parse_args(["pareto", *common]))
+    run_pareto_command(pareto_args(args.experiment, args.tracking_uri))
     sys.stdout.write("\n== Export ==\n")
-    run_export_command(parser.parse_args(["export", *common, "--out", args.out, "--force"]))
+    run_export_command(export_args(args.experiment, args.tracking_uri, args.out))
     from lipsweep.tracking import redact_uri
 
     uri = redact_uri(args.tracking_uri)  # shown, so without user:password@

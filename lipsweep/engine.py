@@ -150,7 +150,7 @@ def train_step(model: nn.Module, regularizer: Regularizer, optimizer: torch.opti
 
 def train_one_epoch(model: nn.Module, regularizer: Regularizer, optimizer: torch.optim.Optimizer,
                     batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
-                    optim_cfg: OptimConfig, data_cfg: DataConfig, num_classes: int,
+                    optim_cfg: OptimConfig, data_cfg: DataConfig,
                     device: torch.device, precision: str, gen: torch.Generator,
                     mixup: Optional[Callable], step0: int, steps_per_epoch: int, epoch: int,
                     on_step: Optional[Callable[[int], None]] = None, seed: int = 0,

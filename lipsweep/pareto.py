@@ -34,15 +34,20 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from lipsweep.config_base import ConfigError
 from lipsweep.regularizers import find_spec, shown_params
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lipsweep.selection import Selection
+
+class SelectionLike(Protocol):
+    """What :func:`pareto_json` needs of :class:`lipsweep.selection.Selection` (selection
+    imports this module, not the other way round)."""
+
+    def as_dict(self) -> dict[str, Any]: ...
+
 
 DIRECTIONS = ("max", "min")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-/]+(?: [A-Za-z0-9_.\-/]+)*$")  # MLflow metric characters
@@ -380,7 +385,7 @@ def front_table(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[in
 
 def pareto_json(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[int] | np.ndarray,
                 objectives: Sequence[Objective | str] = DEFAULT_OBJECTIVES,
-                selection: "Selection | None" = None) -> dict[str, Any]:
+                selection: SelectionLike | None = None) -> dict[str, Any]:
     """JSON-serialisable summary for the ``pareto.json`` artifact (strict JSON: no NaN/inf).
 
     Deterministic and independent of the order of ``records``: runs are sorted by (rank, run_id),

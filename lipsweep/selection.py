@@ -13,8 +13,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lipsweep.config_base import ConfigError
-from lipsweep.pareto import (DIRECTIONS, Objective, Trial, _as_float, as_trials, check_ranks,
-                             fmt_value, metric_value)
+from lipsweep.pareto import (DIRECTIONS, Objective, Trial, as_trials, check_ranks, fmt_value,
+                             metric_value)
 
 DEFAULT_SELECT_RULE = "pgd4-within-clean:1.0"
 TIE_BREAK: tuple[Objective, ...] = (Objective("acc_aa_2", "max"),
@@ -40,8 +40,11 @@ def _rule_error(rule: str, msg: str) -> ConfigError:
 
 
 def _points(rule: str, s: str) -> float:
-    x = _as_float(s)
-    if x is None or not math.isfinite(x) or x < 0:
+    try:
+        x = float(s)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or x < 0:
         raise _rule_error(rule, f"X must be a number >= 0, got {s!r}")
     return x
 

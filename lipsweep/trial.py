@@ -158,7 +158,7 @@ def run_trial(cfg: TrialConfig, out_dir: Path, callbacks: Optional[TrialCallback
                            desc=f"epoch {epoch}/{cfg.optim.epochs}", file=sys.stderr)
         stats = train_one_epoch(train_model, regularizer, optimizer, batches,
                                 optim_cfg=cfg.optim, data_cfg=cfg.data,
-                                num_classes=cfg.model.num_classes, device=device,
+                                device=device,
                                 precision=cfg.run.precision, gen=gen, mixup=mixup,
                                 step0=(epoch - 1) * steps_per_epoch,
                                 steps_per_epoch=steps_per_epoch, epoch=epoch,

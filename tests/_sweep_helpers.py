@@ -62,16 +62,22 @@ def sweep_cmd(tmp_path: Path, space: Path, *extra: str, tracking_uri: Optional[s
             "--tracking-uri", tracking_uri or sqlite_uri(tmp_path), *extra]
 
 
-def client(tracking_uri: str):
+def client(tracking_uri: str, experiment: str = "exp"):
+    """lipsweep's one read API on ``experiment`` (tests read MLflow through it)."""
+    from lipsweep.tracking import TrackingReader
+
+    return TrackingReader(tracking_uri, experiment)
+
+
+def mlflow_client(tracking_uri: str):
+    """A raw ``MlflowClient``, only to write the fixture stores tests build themselves."""
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri)
 
 
 def runs(tracking_uri: str, experiment: str = "exp") -> list:
-    c = client(tracking_uri)
-    exp = c.get_experiment_by_name(experiment)
-    return [] if exp is None else c.search_runs([exp.experiment_id], max_results=1000)
+    return client(tracking_uri, experiment).runs()
 
 
 def children(tracking_uri: str) -> list:

@@ -70,7 +70,7 @@ def _epoch(flat: dict, trap: SyncTrap, check_every: int) -> dict[str, float]:
     try:
         return train_one_epoch(
             model, reg, opt, train_batches(splits, cfg.optim.batch_size, 0, 1),
-            optim_cfg=cfg.optim, data_cfg=cfg.data, num_classes=10, device=device,
+            optim_cfg=cfg.optim, data_cfg=cfg.data, device=device,
             precision="fp32", gen=gen, mixup=create_mixup(cfg.data, 10), step0=0,
             steps_per_epoch=3, epoch=1, seed=0, nonfinite_check_every=check_every)
     finally:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from _sweep_helpers import (ROOT, TINY_FLAT, children, client, parents, ray_sandbox,
-                            sqlite_uri, sweep_cmd, write_space)
+from _sweep_helpers import (ROOT, TINY_FLAT, children, client, mlflow_client, parents,
+                            ray_sandbox, sqlite_uri, sweep_cmd, write_space)
 
 pytestmark = pytest.mark.faults
 
@@ -49,7 +49,7 @@ def _files(folder: Path) -> set[str]:
 
 def _store(tmp_path: Path, experiment: str | None = None) -> str:
     uri = sqlite_uri(tmp_path)
-    c = client(uri)
+    c = mlflow_client(uri)
     if experiment:
         c.create_experiment(experiment)
     else:
@@ -157,13 +157,13 @@ def test_two_new_parents_for_one_sweep_the_later_one_backs_off(tmp_path):
     uri = sqlite_uri(tmp_path)
     tracker = Tracker(uri, "exp")
     tags = {TAG_KIND: "sweep", TAG_SWEEP_DIR: "s3://b/exp"}
-    a = tracker.client.create_run(tracker.experiment_id, tags={**tags, TAG_OWNER: "h 1 T"})
+    a = tracker.create_run(None, {**tags, TAG_OWNER: "h 1 T"})
     time.sleep(0.01)
-    b = tracker.client.create_run(tracker.experiment_id, tags=tags)
+    b = tracker.create_run(None, tags)
     with pytest.raises(SweepBusy, match=f"host h, pid 1, since T|h 1 T"):
-        tracker._check_sole_parent("s3://b/exp", b.info.run_id)
-    tracker._check_sole_parent("s3://b/exp", a.info.run_id)  # the first one stays
-    assert [r.info.run_id for r in parents(uri)] == [a.info.run_id]
+        tracker._check_sole_parent("s3://b/exp", b)
+    tracker._check_sole_parent("s3://b/exp", a)  # the first one stays
+    assert [r.info.run_id for r in parents(uri)] == [a]
 
 
 def test_sqlite_schema_is_created_under_a_file_lock(tmp_path):
@@ -178,7 +178,7 @@ def test_sqlite_schema_is_created_under_a_file_lock(tmp_path):
     fcntl.flock(holder, fcntl.LOCK_EX)
     inode = os.stat(lock_file).st_ino
     tracker = Tracker(sqlite_uri(tmp_path), "exp", buffer_writes=True)
-    t = threading.Thread(target=lambda: tracker.client, daemon=True)
+    t = threading.Thread(target=tracker.existing_experiment_id, daemon=True)
     t.start()
     try:
         deadline = time.monotonic() + 120
@@ -198,7 +198,7 @@ def test_sqlite_schema_is_created_under_a_file_lock(tmp_path):
 
 # -- item 5: no credential shown or stored -----------------------------------------------------
 def test_credentials_in_the_tracking_uri_are_never_shown_or_stored(tmp_path):
-    from lipsweep.review import export_run
+    from lipsweep.decide.commands import export_run
     from lipsweep.tracking import Tracker, TrackingError, redact_uri
 
     assert redact_uri(f"http://alice:{SECRET}@h:5000/x") == "http://***@h:5000/x"
@@ -231,7 +231,7 @@ def test_credentials_in_the_tracking_uri_are_never_shown_or_stored(tmp_path):
     save_file(create_model(cfg.model).state_dict(), str(ckpt / "model.safetensors"))
     (ckpt / "config.json").write_text(json.dumps(cfg.to_flat()))
     uri = _store(tmp_path, "e")
-    c = client(uri)
+    c = mlflow_client(uri)
     run = c.create_run(c.get_experiment_by_name("e").experiment_id)
     c.log_artifacts(run.info.run_id, str(ckpt), "checkpoint")
     c.log_metric(run.info.run_id, "acc_clean", 50.0)
@@ -303,7 +303,7 @@ def test_read_commands_never_create_an_experiment(tmp_path):
     for argv in (["pareto"], ["export", "--out", str(tmp_path / "out")]):
         proc = _cli(tmp_path, *argv, "--experiment", "nope", "--tracking-uri", uri)
         _one_error_line(proc, "--experiment nope: no experiment 'nope'")
-    assert [e.name for e in client(uri).search_experiments()] == ["Default"]
+    assert client(uri).experiment_names() == ["Default"]
     assert _files(tmp_path) == before
 
 

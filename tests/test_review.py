@@ -51,15 +51,14 @@ def swept(tmp_path_factory) -> Path:
 
 
 def _client(d: Path):
-    from mlflow.tracking import MlflowClient
+    from lipsweep.tracking import TrackingReader
 
-    return MlflowClient(tracking_uri=f"sqlite:///{d / 'mlflow.db'}")
+    return TrackingReader(f"sqlite:///{d / 'mlflow.db'}", "rv")
 
 
 def _state(d: Path):
     c = _client(d)
-    exp = c.get_experiment_by_name("rv")
-    rs = c.search_runs([exp.experiment_id])
+    rs = c.runs()
     kids = sorted((r for r in rs if r.data.tags.get("lipsweep.kind") == "trial"),
                   key=lambda r: r.info.run_id)
     parent = next(r for r in rs if r.data.tags.get("lipsweep.kind") == "sweep")

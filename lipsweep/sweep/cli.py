@@ -3,28 +3,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lipsweep.config_base import ConfigError, show
+from lipsweep.core.storage import resolve_storage
 
 if TYPE_CHECKING:
     from lipsweep.sweep.space import SweepSpec
 
 _log = logging.getLogger("lipsweep.sweep")
-
-
-def default_storage() -> str:
-    return os.environ.get("LIPSWEEP_STORAGE", str(Path("ray_results").resolve()))
-
-
-def resolve_storage(raw: str | None) -> str:
-    storage = raw or default_storage()
-    if "://" not in storage:
-        storage = str(Path(storage).expanduser().resolve())
-    return storage
 
 
 def preflight(spec: "SweepSpec") -> None:
@@ -44,15 +32,9 @@ def check_experiment_name(name: str) -> None:
         raise ConfigError("--experiment", f"must be letters, digits, - or _, got {show(name)}")
 
 
-def check_storage(storage: str) -> None:
-    """A --storage path that MLflow filters (quoted) and Tune can hold."""
-    if any(c in storage for c in "'\"`") or not storage.isprintable():
-        raise ConfigError("--storage", f"must not contain quotes or control characters, got "
-                          f"{show(storage)}")
-
-
-def validate_sweep_options(args: argparse.Namespace, experiment: str) -> None:
-    """Every option of ``lipsweep sweep``, checked before anything is written or started."""
+def validate_sweep_options(args: argparse.Namespace, experiment: str) -> str:
+    """Every option of ``lipsweep sweep``, checked before anything is written or started;
+    returns the resolved storage (checked once, here)."""
     from lipsweep.sweep.driver import parse_ray_address
     from lipsweep.tracking import check_tracking_uri
 
@@ -61,31 +43,29 @@ def validate_sweep_options(args: argparse.Namespace, experiment: str) -> None:
         if value is not None and value < 1:
             raise ConfigError(flag, f"must be >= 1, got {value}")
     check_experiment_name(experiment)
-    if args.storage is not None:
-        check_storage(args.storage)
+    storage = resolve_storage(args.storage)
     check_tracking_uri(args.tracking_uri, must_exist=False)
     if args.ray_address:
         parse_ray_address(args.ray_address)
+    return storage
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
     from lipsweep.config_base import UsageError
+    from lipsweep.core.storage import experiment_path, is_remote, storage_exists
     from lipsweep.sweep.driver import (SweepLock, SweepOptions, check_ray_address,
-                                       dry_run_lines, experiment_path, is_remote, owner_id,
-                                       run_sweep, storage_exists)
+                                       dry_run_lines, owner_id, run_sweep)
     from lipsweep.sweep.space import load_space
     from lipsweep.tracking import redact_uri
 
     spec = load_space(args.space)
     preflight(spec)
     experiment = args.experiment or spec.name
-    validate_sweep_options(args, experiment)
+    storage = validate_sweep_options(args, experiment)
     if args.dry_run:
         sys.stdout.write("\n".join(dry_run_lines(spec)) + "\n")
         return 0
-    storage = resolve_storage(args.storage)
-    check_storage(storage)
-    if args.ray_address:
+    if args.ray_address:  # the one TCP probe of an explicit address, before the first write
         check_ray_address(args.ray_address)
     owner = owner_id()
     # The first write: the experiment's lock, held until this process ends. Only its holder

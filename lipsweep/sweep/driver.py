@@ -13,8 +13,8 @@ MLflow outages: the driver's tracker buffers writes while the server is unreacha
 :mod:`lipsweep.tracking`), so trials keep training. Calls that need an answer block Tune's
 event loop with retries for at most about ``TRACKING_RETRIES`` backoff steps (~3 min); past
 that, or if the buffer fills, the sweep stops as interrupted (Tune's state is resumable).
-Writes still undelivered at the end go to ``SPILL_FILE`` in the experiment folder and are
-replayed by ``--resume``.
+Writes still undelivered at the end go to the spill file
+(:func:`lipsweep.core.storage.spill_path`) and are replayed by ``--resume``.
 """
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ from typing import Optional
 
 from lipsweep.sweep.space import SweepSpec, sample_space
 from lipsweep.config_base import UsageError
+from lipsweep.core.storage import experiment_path, local_path, spill_path
 from lipsweep.tracking import (FAILED, FINISHED, KILLED, RUNNING, TAG_HEARTBEAT, TAG_OWNER,
                                SweepBusy, Tracker, TrackingError, redact_uri)
 
 _log = logging.getLogger("lipsweep.sweep")
 INTERRUPTED = "sweep interrupted"
-SPILL_FILE = "lipsweep_mlflow_pending.jsonl"
 TRACKING_RETRIES = 10        # blocking MLflow calls: backoff 1, 2, 4, 8, 16, 30, ... ~3 min
 FLUSH_TIMEOUT_S = 600.0      # at the end, wait this long for buffered writes to be delivered
 INTERRUPT_FLUSH_TIMEOUT_S = 30.0
@@ -84,25 +84,6 @@ class SweepOutcome:
     interrupted: bool = False
 
 
-def experiment_path(storage: str, name: str) -> str:
-    """Tune's experiment folder: storage/name (storage may be a URI such as s3://...)."""
-    return f"{storage.rstrip('/')}/{name}"
-
-
-def is_remote(storage: str) -> bool:
-    """A URI that is not ``file://`` (s3://, gs://, ...): no local lock file or folder there."""
-    return "://" in storage and not storage.startswith("file://")
-
-
-def storage_exists(path: str) -> bool:
-    if is_remote(path):
-        import pyarrow.fs as pafs
-
-        fs, p = pafs.FileSystem.from_uri(path)
-        return fs.get_file_info(p).type != pafs.FileType.NotFound
-    return Path(path.removeprefix("file://")).exists()
-
-
 class SweepLock:
     """The exclusive lock of one experiment: ``<storage>/.<experiment>.lipsweep.lock``,
     ``fcntl.flock``-ed for the driver's life (the kernel drops it when the process dies, even
@@ -110,7 +91,7 @@ class SweepLock:
     there the parent run's owner and heartbeat tags stand in (:meth:`Tracker.open_parent`)."""
 
     def __init__(self, storage: str, experiment: str, owner: str) -> None:
-        self.path = Path(storage.removeprefix("file://")) / f".{experiment}{LOCK_SUFFIX}"
+        self.path = local_path(storage) / f".{experiment}{LOCK_SUFFIX}"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a+")
         try:
@@ -202,14 +183,6 @@ def check_ray_address(addr: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> No
                          f"({exc})") from None
 
 
-def spill_path(opts: SweepOptions) -> Path:
-    """Where undelivered MLflow writes go: the local experiment folder, else the cwd."""
-    exp = experiment_path(opts.storage, opts.experiment)
-    if is_remote(exp):
-        return Path.cwd() / f".{opts.experiment}-{SPILL_FILE}"
-    return Path(exp.removeprefix("file://")) / SPILL_FILE
-
-
 def _tracking_cause(exc: BaseException) -> Optional[TrackingError]:
     """The TrackingError behind ``exc`` (Tune may re-raise a callback's error wrapped)."""
     while exc is not None:
@@ -274,8 +247,7 @@ def _init_ray(opts: SweepOptions) -> None:
 
     if ray.is_initialized():
         return
-    if opts.ray_address:
-        check_ray_address(opts.ray_address)
+    if opts.ray_address:  # TCP-probed once, by the caller, before anything was written
         try:
             ray.init(address=opts.ray_address, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -329,7 +301,7 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
     exp_path = experiment_path(opts.storage, opts.experiment)
     tracker = Tracker(opts.tracking_uri, opts.experiment, retries=TRACKING_RETRIES,
                       buffer_writes=True)
-    spill = spill_path(opts)
+    spill = spill_path(opts.storage, opts.experiment)
     flat_params = {"space_file": Path(spec.path).name, "num_trials": spec.num_trials,
                    "sweep_kind": spec.search.algorithm if spec.search else "grid",
                    "scheduler": spec.scheduler.type if spec.scheduler else "none",

@@ -45,6 +45,9 @@ def flat_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class _TuneReporter(TrialCallbacks):
+    """Per-epoch ``tune.report``; the final report is sent by ``train_trial``, which knows
+    the last checkpoint."""
+
     def __init__(self, workdir: Path, cfg: TrialConfig) -> None:
         self.workdir = workdir
         self.cfg = cfg
@@ -58,9 +61,6 @@ class _TuneReporter(TrialCallbacks):
             return
         tune.report({**metrics, "epoch": epoch},
                     checkpoint=tune.Checkpoint.from_directory(str(checkpoint)))
-
-    def on_trial_end(self, metrics: dict[str, float], artifacts: Path) -> None:
-        pass  # the final report is sent by train_trial, which knows the last checkpoint
 
 
 def _restore_from_tune(ckpt_root: Path) -> int:

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from lipsweep.tracking import (FINISHED, READ_RETRIES, TAG_KIND, Tracker, TrackingError,
-                               check_tracking_uri, redact_uri)
+from lipsweep.tracking import (READ_RETRIES, Tracker, TrackingError, check_tracking_uri,
+                               redact_uri)
 
-_log = logging.getLogger("lipsweep.review")
+_log = logging.getLogger("lipsweep.decide.commands")
 
 
 @dataclass
@@ -64,17 +64,15 @@ def load_sweep_runs(tracker: Tracker) -> SweepRuns:
     """FINISHED trial runs of the experiment, as pareto records; exit-2 errors if none."""
     exp_id = tracker.existing_experiment_id()
     if exp_id is None:
-        names = sorted(e.name for e in tracker.client.search_experiments())
+        names = tracker.experiment_names()
         raise _usage(f"--experiment {tracker.experiment}: no experiment "
                      f"{tracker.experiment!r} at {tracker.shown_uri} (nothing created); "
                      f"experiments there: {names or 'none'}")
-    runs = tracker.search(f"tags.`{TAG_KIND}` = 'trial' and attributes.status = '{FINISHED}'",
-                          exp_id)
+    runs = tracker.finished_trials(exp_id)
     if not runs:
         raise _usage(f"experiment {tracker.experiment!r} has no FINISHED trial runs yet; "
                      "wait for the sweep to finish or check `lipsweep sweep` output")
-    parents = tracker.search(f"tags.`{TAG_KIND}` = 'sweep'", exp_id)
-    parents.sort(key=lambda r: r.info.start_time or 0, reverse=True)
+    parents = tracker.sweep_parents(exp_id)
     records = [{"run_id": r.info.run_id, "run_name": r.info.run_name or "",
                 "metrics": dict(r.data.metrics), "params": dict(r.data.params)} for r in runs]
     return SweepRuns(parents[0].info.run_id if parents else None, records,
@@ -182,10 +180,9 @@ def export_run(tracker: Tracker, run_id: str, out: Path, selected_by: str,
     from lipsweep.export import SPEC_METRICS, build_config_json, write_export
     from lipsweep.models import model_normalization
 
-    run = tracker.client.get_run(run_id)
+    run = tracker.get_run(run_id)
     with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tracker._call("download_artifacts", lambda: tracker.client.download_artifacts(
-            run_id, "checkpoint", tmp)))
+        local = tracker.download_artifacts(run_id, "checkpoint", tmp)
         if not (local / "model.safetensors").is_file():
             raise _usage(f"run {run_id} has no checkpoint/model.safetensors artifact")
         flat = json.loads((local / "config.json").read_text())
@@ -207,17 +204,5 @@ def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> N
     """Register the export in the MLflow model registry (state dict + config, no pt2/pickle)."""
     tracker.log_artifacts(run_id, folder, "export")
     source = f"runs:/{run_id}/export"
-    tracker._call("create_registered_model", lambda: _ensure_registered(tracker, name))
-    mv = tracker._call("create_model_version", lambda: tracker.client.create_model_version(
-        name, source, run_id=run_id))
-    _log.info("registered %s version %s from %s", name, mv.version, source)
-
-
-def _ensure_registered(tracker: Tracker, name: str) -> None:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        tracker.client.create_registered_model(name)
-    except MlflowException as exc:
-        if "already exists" not in str(exc).lower() and "RESOURCE_ALREADY_EXISTS" not in str(exc):
-            raise
+    version = tracker.register_model_version(name, source, run_id)
+    _log.info("registered %s version %s from %s", name, version, source)

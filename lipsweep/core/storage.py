@@ -1,0 +1,70 @@
+"""Ray Tune storage paths (``--storage``): a local folder, NFS, or a URI such as ``s3://``.
+
+The one home of the storage rules: the default, how a path is resolved and checked (once),
+whether it is remote (no lock file or spill file there), where an experiment lives in it and
+where undelivered MLflow writes are spilled. Torch-, Ray- and MLflow-free.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from lipsweep.config_base import ConfigError, show
+
+SPILL_FILE = "lipsweep_mlflow_pending.jsonl"
+
+
+def default_storage() -> str:
+    """``$LIPSWEEP_STORAGE``, else ``./ray_results`` (absolute)."""
+    return os.environ.get("LIPSWEEP_STORAGE", str(Path("ray_results").resolve()))
+
+
+def check_storage(storage: str) -> None:
+    """A --storage path that MLflow filters (quoted) and Tune can hold."""
+    if any(c in storage for c in "'\"`") or not storage.isprintable():
+        raise ConfigError("--storage", f"must not contain quotes or control characters, got "
+                          f"{show(storage)}")
+
+
+def resolve_storage(raw: Optional[str]) -> str:
+    """The storage a sweep uses: ``raw`` (or the default), a local path made absolute, and
+    checked (:func:`check_storage`, ConfigError naming --storage)."""
+    storage = raw or default_storage()
+    if "://" not in storage:
+        storage = str(Path(storage).expanduser().resolve())
+    check_storage(storage)
+    return storage
+
+
+def is_remote(storage: str) -> bool:
+    """A URI that is not ``file://`` (s3://, gs://, ...): no local lock file or folder there."""
+    return "://" in storage and not storage.startswith("file://")
+
+
+def local_path(storage: str) -> Path:
+    """The local folder of a storage path that is not remote (``file://`` dropped)."""
+    return Path(storage.removeprefix("file://"))
+
+
+def experiment_path(storage: str, name: str) -> str:
+    """Tune's experiment folder: storage/name (storage may be a URI such as s3://...)."""
+    return f"{storage.rstrip('/')}/{name}"
+
+
+def storage_exists(path: str) -> bool:
+    """Whether ``path`` (local or a pyarrow-readable URI) exists."""
+    if is_remote(path):
+        import pyarrow.fs as pafs
+
+        fs, p = pafs.FileSystem.from_uri(path)
+        return fs.get_file_info(p).type != pafs.FileType.NotFound
+    return local_path(path).exists()
+
+
+def spill_path(storage: str, experiment: str) -> Path:
+    """Where undelivered MLflow writes go: the local experiment folder, else the cwd."""
+    exp = experiment_path(storage, experiment)
+    if is_remote(exp):
+        return Path.cwd() / f".{experiment}-{SPILL_FILE}"
+    return local_path(exp) / SPILL_FILE

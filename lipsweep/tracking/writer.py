@@ -1,0 +1,238 @@
+"""MLflow at the edge: one parent run per sweep, one child run per trial, written by the driver.
+
+Why the driver and not the trials: Ray 2.60's ``setup_mlflow`` leaves runs RUNNING,
+``MLflowLoggerCallback`` opens a second run per trial after ``Tuner.restore``, and neither knows
+parent runs. lipsweep instead keys every child run by its Tune trial id (tag
+``lipsweep.trial_id`` under the parent), so a resumed sweep finds the run it already has
+instead of creating another. Only the driver process writes, so the default SQLite store never
+sees two writers ("database is locked"); per-epoch metrics are logged with step = epoch and
+de-duplicated against what the run already holds, so a restored trial never logs a step twice.
+
+Every call retries transient failures (:class:`lipsweep.tracking.reader.TrackingReader`).
+With ``buffer_writes=True`` (the sweep driver) writes that return nothing (metrics, params,
+tags, run status) do not wait for an unreachable server: they queue
+(:class:`lipsweep.tracking.buffer.WriteQueue`), so Tune's event loop (and the trials, which
+wait for it in ``tune.report``) keeps going through an outage; :meth:`Tracker.spill` and
+:meth:`Tracker.replay` carry what is left to the next ``--resume``. A full buffer raises
+:class:`TrackingError`. Calls that need an answer (searches, creating a run, artifact uploads)
+still block with retries.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar
+
+from lipsweep.tracking.buffer import Record, WriteQueue, replay_spill
+from lipsweep.tracking.reader import TrackingReader
+from lipsweep.tracking.schema import (RUNNING, TAG_FAILURE, TAG_HEARTBEAT, TAG_KIND,
+                                      TAG_OWNER, TAG_PARENT, TAG_SWEEP_DIR, TAG_TRIAL_ID,
+                                      SweepBusy)
+
+_log = logging.getLogger("lipsweep.tracking")
+T = TypeVar("T")
+
+
+@dataclass
+class Tracker(TrackingReader):
+    """The reader plus the run lifecycle and (optionally buffered) writes."""
+
+    reader: bool = False  # read commands that tag runs: never create a store
+    buffer_writes: bool = False
+    max_pending: int = 100_000
+    _last_step: dict[str, int] = field(default_factory=dict, init=False)
+    _queue: WriteQueue = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._queue = WriteQueue(self._apply, self.shown_uri, self.backoff_s, self.max_pending)
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        if self._queue.pending:
+            self._queue.drain()  # give queued writes a chance first (rate-limited while down)
+        return super()._call(what, fn)
+
+    def _connect(self) -> Any:
+        if self.buffer_writes:  # our retries and buffer decide, not urllib3's 4-min
+            # backoff; a hung server costs at most 30 s per attempt (idle socket timeout)
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        return super()._connect()
+
+    # -- buffered writes --------------------------------------------------------------------
+    def _write(self, op: str, run_id: str, **args: Any) -> None:
+        """One JSON-able write; queued behind earlier ones if MLflow is unreachable."""
+        record = {"op": op, "run_id": run_id, **args}
+        if self.buffer_writes:
+            self._queue.append(record)
+        else:
+            self._call(op, lambda: self._apply(record))
+
+    def _apply(self, record: Record) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        op, run_id = record["op"], record["run_id"]
+        if op == "log_batch":
+            self.client.log_batch(run_id, metrics=[Metric(*m) for m in record.get("metrics", [])],
+                                  params=[Param(*p) for p in record.get("params", [])],
+                                  tags=[RunTag(*t) for t in record.get("tags", [])])
+        elif op == "set_terminated":
+            self.client.set_terminated(run_id, status=record["status"])
+        elif op == "update_run":
+            self.client.update_run(run_id, status=record["status"])
+        else:  # pragma: no cover - records are built here
+            raise ValueError(f"unknown MLflow write {op!r}")
+
+    @property
+    def pending(self) -> int:
+        """Writes queued because MLflow was unreachable."""
+        return len(self._queue)
+
+    def flush(self, timeout_s: float = 600.0) -> int:
+        """Block until every queued write is delivered or ``timeout_s`` passes; returns how
+        many are left."""
+        return self._queue.flush(timeout_s)
+
+    def spill(self, path: Path) -> int:
+        """Append the queued writes to ``path`` (JSON lines) and empty the queue."""
+        return self._queue.spill(path)
+
+    def replay(self, path: Path) -> int:
+        """Deliver the writes spilled to ``path`` (blocking, in order), then remove it."""
+        return replay_spill(path, lambda r: self._call(r["op"], lambda: self._apply(r)))
+
+    # -- parent -----------------------------------------------------------------------------
+    def open_parent(self, sweep_dir: str, name: str, params: dict[str, Any],
+                    space_file: Optional[Path] = None, owner: Optional[str] = None,
+                    adopt: Optional[Callable[[Any], None]] = None) -> str:
+        """Find (on resume) or create the sweep's parent run and mark it RUNNING.
+
+        ``owner`` ('host pid since') is tagged on the run with a heartbeat; ``adopt(run)``
+        decides whether an existing parent may be taken over (it raises if not). A new parent
+        that finds an older one created at the same time for the same sweep deletes itself
+        and raises :class:`SweepBusy`: MLflow arbitrates where no file lock can.
+        """
+        found = self.find_parent_run(sweep_dir)
+        owner_tags = {TAG_OWNER: owner, TAG_HEARTBEAT: f"{time.time():.0f}"} if owner else {}
+        if found is None:
+            run_id = self.create_run(name, {TAG_KIND: "sweep", TAG_SWEEP_DIR: sweep_dir,
+                                            **owner_tags})
+            if owner:
+                self._check_sole_parent(sweep_dir, run_id)
+            self.log_params(run_id, params)
+            if space_file is not None:
+                self._call("log_artifact",
+                           lambda: self.client.log_artifact(run_id, str(space_file)))
+        else:
+            run_id = found.info.run_id
+            if adopt is not None:
+                adopt(found)
+            self._write("update_run", run_id, status=RUNNING)
+            if owner_tags:
+                self.set_tags(run_id, owner_tags)
+            _log.info("resuming parent run %s", run_id)
+        return run_id
+
+    def create_run(self, name: Optional[str], tags: dict[str, str]) -> str:
+        """A new RUNNING run of the experiment; its id."""
+        run = self._call("create_run", lambda: self.client.create_run(
+            self.experiment_id, run_name=name, tags=tags))
+        return run.info.run_id
+
+    def _check_sole_parent(self, sweep_dir: str, run_id: str) -> None:
+        runs = self.search(f"tags.`{TAG_KIND}` = 'sweep' and tags.`{TAG_SWEEP_DIR}` = "
+                           f"'{sweep_dir}'")
+        if len(runs) < 2:
+            return
+        first = min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+        if first.info.run_id != run_id:
+            self._call("delete_run", lambda: self.client.delete_run(run_id))
+            raise SweepBusy(f"sweep {sweep_dir} was started at the same time by "
+                            f"{first.data.tags.get(TAG_OWNER, 'another driver')} "
+                            f"(MLflow parent run {first.info.run_id})")
+
+    def heartbeat(self, run_id: str) -> None:
+        """Tell other drivers this sweep's owner is alive (see :data:`TAG_HEARTBEAT`)."""
+        self.set_tags(run_id, {TAG_HEARTBEAT: f"{time.time():.0f}"})
+
+    # -- children ---------------------------------------------------------------------------
+    def open_child(self, parent_id: str, trial_id: str, name: str,
+                   params: dict[str, Any]) -> str:
+        """The child run of ``trial_id`` under ``parent_id``: found again, or created once."""
+        run = self.find_child(parent_id, trial_id)
+        if run is not None:
+            run_id = run.info.run_id
+            if run.info.status != RUNNING:
+                self._write("update_run", run_id, status=RUNNING)
+            steps = self.get_metric_history(run_id, "epoch")
+            self._last_step[run_id] = max((int(m.step) for m in steps), default=0)
+            return run_id
+        run_id = self.create_run(name, {TAG_KIND: "trial", TAG_PARENT: parent_id,
+                                        TAG_TRIAL_ID: trial_id})
+        self.log_params(run_id, params)
+        self._last_step[run_id] = 0
+        return run_id
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        items = [(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        for i in range(0, len(items), 100):
+            self._write("log_batch", run_id, params=items[i:i + 100])
+
+    def last_step(self, run_id: str) -> int:
+        """The highest epoch step logged (or queued) for ``run_id`` by this tracker."""
+        return self._last_step.get(run_id, 0)
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int) -> bool:
+        """Log ``metrics`` at ``step`` unless that step was already logged (returns False)."""
+        if step <= self._last_step.get(run_id, 0) and step > 0:
+            return False
+        ts = int(time.time() * 1000)
+        batch = [(k, float(v), ts, step) for k, v in sorted(metrics.items())
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        for i in range(0, len(batch), 500):
+            self._write("log_batch", run_id, metrics=batch[i:i + 500])
+        if step > 0:
+            self._last_step[run_id] = step
+        return True
+
+    def set_tags(self, run_id: str, tags: dict[str, Any]) -> None:
+        self._write("log_batch", run_id, tags=[(k, str(v)) for k, v in tags.items()])
+
+    def log_artifacts(self, run_id: str, local_dir: Path, artifact_path: Optional[str] = None
+                      ) -> None:
+        self._call("log_artifacts", lambda: self.client.log_artifacts(
+            run_id, str(local_dir), artifact_path))
+
+    def end(self, run_id: str, status: str) -> None:
+        self._write("set_terminated", run_id, status=status)
+
+    def end_running_children(self, parent_id: str, status: str, reason: str) -> int:
+        """Close children still RUNNING (e.g. after an interrupt); returns how many."""
+        n = 0
+        for run in self.children(parent_id):
+            if run.info.status == RUNNING:
+                self.set_tags(run.info.run_id, {TAG_FAILURE: reason})
+                self.end(run.info.run_id, status)
+                n += 1
+        return n
+
+    # -- model registry ---------------------------------------------------------------------
+    def register_model_version(self, name: str, source: str, run_id: str) -> str:
+        """Version ``source`` (``runs:/ID/PATH``) under the registered model ``name``, which is
+        created the first time; returns the new version."""
+        self._call("create_registered_model", lambda: self._ensure_registered(name))
+        mv = self._call("create_model_version", lambda: self.client.create_model_version(
+            name, source, run_id=run_id))
+        return str(mv.version)
+
+    def _ensure_registered(self, name: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.create_registered_model(name)
+        except MlflowException as exc:
+            if ("already exists" not in str(exc).lower()
+                    and "RESOURCE_ALREADY_EXISTS" not in str(exc)):
+                raise
