@@ -13,10 +13,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "lipsweep"
-# The regularizer registry and its config import each other (in functions); the "vocab"
-# branch of issue 14 (families own their vocabulary) breaks it. Remove this, and the xfail
-# below, when it is gone.
-KNOWN_CYCLES = {frozenset({"lipsweep.regularizers._registry", "lipsweep.regularizers.config"})}
 
 
 def _module_name(path: Path) -> str:
@@ -99,14 +95,9 @@ def test_the_import_graph_sees_deferred_imports():
     assert "lipsweep.tracking.writer" in graph["lipsweep.tracking"]
 
 
-def test_no_import_cycles_but_the_known_one():
-    """``__main__``<->``demo`` and ``pareto``<->``selection`` are gone; nothing new appears."""
-    assert [sorted(c) for c in import_cycles(import_graph()) if c not in KNOWN_CYCLES] == []
-
-
-@pytest.mark.xfail(strict=True, reason="regularizers._registry <-> regularizers.config: "
-                   "broken by the vocab branch of issue 14; then drop KNOWN_CYCLES and this")
-def test_no_import_cycles_at_all():
+def test_no_import_cycles():
+    """``__main__``<->``demo``, ``pareto``<->``selection`` and the regularizer registry<->config
+    cycles are gone (deferred imports count); nothing new appears."""
     assert [sorted(c) for c in import_cycles(import_graph())] == []
 
 

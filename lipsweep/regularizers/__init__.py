@@ -15,8 +15,6 @@ from typing import Any
 
 from lipsweep.regularizers._registry import (
     all_settings,
-    create_regularizer,
-    create_regularizer_from_config,
     find_spec,
     get_regularizer_class,
     is_regularizer,
@@ -28,7 +26,8 @@ from lipsweep.regularizers._registry import (
     shown_params,
     unregister_regularizer,
 )
-from lipsweep.regularizers.config import RegularizerConfig
+from lipsweep.regularizers.config import (RegularizerConfig, create_regularizer,
+                                          create_regularizer_from_config)
 from lipsweep.regularizers.spec import RegularizerSpec, Setting
 
 _LAZY = {

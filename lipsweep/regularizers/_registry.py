@@ -24,7 +24,6 @@ from lipsweep.regularizers.spec import RegularizerSpec, Setting
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.regularizers.base import Regularizer
-    from lipsweep.regularizers.config import RegularizerConfig
 
 _REGISTRY: Registry[RegularizerSpec] = Registry(
     "regularizer", lambda name, known: ConfigError(
@@ -117,33 +116,3 @@ def get_regularizer_class(name: str) -> type["Regularizer"]:
             impl = getattr(importlib.import_module(module), attr)
         _CLASSES[name] = impl
     return _CLASSES[name]
-
-
-def create_regularizer_from_config(cfg: "RegularizerConfig") -> "Regularizer":
-    """Build the regularizer a validated :class:`RegularizerConfig` describes."""
-    return get_regularizer_class(cfg.regularizer).from_config(cfg)
-
-
-def create_regularizer(name_or_cfg: Union[str, "RegularizerConfig"],
-                       **kwargs: Any) -> "Regularizer":
-    """Build a regularizer from its name and config fields, or from a ``RegularizerConfig``.
-
-    ``kwargs`` are the regularizer's settings (its spec's ``settings``); they are validated
-    exactly as a YAML/Tune config would be, and unset ones take the documented defaults.
-    """
-    from lipsweep.config_base import from_mapping
-    from lipsweep.regularizers.config import RegularizerConfig
-
-    if isinstance(name_or_cfg, RegularizerConfig):
-        if kwargs:
-            raise ValueError("pass either a RegularizerConfig or a name with keyword "
-                             f"settings, not both (got {sorted(kwargs)})")
-        return create_regularizer_from_config(name_or_cfg)
-    if not isinstance(name_or_cfg, str):
-        raise TypeError(f"name_or_cfg must be a regularizer name or a RegularizerConfig, "
-                        f"got {type(name_or_cfg).__name__}")
-    regularizer_spec(name_or_cfg)  # unknown name -> ConfigError naming the field
-    if "regularizer" in kwargs:
-        raise ValueError("the regularizer is named by the first argument, not by a keyword")
-    cfg = from_mapping(RegularizerConfig, {"regularizer": name_or_cfg, **kwargs})
-    return create_regularizer_from_config(cfg)

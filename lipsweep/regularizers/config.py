@@ -18,12 +18,16 @@ re-check.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 import lipsweep.regularizers.builtin  # noqa: F401  (registers the built-in specs)
 from lipsweep.config_base import ConfigError, from_mapping
-from lipsweep.regularizers._registry import (all_settings, find_spec, list_regularizers,
-                                             on_change, regularizer_spec, regularizer_specs)
+from lipsweep.regularizers._registry import (all_settings, find_spec, get_regularizer_class,
+                                             list_regularizers, on_change, regularizer_spec,
+                                             regularizer_specs)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lipsweep.regularizers.base import Regularizer
 
 
 class RegularizerConfig:
@@ -104,3 +108,30 @@ def _sync_fields(cls: type = RegularizerConfig) -> None:
 
 _sync_fields()
 on_change(_sync_fields)
+
+
+def create_regularizer_from_config(cfg: "RegularizerConfig") -> "Regularizer":
+    """Build the regularizer a validated :class:`RegularizerConfig` describes."""
+    return get_regularizer_class(cfg.regularizer).from_config(cfg)
+
+
+def create_regularizer(name_or_cfg: Union[str, "RegularizerConfig"],
+                       **kwargs: Any) -> "Regularizer":
+    """Build a regularizer from its name and config fields, or from a ``RegularizerConfig``.
+
+    ``kwargs`` are the regularizer's settings (its spec's ``settings``); they are validated
+    exactly as a YAML/Tune config would be, and unset ones take the documented defaults.
+    """
+    if isinstance(name_or_cfg, RegularizerConfig):
+        if kwargs:
+            raise ValueError("pass either a RegularizerConfig or a name with keyword "
+                             f"settings, not both (got {sorted(kwargs)})")
+        return create_regularizer_from_config(name_or_cfg)
+    if not isinstance(name_or_cfg, str):
+        raise TypeError(f"name_or_cfg must be a regularizer name or a RegularizerConfig, "
+                        f"got {type(name_or_cfg).__name__}")
+    regularizer_spec(name_or_cfg)  # unknown name -> ConfigError naming the field
+    if "regularizer" in kwargs:
+        raise ValueError("the regularizer is named by the first argument, not by a keyword")
+    cfg = from_mapping(RegularizerConfig, {"regularizer": name_or_cfg, **kwargs})
+    return create_regularizer_from_config(cfg)
