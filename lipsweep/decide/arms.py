@@ -191,8 +191,9 @@ def paired_difference(arm: Arm, base: Arm, metric: str) -> Stats:
 
 
 def arm_records(arms: Sequence[Arm], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    """One pareto record per arm: run_id = arm_id, run_name = name, metrics = the means."""
-    return [{"run_id": a.arm_id, "run_name": a.name, "params": dict(a.params),
+    """One pareto record per arm: run_id = arm_id, run_name = ``n=<runs>`` (figures label a
+    point with its config and run_name), metrics = the means."""
+    return [{"run_id": a.arm_id, "run_name": f"n={len(a.runs)}", "params": dict(a.params),
              "metrics": {m: arm_stats(a, m).mean for m in metrics if a.values(m)}}
             for a in arms]
 
