@@ -163,17 +163,15 @@ def t_interval(values: Sequence[float]) -> Stats:
 
 def paired_t(diffs: Sequence[float]) -> Stats:
     """:func:`t_interval` of paired differences plus the two-sided p-value of H0: mean 0.
-    With a zero std the p-value is 0 for a non-zero mean and 1 for a zero mean."""
+    With a zero std (every pair differs by the same amount, common with a few seeds and
+    accuracies on few images) the t statistic is undefined and so is p: NaN, not 0."""
     s = t_interval(diffs)
-    if s.n < 2:
+    if s.n < 2 or s.std == 0:
         return s
-    if s.std == 0:
-        p = 1.0 if s.mean == 0 else 0.0
-    else:
-        from scipy.stats import t as student_t
+    from scipy.stats import t as student_t
 
-        tstat = s.mean / (s.std / math.sqrt(s.n))
-        p = float(2 * student_t.sf(abs(tstat), s.n - 1))
+    tstat = s.mean / (s.std / math.sqrt(s.n))
+    p = float(2 * student_t.sf(abs(tstat), s.n - 1))
     return Stats(s.n, s.mean, s.std, s.lo, s.hi, p)
 
 

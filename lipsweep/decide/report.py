@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -70,6 +71,8 @@ def _paired_cell(arm: Arm, base: Arm, metric: str) -> str:
     d = _digits(metric)
     if s.n < 2:
         return f"{s.mean:+.{d}f} (1 pair)"
+    if math.isnan(s.p):
+        return f"{s.mean:+.{d}f} (same in every pair: no t-test)"
     p = f"{s.p:.3f}" if s.p >= 0.001 else f"{s.p:.1e}"
     cell = f"{s.mean:+.{d}f} [{s.lo:+.{d}f}, {s.hi:+.{d}f}] p={p}"
     return f"**{cell}**" if s.p < 0.05 else cell
@@ -152,8 +155,8 @@ def write_report(records: list[dict[str, Any]], arms: Sequence[Arm], arm_ranks: 
         md += [f"Arm minus **{base.name}** on the same seed (same initialisation, batch order and "
                "augmentation): mean difference, its 95% t-interval and the two-sided paired "
                "t-test p-value (H0: no difference; bold where p < 0.05). With n pairs the test "
-               "has n - 1 degrees of freedom, so 3 seeds detect only large effects; the p-values "
-               "are not corrected for the number of comparisons in this table.", "",
+               "has n - 1 degrees of freedom, so a few seeds detect only large effects; the "
+               "p-values are not corrected for the number of comparisons in this table.", "",
                paired_markdown(arms, base), ""]
     md += ["## Figures", ""]
     if by_arms:
