@@ -45,7 +45,8 @@ test-faults: setup
 	$(RUN) pytest -q -m faults
 
 # The first study (docs/study.md): 21 trials on the real CIFAR-10 sample (~1 h on 2 cores),
-# then pareto, export, and the tables/figures of docs/study.md rebuilt from MLflow.
+# then pareto (over arms: 3 seeds each), export, and `lipsweep report` (arm table, paired
+# t-tests, figures) into docs/study/report/, also logged to the sweep's parent run.
 STUDY := study_cifar10_sample
 STUDY_URI := sqlite:///study.db
 study: setup
@@ -53,7 +54,7 @@ study: setup
 	$(RUN) lipsweep pareto --experiment $(STUDY) --tracking-uri $(STUDY_URI)
 	$(RUN) lipsweep export --experiment $(STUDY) --out exports/$(STUDY)-best \
 		--force --tracking-uri $(STUDY_URI)
-	$(RUN) python docs/study_report.py --experiment $(STUDY) \
+	$(RUN) lipsweep report --experiment $(STUDY) --out docs/study/report \
 		--tracking-uri $(STUDY_URI)
 	if command -v chromium >/dev/null; then $(RUN) python docs/screenshot_mlflow.py \
 		--experiment $(STUDY) --tracking-uri $(STUDY_URI) --view runs \

@@ -37,6 +37,7 @@ EXAMPLES = {
     "sweep": "lipsweep sweep search_spaces/smoke.yaml --status-every 60",
     "pareto": "lipsweep pareto --experiment smoke --tracking-uri sqlite:///mlflow.db",
     "export": "lipsweep export --experiment smoke --out exports/smoke-best",
+    "report": "lipsweep report --experiment smoke --out reports/smoke",
     "demo": "lipsweep demo --num-cpus 2",
     "models": "lipsweep models",
     "data": "lipsweep data prepare --dataset cifar100 --source ~/cifar --dest s3://bucket/data",
@@ -115,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", action="append", default=None, metavar="NAME:max|min",
                    help="objective (repeatable); default acc_clean:max acc_pgd_4:max "
                         "acc_aa_2:max lip_jacobian_median:min")
+    p.add_argument("--per-run", action="store_true", help="rank single runs even when an arm "
+                   "(configs that differ only in seed) has 2 or more seeds")
     _add_tracking(p)
 
     p = _add_command(sub, "export", "export a trial's checkpoint as a self-describing folder",
@@ -126,9 +129,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "'pgd4-within-clean:1.0' (default) or 'max:acc_aa_2'")
     p.add_argument("--objective", action="append", default=None, metavar="NAME:max|min",
                    help="objectives defining the front (as for pareto)")
+    p.add_argument("--per-run", action="store_true", help="select among single runs even when "
+                   "an arm has 2 or more seeds (as for pareto)")
     p.add_argument("--force", action="store_true", help="replace a previous export in --out")
     p.add_argument("--register", metavar="MODEL_NAME", default=None,
                    help="also register the export in the MLflow model registry")
+    _add_tracking(p)
+
+    p = _add_command(sub, "report", "write a markdown report of a sweep's arms (mean ± std, "
+                     "paired differences to the baseline, figures) and log it to the parent run",
+                     common)
+    p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
+    p.add_argument("--out", default=None, help="output folder (default: reports/EXPERIMENT)")
+    p.add_argument("--objective", action="append", default=None, metavar="NAME:max|min",
+                   help="objectives of the Pareto figure (as for pareto)")
     _add_tracking(p)
 
     p = _add_command(sub, "demo", "the embedded default end to end: smoke sweep, pareto, "
@@ -261,6 +275,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return run_export_command(args)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from lipsweep.decide.report import run_report_command
+
+    return run_report_command(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from lipsweep.demo import run_demo
 
@@ -279,6 +299,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "sweep": cmd_sweep,
     "pareto": cmd_pareto,
     "export": cmd_export,
+    "report": cmd_report,
     "demo": cmd_demo,
     "models": cmd_models,
     "data": cmd_data,

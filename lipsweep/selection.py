@@ -3,18 +3,27 @@
 Grammar in :func:`parse_selection_rule`; the default ``pgd4-within-clean:1.0`` takes the
 highest acc_pgd_4 among front-1 runs within 1 point of the front's best acc_clean. Ties go to
 higher acc_aa_2, then lower lip_jacobian_median, then the smaller run_id.
+
+Over arms (:mod:`lipsweep.decide.arms`, when an arm has two or more seeds),
+:func:`select_from_arm_front` applies the same rule to the front arms' MEAN metrics to choose
+an arm, then takes that arm's most typical run: the one whose goal metric is closest to the arm's
+mean (ties: smaller seed, then smaller run_id). Not its best seed: picking the luckiest seed
+would undo the averaging that chose the arm.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from lipsweep.config_base import ConfigError
 from lipsweep.pareto import (DIRECTIONS, Objective, Trial, as_trials, check_ranks, fmt_value,
                              metric_value)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lipsweep.decide.arms import Arm
 
 DEFAULT_SELECT_RULE = "pgd4-within-clean:1.0"
 TIE_BREAK: tuple[Objective, ...] = (Objective("acc_aa_2", "max"),
@@ -107,9 +116,12 @@ class Selection:
     """Position of the run in the records given."""
     rule: str
     explanation: str
+    arm: str | None = None
+    """The chosen arm's name when the choice was over arms (None over runs)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "run_id": self.run_id, "explanation": self.explanation}
+        out = {"rule": self.rule, "run_id": self.run_id, "explanation": self.explanation}
+        return out if self.arm is None else {**out, "arm": self.arm}
 
 
 def select_from_front(records: Sequence[Mapping[str, Any] | Trial],
@@ -160,3 +172,29 @@ def select_from_front(records: Sequence[Mapping[str, Any] | Trial],
     why = (f"{word} {sel.goal.name} ({shown}) among {len(scored)} of {len(front)} front runs"
            + (f" with {', '.join(notes)}" if notes else ""))
     return Selection(trials[win].run_id, win, sel.text, why)
+
+
+def select_from_arm_front(records: Sequence[Mapping[str, Any] | Trial],
+                          arms: Sequence["Arm"], ranks: Sequence[int] | np.ndarray,
+                          rule: str | SelectionRule = DEFAULT_SELECT_RULE) -> Selection:
+    """Choose an arm among the front-1 ``arms`` (``ranks``: their ranks) by ``rule`` on the
+    arms' mean metrics, then its run closest to the arm's mean on the rule's goal metric
+    (ties: smaller seed, then run_id). ``records`` are the runs the arms were grouped from;
+    the Selection's ``index`` is the chosen run's position there. Errors as
+    :func:`select_from_front`."""
+    from lipsweep.decide.arms import arm_records
+
+    sel = rule if isinstance(rule, SelectionRule) else parse_selection_rule(rule)
+    names = {sel.goal.name} | {o.name for o, _ in sel.within} | {o.name for o in TIE_BREAK}
+    pick = select_from_front(arm_records(arms, sorted(names)), ranks, sel)
+    arm = arms[pick.index]
+    goal = sel.goal.name
+    mean = float(np.mean(list(arm.values(goal).values())))
+    runs = [(i, t) for i, t in enumerate(arm.runs) if metric_value(t, goal) is not None]
+    i, run = min(runs, key=lambda it: (abs(metric_value(it[1], goal) - mean), it[0]))
+    index = next(j for j, t in enumerate(as_trials(records)) if t.run_id == run.run_id)
+    how = pick.explanation.replace("front runs", "front arms")
+    why = (f"arm {arm.name!r} (n={len(arm.runs)}): {how}"
+           f"; its run closest to the arm's mean {goal} ({fmt_value(goal, mean)}), seed "
+           f"{arm.seeds[i]}")
+    return Selection(run.run_id, index, sel.text, why, arm=arm.name)

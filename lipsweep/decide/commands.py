@@ -1,10 +1,14 @@
 """``lipsweep pareto`` and ``lipsweep export``: decide on a finished sweep, in MLflow.
 
 Both read the FINISHED child runs of the experiment's sweep (runs stopped early by ASHA end
-KILLED and are left out). ``pareto`` ranks them (:mod:`lipsweep.pareto`), prints the front,
-tags every run ``pareto=true|false`` and ``pareto_rank=N``, and logs ``pareto/pareto.json``
-and the figures to the parent run; running it twice gives the same tags and artifacts.
-``export`` picks a run (``--run-id`` or the ``--select`` rule on the front), downloads its
+KILLED and are left out). ``pareto`` ranks them (:mod:`lipsweep.pareto`): over arms (configs
+that differ only in seed, :mod:`lipsweep.decide.arms`, ranked by their means) when an arm has
+two or more seeds, over single runs otherwise or with ``--per-run``. It prints the front, tags
+every run ``pareto=true|false`` and ``pareto_rank=N`` (its arm's, over arms), ``arm``,
+``arm_id``, ``arm_rank`` and ``arm_front=true|false``, and logs ``pareto/pareto.json`` and the
+figures to the parent run; running it twice gives the same tags and artifacts.
+``export`` picks a run (``--run-id`` or the ``--select`` rule on the front: over arms, the
+rule chooses an arm, then its most typical run, :mod:`lipsweep.selection`), downloads its
 ``checkpoint/`` artifacts and writes a self-describing folder (:mod:`lipsweep.export`).
 """
 from __future__ import annotations
@@ -96,39 +100,116 @@ def rank_sweep(tracker: Tracker, objective_specs: Optional[list[str]]):
     return sweep, pareto_rank(sweep.records, objectives)
 
 
+@dataclass
+class Ranking:
+    """What ``pareto`` and ``export`` decide on: the runs' ranks and, over arms, the arms'."""
+
+    by_arms: bool
+    """True when arms were ranked (an arm has >= 2 seeds and ``--per-run`` was not given)."""
+    ranks: list[int]
+    """Per run (records order): its own rank, or its arm's rank when ``by_arms``."""
+    arms: list[Any]
+    """:class:`lipsweep.decide.arms.Arm` list, ranked over their means in ``arm_ranks``."""
+    arm_ranks: list[int]
+    arm_of: dict[str, int]
+    """run_id -> index of its arm."""
+
+
+def rank_runs_or_arms(records: list[dict[str, Any]], result: Any, per_run: bool) -> Ranking:
+    """Rank the arms by their means (always: every run is tagged with its arm's rank) and decide
+    whether the front is over arms (an arm with >= 2 seeds, no ``--per-run``) or over runs."""
+    from lipsweep.decide.arms import arm_records, group_arms, max_seeds
+    from lipsweep.pareto import pareto_rank
+
+    arms = group_arms(records)
+    objs = result.objectives
+    arm_res = pareto_rank(arm_records(arms, [o.name for o in objs]), objs)
+    arm_ranks = [int(r) for r in arm_res.ranks]
+    arm_of = {t.run_id: i for i, a in enumerate(arms) for t in a.runs}
+    by_arms = not per_run and max_seeds(arms) >= 2
+    ranks = ([arm_ranks[arm_of[r["run_id"]]] for r in records] if by_arms
+             else [int(r) for r in result.ranks])
+    return Ranking(by_arms, ranks, arms, arm_ranks, arm_of)
+
+
+def select_export(records: list[dict[str, Any]], rk: Ranking, rule: str):
+    """The export pick: over arms (then the arm's most typical run) or over runs."""
+    from lipsweep.selection import select_from_arm_front, select_from_front
+
+    if rk.by_arms:
+        return select_from_arm_front(records, rk.arms, rk.arm_ranks, rule)
+    return select_from_front(records, rk.ranks, rule)
+
+
+def arms_json(rk: Ranking, objectives) -> list[dict[str, Any]]:
+    """The arms for ``pareto.json``: id, name, rank, runs, and n/mean/std/95% CI per objective."""
+    from lipsweep.decide.arms import arm_stats
+
+    def num(x: float) -> Optional[float]:
+        return float(x) if x == x and abs(x) != float("inf") else None
+
+    out = []
+    for a, r in sorted(zip(rk.arms, rk.arm_ranks), key=lambda ar: (ar[1] == 0, ar[1],
+                                                                    ar[0].arm_id)):
+        stats = {o.name: arm_stats(a, o.name) for o in objectives}
+        out.append({"arm_id": a.arm_id, "name": a.name, "rank": r,
+                    "runs": [t.run_id for t in a.runs], "seeds": [str(s) for s in a.seeds],
+                    "stats": {k: {"n": s.n, "mean": num(s.mean), "std": num(s.std),
+                                  "ci95": [num(s.lo), num(s.hi)]} for k, s in stats.items()}})
+    return out
+
+
 @_read_command
 def run_pareto_command(args: argparse.Namespace) -> int:
+    from lipsweep.decide.arms import arm_records, arm_table
     from lipsweep.pareto import front_table, pareto_json
-    from lipsweep.selection import DEFAULT_SELECT_RULE, select_from_front
+    from lipsweep.selection import DEFAULT_SELECT_RULE
     from lipsweep.pareto_plots import parallel_coordinates, scatter_front
 
     tracker = read_tracker(args.tracking_uri, args.experiment)
     sweep, result = rank_sweep(tracker, args.objective)
-    ranks = [int(r) for r in result.ranks]
+    rk = rank_runs_or_arms(sweep.records, result, getattr(args, "per_run", False))
+    ranks = rk.ranks
     try:
-        selection = select_from_front(sweep.records, ranks, DEFAULT_SELECT_RULE)
+        selection = select_export(sweep.records, rk, DEFAULT_SELECT_RULE)
     except ValueError:
         selection = None
     for rec, rank in zip(sweep.records, ranks):
+        i = rk.arm_of[rec["run_id"]]
         tracker.set_tags(rec["run_id"], {"pareto": "true" if rank == 1 else "false",
-                                         "pareto_rank": rank})
+                                         "pareto_rank": rank, "arm": rk.arms[i].name,
+                                         "arm_id": rk.arms[i].arm_id,
+                                         "arm_rank": rk.arm_ranks[i],
+                                         "arm_front": "true" if rk.arm_ranks[i] == 1
+                                         else "false"})
     doc = pareto_json(sweep.records, ranks, result.objectives, selection=selection)
+    doc["ranked_by"] = "arms" if rk.by_arms else "runs"
+    doc["arms"] = arms_json(rk, result.objectives)
+    if rk.by_arms:  # the figures and the table show the arms (points = means over seeds)
+        fig_recs = arm_records(rk.arms, sorted({m for r in sweep.records for m in r["metrics"]}))
+        fig_ranks = rk.arm_ranks
+        sel_id = rk.arms[rk.arm_of[selection.run_id]].arm_id if selection else None
+        table = arm_table(rk.arms, rk.arm_ranks, result.objectives)
+    else:
+        fig_recs, fig_ranks = sweep.records, ranks
+        sel_id = selection.run_id if selection else None
+        table = front_table(sweep.records, ranks, result.objectives)
     if sweep.parent_id is not None:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "pareto"
             out.mkdir()
             (out / "pareto.json").write_text(json.dumps(doc, indent=2, sort_keys=True))
-            sel_id = selection.run_id if selection else None
-            scatter_front(sweep.records, ranks, path=out / "pareto_scatter.png",
+            what = "arm means over seeds" if rk.by_arms else "clean vs robust accuracy"
+            scatter_front(fig_recs, fig_ranks, path=out / "pareto_scatter.png",
                           selected=sel_id, objectives=result.objectives,
-                          title=f"{args.experiment}: clean vs robust accuracy")
-            parallel_coordinates(sweep.records, ranks, result.objectives,
+                          title=f"{args.experiment}: {what}")
+            parallel_coordinates(fig_recs, fig_ranks, result.objectives,
                                  path=out / "pareto_parallel.png", selected=sel_id)
-            (out / "pareto_front.txt").write_text(
-                front_table(sweep.records, ranks, result.objectives))
+            (out / "pareto_front.txt").write_text(table)
             tracker.log_artifacts(sweep.parent_id, out, "pareto")
-        tracker.set_tags(sweep.parent_id, {"pareto_front_size": sum(r == 1 for r in ranks)})
-    sys.stdout.write(front_table(sweep.records, ranks, result.objectives) + "\n")
+        tracker.set_tags(sweep.parent_id, {"pareto_front_size": sum(r == 1 for r in ranks),
+                                           "pareto_ranked_by": doc["ranked_by"]})
+    sys.stdout.write(table + "\n")
     if selection is not None:
         sys.stdout.write(f"export pick ({DEFAULT_SELECT_RULE}): {selection.run_id} — "
                          f"{selection.explanation}\n")
@@ -139,7 +220,7 @@ def run_pareto_command(args: argparse.Namespace) -> int:
 
 @_read_command
 def run_export_command(args: argparse.Namespace) -> int:
-    from lipsweep.selection import DEFAULT_SELECT_RULE, parse_selection_rule, select_from_front
+    from lipsweep.selection import DEFAULT_SELECT_RULE, parse_selection_rule
 
     from lipsweep.export import check_out
 
@@ -156,8 +237,9 @@ def run_export_command(args: argparse.Namespace) -> int:
         run_id, how = args.run_id, "--run-id"
     else:
         sweep, result = rank_sweep(tracker, args.objective)
+        rk = rank_runs_or_arms(sweep.records, result, getattr(args, "per_run", False))
         try:
-            sel = select_from_front(sweep.records, [int(r) for r in result.ranks], rule)
+            sel = select_export(sweep.records, rk, rule)
         except ValueError as err:
             raise _usage(f"--select {rule}: {err}") from None
         run_id, how = sel.run_id, f"{rule} ({sel.explanation})"

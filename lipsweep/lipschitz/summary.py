@@ -5,6 +5,8 @@ Metrics (all floats; names start with ``lip_``):
 - ``lip_jacobian_{mean,median,p90,p99,max}`` (SPEC §3): distribution of ||J_f(x)||_2 over the
   first ``lip_images`` images; ``lip_jacobian_converged_frac``: share of images whose
   iterative estimate met ``lip_tol`` (1 for the exact route).
+- ``lip_jacobian_per_margin_{mean,median,p90}``: ||J_f(x)||_2 / (top logit - runner-up) per
+  image (:mod:`lipsweep.lipschitz.margin`): the Lipschitz constant at the logits' own scale.
 - ``lip_jacobian_tokens_{mean,median,p90,p99,max}`` and ``lip_jacobian_tokens_converged_frac``
   (with ``lip_tokens``): the same for ||d f / d T||_2, T the token embeddings entering the first
   block, on the same images and route. This is what the paper's Fig. 4 plots; the pixel one
@@ -43,6 +45,7 @@ from lipsweep.core.metric_names import LIP_JACOBIAN, LIP_JACOBIAN_TOKENS, LIP_ST
 from lipsweep.lipschitz._registry import create_estimator
 from lipsweep.lipschitz.config import LipschitzConfig
 from lipsweep.lipschitz.jacobian import measurement_mode, resolve_route
+from lipsweep.lipschitz.margin import jacobian_per_margin, logit_margin, per_margin_metrics
 from lipsweep.lipschitz.softmax_jacobian import softmax_ratio
 
 _log = logging.getLogger(__name__)
@@ -78,6 +81,16 @@ def _jacobian_metrics(v: np.ndarray, converged: np.ndarray,
     out = {lip_metric(prefix, s): float(x) for s, x in zip(LIP_STATS, stats)}
     out[lip_metric(prefix, "converged_frac")] = float(np.mean(converged))
     return out
+
+
+def _margin_arrays(model: nn.Module, x: torch.Tensor, norms: np.ndarray, batch_size: int
+                   ) -> dict[str, np.ndarray]:
+    """Per-image logit margin and ||J_f|| / margin (:mod:`lipsweep.lipschitz.margin`)."""
+    with measurement_mode(model), torch.no_grad():
+        margins = torch.cat([logit_margin(model(x[i:i + batch_size]).float()).cpu()
+                             for i in range(0, x.shape[0], batch_size)])     # (B,)
+    ratio = jacobian_per_margin(torch.from_numpy(norms), margins)
+    return {"logit_margin": margins.numpy(), "jacobian_per_margin": ratio.numpy()}
 
 
 def _softmax_metrics(norm: np.ndarray, g1: np.ndarray) -> dict[str, float]:
@@ -161,6 +174,8 @@ def lipschitz_summary(model: nn.Module, x: torch.Tensor, cfg: LipschitzConfig,
     arrays["jacobian_route"] = np.array(route)
     metrics = _jacobian_metrics(arrays["jacobian_norm"], arrays["jacobian_converged"])
     _log.info("lipschitz: ||J_f|| route %s, median %.4g", route, metrics["lip_jacobian_median"])
+    arrays.update(_margin_arrays(model, x_jac, arrays["jacobian_norm"], cfg.lip_batch_size))
+    metrics.update(per_margin_metrics(arrays["jacobian_per_margin"]))
     if cfg.lip_tokens:
         est = create_estimator("token_jacobian", route=route, iters=cfg.lip_iters,
                                tol=cfg.lip_tol)

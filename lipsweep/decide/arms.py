@@ -1,0 +1,234 @@
+"""Arms: trials whose flat configs differ only in ``seed``, and their statistics over seeds.
+
+An *arm* is one configuration run under several seeds. Its key is the run's flat config (the
+MLflow params, SPEC §3) without ``seed``, each value normalised (numbers compared as floats,
+``None``/``null``/empty as one value), so ``lam=0.01`` and ``lam=1e-2`` are one arm.
+
+Statistics (Student 1908; any statistics text, e.g. Wasserman, *All of Statistics*, §10.3):
+
+- per arm and metric: n (runs with a finite value), mean, sample std (ddof = 1) and the 95%
+  t-interval ``mean +- t_{0.975, n-1} * std / sqrt(n)`` (undefined, NaN, for n < 2);
+- paired difference of an arm to the baseline arm, matched by seed (same seed = same
+  initialisation, batch order and augmentation): ``d_s = arm_s - base_s`` over the seeds both
+  have, its mean, std, 95% t-interval, and the two-sided paired t-test p-value
+  ``2 * P(T_{n-1} > |mean / (std / sqrt(n))|)``.
+
+Ranking arms (``lipsweep pareto``): :func:`arm_records` turns each arm into a pareto record
+whose metrics are the arm's means, so :func:`lipsweep.pareto.pareto_rank` ranks arms exactly as
+it ranks runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from lipsweep.pareto import Objective, Trial, _as_float, as_trials, config_label, fmt_value
+
+SEED_PARAM = "seed"
+LEVEL = 0.95
+"""Coverage of every interval reported here."""
+
+
+def _norm_value(v: Any) -> str:
+    """A param value in canonical form: numbers as float repr, null-likes as ''."""
+    s = "" if v is None else str(v).strip()
+    if s in ("", "None", "null"):
+        return ""
+    if s in ("True", "true", "False", "false"):
+        return s.lower()
+    x = _as_float(s)
+    return s if x is None else repr(x)
+
+
+def arm_key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The arm of a run: its normalised flat config without ``seed``, as sorted pairs."""
+    return tuple(sorted((str(k), _norm_value(v)) for k, v in params.items() if k != SEED_PARAM))
+
+
+def _seed(t: Trial) -> Any:
+    s = _as_float(t.params.get(SEED_PARAM))
+    return int(s) if s is not None and s == int(s) else t.params.get(SEED_PARAM)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration over its seeds."""
+
+    arm_id: str
+    """Short stable id: the first 10 hex digits of sha1 of the key."""
+    name: str
+    """Display name: the config label (e.g. ``JaSMin k=10 λ=1e-2 mean``), made unique."""
+    key: tuple[tuple[str, str], ...]
+    runs: tuple[Trial, ...]
+    """Its runs, ordered by seed, then run_id."""
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self.runs[0].params
+
+    @property
+    def seeds(self) -> list[Any]:
+        return [_seed(t) for t in self.runs]
+
+    def values(self, metric: str) -> dict[Any, float]:
+        """{seed: finite value of ``metric``} (runs without one left out)."""
+        out = {}
+        for t in self.runs:
+            v = _as_float(t.metrics.get(metric))
+            if v is not None and math.isfinite(v):
+                out[_seed(t)] = v
+        return out
+
+
+def group_arms(records: Sequence[Mapping[str, Any] | Trial]) -> list[Arm]:
+    """Group runs into arms, ordered baseline first, then by name. Two arms with the same
+    config label get the params that tell them apart appended, e.g. ``baseline (lr=0.001)``."""
+    groups: dict[tuple, list[Trial]] = {}
+    for t in as_trials(records):
+        groups.setdefault(arm_key(t.params), []).append(t)
+    labels = {k: config_label(ts[0].params) for k, ts in groups.items()}
+    names = {}
+    for k, label in labels.items():
+        same = [k2 for k2, l2 in labels.items() if l2 == label]
+        if len(same) == 1:
+            names[k] = label
+            continue
+        differ = sorted({n for k2 in same for n, v in k2 if dict(k).get(n) != v}
+                        | {n for k2 in same for n, _ in k2 if n not in dict(k)})
+        mine = dict(k)
+        extra = ", ".join(f"{n}={mine.get(n, '')}" for n in differ)
+        names[k] = f"{label} ({extra})"
+    arms = []
+    for k, ts in groups.items():
+        digest = hashlib.sha1(json.dumps(k).encode()).hexdigest()[:10]
+        ts = sorted(ts, key=lambda t: (str(_seed(t)).zfill(12), t.run_id))
+        arms.append(Arm(digest, names[k], k, tuple(ts)))
+    return sorted(arms, key=lambda a: (not is_baseline(a), a.name, a.arm_id))
+
+
+def is_baseline(arm: Arm) -> bool:
+    return str(arm.params.get("regularizer", "")) == "none"
+
+
+def baseline_arm(arms: Sequence[Arm]) -> Arm | None:
+    """The arm without a regularizer; with several, the one with the most runs (then name)."""
+    base = [a for a in arms if is_baseline(a)]
+    return min(base, key=lambda a: (-len(a.runs), a.name)) if base else None
+
+
+def max_seeds(arms: Sequence[Arm]) -> int:
+    return max((len(a.runs) for a in arms), default=0)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class Stats:
+    """n, mean, sample std and the 95% t-interval [lo, hi] of a sample; p only for paired
+    differences (two-sided paired t-test against 0). NaN where undefined."""
+
+    n: int
+    mean: float
+    std: float
+    lo: float
+    hi: float
+    p: float = math.nan
+
+
+def _t_quantile(df: int) -> float:
+    from scipy.stats import t as student_t  # scipy: a dependency of mlflow
+
+    return float(student_t.ppf(0.5 + LEVEL / 2, df))
+
+
+def t_interval(values: Sequence[float]) -> Stats:
+    """Mean, std (ddof 1) and the 95% t-interval of ``values`` (NaN entries dropped)."""
+    a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    n = len(a)
+    if n == 0:
+        return Stats(0, math.nan, math.nan, math.nan, math.nan)
+    mean = float(a.mean())
+    if n < 2:
+        return Stats(1, mean, math.nan, math.nan, math.nan)
+    std = float(a.std(ddof=1))
+    half = _t_quantile(n - 1) * std / math.sqrt(n)
+    return Stats(n, mean, std, mean - half, mean + half)
+
+
+def paired_t(diffs: Sequence[float]) -> Stats:
+    """:func:`t_interval` of paired differences plus the two-sided p-value of H0: mean 0.
+    With a zero std (every pair differs by the same amount, common with a few seeds and
+    accuracies on few images) the t statistic is undefined and so is p: NaN, not 0."""
+    s = t_interval(diffs)
+    if s.n < 2 or s.std == 0:
+        return s
+    from scipy.stats import t as student_t
+
+    tstat = s.mean / (s.std / math.sqrt(s.n))
+    p = float(2 * student_t.sf(abs(tstat), s.n - 1))
+    return Stats(s.n, s.mean, s.std, s.lo, s.hi, p)
+
+
+def arm_stats(arm: Arm, metric: str) -> Stats:
+    return t_interval(list(arm.values(metric).values()))
+
+
+def paired_difference(arm: Arm, base: Arm, metric: str) -> Stats:
+    """``arm - base`` on ``metric``, matched by seed (seeds missing in either are left out)."""
+    a, b = arm.values(metric), base.values(metric)
+    return paired_t([a[s] - b[s] for s in sorted(a, key=str) if s in b])
+
+
+# --------------------------------------------------------------------------- ranking
+
+
+def arm_records(arms: Sequence[Arm], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """One pareto record per arm: run_id = arm_id, run_name = ``n=<runs>`` (figures label a
+    point with its config and run_name), metrics = the means."""
+    return [{"run_id": a.arm_id, "run_name": f"n={len(a.runs)}", "params": dict(a.params),
+             "metrics": {m: arm_stats(a, m).mean for m in metrics if a.values(m)}}
+            for a in arms]
+
+
+def fmt_stats(name: str, s: Stats) -> str:
+    """``mean [lo, hi]`` for display (``mean`` alone when n < 2)."""
+    if s.n == 0:
+        return "-"
+    if s.n < 2:
+        return fmt_value(name, s.mean)
+    return f"{fmt_value(name, s.mean)} [{fmt_value(name, s.lo)}, {fmt_value(name, s.hi)}]"
+
+
+def arm_table(arms: Sequence[Arm], ranks: Sequence[int] | np.ndarray,
+              objectives: Sequence[Objective], max_rank: int = 1) -> str:
+    """Plain-text table of the arms with rank <= ``max_rank``: rank, arm, n, and per objective
+    the mean with its 95% t-interval; then a count line and the arms not ranked."""
+    r = [int(x) for x in ranks]
+    s0 = 1.0 if objectives[0].direction == "max" else -1.0
+    shown = sorted((i for i in range(len(arms)) if 0 < r[i] <= max_rank),
+                   key=lambda i: (r[i], -s0 * arm_stats(arms[i], objectives[0].name).mean,
+                                  arms[i].arm_id))
+    head = ["rank", "arm", "n"] + [f"{o.name}({o.direction}) mean [95% CI]" for o in objectives]
+    rows = [[str(r[i]), arms[i].name, str(len(arms[i].runs))]
+            + [fmt_stats(o.name, arm_stats(arms[i], o.name)) for o in objectives] for i in shown]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    right = [True, False, True] + [True] * len(objectives)
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if rt else c.ljust(w)
+                         for c, w, rt in zip(cells, widths, right)).rstrip()
+
+    out = [line(head), line(["-" * w for w in widths])] + [line(row) for row in rows]
+    n_runs = sum(len(a.runs) for a in arms)
+    out.append(f"{sum(x == 1 for x in r)} of {sum(x > 0 for x in r)} ranked arms on the front "
+               f"({n_runs} runs in {len(arms)} arms, ranked by their means over seeds)")
+    for a, rk in zip(arms, r):
+        if rk == 0:
+            out.append(f"  not ranked: {a.name} (no finite mean for every objective)")
+    return "\n".join(out)
