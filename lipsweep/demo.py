@@ -40,14 +40,14 @@ def sweep_args(space: str, experiment: str, storage: str, tracking_uri: str, res
 def pareto_args(experiment: str, tracking_uri: str) -> argparse.Namespace:
     """The options of ``lipsweep pareto --experiment E --tracking-uri U``."""
     return argparse.Namespace(verbose=False, command="pareto", experiment=experiment,
-                              objective=None, tracking_uri=tracking_uri)
+                              objective=None, per_run=False, tracking_uri=tracking_uri)
 
 
 def export_args(experiment: str, tracking_uri: str, out: str) -> argparse.Namespace:
     """The options of ``lipsweep export --experiment E --tracking-uri U --out O --force``."""
     return argparse.Namespace(verbose=False, command="export", experiment=experiment, out=out,
                               run_id=None, select=None, objective=None, force=True,
-                              register=None, tracking_uri=tracking_uri)
+                              register=None, per_run=False, tracking_uri=tracking_uri)
 
 
 def run_demo(args: argparse.Namespace) -> int:

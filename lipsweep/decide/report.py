@@ -212,19 +212,17 @@ def _download_npz(tracker: Any, run_ids: Sequence[str], dest: Path) -> dict[str,
     """run_id -> local lipschitz.npz, for the runs that logged one."""
     found = {}
     for rid in run_ids:
-        listed = tracker._call("list_artifacts", lambda rid=rid: tracker.client.list_artifacts(
-            rid, NPZ_PATH.rpartition("/")[0]))
+        listed = tracker.list_artifacts(rid, NPZ_PATH.rpartition("/")[0])
         if not any(a.path == NPZ_PATH for a in listed):
             _log.info("run %s has no %s", rid, NPZ_PATH)
             continue
-        found[rid] = Path(tracker._call("download_artifacts", lambda rid=rid: (
-            tracker.client.download_artifacts(rid, NPZ_PATH, str(dest / rid)))))
+        found[rid] = tracker.download_artifacts(rid, NPZ_PATH, dest / rid)
     return found
 
 
 def run_report_command(args: argparse.Namespace) -> int:
     """``lipsweep report``: see the module docstring."""
-    from lipsweep.review import _read_command, rank_runs_or_arms, rank_sweep, read_tracker
+    from lipsweep.decide.commands import _read_command, rank_runs_or_arms, rank_sweep, read_tracker
     from lipsweep.tracking import redact_uri
 
     @_read_command
