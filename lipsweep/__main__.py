@@ -1,4 +1,4 @@
-"""The ``lipsweep`` command line: train, sweep, pareto, export, demo, models.
+"""The ``lipsweep`` command line: train, sweep, pareto, export, confirm, demo, models.
 
 Each subcommand maps to one ``cmd_*`` function in :data:`COMMANDS` (a test checks the map
 against the parser). Usage and configuration errors exit with status 2 and one line naming the
@@ -37,6 +37,7 @@ EXAMPLES = {
     "sweep": "lipsweep sweep search_spaces/smoke.yaml --status-every 60",
     "pareto": "lipsweep pareto --experiment smoke --tracking-uri sqlite:///mlflow.db",
     "export": "lipsweep export --experiment smoke --out exports/smoke-best",
+    "confirm": "lipsweep confirm --experiment smoke --top 3 --images 1000",
     "demo": "lipsweep demo --num-cpus 2",
     "models": "lipsweep models",
     "data": "lipsweep data prepare --dataset cifar100 --source ~/cifar --dest s3://bucket/data",
@@ -129,6 +130,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace a previous export in --out")
     p.add_argument("--register", metavar="MODEL_NAME", default=None,
                    help="also register the export in the MLflow model registry")
+    _add_tracking(p)
+
+    p = _add_command(sub, "confirm", "re-evaluate the front's runs with standard AutoAttack "
+                     "(logs acc_aa_std_<eps>)", common)
+    p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
+    p.add_argument("--top", type=int, default=None, metavar="N", help="the N best runs by "
+                   "Pareto rank (default: the runs on the front)")
+    p.add_argument("--run-id", action="extend", nargs="+", default=None, metavar="ID",
+                   help="confirm these child runs instead of the front")
+    p.add_argument("--images", type=int, default=0, metavar="N", help="test images: the "
+                   "seeded subset of N (default 0: the whole test split of the run's data)")
+    p.add_argument("--address", default=None, metavar="RAY_ADDRESS", help="run each run's "
+                   "evaluation as a Ray task on this cluster (a GPU each if it has GPUs); "
+                   "default: locally, one run after the other, without Ray")
     _add_tracking(p)
 
     p = _add_command(sub, "demo", "the embedded default end to end: smoke sweep, pareto, "
@@ -260,6 +275,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return run_export_command(args)
 
 
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from lipsweep.decide.confirm import run_confirm_command
+
+    return run_confirm_command(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from lipsweep.demo import run_demo
 
@@ -278,6 +299,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "sweep": cmd_sweep,
     "pareto": cmd_pareto,
     "export": cmd_export,
+    "confirm": cmd_confirm,
     "demo": cmd_demo,
     "models": cmd_models,
     "data": cmd_data,
