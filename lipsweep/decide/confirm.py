@@ -40,7 +40,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -77,8 +77,6 @@ class ConfirmJob:
     run_id: str
     label: str
     eps: list[int]
-    weights: Any = None
-    flat: dict[str, Any] = field(default_factory=dict)
 
 
 def budget_iters(env: Optional[dict[str, str]] = None) -> Optional[int]:
