@@ -1,4 +1,4 @@
-"""The ``lipsweep`` command line: train, sweep, pareto, export, demo, models.
+"""The ``lipsweep`` command line: train, sweep, pareto, export, confirm, demo, models.
 
 Each subcommand maps to one ``cmd_*`` function in :data:`COMMANDS` (a test checks the map
 against the parser). Usage and configuration errors exit with status 2 and one line naming the
@@ -38,6 +38,7 @@ EXAMPLES = {
     "pareto": "lipsweep pareto --experiment smoke --tracking-uri sqlite:///mlflow.db",
     "export": "lipsweep export --experiment smoke --out exports/smoke-best",
     "report": "lipsweep report --experiment smoke --out reports/smoke",
+    "confirm": "lipsweep confirm --experiment smoke --top 3 --images 1000",
     "demo": "lipsweep demo --num-cpus 2",
     "models": "lipsweep models",
     "data": "lipsweep data prepare --dataset cifar100 --source ~/cifar --dest s3://bucket/data",
@@ -143,6 +144,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default: reports/EXPERIMENT)")
     p.add_argument("--objective", action="append", default=None, metavar="NAME:max|min",
                    help="objectives of the Pareto figure (as for pareto)")
+    _add_tracking(p)
+
+    p = _add_command(sub, "confirm", "re-evaluate the front's runs with standard AutoAttack "
+                     "(logs acc_aa_std_<eps>)", common)
+    p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
+    p.add_argument("--top", type=int, default=None, metavar="N", help="the N best runs by "
+                   "Pareto rank (default: the runs on the front)")
+    p.add_argument("--run-id", action="extend", nargs="+", default=None, metavar="ID",
+                   help="confirm these child runs instead of the front")
+    p.add_argument("--images", type=int, default=0, metavar="N", help="test images: the "
+                   "seeded subset of N (default 0: the whole test split of the run's data)")
+    p.add_argument("--address", default=None, metavar="RAY_ADDRESS", help="run each run's "
+                   "evaluation as a Ray task on this cluster (a GPU each if it has GPUs); "
+                   "default: locally, one run after the other, without Ray")
     _add_tracking(p)
 
     p = _add_command(sub, "demo", "the embedded default end to end: smoke sweep, pareto, "
@@ -281,6 +296,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return run_report_command(args)
 
 
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from lipsweep.decide.confirm import run_confirm_command
+
+    return run_confirm_command(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from lipsweep.demo import run_demo
 
@@ -300,6 +321,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "pareto": cmd_pareto,
     "export": cmd_export,
     "report": cmd_report,
+    "confirm": cmd_confirm,
     "demo": cmd_demo,
     "models": cmd_models,
     "data": cmd_data,

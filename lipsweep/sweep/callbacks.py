@@ -159,6 +159,7 @@ class MlflowSweepCallback(Callback):
                  if (k.startswith(("acc_", "lip_", "eval_")) or k == "epochs_done")
                  and isinstance(v, (int, float)) and not isinstance(v, bool)}
         self.tracker.log_metrics(run_id, final, step=0)
+        self.tracker.set_tags(run_id, trial_attack_tags(flat_config(trial.config), result))
         self._log_checkpoint(run_id, trial)
         self.tracker.end(run_id, FINISHED)
         self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, label, FINISHED,
@@ -191,6 +192,29 @@ class MlflowSweepCallback(Callback):
                     if (src / name).is_file():
                         (dst / name).write_bytes((src / name).read_bytes())
                 self.tracker.log_artifacts(run_id, dst, "checkpoint")
+
+
+def trial_attack_tags(flat: dict[str, Any], result: dict[str, Any]) -> dict[str, str]:
+    """Tags saying which AutoAttack made each ``acc_aa_<eps>`` of a trial (issue 18)."""
+    from lipsweep.attacks.autoattack import autoattack_tags, describe_config
+    from lipsweep.attacks.config import RobustnessConfig
+    from lipsweep.config import FIELD_SECTION
+    from lipsweep.config_base import from_mapping
+
+    if "autoattack" not in flat.get("attacks", ["autoattack"]):
+        return {}
+    try:
+        robust = from_mapping(RobustnessConfig, {k: v for k, v in flat.items()
+                                                 if FIELD_SECTION.get(k) == "robustness"})
+    except ValueError as err:  # never lose the trial's logging over its tags
+        _log.warning("no AutoAttack tags: %s", err)
+        return {}
+    n = result.get("attack_images")
+    tags: dict[str, str] = {}
+    for eps in robust.aa_eps:
+        tags.update(autoattack_tags(f"acc_aa_{eps}", describe_config(robust),
+                                    int(n) if isinstance(n, (int, float)) else None, eps))
+    return tags
 
 
 def _completed(run) -> bool:

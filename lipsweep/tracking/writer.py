@@ -200,6 +200,16 @@ class Tracker(TrackingReader):
     def set_tags(self, run_id: str, tags: dict[str, Any]) -> None:
         self._write("log_batch", run_id, tags=[(k, str(v)) for k, v in tags.items()])
 
+    def log_together(self, run_id: str, metrics: dict[str, float], tags: dict[str, Any]) -> None:
+        """Metrics (step 0) and tags in ONE unbuffered MLflow batch: all land or none do."""
+        from mlflow.entities import Metric, RunTag
+
+        ts = int(time.time() * 1000)
+        batch_m = [Metric(k, float(v), ts, 0) for k, v in sorted(metrics.items())]
+        batch_t = [RunTag(k, str(v)[:5000]) for k, v in sorted(tags.items())]
+        self._call("log_batch", lambda: self.client.log_batch(run_id, metrics=batch_m,
+                                                              tags=batch_t))
+
     def log_artifacts(self, run_id: str, local_dir: Path, artifact_path: Optional[str] = None
                       ) -> None:
         self._call("log_artifacts", lambda: self.client.log_artifacts(

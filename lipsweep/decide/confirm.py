@@ -1,0 +1,398 @@
+"""``lipsweep confirm``: re-check a sweep's front with standard AutoAttack (issue 18, item 3).
+
+The sweep ranks its runs by a cheap AutoAttack (``acc_aa_2``: version 'custom', 10
+iterations; SPEC §2.6). ``confirm`` re-evaluates the front's runs (``--top N``: the N best by
+Pareto rank), or the named ones (``--run-id``), from their final checkpoints (the
+``checkpoint/`` artifacts the driver logs, which ``lipsweep export`` also reads) with the
+*standard* AutoAttack of Croce & Hein (ICML 2020): APGD-CE, APGD-T and FAB-T with 100
+iterations and Square with 5000 queries, through pyautoattack unchanged
+(:class:`lipsweep.attacks.autoattack.AutoAttack`, ``version='standard'``). It runs at the
+run's AutoAttack eps values (param ``aa_eps``), on the whole test split of the run's data by
+default; ``--images N`` takes the seeded, sorted subset of N test images (the sweep's own
+evaluation subset when N is its ``eval_size``). It logs ``acc_aa_std_<eps>`` (percent) to the
+same child runs, with tags saying the attack (``aa_std.version``, ``aa_std.iters``,
+``aa_std.square_queries``, ``aa_std.images``, ``attack.acc_aa_std_<eps>``; see
+:func:`lipsweep.attacks.autoattack.autoattack_tags`), and prints the front re-ranked with
+``acc_aa_std_<eps>`` in place of ``acc_aa_<eps>``.
+
+Resumable: a run's metrics and tags go to MLflow in one batch once its evaluation is done, so
+a killed confirm leaves every run either confirmed or untouched. A rerun skips (and logs as
+skipped) each run that holds ``acc_aa_std_<eps>`` for all its eps from the same request (tag
+``aa_std.request``: image count and budget), and evaluates the others.
+
+With ``--address`` each run's evaluation is a Ray task on that cluster (one GPU if the cluster
+has GPUs, else one CPU); without it the runs are evaluated one after the other in this process
+and no Ray is started. :func:`evaluate_standard` knows nothing of Ray or MLflow.
+
+Test-only budget knob: the environment variable ``LIPSWEEP_CONFIRM_ITERS`` (or the ``iters``
+argument of :func:`evaluate_standard`) runs the same four attacks with that many iterations
+and Square queries (version 'custom', tagged as such), because the standard attack takes
+minutes per image batch on a CPU. It is not for results.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+_log = logging.getLogger("lipsweep.confirm")
+
+METRIC_PREFIX = "acc_aa_std_"
+TAG_PREFIX = "aa_std"
+TAG_REQUEST = "aa_std.request"
+ITERS_ENV = "LIPSWEEP_CONFIRM_ITERS"
+"""Test-only: iterations/queries of a reduced-budget confirm (see the module docstring)."""
+CHUNK_IMAGES = 1000
+"""Images per AutoAttack call; progress (images done, ETA) is logged after each."""
+
+
+def confirm_metric(eps: int) -> str:
+    """``acc_aa_std_<eps>``: standard AutoAttack accuracy at eps/255."""
+    return f"{METRIC_PREFIX}{eps}"
+
+
+@dataclass
+class ConfirmOutcome:
+    """What :func:`evaluate_standard` hands back: metrics and tags for the run."""
+
+    metrics: dict[str, float]
+    tags: dict[str, str]
+    n_images: int
+    seconds: float
+
+
+@dataclass
+class ConfirmJob:
+    """One run to confirm."""
+
+    run_id: str
+    label: str
+    eps: list[int]
+
+
+def budget_iters(env: Optional[dict[str, str]] = None) -> Optional[int]:
+    """The test-only reduced budget from :data:`ITERS_ENV`, or None (standard AutoAttack)."""
+    from lipsweep.config_base import UsageError
+
+    raw = (os.environ if env is None else env).get(ITERS_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise UsageError(f"${ITERS_ENV}: must be an integer >= 1 (test-only budget), got "
+                         f"{raw!r}")
+    return int(raw)
+
+
+def request_key(images: int, iters: Optional[int]) -> str:
+    """What a confirm was asked for; a run confirmed with the same key is not redone."""
+    budget = "standard" if iters is None else f"custom-iters={iters}"
+    return f"images={images or 'all'} budget={budget}"
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def _trial_config(flat: dict[str, Any]):
+    from lipsweep.config import TrialConfig
+
+    # the weights come from the checkpoint: never load (or download) the pretrained ones
+    return TrialConfig.from_flat({**flat, "pretrained": ""})
+
+
+def build_model(flat: dict[str, Any], weights: bytes):
+    """The trial's network (a timm ViT, same code path for ViT-B and tiny ones) with the
+    checkpoint's weights, wrapped to map [0, 1] pixels to logits; eval mode."""
+    import timm
+    from safetensors.torch import load as load_safetensors
+
+    from lipsweep.export import timm_spec
+    from lipsweep.models import PixelModel, model_normalization
+
+    cfg = _trial_config(flat)
+    spec = timm_spec(flat)
+    net = timm.create_model(spec["model_name"], pretrained=False, **spec["kwargs"])
+    net.load_state_dict(load_safetensors(weights))
+    return PixelModel(net, *model_normalization(cfg.model)).eval()
+
+
+def load_images(flat: dict[str, Any], images: int):
+    """(x in [0, 1], y) of the run's test split: all of it (``images`` 0) or its seeded,
+    sorted subset of ``images`` images (:func:`lipsweep.data.eval_subset_indices`)."""
+    from lipsweep.data import load_splits, to_unit
+
+    cfg = _trial_config(flat)
+    data = dataclasses.replace(cfg.data, eval_size=images, train_size=1)
+    splits = load_splits(data)
+    return to_unit(splits.x_eval), splits.y_eval
+
+
+def _attack(model, eps: float, robustness, iters: Optional[int]):
+    from lipsweep.attacks.autoattack import STANDARD_ATTACKS, AutoAttack
+
+    common = dict(seed=robustness.attack_seed, batch_size=robustness.attack_batch_size,
+                  precision="fp32")
+    if iters is None:
+        return AutoAttack(model, eps, version="standard", **common)
+    return AutoAttack(model, eps, version="custom", attacks=list(STANDARD_ATTACKS),
+                      iters=iters, restarts=1, **common)
+
+
+def evaluate_standard(flat: dict[str, Any], weights: bytes, eps: list[int], images: int = 0,
+                      iters: Optional[int] = None, device: Optional[str] = None,
+                      label: str = "", chunk: int = CHUNK_IMAGES) -> ConfirmOutcome:
+    """Standard AutoAttack accuracy of one trial's checkpoint at each eps (numerators / 255).
+
+    Args:
+        flat: the trial's flat config (its checkpoint's ``config.json``).
+        weights: the bytes of its ``model.safetensors``.
+        eps: eps numerators over 255 (the run's ``aa_eps``).
+        images: test images to use (0: the whole test split).
+        iters: None for standard AutoAttack; test-only reduced budget otherwise.
+        device: None picks CUDA when available.
+        label: how progress lines name the run.
+        chunk: images per AutoAttack call (progress granularity).
+    """
+    import torch
+
+    from lipsweep.attacks.autoattack import autoattack_tags
+    from lipsweep.attacks.checks import check_perturbation
+    from lipsweep.attacks.evaluate import tf32_matmuls
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    robustness = _trial_config(flat).robustness
+    model = build_model(flat, weights).to(dev)
+    x, y = load_images(flat, images)
+    n, total, done = x.shape[0], x.shape[0] * len(eps), 0
+    t0 = time.perf_counter()
+    metrics: dict[str, float] = {}
+    tags = {TAG_REQUEST: request_key(images, iters)}
+    with torch.no_grad(), tf32_matmuls(False):
+        clean = torch.cat([(model(x[i:i + chunk].to(dev)).argmax(1).cpu() == y[i:i + chunk])
+                           for i in range(0, n, chunk)])
+    tags[f"{TAG_PREFIX}.acc_clean"] = f"{100.0 * float(clean.float().mean()):.2f}"
+    for e in eps:
+        name, attack = confirm_metric(e), _attack(model, e / 255, robustness, iters)
+        robust = torch.zeros(n, dtype=torch.bool)
+        for i in range(0, n, chunk):
+            xb, yb = x[i:i + chunk].to(dev), y[i:i + chunk].to(dev)
+            with tf32_matmuls(False):  # the confirmation is strict fp32 throughout
+                res = attack.run(xb, yb)
+            for msg in check_perturbation(res.x_adv, xb, e / 255, name) + res.warnings:
+                _log.warning("%s %s: %s", label, name, msg)
+            robust[i:i + xb.shape[0]] = res.robust
+            done += xb.shape[0]
+            elapsed = time.perf_counter() - t0
+            _log.info("%s %s: %d/%d images (%d/%d over all eps), robust so far %.2f%%, "
+                      "%.0f s elapsed, ETA %.0f s", label, name, i + xb.shape[0], n, done,
+                      total, 100.0 * float(robust[:i + xb.shape[0]].float().mean()), elapsed,
+                      elapsed / done * (total - done))
+        metrics[name] = 100.0 * float(robust.float().mean())
+        tags.update(autoattack_tags(name, attack.describe(), n, e, prefix=TAG_PREFIX))
+    seconds = time.perf_counter() - t0
+    tags[f"{TAG_PREFIX}.seconds"] = f"{seconds:.1f}"
+    return ConfirmOutcome(metrics, tags, n, seconds)
+
+
+# --------------------------------------------------------------------------- command edge
+
+
+def run_eps(params: dict[str, str]) -> list[int]:
+    """The run's AutoAttack eps numerators (param ``aa_eps``; the suite's default if absent)."""
+    from lipsweep.attacks.config import RobustnessConfig
+
+    raw = params.get("aa_eps")
+    if raw is None:
+        return list(RobustnessConfig().aa_eps)
+    return [int(v) for v in json.loads(raw)]
+
+
+def is_confirmed(run, eps: list[int], request: str) -> bool:
+    """The run holds ``acc_aa_std_<eps>`` for every eps from the same request."""
+    return run.data.tags.get(TAG_REQUEST) == request and all(
+        confirm_metric(e) in run.data.metrics for e in eps)
+
+
+def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
+    """Run ids to confirm: ``--run-id``s, or the ``--top`` N by Pareto rank (default: the
+    front), in rank order (ties: by :func:`lipsweep.pareto.front_table`'s display order)."""
+    from lipsweep.config_base import UsageError
+    from lipsweep.decide.commands import load_sweep_runs, rank_sweep
+
+    if args.run_id:
+        sweep = load_sweep_runs(tracker)
+        for rid in args.run_id:
+            if rid not in sweep.runs:
+                raise UsageError(f"--run-id {rid} is not a FINISHED trial run of experiment "
+                                 f"{args.experiment!r}")
+        return list(dict.fromkeys(args.run_id))
+    sweep, result = rank_sweep(tracker, None)
+    ranks = [int(r) for r in result.ranks]
+    first = result.objectives[0]
+    sign = 1.0 if first.direction == "max" else -1.0
+
+    def key(i: int) -> tuple:
+        v = sweep.records[i]["metrics"].get(first.name, float("nan"))
+        return ranks[i], -sign * v, sweep.records[i]["run_id"]
+
+    order = sorted((i for i in range(len(ranks)) if ranks[i] > 0), key=key)
+    if args.top is None:
+        order = [i for i in order if ranks[i] == 1]
+    else:
+        order = order[:args.top]
+    return [sweep.records[i]["run_id"] for i in order]
+
+
+def _download_checkpoint(tracker, run_id: str) -> tuple[dict[str, Any], bytes]:
+    from lipsweep.config_base import UsageError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        local = tracker.download_artifacts(run_id, "checkpoint", tmp)
+        files = [local / "config.json", local / "model.safetensors"]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise UsageError(f"run {run_id} has no checkpoint/{missing[0]} artifact")
+        return json.loads(files[0].read_text()), files[1].read_bytes()
+
+
+def _run_local(tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int]
+               ) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome], Optional[BaseException]]]:
+    """Evaluate the jobs one after the other in this process (checkpoints fetched lazily)."""
+    for job in jobs:
+        try:
+            flat, weights = _download_checkpoint(tracker, job.run_id)
+            out = evaluate_standard(flat, weights, job.eps, images, iters, label=job.label)
+        except Exception as exc:  # noqa: BLE001 - one failed run must not stop the others
+            yield job, None, exc
+            continue
+        yield job, out, None
+
+
+def _evaluate_task(*args: Any, **kwargs: Any) -> ConfirmOutcome:
+    """:func:`evaluate_standard` in a Ray worker, its progress lines on the worker's stderr
+    (which Ray forwards to the driver's console; a worker has no logging set up)."""
+    logger = logging.getLogger("lipsweep.confirm")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
+                                               "%(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return evaluate_standard(*args, **kwargs)
+
+
+def _run_ray(tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int],
+             address: str) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome],
+                                             Optional[BaseException]]]:
+    """Evaluate each job as a Ray task on the cluster at ``address``; yields as they end."""
+    import ray
+
+    ray.init(address=address, logging_level=logging.WARNING)
+    try:
+        gpus = ray.cluster_resources().get("GPU", 0)
+        task = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(_evaluate_task)
+        _log.info("confirm on Ray at %s: %d tasks, one %s each", address, len(jobs),
+                  "GPU" if gpus else "CPU")
+        refs = {}
+        for job in jobs:
+            try:
+                flat, weights = _download_checkpoint(tracker, job.run_id)
+            except Exception as exc:  # noqa: BLE001
+                yield job, None, exc
+                continue
+            refs[task.remote(flat, ray.put(weights), job.eps, images, iters,
+                             label=job.label)] = job
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                yield refs[ready[0]], ray.get(ready[0]), None
+            except Exception as exc:  # noqa: BLE001 - a failed task fails its run only
+                yield refs[ready[0]], None, exc
+    finally:
+        ray.shutdown()
+
+
+def _log_outcome(tracker, run_id: str, out: ConfirmOutcome) -> None:
+    """Metrics and tags in one MLflow batch: a run is confirmed entirely or not at all."""
+    tracker.log_together(run_id, out.metrics, out.tags)
+
+
+def std_objectives():
+    """The default objectives with ``acc_aa_<eps>`` replaced by ``acc_aa_std_<eps>``."""
+    from lipsweep.pareto import DEFAULT_OBJECTIVES, Objective
+
+    return tuple(Objective(re.sub(r"^acc_aa_(\d+)$", r"acc_aa_std_\1", o.name), o.direction)
+                 for o in DEFAULT_OBJECTIVES)
+
+
+def reranked_table(tracker) -> str:
+    """The front of the experiment ranked with the standard AutoAttack accuracy."""
+    from lipsweep.pareto import front_table, pareto_rank
+    from lipsweep.decide.commands import load_sweep_runs
+
+    sweep = load_sweep_runs(tracker)
+    result = pareto_rank(sweep.records, std_objectives())
+    return front_table(sweep.records, result.ranks, result.objectives)
+
+
+def run_confirm_command(args: argparse.Namespace) -> int:
+    """``lipsweep confirm``: see the module docstring."""
+    from lipsweep.decide.commands import _read_command
+
+    return _read_command(_confirm)(args)
+
+
+def _confirm(args: argparse.Namespace) -> int:
+    from lipsweep.config_base import UsageError
+    from lipsweep.decide.commands import read_tracker
+
+    if args.top is not None and args.run_id:
+        raise UsageError("--top and --run-id exclude each other; give one")
+    if args.top is not None and args.top < 1:
+        raise UsageError(f"--top must be >= 1, got {args.top}")
+    if args.images < 0:
+        raise UsageError(f"--images must be >= 0 (0: the whole test split), got {args.images}")
+    iters = budget_iters()
+    request = request_key(args.images, iters)
+    tracker = read_tracker(args.tracking_uri, args.experiment)
+    run_ids = choose_runs(tracker, args)
+    jobs, skipped = [], 0
+    for rid in run_ids:
+        run = tracker.get_run(rid)
+        eps = run_eps(run.data.params)
+        label = f"run {rid[:8]} ({run.info.run_name or rid})"
+        if is_confirmed(run, eps, request):
+            skipped += 1
+            _log.info("%s: skipped, already confirmed (%s: %s)", label, request, ", ".join(
+                f"{confirm_metric(e)}={run.data.metrics[confirm_metric(e)]:.2f}" for e in eps))
+            continue
+        jobs.append(ConfirmJob(rid, label, eps))
+    _log.info("confirming %d runs with %s AutoAttack (%s), %d already confirmed", len(jobs),
+              "standard" if iters is None else f"REDUCED test-only ({ITERS_ENV}={iters})",
+              request, skipped)
+    runner = (_run_ray(tracker, jobs, args.images, iters, args.address) if args.address
+              else _run_local(tracker, jobs, args.images, iters))
+    failed = 0
+    for job, out, err in runner:
+        if err is not None or out is None:
+            failed += 1
+            _log.error("%s: confirm failed: %s: %s (the other runs go on; rerun confirm to "
+                       "retry it)", job.label, type(err).__name__, err)
+            continue
+        _log_outcome(tracker, job.run_id, out)
+        _log.info("%s: %s on %d images in %.0f s", job.label, ", ".join(
+            f"{k}={v:.2f}" for k, v in out.metrics.items()), out.n_images, out.seconds)
+    sys.stdout.write(reranked_table(tracker) + "\n")
+    sys.stdout.write(f"confirmed {len(jobs) - failed} runs, skipped {skipped} already "
+                     f"confirmed, {failed} failed ({request})\n")
+    return 1 if failed else 0

@@ -1,0 +1,160 @@
+"""``lipsweep confirm`` (issue 18 item 3) on real MLflow (SQLite), a real tiny timm ViT trained
+by ``run_trial`` and real pyautoattack, with the test-only reduced budget
+(``LIPSWEEP_CONFIRM_ITERS``): it logs ``acc_aa_std_2`` with tags saying the attack, and a
+confirm that failed half-way resumes without redoing the finished run."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from lipsweep.__main__ import main
+from lipsweep.config import TrialConfig
+from lipsweep.tracking import FINISHED, Tracker
+
+FLAT = {"model": "vit_tiny_patch16_224", "depth": 2, "embed_dim": 64, "num_heads": 4,
+        "dataset": "embedded", "train_size": 512, "eval_size": 32, "batch_size": 64,
+        "optimizer": "adamw", "lr": 2e-3, "epochs": 1, "evaluate": False, "device": "cpu"}
+# two runs that do not dominate each other: both on the front
+FINAL = [{"acc_clean": 30.0, "acc_pgd_4": 5.0, "acc_aa_2": 1.0, "lip_jacobian_median": 2.0},
+         {"acc_clean": 25.0, "acc_pgd_4": 8.0, "acc_aa_2": 2.0, "lip_jacobian_median": 3.0}]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A real final checkpoint folder (weights + config.json) as the trainable hands it to
+    the driver, from the tiniest real trial."""
+    from lipsweep.trial import run_trial
+
+    d = tmp_path_factory.mktemp("trial")
+    cfg = TrialConfig.from_flat(FLAT)
+    result = run_trial(cfg, d, progress=False)
+    final = d / "final"
+    final.mkdir()
+    (final / "model.safetensors").write_bytes((result.checkpoint / "model.safetensors")
+                                              .read_bytes())
+    (final / "config.json").write_text(cfg.to_json())
+    return final
+
+
+def _sweep(tmp_path: Path, checkpoint: Path) -> tuple[str, list[str]]:
+    """An experiment 'cf' with a parent run and two FINISHED child runs, logged the way the
+    driver's MlflowSweepCallback logs them."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "cf")
+    parent = tracker.open_parent(str(tmp_path / "ray"), "cf", {"space": "test"})
+    ids = []
+    for i, final in enumerate(FINAL):
+        params = {**TrialConfig.from_flat({**FLAT, "seed": i}).to_flat()}
+        rid = tracker.open_child(parent, f"t{i}", f"t{i}", params)
+        tracker.log_metrics(rid, final, step=0)
+        tracker.log_artifacts(rid, checkpoint, "checkpoint")
+        tracker.end(rid, FINISHED)
+        ids.append(rid)
+    tracker.end(parent, FINISHED)
+    return uri, ids
+
+
+def _run(uri: str, rid: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri).get_run(rid)
+
+
+@pytest.mark.slow
+def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, capsys):
+    from lipsweep.attacks.autoattack import STANDARD_ATTACKS, AutoAttack
+    from safetensors.torch import load_file
+
+    from lipsweep.decide.confirm import load_images
+    from lipsweep.models import create_model
+
+    monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "2")
+    uri, ids = _sweep(tmp_path, checkpoint)
+    rc = main(["confirm", "--experiment", "cf", "--run-id", ids[0], "--images", "16",
+               "--tracking-uri", uri])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    run = _run(uri, ids[0])
+    value = run.data.metrics["acc_aa_std_2"]
+    tags = run.data.tags
+    assert tags["aa_std.images"] == "16" and tags["aa_std.iters"] == "2"
+    assert tags["aa_std.version"] == "custom"  # the reduced budget is never tagged standard
+    assert tags["aa_std.attacks"] == ",".join(STANDARD_ATTACKS)
+    assert "eps 2/255 on 16 images" in tags["attack.acc_aa_std_2"]
+    assert "acc_aa_std_2" not in _run(uri, ids[1]).data.metrics
+    # the same attack, run here on the checkpoint's weights (loaded the trial's way) and the
+    # same 16 images
+    x, y = load_images(FLAT, 16)
+    assert x.shape[0] == 16
+    model = create_model(TrialConfig.from_flat(FLAT).model)
+    model.net.load_state_dict(load_file(str(checkpoint / "model.safetensors")))
+    model.eval()
+    res = AutoAttack(model, 2 / 255, attacks=list(STANDARD_ATTACKS), iters=2).run(x, y)
+    assert value == pytest.approx(res.robust_accuracy)
+    with torch.no_grad():
+        clean = 100.0 * float((model(x).argmax(1) == y).float().mean())
+    assert float(tags["aa_std.acc_clean"]) == pytest.approx(clean, abs=0.01)
+    assert value <= clean
+    assert "acc_aa_std_2(max)" in out and "confirmed 1 runs, skipped 0" in out
+
+
+@pytest.mark.slow
+def test_confirm_resumes_without_redoing_finished_runs(tmp_path, checkpoint, monkeypatch,
+                                                       capsys, caplog):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "2")
+    uri, ids = _sweep(tmp_path, checkpoint)
+    client = MlflowClient(tracking_uri=uri)
+    # the 2nd run's checkpoint goes missing: the confirm stops half-way through the front
+    art = Path(client.get_run(ids[1]).info.artifact_uri.removeprefix("file://"))
+    weights = art / "checkpoint" / "model.safetensors"
+    os.rename(weights, weights.with_suffix(".away"))
+    argv = ["confirm", "--experiment", "cf", "--images", "16", "--tracking-uri", uri]
+    assert main(argv) == 1
+    assert "acc_aa_std_2" in _run(uri, ids[0]).data.metrics
+    assert "acc_aa_std_2" not in _run(uri, ids[1]).data.metrics
+    first = _run(uri, ids[0]).data.metrics["acc_aa_std_2"]
+    os.rename(weights.with_suffix(".away"), weights)
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO, logger="lipsweep.confirm"):
+        assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "confirmed 1 runs, skipped 1" in out
+    assert any(f"run {ids[0][:8]}" in r.getMessage() and "skipped" in r.getMessage()
+               for r in caplog.records)
+    history = client.get_metric_history(ids[0], "acc_aa_std_2")
+    assert [m.value for m in history] == [first]  # not redone
+    assert "acc_aa_std_2" in _run(uri, ids[1]).data.metrics
+
+
+def test_confirm_usage_errors_exit_2_naming_the_flag(tmp_path, capsys, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'none.db'}"
+    for extra, flag in ((["--top", "0"], "--top"), (["--top", "1", "--run-id", "x"], "--top"),
+                        (["--images", "-1"], "--images"), ([], "--tracking-uri")):
+        assert main(["confirm", "--experiment", "e", *extra, "--tracking-uri", uri]) == 2
+        err = capsys.readouterr().err
+        assert flag in err and err.count("\n") == 1, err
+    monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "lots")
+    assert main(["confirm", "--experiment", "e", "--tracking-uri", uri]) == 2
+    assert "LIPSWEEP_CONFIRM_ITERS" in capsys.readouterr().err
+    assert not (tmp_path / "none.db").exists()  # nothing created
+
+
+def test_sweep_child_runs_get_tags_saying_which_autoattack_made_acc_aa():
+    from lipsweep.sweep.callbacks import trial_attack_tags
+
+    flat = TrialConfig.from_flat({**FLAT, "aa_eps": [2, 4]}).to_flat()
+    tags = trial_attack_tags(flat, {"attack_images": 500, "acc_aa_2": 1.0})
+    assert tags["aa.version"] == "custom" and tags["aa.iters"] == "10"
+    assert tags["aa.square_queries"] == "10" and tags["aa.images"] == "500"
+    assert tags["aa.attacks"] == "apgd-ce,apgd-t,fab-t,square"
+    assert "eps 4/255 on 500 images" in tags["attack.acc_aa_4"]
+    std = trial_attack_tags({**flat, "aa_version": "standard", "aa_iters": 100}, {})
+    assert std["aa.version"] == "standard" and std["aa.square_queries"] == "5000"
+    assert "aa.images" not in std
+    assert trial_attack_tags({**flat, "attacks": ["pgd"]}, {}) == {}
