@@ -24,10 +24,13 @@ still block with retries, at most about ``sum(min(backoff_s * 2**i, 30))`` secon
 from __future__ import annotations
 
 import fcntl
+import functools
+import hashlib
 import json
 import logging
 import os
 import re
+import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -45,6 +48,11 @@ TAG_EARLY_STOPPED = "lipsweep.early_stopped"
 TAG_FAILURE = "lipsweep.failure"
 TAG_CHECKPOINT = "lipsweep.checkpoint"
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
+TAG_VERSION = "lipsweep.version"
+TAG_GIT_COMMIT = "mlflow.source.git.commit"  # MLflow's own tag: the UI shows it per run
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"  # what MLflow 3's UI reads to pick a view
+EXPERIMENT_KIND = "custom_model_development"   # the model-training view, not the GenAI one
+DATASET_FIELDS = ("dataset", "data_dir", "train_size", "eval_size", "eval_seed")
 
 
 TAG_OWNER = "lipsweep.owner"          # 'host pid since' of the driver that holds the sweep
@@ -53,6 +61,52 @@ READ_HTTP_TIMEOUT_S = 8               # read commands: per-request timeout, no u
 READ_RETRIES = 1                      # read commands: lipsweep's retries (2 tries, < 30 s)
 DB_SCHEMES = ("postgresql", "mysql", "mssql")
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
+
+
+@functools.lru_cache(maxsize=1)
+def provenance_tags() -> dict[str, str]:
+    """Tags every run gets: the lipsweep version and, when lipsweep runs from a git checkout,
+    its commit (:data:`TAG_GIT_COMMIT`); no git or no checkout is not an error."""
+    import lipsweep
+
+    tags = {TAG_VERSION: lipsweep.__version__}
+    pkg = Path(lipsweep.__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(pkg), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return tags
+    lines = out.stdout.split()
+    if out.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == pkg.parent:
+        tags[TAG_GIT_COMMIT] = lines[1]
+    return tags
+
+
+def dataset_input(config: dict[str, Any]) -> Optional[dict[str, str]]:
+    """The MLflow dataset (name, digest, source; no data uploaded) of a flat trial config,
+    or None without a ``dataset``. The digest hashes the fields that pick the images
+    (:data:`DATASET_FIELDS`); the source is ``data_dir`` when set, else lipsweep's name."""
+    if not config.get("dataset"):
+        return None
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    picked = {k: config.get(k) for k in DATASET_FIELDS}
+    digest = hashlib.sha256(json.dumps(picked, sort_keys=True, default=str).encode())
+    source = None
+    if config.get("data_dir"):
+        try:
+            source = resolve_dataset_source(redact_uri(str(config["data_dir"])))
+        except Exception:  # noqa: BLE001 - no MLflow source type for it: named below
+            source = None
+    if source is None:
+        source = CodeDatasetSource({"lipsweep.dataset": str(config["dataset"]),
+                                    "data_dir": redact_uri(str(config.get("data_dir") or ""))})
+    ds = MetaDataset(source, name=str(config["dataset"]), digest=digest.hexdigest()[:16])
+    entity = ds._to_mlflow_entity()
+    return {"name": entity.name, "digest": entity.digest, "source_type": entity.source_type,
+            "source": entity.source}
 
 
 class TrackingError(RuntimeError):
@@ -246,6 +300,12 @@ class Tracker:
             self.client.set_terminated(run_id, status=record["status"])
         elif op == "update_run":
             self.client.update_run(run_id, status=record["status"])
+        elif op == "log_inputs":
+            from mlflow.entities import Dataset, DatasetInput, InputTag
+
+            self.client.log_inputs(run_id, datasets=[DatasetInput(
+                Dataset(**d), tags=[InputTag("mlflow.data.context", record["context"])])
+                for d in record["datasets"]])
         else:  # pragma: no cover - records are built here
             raise ValueError(f"unknown MLflow write {op!r}")
 
@@ -321,12 +381,16 @@ class Tracker:
                 raise TrackingError(f"no experiment {self.experiment!r} at {self.shown_uri}")
             if exp is None:
                 self._experiment_id = self._call(
-                    "create_experiment", lambda: self.client.create_experiment(self.experiment))
+                    "create_experiment", lambda: self.client.create_experiment(
+                        self.experiment, tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND}))
             else:
                 if exp.lifecycle_stage == "deleted":
                     raise TrackingError(f"experiment {self.experiment!r} is deleted; restore it "
                                         "in MLflow or choose another --experiment")
                 self._experiment_id = exp.experiment_id
+                if not self.reader and TAG_EXPERIMENT_KIND not in exp.tags:
+                    self._call("set_experiment_tag", lambda: self.client.set_experiment_tag(
+                        exp.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND))
         return self._experiment_id
 
     def existing_experiment_id(self) -> Optional[str]:
@@ -372,11 +436,14 @@ class Tracker:
         if found is None:
             run = self._call("create_run", lambda: self.client.create_run(
                 self.experiment_id, run_name=name,
-                tags={TAG_KIND: "sweep", TAG_SWEEP_DIR: sweep_dir, **owner_tags}))
+                tags={TAG_KIND: "sweep", TAG_SWEEP_DIR: sweep_dir, **owner_tags,
+                      **provenance_tags()}))
             run_id = run.info.run_id
             if owner:
                 self._check_sole_parent(sweep_dir, run_id)
             self.log_params(run_id, params)
+            self.log_dataset(run_id, {k[len("fixed."):]: v for k, v in params.items()
+                                      if k.startswith("fixed.")})
             if space_file is not None:
                 self._call("log_artifact",
                            lambda: self.client.log_artifact(run_id, str(space_file)))
@@ -430,8 +497,10 @@ class Tracker:
             return run_id
         run = self._call("create_run", lambda: self.client.create_run(
             self.experiment_id, run_name=name,
-            tags={TAG_KIND: "trial", TAG_PARENT: parent_id, TAG_TRIAL_ID: trial_id}))
+            tags={TAG_KIND: "trial", TAG_PARENT: parent_id, TAG_TRIAL_ID: trial_id,
+                  **provenance_tags()}))
         self.log_params(run.info.run_id, params)
+        self.log_dataset(run.info.run_id, params)
         self._last_step[run.info.run_id] = 0
         return run.info.run_id
 
@@ -439,6 +508,12 @@ class Tracker:
         items = [(k, str(v)[:6000]) for k, v in sorted(params.items())]
         for i in range(0, len(items), 100):
             self._write("log_batch", run_id, params=items[i:i + 100])
+
+    def log_dataset(self, run_id: str, config: dict[str, Any], context: str = "train") -> None:
+        """Record the run's dataset as an MLflow input (:func:`dataset_input`), if it has one."""
+        ds = dataset_input(config)
+        if ds is not None:
+            self._write("log_inputs", run_id, datasets=[ds], context=context)
 
     def last_step(self, run_id: str) -> int:
         """The highest epoch step logged (or queued) for ``run_id`` by this tracker."""
