@@ -423,13 +423,15 @@ class Tracker:
 
     def open_parent(self, sweep_dir: str, name: str, params: dict[str, Any],
                     space_file: Optional[Path] = None, owner: Optional[str] = None,
-                    adopt: Optional[Callable[[Any], None]] = None) -> str:
+                    adopt: Optional[Callable[[Any], None]] = None,
+                    datasets: Iterable[dict[str, Any]] = ()) -> str:
         """Find (on resume) or create the sweep's parent run and mark it RUNNING.
 
         ``owner`` ('host pid since') is tagged on the run with a heartbeat; ``adopt(run)``
         decides whether an existing parent may be taken over (it raises if not). A new parent
         that finds an older one created at the same time for the same sweep deletes itself
-        and raises :class:`SweepBusy`: MLflow arbitrates where no file lock can.
+        and raises :class:`SweepBusy`: MLflow arbitrates where no file lock can. A new parent
+        records the distinct datasets of the flat trial configs ``datasets`` as inputs.
         """
         found = self.find_parent_run(sweep_dir)
         owner_tags = {TAG_OWNER: owner, TAG_HEARTBEAT: f"{time.time():.0f}"} if owner else {}
@@ -442,8 +444,7 @@ class Tracker:
             if owner:
                 self._check_sole_parent(sweep_dir, run_id)
             self.log_params(run_id, params)
-            self.log_dataset(run_id, {k[len("fixed."):]: v for k, v in params.items()
-                                      if k.startswith("fixed.")})
+            self.log_datasets(run_id, datasets)
             if space_file is not None:
                 self._call("log_artifact",
                            lambda: self.client.log_artifact(run_id, str(space_file)))
@@ -500,7 +501,7 @@ class Tracker:
             tags={TAG_KIND: "trial", TAG_PARENT: parent_id, TAG_TRIAL_ID: trial_id,
                   **provenance_tags()}))
         self.log_params(run.info.run_id, params)
-        self.log_dataset(run.info.run_id, params)
+        self.log_datasets(run.info.run_id, [params])
         self._last_step[run.info.run_id] = 0
         return run.info.run_id
 
@@ -509,11 +510,17 @@ class Tracker:
         for i in range(0, len(items), 100):
             self._write("log_batch", run_id, params=items[i:i + 100])
 
-    def log_dataset(self, run_id: str, config: dict[str, Any], context: str = "train") -> None:
-        """Record the run's dataset as an MLflow input (:func:`dataset_input`), if it has one."""
-        ds = dataset_input(config)
-        if ds is not None:
-            self._write("log_inputs", run_id, datasets=[ds], context=context)
+    def log_datasets(self, run_id: str, configs: Iterable[dict[str, Any]],
+                     context: str = "train") -> None:
+        """Record the distinct datasets of flat trial configs as MLflow inputs of the run
+        (:func:`dataset_input`; a config without ``dataset`` adds none)."""
+        found = {}
+        for config in configs:
+            ds = dataset_input(config)
+            if ds is not None:
+                found.setdefault((ds["name"], ds["digest"]), ds)
+        if found:
+            self._write("log_inputs", run_id, datasets=list(found.values()), context=context)
 
     def last_step(self, run_id: str) -> int:
         """The highest epoch step logged (or queued) for ``run_id`` by this tracker."""

@@ -38,8 +38,8 @@ def _tracked_run(tmp: Path) -> tuple[Tracker, str, str, torch.nn.Module, dict]:
     torch.manual_seed(0)
     original = create_model(cfg.model).eval()
     tracker = Tracker(f"sqlite:///{tmp / 'mlflow.db'}", "serve", retries=0)
-    parent = tracker.open_parent(str(tmp / "ray" / "serve"), "serve", {
-        "num_trials": 1, **{f"fixed.{k}": v for k, v in TINY.items()}})
+    parent = tracker.open_parent(str(tmp / "ray" / "serve"), "serve", {"num_trials": 2},
+                                 datasets=[flat, flat])  # the sweep's trials: one dataset
     child = tracker.open_child(parent, "t0", "t0 tiny", flat)
     ckpt = tmp / "ckpt"
     ckpt.mkdir()
@@ -95,6 +95,7 @@ def test_writer_tags_kind_version_commit_and_dataset_input(tracked):
         assert [(d.dataset.name, len(d.dataset.digest)) for d in inputs] == [("embedded", 16)]
         assert [t.value for t in inputs[0].tags if t.key == "mlflow.data.context"] == ["train"]
     digest = client.get_run(child).inputs.dataset_inputs[0].dataset.digest
+    assert client.get_run(parent).inputs.dataset_inputs[0].dataset.digest == digest
     from lipsweep.tracking import dataset_input
 
     assert dataset_input({**flat, "eval_seed": 1})["digest"] != digest
