@@ -59,6 +59,34 @@ def share_runs_view(tracking_uri: str, exp_id: str, parent_id: str, columns: str
     return SHARE_KEY
 
 
+def delayed_frame(url: str, wait_s: float):
+    """A loopback HTTP server whose page shows ``url`` full-window in an iframe and holds
+    its load event for ``wait_s`` (an image that answers late): headless Chromium shoots at
+    the load event, and ``--virtual-time-budget`` never ends on the runs table's polling."""
+    import http.server
+    import threading
+
+    page = (f'<html><body style="margin:0"><iframe src="{url}" style="position:fixed;'
+            'top:0;left:0;width:100%;height:100%;border:0"></iframe>'
+            '<img src="/late" style="display:none"></body></html>').encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path == "/late":
+                time.sleep(wait_s)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page if self.path != "/late" else b"")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -123,19 +151,24 @@ def main() -> None:
     else:
         url = f"{base}/#/experiments/{exp_id}/runs/{run_id}/artifacts/{args.artifact}"
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
-                               args.tracking_uri, "--host", "127.0.0.1", "--port", str(port)],
+                               args.tracking_uri, "--host", "127.0.0.1", "--port", str(port),
+                               "--workers", "1", "--x-frame-options", "NONE"],  # iframe
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
-        wait_http(f"{base}/health", 180)
+        wait_http(f"{base}/health", 300)
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        frame = delayed_frame(url, args.wait_ms / 1000) if args.view == "runs" else None
+        shot = f"http://127.0.0.1:{frame.server_address[1]}/" if frame else url
+        wait = [] if frame else [f"--virtual-time-budget={args.wait_ms}"]
         with tempfile.TemporaryDirectory() as profile:
             subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                            f"--window-size={args.size}",
-                            f"--virtual-time-budget={args.wait_ms}",
-                            f"--screenshot={args.out.resolve()}", url],
+                            f"--window-size={args.size}", *wait,
+                            f"--screenshot={args.out.resolve()}", shot],
                            check=True, timeout=300, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
+        if frame:
+            frame.shutdown()
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
