@@ -8,12 +8,18 @@ the given artifact selected, writes a PNG, and stops the server.
         --artifact pareto/pareto_scatter.png --out docs/mlflow_pareto.png
     python docs/screenshot_mlflow.py --experiment smoke --view runs --out docs/mlflow_runs.png
 
-``--view runs`` shows the experiment's run table instead of one run. Needs ``chromium`` on the
-PATH (``apt-get install chromium``); nothing leaves the machine (the server binds 127.0.0.1).
+``--view runs`` shows the experiment's run table instead of one run: the parent's child runs
+(the sweep's trials) with the columns of ``--columns`` (default: regularizer, k, lam,
+aggregation, the Pareto tags and the objectives). The table's view is chosen the way the UI's
+"share" button does it: an experiment tag ``mlflow.sharedViewState.<key>`` holding the view
+state, opened with ``?viewStateShareKey=<key>`` (this is the one write to the store).
+Needs ``chromium`` on the PATH (``apt-get install chromium``); nothing leaves the machine
+(the server binds 127.0.0.1).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -28,6 +34,57 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollb
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-default-apps", "--disable-sync", "--no-first-run",
                   "--disable-dev-shm-usage", "--force-device-scale-factor=1"]
+
+
+RUNS_COLUMNS = ("params.regularizer,params.k,params.lam,params.aggregation,tags.pareto,"
+                "tags.pareto_rank,metrics.acc_clean,metrics.acc_pgd_4,metrics.acc_aa_2,"
+                "metrics.lip_jacobian_median")
+SHARE_KEY = "lipsweep-docs-runs"
+
+
+def share_runs_view(tracking_uri: str, exp_id: str, parent_id: str, columns: str) -> str:
+    """Store a runs-table view (the parent's children, ``columns`` shown, best Pareto rank
+    first) as MLflow's shared view state; returns the share key for the URL."""
+    from mlflow.tracking import MlflowClient
+
+    selected = []
+    for col in (c.strip() for c in columns.split(",") if c.strip()):
+        kind, _, name = col.partition(".")
+        selected.append(f"{kind}.`{name}`")  # the UI's canonical column key
+    state = {"searchFilter": f"tags.`mlflow.parentRunId` = '{parent_id}'",
+             "orderByKey": "metrics.`acc_pgd_4`", "orderByAsc": False,
+             "selectedColumns": selected}
+    MlflowClient(tracking_uri).set_experiment_tag(
+        exp_id, f"mlflow.sharedViewState.{SHARE_KEY}", json.dumps(state))
+    return SHARE_KEY
+
+
+def delayed_frame(url: str, wait_s: float):
+    """A loopback HTTP server whose page shows ``url`` full-window in an iframe and holds
+    its load event for ``wait_s`` (an image that answers late): headless Chromium shoots at
+    the load event, and ``--virtual-time-budget`` never ends on the runs table's polling."""
+    import http.server
+    import threading
+
+    page = (f'<html><body style="margin:0"><iframe src="{url}" style="position:fixed;'
+            'top:0;left:0;width:100%;height:100%;border:0"></iframe>'
+            '<img src="/late" style="display:none"></body></html>').encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path == "/late":
+                time.sleep(wait_s)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page if self.path != "/late" else b"")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def free_port() -> int:
@@ -75,6 +132,8 @@ def main() -> None:
     ap.add_argument("--run", default=None, help="a child run's name or id (default: the parent)")
     ap.add_argument("--artifact", default="pareto/pareto_scatter.png",
                     help="artifact path to open in the run view")
+    ap.add_argument("--columns", default=RUNS_COLUMNS,
+                    help="--view runs: comma-separated params.X / metrics.X / tags.X columns")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--size", default="1600,1000", help="window width,height in pixels")
     ap.add_argument("--wait-ms", type=int, default=20000,
@@ -87,23 +146,29 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     if args.view == "runs":
-        url = f"{base}/#/experiments/{exp_id}/runs"
+        key = share_runs_view(args.tracking_uri, exp_id, run_id, args.columns)
+        url = f"{base}/#/experiments/{exp_id}/runs?viewStateShareKey={key}"
     else:
         url = f"{base}/#/experiments/{exp_id}/runs/{run_id}/artifacts/{args.artifact}"
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
-                               args.tracking_uri, "--host", "127.0.0.1", "--port", str(port)],
+                               args.tracking_uri, "--host", "127.0.0.1", "--port", str(port),
+                               "--workers", "1", "--x-frame-options", "NONE"],  # iframe
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
-        wait_http(f"{base}/health", 180)
+        wait_http(f"{base}/health", 300)
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        frame = delayed_frame(url, args.wait_ms / 1000) if args.view == "runs" else None
+        shot = f"http://127.0.0.1:{frame.server_address[1]}/" if frame else url
+        wait = [] if frame else [f"--virtual-time-budget={args.wait_ms}"]
         with tempfile.TemporaryDirectory() as profile:
             subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                            f"--window-size={args.size}",
-                            f"--virtual-time-budget={args.wait_ms}",
-                            f"--screenshot={args.out.resolve()}", url],
+                            f"--window-size={args.size}", *wait,
+                            f"--screenshot={args.out.resolve()}", shot],
                            check=True, timeout=300, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
+        if frame:
+            frame.shutdown()
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)

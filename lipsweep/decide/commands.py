@@ -206,6 +206,8 @@ def run_pareto_command(args: argparse.Namespace) -> int:
             parallel_coordinates(fig_recs, fig_ranks, result.objectives,
                                  path=out / "pareto_parallel.png", selected=sel_id)
             (out / "pareto_front.txt").write_text(table)
+            _write_pareto_table(tracker, sweep.parent_id, out, sweep.records, ranks,
+                                result.objectives)
             tracker.log_artifacts(sweep.parent_id, out, "pareto")
         tracker.set_tags(sweep.parent_id, {"pareto_front_size": sum(r == 1 for r in ranks),
                                            "pareto_ranked_by": doc["ranked_by"]})
@@ -216,6 +218,19 @@ def run_pareto_command(args: argparse.Namespace) -> int:
     sys.stdout.write(f"tagged {len(ranks)} runs (pareto=true on {sum(r == 1 for r in ranks)});"
                      f" artifacts under pareto/ of parent run {sweep.parent_id}\n")
     return 0
+
+
+def _write_pareto_table(tracker: Tracker, parent_id: str, out: Path, records: list,
+                        ranks: list[int], objectives: Any) -> None:
+    """pareto/pareto_table.json: the ranking as an MLflow table artifact, tagged as one."""
+    from lipsweep.decide.mlflow_table import (LOGGED_ARTIFACTS_TAG, TABLE_FILE,
+                                              logged_artifacts_tag, pareto_table, write_table)
+
+    write_table(out, pareto_table(records, ranks, objectives))
+    run = tracker.get_run(parent_id)
+    tag = logged_artifacts_tag(run.data.tags.get(LOGGED_ARTIFACTS_TAG), f"pareto/{TABLE_FILE}")
+    if tag is not None:
+        tracker.set_tags(parent_id, {LOGGED_ARTIFACTS_TAG: tag})
 
 
 @_read_command
@@ -244,12 +259,14 @@ def run_export_command(args: argparse.Namespace) -> int:
             raise _usage(f"--select {rule}: {err}") from None
         run_id, how = sel.run_id, f"{rule} ({sel.explanation})"
     path = export_run(tracker, run_id, out, selected_by=how, force=args.force)
-    if args.register:
-        register_export(tracker, run_id, path, args.register)
+    version = register_export(tracker, run_id, path, args.register) if args.register else None
     metrics = json.loads((path / "metrics.json").read_text())
     keys = ("acc_clean", "acc_pgd_4", "acc_aa_2", "lip_jacobian_median")
     sys.stdout.write(f"exported run {run_id} ({how}) to {path}\n  " + "  ".join(
         f"{k}={metrics[k]:.2f}" for k in keys if k in metrics) + "\n")
+    if version is not None:
+        sys.stdout.write(f"registered models:/{args.register}/{version} (alias {CHAMPION}): "
+                         "mlflow.pyfunc.load_model(...).predict([0, 1] images) -> logits\n")
     return 0
 
 
@@ -282,9 +299,23 @@ def export_run(tracker: Tracker, run_id: str, out: Path, selected_by: str,
         return write_export(out, state, config, ordered, force=force)
 
 
-def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> None:
-    """Register the export in the MLflow model registry (state dict + config, no pt2/pickle)."""
-    tracker.log_artifacts(run_id, folder, "export")
-    source = f"runs:/{run_id}/export"
-    version = tracker.register_model_version(name, source, run_id)
-    _log.info("registered %s version %s from %s", name, version, source)
+CHAMPION = "champion"
+"""Alias of the registered version that ``export --register`` made last."""
+
+
+def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> str:
+    """Log the export as an MLflow pyfunc model (``model/`` of the run, see
+    :func:`lipsweep.export.save_pyfunc_model`) and register it as a new version of ``name``,
+    aliased :data:`CHAMPION`, with the export's model card as its description. Returns the
+    version: ``mlflow.pyfunc.load_model("models:/NAME@champion")`` predicts logits."""
+    from lipsweep.export import save_pyfunc_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = save_pyfunc_model(folder, Path(tmp) / "model")
+        tracker.log_artifacts(run_id, model_dir, "model")
+    source = f"runs:/{run_id}/model"
+    card = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""
+    version = tracker.register_model_version(name, source, run_id, description=card,
+                                             alias=CHAMPION)
+    _log.info("registered %s version %s (alias %s) from %s", name, version, CHAMPION, source)
+    return version

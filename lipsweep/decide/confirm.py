@@ -41,7 +41,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Optional
 
 _log = logging.getLogger("lipsweep.confirm")

@@ -26,10 +26,10 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from lipsweep.sweep.space import SweepSpec, sample_space
-from lipsweep.config_base import UsageError
+from lipsweep.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
 from lipsweep.tracking import (FAILED, FINISHED, KILLED, RUNNING, TAG_HEARTBEAT, TAG_OWNER,
                                SweepBusy, Tracker, TrackingError, redact_uri)
@@ -312,7 +312,8 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
         if opts.resume:
             tracker.replay(spill)
         parent = tracker.open_parent(exp_path, opts.experiment, flat_params, Path(spec.path),
-                                     owner=opts.owner, adopt=_adoption_policy(opts))
+                                     owner=opts.owner, adopt=_adoption_policy(opts),
+                                     datasets=_sweep_datasets(spec))
     except SweepBusy as err:
         raise UsageError(f"--experiment {opts.experiment}: {err}") from None
     except TrackingError as err:  # nothing started yet: a bad or unreachable --tracking-uri
@@ -375,6 +376,19 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
                     f"{redact_uri(opts.tracking_uri)}; saved to {spill}. Rerun with --resume "
                     "once MLflow is reachable to deliver them")
     return SweepOutcome(ok, summary, parent, exp_path)
+
+
+def _sweep_datasets(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Flat configs naming the sweep's datasets (the parent run's MLflow inputs): the trials',
+    or, for a searcher that samples them later, the fixed settings with defaults filled in."""
+    if spec.trials:
+        return spec.trials
+    from lipsweep.config import TrialConfig
+
+    try:
+        return [TrialConfig.from_flat(spec.fixed).to_flat()]
+    except ConfigError:
+        return []
 
 
 def _close_interrupted(tracker: Tracker, parent: str, spill: Path,

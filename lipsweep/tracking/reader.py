@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
-from lipsweep.tracking.schema import (FINISHED, TAG_KIND, TAG_PARENT, TAG_SWEEP_DIR,
+from lipsweep.tracking.schema import (EXPERIMENT_KIND, TAG_EXPERIMENT_KIND, FINISHED, TAG_KIND, TAG_PARENT, TAG_SWEEP_DIR,
                                       TAG_TRIAL_ID, TrackingError, transient)
 from lipsweep.tracking.uri import redact_uri, sqlite_schema_lock
 
@@ -89,12 +89,16 @@ class TrackingReader:
                 raise TrackingError(f"no experiment {self.experiment!r} at {self.shown_uri}")
             if exp is None:
                 self._experiment_id = self._call(
-                    "create_experiment", lambda: self.client.create_experiment(self.experiment))
+                    "create_experiment", lambda: self.client.create_experiment(
+                        self.experiment, tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND}))
             else:
                 if exp.lifecycle_stage == "deleted":
                     raise TrackingError(f"experiment {self.experiment!r} is deleted; restore it "
                                         "in MLflow or choose another --experiment")
                 self._experiment_id = exp.experiment_id
+                if not self.reader and TAG_EXPERIMENT_KIND not in exp.tags:
+                    self._call("set_experiment_tag", lambda: self.client.set_experiment_tag(
+                        exp.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND))
         return self._experiment_id
 
     def existing_experiment_id(self) -> Optional[str]:

@@ -11,6 +11,11 @@ TAG_CHECKPOINT = "lipsweep.checkpoint"
 TAG_OWNER = "lipsweep.owner"          # 'host pid since' of the driver that holds the sweep
 TAG_HEARTBEAT = "lipsweep.heartbeat"  # unix time of the owner's last sign of life
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
+TAG_VERSION = "lipsweep.version"
+TAG_GIT_COMMIT = "mlflow.source.git.commit"  # MLflow's own tag: the UI shows it per run
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"  # what MLflow 3's UI reads to pick a view
+EXPERIMENT_KIND = "custom_model_development"   # the model-training view, not the GenAI one
+DATASET_FIELDS = ("dataset", "data_dir", "train_size", "eval_size", "eval_seed")
 
 
 class TrackingError(RuntimeError):

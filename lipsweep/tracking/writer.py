@@ -24,9 +24,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from lipsweep.tracking.buffer import Record, WriteQueue, replay_spill
+from lipsweep.tracking.provenance import dataset_input, provenance_tags
 from lipsweep.tracking.reader import TrackingReader
 from lipsweep.tracking.schema import (RUNNING, TAG_FAILURE, TAG_HEARTBEAT, TAG_KIND,
                                       TAG_OWNER, TAG_PARENT, TAG_SWEEP_DIR, TAG_TRIAL_ID,
@@ -82,6 +83,12 @@ class Tracker(TrackingReader):
             self.client.set_terminated(run_id, status=record["status"])
         elif op == "update_run":
             self.client.update_run(run_id, status=record["status"])
+        elif op == "log_inputs":
+            from mlflow.entities import Dataset, DatasetInput, InputTag
+
+            self.client.log_inputs(run_id, datasets=[DatasetInput(
+                Dataset(**d), tags=[InputTag("mlflow.data.context", record["context"])])
+                for d in record["datasets"]])
         else:  # pragma: no cover - records are built here
             raise ValueError(f"unknown MLflow write {op!r}")
 
@@ -106,13 +113,15 @@ class Tracker(TrackingReader):
     # -- parent -----------------------------------------------------------------------------
     def open_parent(self, sweep_dir: str, name: str, params: dict[str, Any],
                     space_file: Optional[Path] = None, owner: Optional[str] = None,
-                    adopt: Optional[Callable[[Any], None]] = None) -> str:
+                    adopt: Optional[Callable[[Any], None]] = None,
+                    datasets: Iterable[dict[str, Any]] = ()) -> str:
         """Find (on resume) or create the sweep's parent run and mark it RUNNING.
 
         ``owner`` ('host pid since') is tagged on the run with a heartbeat; ``adopt(run)``
         decides whether an existing parent may be taken over (it raises if not). A new parent
         that finds an older one created at the same time for the same sweep deletes itself
-        and raises :class:`SweepBusy`: MLflow arbitrates where no file lock can.
+        and raises :class:`SweepBusy`: MLflow arbitrates where no file lock can. A new parent
+        records the distinct datasets of the flat trial configs ``datasets`` as inputs.
         """
         found = self.find_parent_run(sweep_dir)
         owner_tags = {TAG_OWNER: owner, TAG_HEARTBEAT: f"{time.time():.0f}"} if owner else {}
@@ -122,6 +131,7 @@ class Tracker(TrackingReader):
             if owner:
                 self._check_sole_parent(sweep_dir, run_id)
             self.log_params(run_id, params)
+            self.log_datasets(run_id, datasets)
             if space_file is not None:
                 self._call("log_artifact",
                            lambda: self.client.log_artifact(run_id, str(space_file)))
@@ -136,9 +146,9 @@ class Tracker(TrackingReader):
         return run_id
 
     def create_run(self, name: Optional[str], tags: dict[str, str]) -> str:
-        """A new RUNNING run of the experiment; its id."""
+        """A new RUNNING run of the experiment, tagged with its provenance; its id."""
         run = self._call("create_run", lambda: self.client.create_run(
-            self.experiment_id, run_name=name, tags=tags))
+            self.experiment_id, run_name=name, tags={**tags, **provenance_tags()}))
         return run.info.run_id
 
     def _check_sole_parent(self, sweep_dir: str, run_id: str) -> None:
@@ -172,6 +182,7 @@ class Tracker(TrackingReader):
         run_id = self.create_run(name, {TAG_KIND: "trial", TAG_PARENT: parent_id,
                                         TAG_TRIAL_ID: trial_id})
         self.log_params(run_id, params)
+        self.log_datasets(run_id, [params])
         self._last_step[run_id] = 0
         return run_id
 
@@ -179,6 +190,18 @@ class Tracker(TrackingReader):
         items = [(k, str(v)[:6000]) for k, v in sorted(params.items())]
         for i in range(0, len(items), 100):
             self._write("log_batch", run_id, params=items[i:i + 100])
+
+    def log_datasets(self, run_id: str, configs: Iterable[dict[str, Any]],
+                     context: str = "train") -> None:
+        """Record the distinct datasets of flat trial configs as MLflow inputs of the run
+        (:func:`dataset_input`; a config without ``dataset`` adds none)."""
+        found = {}
+        for config in configs:
+            ds = dataset_input(config)
+            if ds is not None:
+                found.setdefault((ds["name"], ds["digest"]), ds)
+        if found:
+            self._write("log_inputs", run_id, datasets=list(found.values()), context=context)
 
     def last_step(self, run_id: str) -> int:
         """The highest epoch step logged (or queued) for ``run_id`` by this tracker."""
@@ -229,12 +252,17 @@ class Tracker(TrackingReader):
         return n
 
     # -- model registry ---------------------------------------------------------------------
-    def register_model_version(self, name: str, source: str, run_id: str) -> str:
+    def register_model_version(self, name: str, source: str, run_id: str, description: str = "",
+                               alias: Optional[str] = None) -> str:
         """Version ``source`` (``runs:/ID/PATH``) under the registered model ``name``, which is
-        created the first time; returns the new version."""
+        created the first time, with ``description``; ``alias`` then points at it. Returns the
+        new version."""
         self._call("create_registered_model", lambda: self._ensure_registered(name))
         mv = self._call("create_model_version", lambda: self.client.create_model_version(
-            name, source, run_id=run_id))
+            name, source, run_id=run_id, description=description or None))
+        if alias:
+            self._call("set_registered_model_alias",
+                       lambda: self.client.set_registered_model_alias(name, alias, mv.version))
         return str(mv.version)
 
     def _ensure_registered(self, name: str) -> None:

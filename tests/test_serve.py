@@ -1,0 +1,202 @@
+"""Exports MLflow can load and serve (issue 18 items 4-5), on a real MLflow SQLite store.
+
+A run is made through the real writer (:class:`lipsweep.tracking.Tracker`), given a tiny
+model's checkpoint artifacts, and exported with ``lipsweep.review.export_run``: no sweep.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from lipsweep.config import TrialConfig
+from lipsweep.models import create_model
+from lipsweep.tracking import (EXPERIMENT_KIND, TAG_EXPERIMENT_KIND, TAG_GIT_COMMIT,
+                               TAG_VERSION, Tracker)
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(model="vit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=10, depth=1,
+            embed_dim=32, num_heads=2, normalization="cifar10", dataset="embedded",
+            train_size=64, eval_size=16)
+
+
+def _tracked_run(tmp: Path) -> tuple[Tracker, str, str, torch.nn.Module, dict]:
+    """(tracker, parent id, child id, original model, flat config): a child run made by the
+    real writer whose ``checkpoint/`` artifacts hold a randomly initialised tiny ViT."""
+    cfg = TrialConfig.from_flat(TINY)
+    flat = cfg.to_flat()
+    torch.manual_seed(0)
+    original = create_model(cfg.model).eval()
+    tracker = Tracker(f"sqlite:///{tmp / 'mlflow.db'}", "serve", retries=0)
+    parent = tracker.open_parent(str(tmp / "ray" / "serve"), "serve", {"num_trials": 2},
+                                 datasets=[flat, flat])  # the sweep's trials: one dataset
+    child = tracker.open_child(parent, "t0", "t0 tiny", flat)
+    ckpt = tmp / "ckpt"
+    ckpt.mkdir()
+    save_file({k: v.contiguous() for k, v in original.net.state_dict().items()},
+              str(ckpt / "model.safetensors"))
+    (ckpt / "config.json").write_text(json.dumps(flat))
+    tracker.log_artifacts(child, ckpt, "checkpoint")
+    tracker.log_metrics(child, {"acc_clean": 12.5, "acc_pgd_4": 3.0}, step=1)
+    tracker.end(child, "FINISHED")
+    return tracker, parent, child, original, flat
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory):
+    return _tracked_run(tmp_path_factory.mktemp("serve"))
+
+
+def _images(n: int = 4) -> torch.Tensor:
+    return torch.rand(n, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
+def test_export_keeps_a_non_default_normalization(tracked, tmp_path):
+    """CIFAR mean/std (not 0.5/0.5): the export reproduces the ORIGINAL model's logits."""
+    import lipsweep
+    from lipsweep.review import export_run
+
+    tracker, _, child, original, _ = tracked
+    assert original.mean.flatten().tolist() != pytest.approx([0.5] * 3)
+    out = export_run(tracker, child, tmp_path / "export", selected_by="--run-id")
+    config = json.loads((out / "config.json").read_text())
+    assert config["normalization"]["mean"] == pytest.approx(original.mean.flatten().tolist())
+    x = _images()
+    with torch.no_grad():
+        assert torch.allclose(lipsweep.load_exported(out)(x), original(x), atol=1e-5, rtol=0)
+
+
+def test_writer_tags_kind_version_commit_and_dataset_input(tracked):
+    """Experiment kind (model-training view), lipsweep version, git commit, dataset input."""
+    import lipsweep
+
+    tracker, parent, child, _, flat = tracked
+    client = tracker.client
+    exp = client.get_experiment_by_name("serve")
+    assert exp.tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND == "custom_model_development"
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    for run_id in (parent, child):
+        run = client.get_run(run_id)
+        assert run.data.tags[TAG_VERSION] == lipsweep.__version__
+        if head.returncode == 0:  # a checkout: the commit is recorded (none is not an error)
+            assert run.data.tags[TAG_GIT_COMMIT] == head.stdout.strip()
+        inputs = run.inputs.dataset_inputs
+        assert [(d.dataset.name, len(d.dataset.digest)) for d in inputs] == [("embedded", 16)]
+        assert [t.value for t in inputs[0].tags if t.key == "mlflow.data.context"] == ["train"]
+    digest = client.get_run(child).inputs.dataset_inputs[0].dataset.digest
+    assert client.get_run(parent).inputs.dataset_inputs[0].dataset.digest == digest
+    from lipsweep.tracking import dataset_input
+
+    assert dataset_input({**flat, "eval_seed": 1})["digest"] != digest
+    assert dataset_input(flat)["digest"] == digest
+
+
+@pytest.fixture(scope="module")
+def registered(tracked, tmp_path_factory):
+    from lipsweep.review import export_run, register_export
+
+    tracker, _, child, original, _ = tracked
+    out = export_run(tracker, child, tmp_path_factory.mktemp("reg") / "export", "--run-id")
+    version = register_export(tracker, child, out, "tiny-vit")
+    return tracker, out, version
+
+
+@pytest.mark.slow
+def test_registered_pyfunc_predicts_the_exported_logits(registered):
+    import mlflow.pyfunc
+
+    import lipsweep
+
+    tracker, out, version = registered
+    assert version == "1"
+    mv = tracker.client.get_model_version_by_alias("tiny-vit", "champion")
+    assert str(mv.version) == "1" and mv.description == (out / "README.md").read_text()
+    model_dir = Path(tracker.client.download_artifacts(mv.run_id, "model", str(out.parent)))
+    assert (model_dir / "MLmodel").is_file() and not list(model_dir.rglob("*.pkl"))
+    assert "python_model.pkl" not in (model_dir / "MLmodel").read_text()
+    mlflow.set_tracking_uri(tracker.tracking_uri)
+    x = _images()
+    with torch.no_grad():
+        expected = lipsweep.load_exported(out)(x).numpy()
+    for uri in ("models:/tiny-vit/1", "models:/tiny-vit@champion"):
+        got = mlflow.pyfunc.load_model(uri).predict(x.numpy())
+        assert got.shape == (4, 10) and abs(got - expected).max() < 1e-5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_on_loopback(registered):
+    import lipsweep
+
+    tracker, out, _ = registered
+    port = _free_port()
+    bindir = str(Path(sys.executable).parent)  # mlflow execs `uvicorn` from PATH
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracker.tracking_uri,
+           "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m",
+                             "models:/tiny-vit@champion", "--env-manager", "local", "--host",
+                             "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    x = _images(2)
+    body = json.dumps({"inputs": x.tolist()}).encode()
+    try:
+        deadline, answer = time.monotonic() + 300, None
+        while answer is None and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    answer = json.loads(resp.read())
+            except OSError:
+                time.sleep(1.0)
+        assert answer is not None, "mlflow models serve did not answer within 300 s"
+        with torch.no_grad():
+            expected = lipsweep.load_exported(out)(x)
+        got = torch.tensor(answer["predictions"])
+        assert got.shape == (2, 10) and torch.allclose(got, expected, atol=1e-4, rtol=0)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_pareto_table_is_an_mlflow_table_announced_once():
+    """pareto/pareto_table.json: pandas 'split' JSON, front first; the tag entry added once."""
+    import pandas as pd
+
+    from lipsweep.decide.mlflow_table import logged_artifacts_tag, pareto_table
+
+    recs = [{"run_id": "b", "run_name": "b", "params": {"regularizer": "jasmin", "k": "0"},
+             "metrics": {"acc_clean": 50.0, "acc_pgd_4": float("nan")}},
+            {"run_id": "a", "run_name": "a", "params": {"regularizer": "none"},
+             "metrics": {"acc_clean": 40.0, "acc_pgd_4": 9.0}}]
+    table = pareto_table(recs, [2, 1], ["acc_clean", "acc_pgd_4"])
+    df = pd.read_json(__import__("io").StringIO(json.dumps(table)), orient="split")
+    assert list(df["run_id"]) == ["a", "b"] and list(df["pareto"]) == [True, False]
+    k = table["columns"].index("k")
+    assert [row[k] for row in table["data"]] == [None, "0"]
+    assert table["data"][1][-1] is None  # NaN is not valid JSON: written as null
+    tag = logged_artifacts_tag(None, "pareto/pareto_table.json")
+    assert json.loads(tag) == [{"path": "pareto/pareto_table.json", "type": "table"}]
+    assert logged_artifacts_tag(tag, "pareto/pareto_table.json") is None
