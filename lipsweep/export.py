@@ -308,34 +308,11 @@ def load_exported(path: str | os.PathLike, device: Optional[str | torch.device] 
     return model.eval()
 
 
-PYFUNC_REQUIREMENTS = ("torch", "timm", "safetensors", "numpy", "mlflow")
-"""Pinned (installed versions) in the MLflow model's requirements; lipsweep itself must be
-installed where the model is served (``--env-manager local``)."""
-
-
-def save_pyfunc_model(folder: Path, dst: Path) -> Path:
-    """Write an MLflow pyfunc model of the export ``folder`` to ``dst`` (a new folder).
-
-    "Models from code": MLflow keeps :mod:`lipsweep.decide.pyfunc_model` as source and the
-    export folder as the ``export`` artifact (safetensors + JSON), so nothing is pickled.
-    The signature is a float32 tensor (N, 3, H, W) in [0, 1] -> logits (N, classes)."""
-    from importlib.metadata import version
-    from importlib.util import find_spec
-
-    import mlflow.pyfunc
-    import numpy as np
-    from mlflow.models import ModelSignature
-    from mlflow.types import Schema, TensorSpec
-
-    code = find_spec("lipsweep.decide.pyfunc_model").origin  # its file; MLflow runs it
+def model_io(folder: Path) -> dict[str, Any]:
+    """What a served model of the export ``folder`` takes and gives: ``img_size``,
+    ``num_classes`` (inputs (N, 3, img_size, img_size) in [0, 1], logits (N, num_classes))
+    and the export ``format``, read from its ``config.json``."""
     config = _read_config(Path(folder))[1]
     kwargs = config["timm"]["kwargs"]
-    size, classes = int(kwargs.get("img_size", 224)), int(kwargs.get("num_classes", 1000))
-    signature = ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 3, size, size))]),
-        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, classes))]))
-    mlflow.pyfunc.save_model(
-        str(dst), python_model=str(code), artifacts={"export": str(folder)}, signature=signature,
-        pip_requirements=[f"{p}=={version(p)}" for p in PYFUNC_REQUIREMENTS],
-        metadata={"lipsweep_format": config.get("format"), "input_range": [0.0, 1.0]})
-    return Path(dst)
+    return {"img_size": int(kwargs.get("img_size", 224)),
+            "num_classes": int(kwargs.get("num_classes", 1000)), "format": config.get("format")}

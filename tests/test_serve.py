@@ -1,7 +1,7 @@
 """Exports MLflow can load and serve (issue 18 items 4-5), on a real MLflow SQLite store.
 
 A run is made through the real writer (:class:`lipsweep.tracking.Tracker`), given a tiny
-model's checkpoint artifacts, and exported with ``lipsweep.review.export_run``: no sweep.
+model's checkpoint artifacts, and exported with ``lipsweep.decide.commands.export_run``: no sweep.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _images(n: int = 4) -> torch.Tensor:
 def test_export_keeps_a_non_default_normalization(tracked, tmp_path):
     """CIFAR mean/std (not 0.5/0.5): the export reproduces the ORIGINAL model's logits."""
     import lipsweep
-    from lipsweep.review import export_run
+    from lipsweep.decide.commands import export_run
 
     tracker, _, child, original, _ = tracked
     assert original.mean.flatten().tolist() != pytest.approx([0.5] * 3)
@@ -81,9 +81,9 @@ def test_writer_tags_kind_version_commit_and_dataset_input(tracked):
     import lipsweep
 
     tracker, parent, child, _, flat = tracked
-    client = tracker.client
-    exp = client.get_experiment_by_name("serve")
-    assert exp.tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND == "custom_model_development"
+    client = tracker  # the tracking reader API
+    assert tracker.experiment == "serve"
+    assert tracker.experiment_tags()[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND == "custom_model_development"
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                           text=True)
     for run_id in (parent, child):
@@ -104,7 +104,7 @@ def test_writer_tags_kind_version_commit_and_dataset_input(tracked):
 
 @pytest.fixture(scope="module")
 def registered(tracked, tmp_path_factory):
-    from lipsweep.review import export_run, register_export
+    from lipsweep.decide.commands import export_run, register_export
 
     tracker, _, child, original, _ = tracked
     out = export_run(tracker, child, tmp_path_factory.mktemp("reg") / "export", "--run-id")
@@ -120,9 +120,9 @@ def test_registered_pyfunc_predicts_the_exported_logits(registered):
 
     tracker, out, version = registered
     assert version == "1"
-    mv = tracker.client.get_model_version_by_alias("tiny-vit", "champion")
+    mv = tracker.model_version_by_alias("tiny-vit", "champion")
     assert str(mv.version) == "1" and mv.description == (out / "README.md").read_text()
-    model_dir = Path(tracker.client.download_artifacts(mv.run_id, "model", str(out.parent)))
+    model_dir = tracker.download_artifacts(mv.run_id, "model", out.parent)
     assert (model_dir / "MLmodel").is_file() and not list(model_dir.rglob("*.pkl"))
     assert "python_model.pkl" not in (model_dir / "MLmodel").read_text()
     mlflow.set_tracking_uri(tracker.tracking_uri)
@@ -185,7 +185,7 @@ def test_pareto_table_is_an_mlflow_table_announced_once():
     """pareto/pareto_table.json: pandas 'split' JSON, front first; the tag entry added once."""
     import pandas as pd
 
-    from lipsweep.decide.mlflow_table import logged_artifacts_tag, pareto_table
+    from lipsweep.tracking.table import logged_artifacts_tag, pareto_table
 
     recs = [{"run_id": "b", "run_name": "b", "params": {"regularizer": "jasmin", "k": "0"},
              "metrics": {"acc_clean": 50.0, "acc_pgd_4": float("nan")}},

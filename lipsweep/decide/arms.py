@@ -62,7 +62,7 @@ class Arm:
     arm_id: str
     """Short stable id: the first 10 hex digits of sha1 of the key."""
     name: str
-    """Display name: the config label (e.g. ``JaSMin k=10 λ=1e-2 mean``), made unique."""
+    """Display name: the config label (the registry's paper-notation label), made unique."""
     key: tuple[tuple[str, str], ...]
     runs: tuple[Trial, ...]
     """Its runs, ordered by seed, then run_id."""

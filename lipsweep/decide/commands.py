@@ -223,7 +223,7 @@ def run_pareto_command(args: argparse.Namespace) -> int:
 def _write_pareto_table(tracker: Tracker, parent_id: str, out: Path, records: list,
                         ranks: list[int], objectives: Any) -> None:
     """pareto/pareto_table.json: the ranking as an MLflow table artifact, tagged as one."""
-    from lipsweep.decide.mlflow_table import (LOGGED_ARTIFACTS_TAG, TABLE_FILE,
+    from lipsweep.tracking.table import (LOGGED_ARTIFACTS_TAG, TABLE_FILE,
                                               logged_artifacts_tag, pareto_table, write_table)
 
     write_table(out, pareto_table(records, ranks, objectives))
@@ -305,13 +305,16 @@ CHAMPION = "champion"
 
 def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> str:
     """Log the export as an MLflow pyfunc model (``model/`` of the run, see
-    :func:`lipsweep.export.save_pyfunc_model`) and register it as a new version of ``name``,
+    :func:`lipsweep.tracking.model.save_pyfunc_model`) and register it as a new version of ``name``,
     aliased :data:`CHAMPION`, with the export's model card as its description. Returns the
     version: ``mlflow.pyfunc.load_model("models:/NAME@champion")`` predicts logits."""
-    from lipsweep.export import save_pyfunc_model
+    from lipsweep.export import model_io
+    from lipsweep.tracking.model import save_pyfunc_model
 
+    io = model_io(folder)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = save_pyfunc_model(folder, Path(tmp) / "model")
+        model_dir = save_pyfunc_model(folder, Path(tmp) / "model", io["img_size"],
+                                      io["num_classes"], io["format"])
         tracker.log_artifacts(run_id, model_dir, "model")
     source = f"runs:/{run_id}/model"
     card = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""

@@ -112,6 +112,17 @@ class TrackingReader:
         exps = self._call("search_experiments", lambda: self.client.search_experiments())
         return sorted(e.name for e in exps)
 
+    def experiment_tags(self) -> dict[str, str]:
+        """The experiment's tags (empty if it does not exist)."""
+        exp = self._call("get_experiment",
+                         lambda: self.client.get_experiment_by_name(self.experiment))
+        return dict(exp.tags) if exp is not None else {}
+
+    def model_version_by_alias(self, name: str, alias: str) -> Any:
+        """The registered model version ``name@alias`` (MLflow's ModelVersion)."""
+        return self._call("get_model_version_by_alias",
+                          lambda: self.client.get_model_version_by_alias(name, alias))
+
     # -- runs -------------------------------------------------------------------------------
     def search(self, filter_string: str, experiment_id: Optional[str] = None) -> list:
         """Every run of the experiment (or ``experiment_id``) that matches ``filter_string``."""

@@ -15,7 +15,7 @@ import numpy as np
 from mlflow.pyfunc import PythonModel
 
 ARTIFACT = "export"
-"""Key of the export folder in the model's artifacts (:func:`lipsweep.export.save_pyfunc_model`)."""
+"""Key of the export folder in the model's artifacts (:func:`lipsweep.tracking.model.save_pyfunc_model`)."""
 
 
 class LipsweepExport(PythonModel):

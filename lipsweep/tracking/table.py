@@ -15,20 +15,27 @@ from typing import Any, Mapping, Sequence
 
 TABLE_FILE = "pareto_table.json"
 LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"  # mlflow.utils.mlflow_tags.MLFLOW_LOGGED_ARTIFACTS
-PARAM_COLUMNS = ("regularizer", "k", "lam", "aggregation", "lam_q", "lam_k", "lam_v", "seed")
+
+
+def param_columns() -> tuple[str, ...]:
+    """``regularizer``, every registered regularizer's shown settings, then ``seed``."""
+    from lipsweep.regularizers import shown_params
+
+    return ("regularizer", *dict.fromkeys(shown_params()), "seed")
 
 
 def pareto_table(records: Sequence[Mapping[str, Any]], ranks: Sequence[int],
                  objectives: Sequence[Any]) -> dict[str, list]:
     """``{"columns", "data"}``: one row per run, best rank first (rank 1 = the front)."""
     names = [getattr(o, "name", str(o)) for o in objectives]
-    columns = ["pareto_rank", "pareto", "run_id", "run_name", *PARAM_COLUMNS, *names]
+    cols = param_columns()
+    columns = ["pareto_rank", "pareto", "run_id", "run_name", *cols, *names]
     rows = []
     for rec, rank in sorted(zip(records, ranks), key=lambda p: (int(p[1]), p[0]["run_id"])):
         params, metrics = rec.get("params", {}), rec.get("metrics", {})
         vals = [metrics.get(n) for n in names]
         rows.append([int(rank), int(rank) == 1, rec["run_id"], rec.get("run_name", ""),
-                     *[params.get(p) for p in PARAM_COLUMNS],
+                     *[params.get(p) for p in cols],
                      *[v if v is None or math.isfinite(v) else None for v in vals]])
     return {"columns": columns, "data": rows}
 
