@@ -19,7 +19,7 @@ RUN := env -u VIRTUAL_ENV RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 \
 	MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false $(UV) run --frozen
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-faults study clean
+.PHONY: setup demo test lint test-faults study clean
 
 $(CURDIR)/$(TOOLS)/bin/uv:
 	rm -rf $(TOOLS)
@@ -40,6 +40,11 @@ demo: setup
 
 test: setup
 	$(RUN) pytest -q $(PYTEST_ARGS)
+
+# The habits CI holds the code to: ruff's rule set and format ([tool.ruff] in pyproject.toml).
+lint: setup
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
 
 test-faults: setup
 	$(RUN) pytest -q -m faults

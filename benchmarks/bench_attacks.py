@@ -18,6 +18,7 @@ Examples::
     python benchmarks/bench_attacks.py --device cuda --model vit_base_patch16_224 \\
         --precision both --batch 256 --train-epochs 0 --aa-images 1000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lipsweep.attacks import PGD, AutoAttack  # noqa: E402
-from lipsweep.models import ModelConfig, create_model  # noqa: E402
+from lipsweep.trial.models import ModelConfig, create_model  # noqa: E402
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "lipsweep" / "data" / "cifar10_sample.npz"
 
@@ -45,8 +46,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     p.add_argument("--device", default="cpu")
     p.add_argument("--model", default="vit_tiny_patch16_224")
-    p.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=None,
-                   help="depth 4 / width 128 / 4 heads (default: on for vit_tiny)")
+    p.add_argument(
+        "--tiny",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="depth 4 / width 128 / 4 heads (default: on for vit_tiny)",
+    )
     p.add_argument("--precision", choices=["fp32", "bf16", "both"], default="fp32")
     p.add_argument("--batch", type=int, default=64, help="PGD batch size")
     p.add_argument("--reps", type=int, default=7, help="PGD repetitions per variant")
@@ -66,26 +71,33 @@ def build_model(a: argparse.Namespace) -> torch.nn.Module:
     tiny = a.tiny if a.tiny is not None else a.model.startswith("vit_tiny")
     extra = dict(depth=4, embed_dim=128, num_heads=4) if tiny else {}
     torch.manual_seed(0)
-    return create_model(ModelConfig(model=a.model, img_size=32, patch_size=4, num_classes=10,
-                                    **extra)).to(a.device)
+    return create_model(
+        ModelConfig(model=a.model, img_size=32, patch_size=4, num_classes=10, **extra)
+    ).to(a.device)
 
 
 def load_data() -> dict[str, torch.Tensor]:
     d = np.load(EMBEDDED)
-    return {k: (torch.from_numpy(d[k]).float().div(255) if k.startswith("x")
-                else torch.from_numpy(d[k]).long())
-            for k in ("x_train", "y_train", "x_test", "y_test")}
+    return {
+        k: (
+            torch.from_numpy(d[k]).float().div(255)
+            if k.startswith("x")
+            else torch.from_numpy(d[k]).long()
+        )
+        for k in ("x_train", "y_train", "x_test", "y_test")
+    }
 
 
-def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int,
-          device: str) -> None:
+def train(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, device: str
+) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     g = torch.Generator().manual_seed(0)
     model.train()
     for _ in range(epochs):
         perm = torch.randperm(len(x), generator=g)
         for i in range(0, len(x), 64):
-            idx = perm[i:i + 64]
+            idx = perm[i : i + 64]
             xb = x[idx]
             flip = torch.rand(len(idx), generator=g) < 0.5
             xb = torch.where(flip.view(-1, 1, 1, 1), xb.flip(-1), xb).to(device)
@@ -108,16 +120,18 @@ def bench_pgd(model, x, y, a) -> None:
     alpha = 2.5 * eps / steps
     variants = {
         "lipsweep PGD fp32": PGD(model, eps, steps=steps, step_size=alpha, random_start=False),
-        "torchattacks PGD fp32": torchattacks.PGD(model, eps=eps, alpha=alpha, steps=steps,
-                                                  random_start=False),
+        "torchattacks PGD fp32": torchattacks.PGD(
+            model, eps=eps, alpha=alpha, steps=steps, random_start=False
+        ),
     }
     if a.precision in ("bf16", "both"):
-        variants["lipsweep PGD bf16"] = PGD(model, eps, steps=steps, step_size=alpha,
-                                            random_start=False, precision="bf16")
+        variants["lipsweep PGD bf16"] = PGD(
+            model, eps, steps=steps, step_size=alpha, random_start=False, precision="bf16"
+        )
     if a.precision == "bf16":
         del variants["lipsweep PGD fp32"]
     times: dict[str, list[float]] = {k: [] for k in variants}
-    for name, atk in variants.items():  # warm-up
+    for atk in variants.values():  # warm-up
         atk(x, y)
     order = list(variants)
     rng = random.Random(0)
@@ -146,21 +160,28 @@ def bench_aa(model, x, y, a, precision: str) -> None:
     sync(a.device)
     total = time.perf_counter() - t0
     with torch.no_grad():
-        clean = sum(int((model(x[i:i + a.aa_batch]).argmax(1) == y[i:i + a.aa_batch]).sum())
-                    for i in range(0, len(x), a.aa_batch))
-    print(f"\n### AutoAttack eps 2/255, 10 iterations ({a.model}, {len(x)} images, "
-          f"{precision})\n")
-    print(f"clean accuracy {100 * clean / len(x):.1f}%, robust accuracy "
-          f"{res.robust_accuracy:.1f}%, wall time {total:.1f} s "
-          f"({total / len(x) * 1000:.0f} ms/image)\n")
+        clean = sum(
+            int((model(x[i : i + a.aa_batch]).argmax(1) == y[i : i + a.aa_batch]).sum())
+            for i in range(0, len(x), a.aa_batch)
+        )
+    print(f"\n### AutoAttack eps 2/255, 10 iterations ({a.model}, {len(x)} images, {precision})\n")
+    print(
+        f"clean accuracy {100 * clean / len(x):.1f}%, robust accuracy "
+        f"{res.robust_accuracy:.1f}%, wall time {total:.1f} s "
+        f"({total / len(x) * 1000:.0f} ms/image)\n"
+    )
     print("| attack | images attacked | fooled | seconds | share of wall time |")
     print("|---|---|---|---|---|")
     for s in res.stages:
-        print(f"| {s.attack} | {s.n_attacked} | {s.n_fooled} | {s.seconds:.1f} | "
-              f"{100 * s.seconds / total:.1f}% |")
+        print(
+            f"| {s.attack} | {s.n_attacked} | {s.n_fooled} | {s.seconds:.1f} | "
+            f"{100 * s.seconds / total:.1f}% |"
+        )
     rest = total - sum(s.seconds for s in res.stages)
-    print(f"| checks, clean and final forward passes | - | - | {rest:.1f} | "
-          f"{100 * rest / total:.1f}% |")
+    print(
+        f"| checks, clean and final forward passes | - | - | {rest:.1f} | "
+        f"{100 * rest / total:.1f}% |"
+    )
     for w in res.warnings:
         print(f"warning: {w}")
 
@@ -169,35 +190,42 @@ def main() -> None:
     a = parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    print(f"machine: {platform.processor() or platform.machine()}, "
-          f"{torch.get_num_threads()} torch threads, device {a.device}"
-          + (f" ({torch.cuda.get_device_name()})" if a.device.startswith("cuda") else ""))
+    print(
+        f"machine: {platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} torch threads, device {a.device}"
+        + (f" ({torch.cuda.get_device_name()})" if a.device.startswith("cuda") else "")
+    )
     print(f"torch {torch.__version__}; args: {vars(a)}")
     data = load_data()
     model = build_model(a)
     if a.train_epochs:
         t0 = time.perf_counter()
         train(model, data["x_train"][:1500], data["y_train"][:1500], a.train_epochs, a.device)
-        print(f"trained {a.train_epochs} epoch(s) on 1500 images in "
-              f"{time.perf_counter() - t0:.0f} s")
+        print(
+            f"trained {a.train_epochs} epoch(s) on 1500 images in {time.perf_counter() - t0:.0f} s"
+        )
     model.eval()
     x_eval = torch.cat([data["x_test"], data["x_train"][1500:]])
     y_eval = torch.cat([data["y_test"], data["y_train"][1500:]])
     if not a.train_epochs:
         with torch.no_grad():
-            y_eval = torch.cat([model(x_eval[i:i + 256].to(a.device)).argmax(1).cpu()
-                                for i in range(0, len(x_eval), 256)])
+            y_eval = torch.cat(
+                [
+                    model(x_eval[i : i + 256].to(a.device)).argmax(1).cpu()
+                    for i in range(0, len(x_eval), 256)
+                ]
+            )
     if not a.skip_pgd:
         reps = -(-a.batch // len(x_eval))
-        xb = x_eval.repeat(reps, 1, 1, 1)[:a.batch].to(a.device)
-        yb = y_eval.repeat(reps)[:a.batch].to(a.device)
+        xb = x_eval.repeat(reps, 1, 1, 1)[: a.batch].to(a.device)
+        yb = y_eval.repeat(reps)[: a.batch].to(a.device)
         bench_pgd(model, xb, yb, a)
     if not a.skip_aa:
         n = a.aa_images
         reps = -(-n // len(x_eval))
         xa = x_eval.repeat(reps, 1, 1, 1)[:n].to(a.device)
         ya = y_eval.repeat(reps)[:n].to(a.device)
-        for precision in (["fp32", "bf16"] if a.precision == "both" else [a.precision]):
+        for precision in ["fp32", "bf16"] if a.precision == "both" else [a.precision]:
             bench_aa(model, xa, ya, a, precision)
 
 

@@ -24,6 +24,7 @@ Usage::
     python benchmarks/bench_lipschitz.py --quick                 # 10-15 minutes, 2 cores
     python benchmarks/bench_lipschitz.py --threads 1 --images 1000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,18 +40,30 @@ import torch
 import torch.nn.functional as F
 
 from lipsweep.attacks import pgd
-from lipsweep.attention import QKRecorder, attention_probs
-from lipsweep.lipschitz import (LipschitzConfig, create_estimator, jacobian_norm_result,
-                                lipschitz_summary, softmax_jacobian_norm)
-from lipsweep.models import ModelConfig, create_model
+from lipsweep.lipschitz import (
+    LipschitzConfig,
+    create_estimator,
+    jacobian_norm_result,
+    lipschitz_summary,
+    softmax_jacobian_norm,
+)
+from lipsweep.trial.attention import QKRecorder, attention_probs
+from lipsweep.trial.models import ModelConfig, create_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "lipsweep" / "data" / "cifar10_sample.npz"
 
 
 def tiny_config(num_classes: int) -> ModelConfig:
-    return ModelConfig(model="vit_tiny_patch16_224", img_size=32, patch_size=4,
-                       num_classes=num_classes, depth=4, embed_dim=128, num_heads=4)
+    return ModelConfig(
+        model="vit_tiny_patch16_224",
+        img_size=32,
+        patch_size=4,
+        num_classes=num_classes,
+        depth=4,
+        embed_dim=128,
+        num_heads=4,
+    )
 
 
 def load_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -83,22 +96,26 @@ def timed(fn: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - w, time.process_time() - c
 
 
-def interleave(variants: dict[str, Callable[[], object]], base: str, reps: int
-               ) -> dict[str, tuple[float, float, float]]:
+def interleave(
+    variants: dict[str, Callable[[], object]], base: str, reps: int
+) -> dict[str, tuple[float, float, float]]:
     """name -> (median wall s, median wall ratio, median CPU ratio), rotating the order."""
     names = list(variants)
-    for fn in variants.values():                                     # warm-up
+    for fn in variants.values():  # warm-up
         fn()
     times: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for r in range(reps):
-        for n in names[r % len(names):] + names[:r % len(names)]:
+        for n in names[r % len(names) :] + names[: r % len(names)]:
             times[n].append(timed(variants[n]))
     out = {}
     for n in names:
         wr = [t[0] / b[0] for t, b in zip(times[n], times[base])]
         cr = [t[1] / b[1] for t, b in zip(times[n], times[base])]
-        out[n] = (statistics.median(t[0] for t in times[n]), statistics.median(wr),
-                  statistics.median(cr))
+        out[n] = (
+            statistics.median(t[0] for t in times[n]),
+            statistics.median(wr),
+            statistics.median(cr),
+        )
     return out
 
 
@@ -106,6 +123,7 @@ def fwd_bwd(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callabl
     def run() -> None:
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
+
     return run
 
 
@@ -135,28 +153,41 @@ def part1(args: argparse.Namespace, data) -> None:
             routes["power"] = "power"
         variants: dict[str, Callable[[], object]] = {"fwd+bwd": fwd_bwd(model, x, y)}
         for label, route in routes.items():
-            variants[label] = (lambda r=route: jacobian_norm_result(model, x, 100, route=r))
+            variants[label] = lambda r=route: jacobian_norm_result(model, x, 100, route=r)
         if classes == 10:
             variants["per-sample jacobian+SVD"] = lambda: per_sample_reference(model, x)
         res = interleave(variants, "fwd+bwd", args.reps)
         for label, (wall, wr, cr) in res.items():
-            route = "-" if label in ("fwd+bwd", "per-sample jacobian+SVD") else \
-                jacobian_norm_result(model, x[:1], 100, route=routes[label]).route
-            print(f"| {classes} | {label} | {route} | {wall:.3f} | {wr:.2f} | {cr:.2f} |",
-                  flush=True)
+            route = (
+                "-"
+                if label in ("fwd+bwd", "per-sample jacobian+SVD")
+                else jacobian_norm_result(model, x[:1], 100, route=routes[label]).route
+            )
+            print(
+                f"| {classes} | {label} | {route} | {wall:.3f} | {wr:.2f} | {cr:.2f} |", flush=True
+            )
         exact = jacobian_norm_result(model, x, 100, route="exact")
         for route in [r for r in ("lanczos", "power") if r in routes.values()]:
             it = jacobian_norm_result(model, x, 100, route=route)
             rel = ((it.values - exact.values).abs() / exact.values).max().item()
-            accuracy.append((classes, route, rel, it.iterations.float().mean().item(),
-                             it.converged.float().mean().item()))
+            accuracy.append(
+                (
+                    classes,
+                    route,
+                    rel,
+                    it.iterations.float().mean().item(),
+                    it.converged.float().mean().item(),
+                )
+            )
         if classes == 10:
             ref = per_sample_reference(model, x[:8])
             rel = ((exact.values[:8] - ref).abs() / ref).max().item()
             accuracy.append((classes, "exact vs per-sample SVD (8 images)", rel, 10.0, 1.0))
             speedup = res["per-sample jacobian+SVD"][1] / res["default (auto)"][1]
-            print(f"|  | **default vs per-sample jacobian+SVD** |  |  | "
-                  f"**{speedup:.1f}x faster** |  |")
+            print(
+                f"|  | **default vs per-sample jacobian+SVD** |  |  | "
+                f"**{speedup:.1f}x faster** |  |"
+            )
     print("\n| C | route | max rel. error vs exact | mean iterations | converged |")
     print("|---|---|---|---|---|")
     for classes, route, rel, iters, conv in accuracy:
@@ -165,9 +196,9 @@ def part1(args: argparse.Namespace, data) -> None:
 
 def pgd4_eval(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     for i in range(0, len(x), 256):
-        xb, yb = x[i:i + 256], y[i:i + 256]
+        xb, yb = x[i : i + 256], y[i : i + 256]
         with torch.no_grad():
-            model(xb)                                                # the clean forward
+            model(xb)  # the clean forward
         adv = pgd(model, xb, yb, eps=4 / 255, steps=4)
         with torch.no_grad():
             model(adv)
@@ -180,17 +211,24 @@ def part2(args: argparse.Namespace, data) -> None:
     torch.manual_seed(0)
     model = create_model(tiny_config(10))
     train(model, xtr, ytr, args.train_steps)
-    cfg = LipschitzConfig()                                           # the defaults
+    cfg = LipschitzConfig()  # the defaults
     n_jac = cfg.lip_images or len(x)
     n_soft = min(cfg.lip_softmax_images or n_jac, n_jac)
     n_head = min(cfg.lip_head_images or n_jac, n_jac)
     print(f"\n## Part 2: whole summary (default LipschitzConfig) vs PGD-4 on {len(x)} images\n")
-    print(f"Defaults: ||J|| ({cfg.lip_route}) on the first {n_jac} images, softmax ratio on "
-          f"{n_soft}, exact head norms + Thm 1-3 on {n_head}; batches of {cfg.lip_batch_size}."
-          f" PGD-4: eps 4/255, 4 steps, random start, batches of 256, + clean forward.\n")
-    res = interleave({"PGD-4 (eps 4/255) + clean": lambda: pgd4_eval(model, x, y),
-                      "lipschitz_summary": lambda: lipschitz_summary(model, x, cfg)},
-                     "PGD-4 (eps 4/255) + clean", args.summary_reps)
+    print(
+        f"Defaults: ||J|| ({cfg.lip_route}) on the first {n_jac} images, softmax ratio on "
+        f"{n_soft}, exact head norms + Thm 1-3 on {n_head}; batches of {cfg.lip_batch_size}."
+        f" PGD-4: eps 4/255, 4 steps, random start, batches of 256, + clean forward.\n"
+    )
+    res = interleave(
+        {
+            "PGD-4 (eps 4/255) + clean": lambda: pgd4_eval(model, x, y),
+            "lipschitz_summary": lambda: lipschitz_summary(model, x, cfg),
+        },
+        "PGD-4 (eps 4/255) + clean",
+        args.summary_reps,
+    )
     print("| variant | wall s | x PGD-4 (wall) | x PGD-4 (CPU) |")
     print("|---|---|---|---|")
     for label, (wall, wr, cr) in res.items():
@@ -198,9 +236,10 @@ def part2(args: argparse.Namespace, data) -> None:
     parts = {
         f"||J|| exact, {n_jac} images": (create_estimator("jacobian_exact"), x[:n_jac]),
         f"softmax ratio, {n_soft} images": (create_estimator("softmax_jacobian"), x[:n_soft]),
-        f"head exact + bounds, {n_head} images":
-            (create_estimator("head_bounds", iters=cfg.lip_head_iters, tol=cfg.lip_head_tol),
-             x[:n_head]),
+        f"head exact + bounds, {n_head} images": (
+            create_estimator("head_bounds", iters=cfg.lip_head_iters, tol=cfg.lip_head_tol),
+            x[:n_head],
+        ),
         f"||J|| exact, all {len(x)} images": (create_estimator("jacobian_exact"), x),
     }
     print("\n| summary part (alone, once) | wall s | CPU s |")
@@ -208,20 +247,36 @@ def part2(args: argparse.Namespace, data) -> None:
     pgd_wall, pgd_cpu = timed(lambda: pgd4_eval(model, x, y))
     print(f"| (PGD-4 + clean, {len(x)} images, for scale) | {pgd_wall:.1f} | {pgd_cpu:.1f} |")
     for label, (est, xs) in parts.items():
-        wall, cpu = timed(lambda: [est(model, xs[i:i + 64]) for i in range(0, len(xs), 64)])
+        wall, cpu = timed(lambda: [est(model, xs[i : i + 64]) for i in range(0, len(xs), 64)])
         print(f"| {label} | {wall:.1f} | {cpu:.1f} |", flush=True)
     with QKRecorder(model) as rec, torch.no_grad():
         model(x[:8])
-    probs = torch.stack([attention_probs(q.double(), k.double(), s)
-                         for q, k, s in rec.records], 1)             # (8, L, H, N, N)
-    res = interleave({"eigvalsh": lambda: softmax_jacobian_norm(probs, "eigvalsh"),
-                      "secular": lambda: softmax_jacobian_norm(probs, "secular")},
-                     "eigvalsh", 3)
-    err = ((softmax_jacobian_norm(probs, "secular") - softmax_jacobian_norm(probs, "eigvalsh"))
-           .abs() / softmax_jacobian_norm(probs, "eigvalsh")).max().item()
-    print(f"\nSoftmax ||M(P_i)|| of 8 images x {probs.shape[1] * probs.shape[2] * probs.shape[3]}"
-          f" rows: secular {res['secular'][1]:.3f}x the time of eigvalsh "
-          f"({1 / res['secular'][1]:.0f}x faster); max rel. difference {err:.1e}")
+    probs = torch.stack(
+        [attention_probs(q.double(), k.double(), s) for q, k, s in rec.records], 1
+    )  # (8, L, H, N, N)
+    res = interleave(
+        {
+            "eigvalsh": lambda: softmax_jacobian_norm(probs, "eigvalsh"),
+            "secular": lambda: softmax_jacobian_norm(probs, "secular"),
+        },
+        "eigvalsh",
+        3,
+    )
+    err = (
+        (
+            (
+                softmax_jacobian_norm(probs, "secular") - softmax_jacobian_norm(probs, "eigvalsh")
+            ).abs()
+            / softmax_jacobian_norm(probs, "eigvalsh")
+        )
+        .max()
+        .item()
+    )
+    print(
+        f"\nSoftmax ||M(P_i)|| of 8 images x {probs.shape[1] * probs.shape[2] * probs.shape[3]}"
+        f" rows: secular {res['secular'][1]:.3f}x the time of eigvalsh "
+        f"({1 / res['secular'][1]:.0f}x faster); max rel. difference {err:.1e}"
+    )
 
 
 def main() -> None:
@@ -237,12 +292,15 @@ def main() -> None:
     args.images = args.images or (500 if args.quick else 1000)
     args.reps = args.reps or (3 if args.quick else 7)
     args.summary_reps = args.summary_reps or (1 if args.quick else 3)
-    args.train_steps = args.train_steps if args.train_steps is not None else \
-        (30 if args.quick else 150)
+    args.train_steps = (
+        args.train_steps if args.train_steps is not None else (30 if args.quick else 150)
+    )
     torch.set_num_threads(args.threads)
-    print(f"# bench_lipschitz: torch {torch.__version__}, {platform.machine()}, "
-          f"{os.cpu_count()} CPUs visible, {args.threads} threads, load average "
-          f"{os.getloadavg()[0]:.1f}, train steps {args.train_steps}")
+    print(
+        f"# bench_lipschitz: torch {torch.__version__}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs visible, {args.threads} threads, load average "
+        f"{os.getloadavg()[0]:.1f}, train steps {args.train_steps}"
+    )
     data = load_data()
     if args.part in ("1", "all"):
         part1(args, data)

@@ -1,9 +1,10 @@
-"""Time ``lipsweep.pareto.non_dominated_ranks`` against Deb's fast non-dominated sort in pure
+"""Time ``lipsweep.decide.pareto.non_dominated_ranks`` against Deb's fast non-dominated sort in pure
 Python (NSGA-II, Deb et al. 2002), interleaved in one run, medians over repeats; the two must
 agree on every input. Shows that `lipsweep pareto` stays instant for any realistic sweep.
 
     python benchmarks/bench_pareto.py [--repeats 5] [--objectives 4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,7 @@ import time
 
 import numpy as np
 
-from lipsweep.pareto import non_dominated_ranks
+from lipsweep.decide.pareto import non_dominated_ranks
 
 
 def deb_fast_sort(values: list[list[float]], dirs: list[str]) -> list[int]:
@@ -63,8 +64,10 @@ def main() -> None:
     m = args.objectives
     dirs = (["max", "max", "max", "min"] * m)[:m]
     rng = np.random.default_rng(0)
-    print(f"machine: {platform.processor() or platform.machine()}, numpy {np.__version__}; "
-          f"{m} objectives, accuracies rounded to 0.01 (ties), median of {args.repeats}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, numpy {np.__version__}; "
+        f"{m} objectives, accuracies rounded to 0.01 (ties), median of {args.repeats}"
+    )
     print("| runs | numpy (ms) | pure-Python Deb sort (ms) | speed-up | fronts |")
     print("|---:|---:|---:|---:|---:|")
     for n in (31, 100, 300, 1000, 3000):
@@ -81,8 +84,11 @@ def main() -> None:
         a = statistics.median(t_np) * 1e3
         b = statistics.median(t_py) * 1e3 if t_py else float("nan")
         ratio = f"{b / a:.0f}x" if t_py else "-"
-        print(f"| {n} | {a:.2f} | {b:.1f} | {ratio} | {int(ranks.max())} |"
-              if t_py else f"| {n} | {a:.2f} | (skipped) | - | {int(ranks.max())} |")
+        print(
+            f"| {n} | {a:.2f} | {b:.1f} | {ratio} | {int(ranks.max())} |"
+            if t_py
+            else f"| {n} | {a:.2f} | (skipped) | - | {int(ranks.max())} |"
+        )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ Usage::
     python benchmarks/bench_regularizers.py --model vitb            # ViT-B width, depth 2
     python benchmarks/bench_regularizers.py --profile               # torch.profiler table
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,10 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from lipsweep.attention import QKRecorder, attention_probs
-from lipsweep.models import ModelConfig, create_model
 from lipsweep.regularizers import _ranked_softmax, create_regularizer, jasmin_penalty
 from lipsweep.regularizers.jasmin import jasmin_penalty_from_qk
+from lipsweep.trial.attention import QKRecorder, attention_probs
+from lipsweep.trial.models import ModelConfig, create_model
 
 Extra = Callable[[], Optional[torch.Tensor]]
 MAIN = {  # name -> registry settings
@@ -55,10 +56,18 @@ def model_config(kind: str) -> ModelConfig:
     """'tiny': the test suite's ViT (width 128, 4 heads, depth 4). 'vitb': ViT-B's width
     (768, 12 heads of 64, 65 tokens) at depth 2, to see the overhead at the paper's shapes."""
     if kind == "vitb":
-        return ModelConfig(model="vit_base_patch16_224", img_size=32, patch_size=4,
-                           num_classes=100, depth=2)
-    return ModelConfig(model="vit_tiny_patch16_224", img_size=32, patch_size=4,
-                       num_classes=10, depth=4, embed_dim=128, num_heads=4)
+        return ModelConfig(
+            model="vit_base_patch16_224", img_size=32, patch_size=4, num_classes=100, depth=2
+        )
+    return ModelConfig(
+        model="vit_tiny_patch16_224",
+        img_size=32,
+        patch_size=4,
+        num_classes=10,
+        depth=4,
+        embed_dim=128,
+        num_heads=4,
+    )
 
 
 def _registry_variant(name: str, kw: dict) -> Callable:
@@ -69,19 +78,24 @@ def _registry_variant(name: str, kw: dict) -> Callable:
         def extra():
             terms = reg.terms()
             return sum(reg.weights[n] * t for n, t in terms.items()) if terms else None
+
         return extra
+
     return make
 
 
 def _recorded_variant(penalty: Callable) -> Callable:
     """Alternatives: a JaSMin penalty computed from the recorded (q, k, scale) list."""
+
     def make(model):
         rec = QKRecorder(model, active=lambda: model.training and torch.is_grad_enabled())
 
         def extra():
             records, rec.records = rec.records, []
             return 1e-2 * penalty(records)
+
         return extra
+
     return make
 
 
@@ -92,6 +106,7 @@ def _autograd_p(records):  # plain autograd: keeps every (B, H, N, N) map for ba
 def _checkpointed(records):  # recompute P in backward via torch.utils.checkpoint
     def one(q, k, s):
         return jasmin_penalty(attention_probs(q, k, s), 10, "mean")
+
     return sum(checkpoint(one, q, k, s, use_reentrant=False) for q, k, s in records)
 
 
@@ -112,12 +127,14 @@ def _topk_selection(records):  # torch.topk instead of the int-key selection
 def variants(alternatives: bool) -> dict[str, Callable]:
     out = {name: _registry_variant(reg, kw) for name, (reg, kw) in MAIN.items()}
     if alternatives:
-        out.update({
-            "alt: k=10 mean, autograd through P": _recorded_variant(_autograd_p),
-            "alt: k=10 mean, checkpointed P": _recorded_variant(_checkpointed),
-            "alt: k=10 mean, one call, stacked layers": _recorded_variant(_stacked),
-            "alt: k=10 mean, torch.topk selection": _recorded_variant(_topk_selection),
-        })
+        out.update(
+            {
+                "alt: k=10 mean, autograd through P": _recorded_variant(_autograd_p),
+                "alt: k=10 mean, checkpointed P": _recorded_variant(_checkpointed),
+                "alt: k=10 mean, one call, stacked layers": _recorded_variant(_stacked),
+                "alt: k=10 mean, torch.topk selection": _recorded_variant(_topk_selection),
+            }
+        )
     return out
 
 
@@ -143,6 +160,7 @@ def _saved_bytes(model, x, y, extra: Extra) -> int:
         if st.data_ptr() not in params:
             seen[st.data_ptr()] = st.nbytes()
         return t
+
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = F.cross_entropy(model(x), y)
         reg = extra()
@@ -158,24 +176,29 @@ def _isolated_cpu_ms(cfg: ModelConfig, x, reps: int) -> dict[str, float]:
     with QKRecorder(model) as rec:
         model(x)
     # the recorded views themselves (strided like the model's), as leaves
-    leaves = [(q.detach().requires_grad_(), k.detach().requires_grad_(), s)
-              for q, k, s in rec.records]
+    leaves = [
+        (q.detach().requires_grad_(), k.detach().requires_grad_(), s) for q, k, s in rec.records
+    ]
     workspace = _ranked_softmax.Workspace()  # as JasminRegularizer keeps one
     out = {}
     for name, (reg_name, kw) in list(MAIN.items())[1:]:
         if reg_name == "jasmin":
+
             def run(kw=kw):
-                jasmin_penalty_from_qk(leaves, kw["k"], kw["aggregation"],
-                                       workspace=workspace).backward()
+                jasmin_penalty_from_qk(
+                    leaves, kw["k"], kw["aggregation"], workspace=workspace
+                ).backward()
         else:
             reg = create_regularizer(reg_name, **kw)
             reg.attach(model)
 
             def run(reg=reg):
                 sum(reg.weights[n] * t for n, t in reg.terms().items()).backward()
+
         out[name] = _median_cpu_ms(run, reps)
     out["floor, dense backward (4 bmm + 2 exp per layer)"] = _median_cpu_ms(
-        lambda: _recompute_floor(leaves), reps)
+        lambda: _recompute_floor(leaves), reps
+    )
     return out
 
 
@@ -204,15 +227,17 @@ def _vit_b_analysis(batch: int = 512) -> str:
     layers, heads, n, dim = 12, 12, 65, 768
     maps = layers * batch * heads * n * n * 4
     rows = layers * batch * heads * n
-    kept = rows * (4 + 4 * 4)                         # lse float32 + 4 int32 positions
-    transient = batch * heads * n * n * 4             # one layer's S, during fwd/bwd
-    qk = layers * 2 * batch * n * dim * 2             # q, k (bf16), already saved by SDPA
-    return (f"ViT-B, batch {batch}, N={n}, 12 layers x 12 heads: the attention maps P in "
-            f"float32 take {maps / 2**30:.2f} GiB, all kept until backward if materialised "
-            f"(autograd through softmax and topk keeps more); this design keeps "
-            f"{kept / 2**20:.0f} MiB (per row: lse + up to 4 int32 positions) plus one "
-            f"layer's S at a time ({transient / 2**20:.0f} MiB, transient); the q and k it "
-            f"reads ({qk / 2**30:.2f} GiB in bf16) are saved by the fused attention anyway.")
+    kept = rows * (4 + 4 * 4)  # lse float32 + 4 int32 positions
+    transient = batch * heads * n * n * 4  # one layer's S, during fwd/bwd
+    qk = layers * 2 * batch * n * dim * 2  # q, k (bf16), already saved by SDPA
+    return (
+        f"ViT-B, batch {batch}, N={n}, 12 layers x 12 heads: the attention maps P in "
+        f"float32 take {maps / 2**30:.2f} GiB, all kept until backward if materialised "
+        f"(autograd through softmax and topk keeps more); this design keeps "
+        f"{kept / 2**20:.0f} MiB (per row: lse + up to 4 int32 positions) plus one "
+        f"layer's S at a time ({transient / 2**20:.0f} MiB, transient); the q and k it "
+        f"reads ({qk / 2**30:.2f} GiB in bf16) are saved by the fused attention anyway."
+    )
 
 
 def main() -> None:
@@ -221,8 +246,12 @@ def main() -> None:
     ap.add_argument("--alternatives", action="store_true", help="also time rejected designs")
     ap.add_argument("--profile", action="store_true", help="print a torch.profiler table")
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--model", choices=["tiny", "vitb"], default="tiny",
-                    help="tiny ViT (default) or ViT-B width at depth 2")
+    ap.add_argument(
+        "--model",
+        choices=["tiny", "vitb"],
+        default="tiny",
+        help="tiny ViT (default) or ViT-B width at depth 2",
+    )
     ap.add_argument("--batch", type=int, default=None, help="default 64 (tiny), 16 (vitb)")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = ap.parse_args()
@@ -249,18 +278,22 @@ def main() -> None:
     wall: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     for r in range(reps):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             model, opt, extra = runs[name]
             w, c = _step(model, opt, x, y, extra)
             wall[name].append(w)
             cpu[name].append(c)
     base = names[0]
-    print(f"# {platform.machine()} CPU ({os.cpu_count()} cores, shared), "
-          f"{torch.get_num_threads()} torch threads, torch {torch.__version__}, model "
-          f"{args.model} ({cfg.num_tokens} tokens), batch {batch}, {reps} interleaved "
-          f"repetitions, load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end")
-    print("| variant | wall ms | wall ratio | CPU ms | CPU ratio | CPU ratio of minima "
-          "| saved for backward (MiB) |")
+    print(
+        f"# {platform.machine()} CPU ({os.cpu_count()} cores, shared), "
+        f"{torch.get_num_threads()} torch threads, torch {torch.__version__}, model "
+        f"{args.model} ({cfg.num_tokens} tokens), batch {batch}, {reps} interleaved "
+        f"repetitions, load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end"
+    )
+    print(
+        "| variant | wall ms | wall ratio | CPU ms | CPU ratio | CPU ratio of minima "
+        "| saved for backward (MiB) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name in names:
         model, opt, extra = runs[name]

@@ -7,6 +7,7 @@ counts) are interleaved in one run and the median over repeats is reported.
 
     python benchmarks/bench_train.py [--steps 20] [--repeats 5] [--threads 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,12 +17,12 @@ import time
 
 import torch
 
-from lipsweep.attention import set_fused_attention
-from lipsweep.config import TrialConfig
-from lipsweep.data import load_splits, train_batches
-from lipsweep.engine import build_optimizer, train_one_epoch
-from lipsweep.models import create_model
 from lipsweep.regularizers import create_regularizer_from_config
+from lipsweep.settings.config import TrialConfig
+from lipsweep.trial.attention import set_fused_attention
+from lipsweep.trial.data import load_splits, train_batches
+from lipsweep.trial.engine import build_optimizer, train_one_epoch
+from lipsweep.trial.models import create_model
 
 
 def measure(cfg: TrialConfig, fused: bool, steps: int) -> float:
@@ -32,10 +33,18 @@ def measure(cfg: TrialConfig, fused: bool, steps: int) -> float:
     reg.attach(model)
     opt = build_optimizer(model, cfg.optim)
     splits = load_splits(cfg.data)
-    batches = list(train_batches(splits, cfg.optim.batch_size, seed=0, epoch=1))[:steps + 2]
-    kw = dict(optim_cfg=cfg.optim, data_cfg=cfg.data,
-              device=torch.device("cpu"), precision="fp32", gen=torch.Generator().manual_seed(0),
-              mixup=None, step0=0, steps_per_epoch=steps, epoch=1)
+    batches = list(train_batches(splits, cfg.optim.batch_size, seed=0, epoch=1))[: steps + 2]
+    kw = dict(
+        optim_cfg=cfg.optim,
+        data_cfg=cfg.data,
+        device=torch.device("cpu"),
+        precision="fp32",
+        gen=torch.Generator().manual_seed(0),
+        mixup=None,
+        step0=0,
+        steps_per_epoch=steps,
+        epoch=1,
+    )
     train_one_epoch(model, reg, opt, batches[:2], **kw)  # warm-up
     t0 = time.perf_counter()
     train_one_epoch(model, reg, opt, batches[2:], **kw)
@@ -55,9 +64,11 @@ def main() -> None:
         results["fused (timm default)"].append(measure(cfg, True, args.steps))
         results["unfused"].append(measure(cfg, False, args.steps))
     base = statistics.median(results["fused (timm default)"])
-    print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{args.threads} threads, batch {cfg.optim.batch_size}, {args.steps} steps x "
-          f"{args.repeats} repeats (median)")
+    print(
+        f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"{args.threads} threads, batch {cfg.optim.batch_size}, {args.steps} steps x "
+        f"{args.repeats} repeats (median)"
+    )
     print("| variant | images/s | ratio to fused |\n|---|---:|---:|")
     for name, vals in results.items():
         med = statistics.median(vals)

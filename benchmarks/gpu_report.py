@@ -5,6 +5,7 @@
 Missing or failed measurements print as "-" (errors and skips are listed under the tables), so
 a partial run still gives every table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,115 +46,204 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def device_line(meta: dict[str, Any]) -> str:
-    dev = meta.get("gpu") or f"CPU ({meta.get('cpu_count')} cores, " \
-        f"{meta.get('torch_threads')} torch thread(s))"
+    dev = (
+        meta.get("gpu")
+        or f"CPU ({meta.get('cpu_count')} cores, {meta.get('torch_threads')} torch thread(s))"
+    )
     extra = f", CUDA {meta['cuda']}" if meta.get("cuda") else ""
     load = meta.get("loadavg_start")
     load_s = f", load average at start {load[0]:.1f}" if load else ""
-    return (f"Device: **{dev}**{extra}; torch {meta.get('torch')}, timm {meta.get('timm')}, "
-            f"pyautoattack {meta.get('pyautoattack') or 'absent'}; "
-            f"{'--quick (tiny shapes)' if meta.get('quick') else 'full sizes'}; "
-            f"suite wall time {fmt(meta.get('wall_s'), 0)} s{load_s}.")
+    return (
+        f"Device: **{dev}**{extra}; torch {meta.get('torch')}, timm {meta.get('timm')}, "
+        f"pyautoattack {meta.get('pyautoattack') or 'absent'}; "
+        f"{'--quick (tiny shapes)' if meta.get('quick') else 'full sizes'}; "
+        f"suite wall time {fmt(meta.get('wall_s'), 0)} s{load_s}."
+    )
 
 
 def train_tables(d: dict[str, Any]) -> str:
     tr = d.get("train", {})
     shape = tr.get("model", {})
-    out = [f"Model: depth {shape.get('depth')}, width {shape.get('embed_dim')}, "
-           f"{shape.get('num_heads')} heads, {shape.get('tokens')} tokens, "
-           f"{fmt(shape.get('params'))} parameters; "
-           f"{fmt(tr.get('flops_per_image', 0) / 1e9, 3)} GFLOP per training image "
-           f"(analytic; flop_counter / analytic = "
-           f"{fmt(_get(tr, 'flop_counter', 'ratio_to_analytic'), 3)}); bf16 matmul "
-           f"{fmt(_get(tr, 'matmul', 'n'))}^3: "
-           f"{fmt(_get(tr, 'matmul', 'bf16_tflops'), 3)} TFLOP/s.", ""]
+    out = [
+        f"Model: depth {shape.get('depth')}, width {shape.get('embed_dim')}, "
+        f"{shape.get('num_heads')} heads, {shape.get('tokens')} tokens, "
+        f"{fmt(shape.get('params'))} parameters; "
+        f"{fmt(tr.get('flops_per_image', 0) / 1e9, 3)} GFLOP per training image "
+        f"(analytic; flop_counter / analytic = "
+        f"{fmt(_get(tr, 'flop_counter', 'ratio_to_analytic'), 3)}); bf16 matmul "
+        f"{fmt(_get(tr, 'matmul', 'n'))}^3: "
+        f"{fmt(_get(tr, 'matmul', 'bf16_tflops'), 3)} TFLOP/s.",
+        "",
+    ]
     rows = []
     for key, r in tr.get("runs", {}).items():
         mode = r.get("mode", key) + (f" ({r['graph']} graph)" if r.get("graph") else "")
-        rows.append([mode, fmt(r.get("batch")), fmt(r.get("step_ms")),
-                     fmt(r.get("images_per_s"), 0), fmt(r.get("peak_mem_gib")),
-                     pct(r.get("mfu_vs_bf16_matmul")), fmt(r.get("compile_s"), 1)])
-    out.append(table(["mode", "batch", "ms/step", "images/s", "peak GiB", "MFU vs bf16 matmul",
-                      "compile s"], rows))
+        rows.append(
+            [
+                mode,
+                fmt(r.get("batch")),
+                fmt(r.get("step_ms")),
+                fmt(r.get("images_per_s"), 0),
+                fmt(r.get("peak_mem_gib")),
+                pct(r.get("mfu_vs_bf16_matmul")),
+                fmt(r.get("compile_s"), 1),
+            ]
+        )
+    out.append(
+        table(
+            ["mode", "batch", "ms/step", "images/s", "peak GiB", "MFU vs bf16 matmul", "compile s"],
+            rows,
+        )
+    )
     return "\n".join(out)
 
 
 def regularizer_table(d: dict[str, Any]) -> str:
     sec = d.get("regularizers", {})
-    rows = [[name, fmt(r.get("step_ms")), fmt(r.get("ratio"), 3),
-             fmt(r.get("target_ratio")), fmt(r.get("syncs_per_step"))]
-            for name, r in sec.get("variants", {}).items()]
-    head = (f"Batch {sec.get('batch')}, {sec.get('precision')}, medians of "
-            f"{sec.get('rounds')} interleaved rounds of {sec.get('steps')} steps.")
-    return head + "\n\n" + table(["variant", "ms/step", "ratio to baseline", "target",
-                                  "host syncs/step"], rows)
+    rows = [
+        [
+            name,
+            fmt(r.get("step_ms")),
+            fmt(r.get("ratio"), 3),
+            fmt(r.get("target_ratio")),
+            fmt(r.get("syncs_per_step")),
+        ]
+        for name, r in sec.get("variants", {}).items()
+    ]
+    head = (
+        f"Batch {sec.get('batch')}, {sec.get('precision')}, medians of "
+        f"{sec.get('rounds')} interleaved rounds of {sec.get('steps')} steps."
+    )
+    return (
+        head
+        + "\n\n"
+        + table(["variant", "ms/step", "ratio to baseline", "target", "host syncs/step"], rows)
+    )
 
 
 def checkpoint_table(d: dict[str, Any]) -> str:
     ev = _get(d, "checkpoint", "eval_clean") or {}
     sv = _get(d, "checkpoint", "save") or {}
-    rows = [["per-epoch clean evaluation, fp32", fmt(ev.get("fp32_s_per_10k")) + " s / 10k images"],
-            ["per-epoch clean evaluation, bf16 autocast",
-             fmt(ev.get("bf16_s_per_10k")) + " s / 10k images"],
-            ["checkpoint save (model + optimizer, fsynced)",
-             f"{fmt(sv.get('save_s'))} s, {fmt((sv.get('bytes') or 0) / 1e6, 0)} MB"],
-            ["checkpoint load + verify", fmt(sv.get("load_s")) + " s"]]
+    rows = [
+        ["per-epoch clean evaluation, fp32", fmt(ev.get("fp32_s_per_10k")) + " s / 10k images"],
+        [
+            "per-epoch clean evaluation, bf16 autocast",
+            fmt(ev.get("bf16_s_per_10k")) + " s / 10k images",
+        ],
+        [
+            "checkpoint save (model + optimizer, fsynced)",
+            f"{fmt(sv.get('save_s'))} s, {fmt((sv.get('bytes') or 0) / 1e6, 0)} MB",
+        ],
+        ["checkpoint load + verify", fmt(sv.get("load_s")) + " s"],
+    ]
     return table(["what", "cost"], rows)
 
 
 def attack_tables(d: dict[str, Any]) -> str:
     att = d.get("attacks", {})
     m = att.get("model", {})
-    out = [f"Model trained {m.get('epochs')} epoch(s) on {m.get('train_images')} embedded "
-           f"CIFAR-10 images ({fmt(m.get('train_s'), 1)} s); clean accuracy "
-           f"{fmt(att.get('acc_clean'), 1)} % on {m.get('eval_images')} images.", ""]
+    out = [
+        f"Model trained {m.get('epochs')} epoch(s) on {m.get('train_images')} embedded "
+        f"CIFAR-10 images ({fmt(m.get('train_s'), 1)} s); clean accuracy "
+        f"{fmt(att.get('acc_clean'), 1)} % on {m.get('eval_images')} images.",
+        "",
+    ]
     rows = []
     for name in ("pgd4", "fgsm"):
         r = att.get(name, {})
-        rows.append([name.upper().replace("PGD4", "PGD-4"), fmt(r.get("fp32_images_per_s"), 0),
-                     fmt(r.get("bf16_images_per_s"), 0), fmt(r.get("bf16_speedup"), 2),
-                     fmt(r.get("acc_fp32")), fmt(r.get("acc_bf16")),
-                     fmt(r.get("acc_diff_bf16_minus_fp32"))])
-    out.append(table(["attack (eps 4/255)", "fp32 images/s", "bf16 images/s", "bf16 speed-up",
-                      "acc fp32 %", "acc bf16 %", "bf16 - fp32 (points)"], rows))
+        rows.append(
+            [
+                name.upper().replace("PGD4", "PGD-4"),
+                fmt(r.get("fp32_images_per_s"), 0),
+                fmt(r.get("bf16_images_per_s"), 0),
+                fmt(r.get("bf16_speedup"), 2),
+                fmt(r.get("acc_fp32")),
+                fmt(r.get("acc_bf16")),
+                fmt(r.get("acc_diff_bf16_minus_fp32")),
+            ]
+        )
+    out.append(
+        table(
+            [
+                "attack (eps 4/255)",
+                "fp32 images/s",
+                "bf16 images/s",
+                "bf16 speed-up",
+                "acc fp32 %",
+                "acc bf16 %",
+                "bf16 - fp32 (points)",
+            ],
+            rows,
+        )
+    )
     aa = att.get("autoattack", {})
     out.append("")
     if "skipped" in aa:
         out.append(f"AutoAttack: skipped ({aa['skipped']}).")
     else:
-        rows = [[st, fmt(_get(aa, st, "n_attacked")), fmt(_get(aa, st, "n_fooled")),
-                 fmt(_get(aa, st, "seconds")), fmt(_get(aa, st, "s_per_1000"))]
-                for st in ("apgd-ce", "apgd-t", "fab-t", "square")]
-        out.append(f"AutoAttack, eps 2/255, 10 iterations, each stage alone on the same "
-                   f"{aa.get('images')} images:\n")
+        rows = [
+            [
+                st,
+                fmt(_get(aa, st, "n_attacked")),
+                fmt(_get(aa, st, "n_fooled")),
+                fmt(_get(aa, st, "seconds")),
+                fmt(_get(aa, st, "s_per_1000")),
+            ]
+            for st in ("apgd-ce", "apgd-t", "fab-t", "square")
+        ]
+        out.append(
+            f"AutoAttack, eps 2/255, 10 iterations, each stage alone on the same "
+            f"{aa.get('images')} images:\n"
+        )
         out.append(table(["stage", "attacked", "fooled", "seconds", "s / 1000 attacked"], rows))
     return "\n".join(out)
 
 
 def lipschitz_tables(d: dict[str, Any]) -> str:
     lip = d.get("lipschitz", {})
-    rows = [[f"C = {c}", fmt(_get(lip, f"jacobian_c{c}", "route")),
-             fmt(_get(lip, f"jacobian_c{c}", "images")),
-             fmt(_get(lip, f"jacobian_c{c}", "ms_per_image")),
-             fmt(_get(lip, f"jacobian_c{c}", "x_fwd_bwd"))] for c in (10, 100)]
+    rows = [
+        [
+            f"C = {c}",
+            fmt(_get(lip, f"jacobian_c{c}", "route")),
+            fmt(_get(lip, f"jacobian_c{c}", "images")),
+            fmt(_get(lip, f"jacobian_c{c}", "ms_per_image")),
+            fmt(_get(lip, f"jacobian_c{c}", "x_fwd_bwd")),
+        ]
+        for c in (10, 100)
+    ]
     out = [table(["‖J_f‖", "route", "images", "ms/image", "x fwd+bwd"], rows), ""]
     h = lip.get("head_bounds", {})
-    rows = [["measure_head_bounds (what a trial runs)", fmt(h.get("measure_head_bounds_s"), 4)],
-            ["Lanczos matvecs (J J^T u)", fmt(h.get("matvec_s"), 4)],
-            ["Lanczos Ritz eigh + bookkeeping", fmt(h.get("ritz_eigh_and_rest_s"), 4)],
-            ["bound SVDs/eigh (head_bounds_at) on the device",
-             fmt(h.get("bounds_svd_device_s"), 4)],
-            ["bound SVDs/eigh (head_bounds_at) on the CPU", fmt(h.get("bounds_svd_cpu_s"), 4)]]
-    out.append(f"Head bounds on {h.get('images')} image(s), every layer and head "
-               f"(Lanczos mean iterations {fmt(h.get('lanczos_mean_iterations'), 1)}):\n")
+    rows = [
+        ["measure_head_bounds (what a trial runs)", fmt(h.get("measure_head_bounds_s"), 4)],
+        ["Lanczos matvecs (J J^T u)", fmt(h.get("matvec_s"), 4)],
+        ["Lanczos Ritz eigh + bookkeeping", fmt(h.get("ritz_eigh_and_rest_s"), 4)],
+        ["bound SVDs/eigh (head_bounds_at) on the device", fmt(h.get("bounds_svd_device_s"), 4)],
+        ["bound SVDs/eigh (head_bounds_at) on the CPU", fmt(h.get("bounds_svd_cpu_s"), 4)],
+    ]
+    out.append(
+        f"Head bounds on {h.get('images')} image(s), every layer and head "
+        f"(Lanczos mean iterations {fmt(h.get('lanczos_mean_iterations'), 1)}):\n"
+    )
     out.append(table(["part", "seconds"], rows))
-    rows = [[f"{j} x {j}", fmt(h.get(f"ritz_eigh_{j}_device_ms"), 3),
-             fmt(h.get(f"ritz_eigh_{j}_cpu_ms"), 3)] for j in (8, 16, 32)]
-    out += ["", "Batched float64 eigh of one Ritz check (one matrix per image x head), "
-            "ms per call:\n", table(["size", "on the device", "on the CPU (with copies)"], rows)]
+    rows = [
+        [
+            f"{j} x {j}",
+            fmt(h.get(f"ritz_eigh_{j}_device_ms"), 3),
+            fmt(h.get(f"ritz_eigh_{j}_cpu_ms"), 3),
+        ]
+        for j in (8, 16, 32)
+    ]
+    out += [
+        "",
+        "Batched float64 eigh of one Ritz check (one matrix per image x head), ms per call:\n",
+        table(["size", "on the device", "on the CPU (with copies)"], rows),
+    ]
     s = lip.get("summary_c100", {})
-    out += ["", f"`lipschitz_summary` (defaults, C = 100) on {s.get('images')} images: "
-            f"{fmt(s.get('seconds'))} s."]
+    out += [
+        "",
+        f"`lipschitz_summary` (defaults, C = 100) on {s.get('images')} images: "
+        f"{fmt(s.get('seconds'))} s.",
+    ]
     return "\n".join(out)
 
 
@@ -161,42 +251,61 @@ def trial_tables(d: dict[str, Any]) -> str:
     tr = d.get("trial", {})
     rt = tr.get("run_trial", {})
     met = rt.get("metrics", {})
-    out = [f"One-epoch `run_trial` ({fmt(_get(rt, 'config', 'train_size'))} training images, "
-           f"batch {fmt(_get(rt, 'config', 'batch_size'))}, "
-           f"{fmt(_get(rt, 'config', 'eval_size'))} evaluation images, device "
-           f"{fmt(_get(rt, 'config', 'device'))}): {fmt(rt.get('wall_s'), 1)} s wall; epoch "
-           f"{fmt(_get(rt, 'epoch', 'epoch_seconds'), 1)} s; attacks "
-           f"{fmt(met.get('eval_attack_seconds'), 1)} s; Lipschitz "
-           f"{fmt(met.get('eval_lipschitz_seconds'), 1)} s.", ""]
+    out = [
+        f"One-epoch `run_trial` ({fmt(_get(rt, 'config', 'train_size'))} training images, "
+        f"batch {fmt(_get(rt, 'config', 'batch_size'))}, "
+        f"{fmt(_get(rt, 'config', 'eval_size'))} evaluation images, device "
+        f"{fmt(_get(rt, 'config', 'device'))}): {fmt(rt.get('wall_s'), 1)} s wall; epoch "
+        f"{fmt(_get(rt, 'epoch', 'epoch_seconds'), 1)} s; attacks "
+        f"{fmt(met.get('eval_attack_seconds'), 1)} s; Lipschitz "
+        f"{fmt(met.get('eval_lipschitz_seconds'), 1)} s.",
+        "",
+    ]
     p = tr.get("projection", {})
     parts = p.get("parts_s", {})
     rows = [[k.removesuffix("_s").replace("_", " "), fmt(v, 0)] for k, v in parts.items()]
     rows.append(["**total**", f"**{fmt(p.get('total_s'), 0)}**"])
-    out.append(f"Projected cost of one paper trial (40 epochs x 97 steps of 512, whole "
-               f"10,000-image test split) on {p.get('device')}:\n")
+    out.append(
+        f"Projected cost of one paper trial (40 epochs x 97 steps of 512, whole "
+        f"10,000-image test split) on {p.get('device')}:\n"
+    )
     out.append(table(["part", "seconds"], rows))
     out.append("")
-    out.append(f"= **{fmt(p.get('hours'), 3)} h** (slowest regularizer: "
-               f"{fmt(p.get('hours_slowest_regularizer'), 3)} h; target {p.get('target_hours')} "
-               f"h); the 31-trial grid: {fmt(p.get('grid_31_trials_hours'), 1)} h. Missing "
-               f"inputs: {p.get('missing') or 'none'}.")
+    out.append(
+        f"= **{fmt(p.get('hours'), 3)} h** (slowest regularizer: "
+        f"{fmt(p.get('hours_slowest_regularizer'), 3)} h; target {p.get('target_hours')} "
+        f"h); the 31-trial grid: {fmt(p.get('grid_31_trials_hours'), 1)} h. Missing "
+        f"inputs: {p.get('missing') or 'none'}."
+    )
     return "\n".join(out)
 
 
 def report(d: dict[str, Any]) -> str:
-    parts = [device_line(d.get("meta", {})),
-             "### Train step\n\n" + train_tables(d),
-             "### Regularizers\n\n" + regularizer_table(d),
-             "### Per-epoch evaluation and checkpoint\n\n" + checkpoint_table(d),
-             "### Attacks\n\n" + attack_tables(d),
-             "### Lipschitz estimators\n\n" + lipschitz_tables(d),
-             "### Trial and projection\n\n" + trial_tables(d)]
+    parts = [
+        device_line(d.get("meta", {})),
+        "### Train step\n\n" + train_tables(d),
+        "### Regularizers\n\n" + regularizer_table(d),
+        "### Per-epoch evaluation and checkpoint\n\n" + checkpoint_table(d),
+        "### Attacks\n\n" + attack_tables(d),
+        "### Lipschitz estimators\n\n" + lipschitz_tables(d),
+        "### Trial and projection\n\n" + trial_tables(d),
+    ]
     errors = d.get("errors") or []
-    skipped = [f"{sec}/{k}" for sec, body in d.items() if isinstance(body, dict)
-               for k, v in body.items() if isinstance(v, dict) and "skipped" in v]
+    skipped = [
+        f"{sec}/{k}"
+        for sec, body in d.items()
+        if isinstance(body, dict)
+        for k, v in body.items()
+        if isinstance(v, dict) and "skipped" in v
+    ]
     if errors or skipped:
-        parts.append("Errors: " + ("; ".join(errors) or "none") + ". Skipped: " +
-                     (", ".join(skipped) or "none") + ".")
+        parts.append(
+            "Errors: "
+            + ("; ".join(errors) or "none")
+            + ". Skipped: "
+            + (", ".join(skipped) or "none")
+            + "."
+        )
     return "\n\n".join(parts) + "\n"
 
 

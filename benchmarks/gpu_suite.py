@@ -34,6 +34,7 @@ small batches and image counts). Sections:
 records it under ``smoke_trial``. ``benchmarks/gpu_report.py`` turns the JSON into the tables
 of docs/benchmarks.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,12 +60,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lipsweep.config import OptimConfig, TrialConfig  # noqa: E402
-from lipsweep.data import DataConfig, load_splits, to_unit, train_batches  # noqa: E402
-from lipsweep.engine import autocast_context, build_optimizer, evaluate_clean  # noqa: E402
-from lipsweep.engine import train_one_epoch  # noqa: E402
-from lipsweep.models import ModelConfig, PixelModel, create_model  # noqa: E402
 from lipsweep.regularizers import Regularizer, create_regularizer  # noqa: E402
+from lipsweep.settings.config import OptimConfig, TrialConfig  # noqa: E402
+from lipsweep.trial.data import DataConfig, load_splits, to_unit, train_batches  # noqa: E402
+from lipsweep.trial.engine import (  # noqa: E402
+    autocast_context,
+    build_optimizer,
+    evaluate_clean,
+    train_one_epoch,  # noqa: E402
+)
+from lipsweep.trial.models import ModelConfig, PixelModel, create_model  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.lipschitz import HeadWeights
@@ -82,9 +87,15 @@ REGULARIZERS: dict[str, dict[str, Any]] = {
 }
 TARGET_RATIO = {"jasmin_k10_mean": 1.05, "jasmin_k10_max": 1.05, "specformer": 1.02}
 AA_STAGES = ("apgd-ce", "apgd-t", "fab-t", "square")
-PAPER = {"epochs": 40, "train_images": 50_000, "test_images": 10_000, "batch_size": 512,
-         "num_classes": 100}
-"""One paper trial (SPEC §2.7): ViT-B on CIFAR-100, 40 epochs at batch 512, whole test split."""
+PAPER = {
+    "epochs": 40,
+    "train_images": 50_000,
+    "test_images": 10_000,
+    "batch_size": 512,
+    "num_classes": 100,
+}
+"""One paper trial (docs/science.md §2): ViT-B on CIFAR-100, 40 epochs at batch 512, whole test
+split."""
 PAPER_FRACTIONS = {"clean": 0.909, "after_pgd2": 0.2685, "after_aa2": 0.0212}
 """Share of test images each attack stage sees, from the paper's Table 3 baseline row (clean
 90.9 %, PGD2 26.85 %, AA2 2.12 %): FGSM, PGD and APGD-CE attack the correct images; APGD-T
@@ -117,17 +128,50 @@ class Sizes:
     budget_s: float
 
 
-FULL = Sizes(model={"model": "vit_base_patch16_224"}, batches=(64, 256, 512),
-             compile_batches=(512, 256, 64), reg_batch=512, warmup=3, steps=10, rounds=3,
-             matmul_n=8192, eval_images=10_000, brief_epochs=6, brief_train=2000,
-             attack_images=1000, aa_images=500, lip_images=64, head_images=8,
-             summary_images=500, trial_train=2000, trial_batch=256, trial_eval=500,
-             budget_s=450.0)
-QUICK = Sizes(model={"model": "vit_tiny_patch16_224", "depth": 2, "embed_dim": 64,
-                     "num_heads": 2}, batches=(8, 16), compile_batches=(8,), reg_batch=16,
-              warmup=1, steps=2, rounds=2, matmul_n=256, eval_images=128, brief_epochs=1,
-              brief_train=256, attack_images=32, aa_images=16, lip_images=4, head_images=1,
-              summary_images=8, trial_train=128, trial_batch=32, trial_eval=32, budget_s=150.0)
+FULL = Sizes(
+    model={"model": "vit_base_patch16_224"},
+    batches=(64, 256, 512),
+    compile_batches=(512, 256, 64),
+    reg_batch=512,
+    warmup=3,
+    steps=10,
+    rounds=3,
+    matmul_n=8192,
+    eval_images=10_000,
+    brief_epochs=6,
+    brief_train=2000,
+    attack_images=1000,
+    aa_images=500,
+    lip_images=64,
+    head_images=8,
+    summary_images=500,
+    trial_train=2000,
+    trial_batch=256,
+    trial_eval=500,
+    budget_s=450.0,
+)
+QUICK = Sizes(
+    model={"model": "vit_tiny_patch16_224", "depth": 2, "embed_dim": 64, "num_heads": 2},
+    batches=(8, 16),
+    compile_batches=(8,),
+    reg_batch=16,
+    warmup=1,
+    steps=2,
+    rounds=2,
+    matmul_n=256,
+    eval_images=128,
+    brief_epochs=1,
+    brief_train=256,
+    attack_images=32,
+    aa_images=16,
+    lip_images=4,
+    head_images=1,
+    summary_images=8,
+    trial_train=128,
+    trial_batch=32,
+    trial_eval=32,
+    budget_s=150.0,
+)
 
 
 # ---------------------------------------------------------------- helpers
@@ -148,8 +192,9 @@ class Suite:
         return self.elapsed() > self.sizes.budget_s
 
     @contextlib.contextmanager
-    def guard(self, where: dict[str, Any], key: str, optional: bool = False
-              ) -> Iterator[dict[str, Any]]:
+    def guard(
+        self, where: dict[str, Any], key: str, optional: bool = False
+    ) -> Iterator[dict[str, Any]]:
         """Run one measurement into ``where[key]``; an exception becomes an error string."""
         slot: dict[str, Any] = where.setdefault(key, {})
         if optional and self.over_budget():
@@ -253,10 +298,15 @@ def build_vit(sizes: Sizes, num_classes: int, device: torch.device) -> PixelMode
 
 def model_shape(model: PixelModel) -> dict[str, int]:
     net = model.net
-    return {"depth": len(net.blocks), "embed_dim": net.embed_dim,
-            "num_heads": net.blocks[0].attn.num_heads, "tokens": net.patch_embed.num_patches + 1,
-            "patch": net.patch_embed.patch_size[0], "num_classes": net.num_classes,
-            "params": sum(p.numel() for p in net.parameters())}
+    return {
+        "depth": len(net.blocks),
+        "embed_dim": net.embed_dim,
+        "num_heads": net.blocks[0].attn.num_heads,
+        "tokens": net.patch_embed.num_patches + 1,
+        "patch": net.patch_embed.patch_size[0],
+        "num_classes": net.num_classes,
+        "params": sum(p.numel() for p in net.parameters()),
+    }
 
 
 def vit_train_flops_per_image(shape: dict[str, int]) -> float:
@@ -291,11 +341,12 @@ def bf16_matmul_tflops(n: int, device: torch.device, reps: int = 10) -> float:
     with Clock(device) as clk:
         for _ in range(reps):
             a @ b
-    return 2 * n ** 3 * reps / clk.seconds / 1e12
+    return 2 * n**3 * reps / clk.seconds / 1e12
 
 
-def random_batches(n_batches: int, batch: int, num_classes: int, device: torch.device,
-                   seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def random_batches(
+    n_batches: int, batch: int, num_classes: int, device: torch.device, seed: int = 0
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """CIFAR-shaped uint8 batches already on the device (the hot path moves data there once)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, 256, (batch, 3, 32, 32), generator=g, dtype=torch.uint8)
@@ -303,23 +354,48 @@ def random_batches(n_batches: int, batch: int, num_classes: int, device: torch.d
     return [(x.to(device), y.to(device))] * n_batches
 
 
-def train_steps(model: torch.nn.Module, regularizer: Regularizer,
-                optimizer: torch.optim.Optimizer, batches: list, precision: str,
-                device: torch.device, num_classes: int, epoch: int = 1,
-                steps_per_epoch: Optional[int] = None,
-                optim_cfg: Optional[OptimConfig] = None) -> dict[str, float]:
+def train_steps(
+    model: torch.nn.Module,
+    regularizer: Regularizer,
+    optimizer: torch.optim.Optimizer,
+    batches: list,
+    precision: str,
+    device: torch.device,
+    num_classes: int,
+    epoch: int = 1,
+    steps_per_epoch: Optional[int] = None,
+    optim_cfg: Optional[OptimConfig] = None,
+) -> dict[str, float]:
     """Every training step of the suite goes through here: ``engine.train_one_epoch``."""
     optim_cfg = optim_cfg or OptimConfig(lr=0.01)
     n = steps_per_epoch or len(batches)
-    return train_one_epoch(model, regularizer, optimizer, batches, optim_cfg=optim_cfg,
-                           data_cfg=DataConfig(), device=device,
-                           precision=precision, gen=torch.Generator().manual_seed(epoch),
-                           mixup=None, step0=(epoch - 1) * n, steps_per_epoch=n, epoch=epoch)
+    return train_one_epoch(
+        model,
+        regularizer,
+        optimizer,
+        batches,
+        optim_cfg=optim_cfg,
+        data_cfg=DataConfig(),
+        device=device,
+        precision=precision,
+        gen=torch.Generator().manual_seed(epoch),
+        mixup=None,
+        step0=(epoch - 1) * n,
+        steps_per_epoch=n,
+        epoch=epoch,
+    )
 
 
-def time_steps(model: torch.nn.Module, reg: Regularizer, opt: torch.optim.Optimizer,
-               batches: list, warm: int, precision: str, device: torch.device,
-               num_classes: int) -> float:
+def time_steps(
+    model: torch.nn.Module,
+    reg: Regularizer,
+    opt: torch.optim.Optimizer,
+    batches: list,
+    warm: int,
+    precision: str,
+    device: torch.device,
+    num_classes: int,
+) -> float:
     """Seconds per training step over ``batches`` after ``warm`` warm-up steps."""
     if warm:
         train_steps(model, reg, opt, batches[:warm], precision, device, num_classes)
@@ -329,9 +405,9 @@ def time_steps(model: torch.nn.Module, reg: Regularizer, opt: torch.optim.Optimi
 
 
 def count_syncs(fn: Callable[[], Any], device: torch.device) -> Optional[int]:
-    """Host-device synchronisations ``fn`` makes (:func:`lipsweep.engine.count_host_syncs`);
+    """Host-device synchronisations ``fn`` makes (:func:`lipsweep.trial.engine.count_host_syncs`);
     None on CPU, where there is no device to sync with."""
-    from lipsweep.engine import count_host_syncs
+    from lipsweep.trial.engine import count_host_syncs
 
     return count_host_syncs(fn, device) if device.type == "cuda" else None
 
@@ -358,7 +434,7 @@ def section_train(s: Suite) -> None:
     runs = sec.setdefault("runs", {})
     compiled = None
     for mode in MODES:
-        for batch in (sz.compile_batches if mode == "bf16_compile" else sz.batches):
+        for batch in sz.compile_batches if mode == "bf16_compile" else sz.batches:
             key = f"{mode}_b{batch}"
             with s.guard(runs, key, optional=mode == "bf16_compile") as r:
                 if "skipped" in r:
@@ -377,21 +453,29 @@ def section_train(s: Suite) -> None:
                 with matmul_mode(mode):
                     if mode == "bf16_compile":
                         with Clock(dev) as clk:  # compilation (and recompilation) time
-                            train_steps(net, reg, opt, batches[:1], precision, dev,
-                                        PAPER["num_classes"])
+                            train_steps(
+                                net, reg, opt, batches[:1], precision, dev, PAPER["num_classes"]
+                            )
                         r["compile_s"] = round(clk.seconds, 2)
                     reset_peak(dev)
-                    step = time_steps(net, reg, opt, batches, sz.warmup, precision, dev,
-                                      PAPER["num_classes"])
+                    step = time_steps(
+                        net, reg, opt, batches, sz.warmup, precision, dev, PAPER["num_classes"]
+                    )
                 r["step_ms"] = round(step * 1e3, 3)
                 r["images_per_s"] = round(batch / step, 1)
                 r["peak_mem_gib"] = peak_gib(dev)
                 tflops = sec["flops_per_image"] * batch / step / 1e12
                 r["model_tflops"] = round(tflops, 5)
                 r["mfu_vs_bf16_matmul"] = round(tflops / peak, 4) if peak else None
-                _log.info("train %-12s batch %4d: %8.2f ms/step  %8.0f img/s  peak %s GiB  "
-                          "MFU %s", mode, batch, r["step_ms"], r["images_per_s"],
-                          r["peak_mem_gib"], r["mfu_vs_bf16_matmul"])
+                _log.info(
+                    "train %-12s batch %4d: %8.2f ms/step  %8.0f img/s  peak %s GiB  MFU %s",
+                    mode,
+                    batch,
+                    r["step_ms"],
+                    r["images_per_s"],
+                    r["peak_mem_gib"],
+                    r["mfu_vs_bf16_matmul"],
+                )
                 del opt
         s.write()
     top = runs.get(f"bf16_b{max(sz.batches)}", {})
@@ -407,8 +491,10 @@ def section_regularizers(s: Suite) -> None:
     variants = sec.setdefault("variants", {})
     times: dict[str, list[float]] = {k: [] for k in REGULARIZERS}
     for rnd in range(sz.rounds):
-        order = list(REGULARIZERS)[rnd % len(REGULARIZERS):] + \
-            list(REGULARIZERS)[:rnd % len(REGULARIZERS)]
+        order = (
+            list(REGULARIZERS)[rnd % len(REGULARIZERS) :]
+            + list(REGULARIZERS)[: rnd % len(REGULARIZERS)]
+        )
         for name in order:
             spec = dict(REGULARIZERS[name])
             with s.guard(variants, name) as r:
@@ -418,12 +504,25 @@ def section_regularizers(s: Suite) -> None:
                 reg.attach(model)
                 try:
                     opt = build_optimizer(model, OptimConfig(lr=0.01))
-                    times[name].append(time_steps(model, reg, opt, batches,
-                                                  sz.warmup if rnd == 0 else 1, "bf16", dev,
-                                                  PAPER["num_classes"]))
+                    times[name].append(
+                        time_steps(
+                            model,
+                            reg,
+                            opt,
+                            batches,
+                            sz.warmup if rnd == 0 else 1,
+                            "bf16",
+                            dev,
+                            PAPER["num_classes"],
+                        )
+                    )
                     if rnd == 0:
-                        syncs = count_syncs(lambda: train_steps(
-                            model, reg, opt, batches[:2], "bf16", dev, PAPER["num_classes"]), dev)
+                        syncs = count_syncs(
+                            lambda: train_steps(
+                                model, reg, opt, batches[:2], "bf16", dev, PAPER["num_classes"]
+                            ),
+                            dev,
+                        )
                         r["syncs_per_step"] = None if syncs is None else syncs / 2
                 finally:
                     reg.detach()
@@ -439,12 +538,17 @@ def section_regularizers(s: Suite) -> None:
         r["ratio"] = round(med / base, 4) if base else None
         if name in TARGET_RATIO:
             r["target_ratio"] = TARGET_RATIO[name]
-        _log.info("regularizer %-16s %8.2f ms/step  ratio %s  syncs/step %s", name,
-                  r["step_ms"], r["ratio"], r.get("syncs_per_step"))
+        _log.info(
+            "regularizer %-16s %8.2f ms/step  ratio %s  syncs/step %s",
+            name,
+            r["step_ms"],
+            r["ratio"],
+            r.get("syncs_per_step"),
+        )
 
 
 def section_checkpoint(s: Suite) -> None:
-    from lipsweep.checkpoint import load_latest, save_checkpoint
+    from lipsweep.trial.checkpoint import load_latest, save_checkpoint
 
     sec = s.data.setdefault("checkpoint", {})
     dev, sz = s.device, s.sizes
@@ -456,25 +560,41 @@ def section_checkpoint(s: Suite) -> None:
         r.update(images=sz.eval_images, batch=256)
         for precision in ("fp32", "bf16"):
             with autocast_context(dev, precision):
-                evaluate_clean(model, x[:256], y[:256], 256, dev)        # warm-up
+                evaluate_clean(model, x[:256], y[:256], 256, dev)  # warm-up
                 with Clock(dev) as clk:
                     evaluate_clean(model, x, y, 256, dev)
             r[f"{precision}_s"] = round(clk.seconds, 3)
             r[f"{precision}_s_per_10k"] = round(clk.seconds * 1e4 / sz.eval_images, 3)
-        _log.info("per-epoch eval: %.2f s (fp32) / %.2f s (bf16) per 10k images",
-                  r["fp32_s_per_10k"], r["bf16_s_per_10k"])
+        _log.info(
+            "per-epoch eval: %.2f s (fp32) / %.2f s (bf16) per 10k images",
+            r["fp32_s_per_10k"],
+            r["bf16_s_per_10k"],
+        )
     with s.guard(sec, "save") as r:
         opt = build_optimizer(model, OptimConfig(lr=0.01))
-        train_steps(model, create_regularizer("none"), opt,
-                    random_batches(1, 8, PAPER["num_classes"], dev), "fp32", dev,
-                    PAPER["num_classes"])                       # momentum buffers exist
+        train_steps(
+            model,
+            create_regularizer("none"),
+            opt,
+            random_batches(1, 8, PAPER["num_classes"], dev),
+            "fp32",
+            dev,
+            PAPER["num_classes"],
+        )  # momentum buffers exist
         root = Path(tempfile.mkdtemp(prefix="gpu_suite_ckpt_"))
         try:
             secs = []
             for epoch in (1, 2):
                 with Clock(dev) as clk:
-                    path = save_checkpoint(root, epoch, model.net.state_dict(),
-                                           opt.state_dict(), {}, {"history": []}, keep=2)
+                    path = save_checkpoint(
+                        root,
+                        epoch,
+                        model.net.state_dict(),
+                        opt.state_dict(),
+                        {},
+                        {"history": []},
+                        keep=2,
+                    )
                 secs.append(clk.seconds)
             r["save_s"] = round(statistics.median(secs), 3)
             r["bytes"] = sum(f.stat().st_size for f in path.iterdir())
@@ -483,18 +603,27 @@ def section_checkpoint(s: Suite) -> None:
             r["load_s"] = round(time.perf_counter() - t0, 3)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-        _log.info("checkpoint: %.0f MB, save %.2f s, load %.2f s", r["bytes"] / 1e6,
-                  r["save_s"], r["load_s"])
+        _log.info(
+            "checkpoint: %.0f MB, save %.2f s, load %.2f s",
+            r["bytes"] / 1e6,
+            r["save_s"],
+            r["load_s"],
+        )
 
 
 def _brief_model(s: Suite) -> tuple[PixelModel, torch.Tensor, torch.Tensor, dict[str, Any]]:
     """A ViT trained briefly on the embedded CIFAR-10 sample, and evaluation images for it."""
     dev, sz = s.device, s.sizes
-    splits = load_splits(DataConfig(dataset="embedded", eval_size=0,
-                                    train_size=sz.brief_train))
+    splits = load_splits(DataConfig(dataset="embedded", eval_size=0, train_size=sz.brief_train))
     model = build_vit(sz, 10, dev)
-    cfg = OptimConfig(epochs=sz.brief_epochs, batch_size=128, optimizer="adamw", lr=5e-4,
-                      weight_decay=0.05, warmup_epochs=min(1, sz.brief_epochs))
+    cfg = OptimConfig(
+        epochs=sz.brief_epochs,
+        batch_size=128,
+        optimizer="adamw",
+        lr=5e-4,
+        weight_decay=0.05,
+        warmup_epochs=min(1, sz.brief_epochs),
+    )
     opt = build_optimizer(model, cfg)
     reg = create_regularizer("none")
     n_steps = len(splits.x_train) // cfg.batch_size
@@ -503,30 +632,38 @@ def _brief_model(s: Suite) -> tuple[PixelModel, torch.Tensor, torch.Tensor, dict
         batches = list(train_batches(splits, cfg.batch_size, 0, epoch))
         stats = train_steps(model, reg, opt, batches, "bf16", dev, 10, epoch, n_steps, cfg)
     half = sz.attack_images // 2
-    x = to_unit(torch.cat([splits.x_eval[:half], splits.x_train[:sz.attack_images - half]]))
-    y = torch.cat([splits.y_eval[:half], splits.y_train[:sz.attack_images - half]])
-    info = {"epochs": sz.brief_epochs, "train_images": len(splits.x_train),
-            "train_s": round(time.perf_counter() - t0, 2), "last_loss": stats["loss"],
-            "eval_images": len(x), "eval_images_from": "half embedded test, half train"}
+    x = to_unit(torch.cat([splits.x_eval[:half], splits.x_train[: sz.attack_images - half]]))
+    y = torch.cat([splits.y_eval[:half], splits.y_train[: sz.attack_images - half]])
+    info = {
+        "epochs": sz.brief_epochs,
+        "train_images": len(splits.x_train),
+        "train_s": round(time.perf_counter() - t0, 2),
+        "last_loss": stats["loss"],
+        "eval_images": len(x),
+        "eval_images_from": "half embedded test, half train",
+    }
     return model, x.to(dev), y.to(dev), info
 
 
-def _attack_rate(attack: Callable, x: torch.Tensor, y: torch.Tensor, batch: int,
-                 device: torch.device) -> tuple[float, torch.Tensor]:
+def _attack_rate(
+    attack: Callable, x: torch.Tensor, y: torch.Tensor, batch: int, device: torch.device
+) -> tuple[float, torch.Tensor]:
     """(images/s, adversarial images) of ``attack`` over ``x`` in batches."""
     torch.manual_seed(0)
     advs = []
     with Clock(device) as clk:
         for i in range(0, len(x), batch):
-            advs.append(attack(x[i:i + batch], y[i:i + batch]))
+            advs.append(attack(x[i : i + batch], y[i : i + batch]))
     return len(x) / clk.seconds, torch.cat(advs)
 
 
 @torch.no_grad()
 def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int) -> float:
     model.eval()
-    correct = sum(int((model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum())
-                  for i in range(0, len(x), batch))
+    correct = sum(
+        int((model(x[i : i + batch]).argmax(1) == y[i : i + batch]).sum())
+        for i in range(0, len(x), batch)
+    )
     return 100.0 * correct / len(x)
 
 
@@ -539,14 +676,13 @@ def section_attacks(s: Suite) -> None:
     sec["model"] = info
     batch = 256
     sec["acc_clean"] = _accuracy(model, x, y, batch)
-    _log.info("briefly trained model: clean accuracy %.1f%% on %d images", sec["acc_clean"],
-              len(x))
+    _log.info("briefly trained model: clean accuracy %.1f%% on %d images", sec["acc_clean"], len(x))
     for cls, name, eps in ((PGD, "pgd4", 4), (FGSM, "fgsm", 4)):
         with s.guard(sec, name) as r:
             r.update(eps=f"{eps}/255", images=len(x), batch=batch)
             rates: dict[str, list[float]] = {"fp32": [], "bf16": []}
             for rep in range(sz.rounds):
-                for precision in (("fp32", "bf16") if rep % 2 == 0 else ("bf16", "fp32")):
+                for precision in ("fp32", "bf16") if rep % 2 == 0 else ("bf16", "fp32"):
                     attack = cls(model, eps / 255, precision=precision)
                     rate, adv = _attack_rate(attack, x, y, batch, dev)
                     rates[precision].append(rate)
@@ -556,49 +692,69 @@ def section_attacks(s: Suite) -> None:
                 r[f"{precision}_images_per_s"] = round(statistics.median(vals), 1)
             r["bf16_speedup"] = round(r["bf16_images_per_s"] / r["fp32_images_per_s"], 3)
             r["acc_diff_bf16_minus_fp32"] = round(r["acc_bf16"] - r["acc_fp32"], 3)
-            _log.info("%s: %.0f img/s fp32, %.0f img/s bf16; acc %.2f%% vs %.2f%%", name,
-                      r["fp32_images_per_s"], r["bf16_images_per_s"], r["acc_fp32"],
-                      r["acc_bf16"])
+            _log.info(
+                "%s: %.0f img/s fp32, %.0f img/s bf16; acc %.2f%% vs %.2f%%",
+                name,
+                r["fp32_images_per_s"],
+                r["bf16_images_per_s"],
+                r["acc_fp32"],
+                r["acc_bf16"],
+            )
         s.write()
     aa = sec.setdefault("autoattack", {})
     try:
         import pyautoattack  # noqa: F401
     except ImportError:
-        aa["skipped"] = ("pyautoattack is not importable; run benchmarks/fetch_wheels.sh and "
-                         "install .whl/ (docs/benchmarks.md)")
+        aa["skipped"] = (
+            "pyautoattack is not importable; run benchmarks/fetch_wheels.sh and "
+            "install .whl/ (docs/benchmarks.md)"
+        )
         _log.warning("AutoAttack skipped: %s", aa["skipped"])
         return
-    aa.update(eps="2/255", iters=10, images=min(sz.aa_images, len(x)),
-              note="each stage alone on the same images (the cascade's first stage sees the "
-                   "correctly classified ones); s_per_1000 is per attacked image")
+    aa.update(
+        eps="2/255",
+        iters=10,
+        images=min(sz.aa_images, len(x)),
+        note="each stage alone on the same images (the cascade's first stage sees the "
+        "correctly classified ones); s_per_1000 is per attacked image",
+    )
     n = aa["images"]
     for stage in AA_STAGES:
         with s.guard(aa, stage, optional=True) as r:
             if "skipped" in r:
                 continue
-            res = AutoAttack(model, 2 / 255, attacks=[stage], iters=10,
-                             batch_size=batch).run(x[:n], y[:n])
+            res = AutoAttack(model, 2 / 255, attacks=[stage], iters=10, batch_size=batch).run(
+                x[:n], y[:n]
+            )
             st = res.stages[0]
-            r.update(n_attacked=st.n_attacked, n_fooled=st.n_fooled,
-                     seconds=round(st.seconds, 3))
-            r["s_per_1000"] = round(st.seconds * 1000 / st.n_attacked, 3) \
-                if st.n_attacked else None
-            _log.info("AutoAttack %-8s %4d attacked, %4d fooled, %.2f s (%s s/1000)", stage,
-                      st.n_attacked, st.n_fooled, st.seconds, r["s_per_1000"])
+            r.update(n_attacked=st.n_attacked, n_fooled=st.n_fooled, seconds=round(st.seconds, 3))
+            r["s_per_1000"] = round(st.seconds * 1000 / st.n_attacked, 3) if st.n_attacked else None
+            _log.info(
+                "AutoAttack %-8s %4d attacked, %4d fooled, %.2f s (%s s/1000)",
+                stage,
+                st.n_attacked,
+                st.n_fooled,
+                st.seconds,
+                r["s_per_1000"],
+            )
         s.write()
 
 
 def _head_split(s: Suite, model: PixelModel, x: torch.Tensor) -> dict[str, Any]:
     """measure_head_bounds' time, split into Lanczos matvecs, Ritz eigh and bound SVDs."""
-    from lipsweep.lipschitz import (HeadLinearization, head_bounds_at, head_weights,
-                                    measure_head_bounds)
+    from lipsweep.lipschitz import (
+        HeadLinearization,
+        head_bounds_at,
+        head_weights,
+        measure_head_bounds,
+    )
     from lipsweep.lipschitz._krylov import lanczos_top_eigenvalue, start_vector
     from lipsweep.lipschitz.head_bounds import AttentionInputs
     from lipsweep.lipschitz.jacobian import measurement_mode
 
     dev = s.device
     out: dict[str, Any] = {"images": len(x)}
-    measure_head_bounds(model, x[:1])                                     # warm-up
+    measure_head_bounds(model, x[:1])  # warm-up
     with Clock(dev) as clk:
         measure_head_bounds(model, x)
     out["measure_head_bounds_s"] = round(clk.seconds, 4)
@@ -608,7 +764,7 @@ def _head_split(s: Suite, model: PixelModel, x: torch.Tensor) -> dict[str, Any]:
     weights = [head_weights(a) for a in rec.blocks]
     matvec = lanczos = 0.0
     iters: list[float] = []
-    for xl, wl in zip(inputs, weights):                       # the route 'auto' takes here
+    for xl, wl in zip(inputs, weights):  # the route 'auto' takes here
         b, n, _ = xl.shape
         heads, d = wl.num_heads, wl.wv.shape[-1]
         lin = HeadLinearization(xl, wl)
@@ -623,8 +779,9 @@ def _head_split(s: Suite, model: PixelModel, x: torch.Tensor) -> dict[str, Any]:
             return v
 
         with Clock(dev) as clk:
-            res = lanczos_top_eigenvalue(op, start_vector(b * heads, n * d, xl.dtype, dev),
-                                         300, 1e-8)
+            res = lanczos_top_eigenvalue(
+                op, start_vector(b * heads, n * d, xl.dtype, dev), 300, 1e-8
+            )
         lanczos += clk.seconds
         matvec += spent[0]
         iters.append(float(res.iterations.double().mean()))
@@ -657,9 +814,12 @@ def _weights_to(w: "HeadWeights", device: torch.device) -> "HeadWeights":
     """The head's projections on ``device`` (for the CPU vs device placement of the SVDs)."""
     from lipsweep.lipschitz import HeadWeights
 
-    move = (lambda t: None if t is None else t.to(device))
-    return HeadWeights(move(w.wq), move(w.wk), move(w.wv), move(w.bq), move(w.bk), move(w.bv),
-                       w.scale)
+    def move(t):
+        return None if t is None else t.to(device)
+
+    return HeadWeights(
+        move(w.wq), move(w.wk), move(w.wv), move(w.bq), move(w.bk), move(w.bv), w.scale
+    )
 
 
 def section_lipschitz(s: Suite) -> None:
@@ -675,9 +835,9 @@ def section_lipschitz(s: Suite) -> None:
     for c in (10, 100):
         with s.guard(sec, f"jacobian_c{c}") as r:
             model = models[c] = build_vit(sz, c, dev).eval()
-            xb = x[:sz.lip_images]
+            xb = x[: sz.lip_images]
             yb = torch.arange(len(xb), device=dev) % c
-            jacobian_norm_result(model, xb[:2], 100)                        # warm-up
+            jacobian_norm_result(model, xb[:2], 100)  # warm-up
             with Clock(dev) as clk:
                 loss = F.cross_entropy(model(xb), yb)
                 loss.backward()
@@ -685,15 +845,25 @@ def section_lipschitz(s: Suite) -> None:
             fwd_bwd = clk.seconds
             with Clock(dev) as clk:
                 res = jacobian_norm_result(model, xb, 100)
-            r.update(images=len(xb), route=res.route, seconds=round(clk.seconds, 4),
-                     ms_per_image=round(clk.seconds * 1e3 / len(xb), 3),
-                     x_fwd_bwd=round(clk.seconds / fwd_bwd, 2),
-                     mean_iterations=round(float(res.iterations.double().mean()), 2))
-            _log.info("||J_f|| C=%d (%s): %.1f ms/image, %.1fx fwd+bwd", c, res.route,
-                      r["ms_per_image"], r["x_fwd_bwd"])
+            r.update(
+                images=len(xb),
+                route=res.route,
+                seconds=round(clk.seconds, 4),
+                ms_per_image=round(clk.seconds * 1e3 / len(xb), 3),
+                x_fwd_bwd=round(clk.seconds / fwd_bwd, 2),
+                mean_iterations=round(float(res.iterations.double().mean()), 2),
+            )
+            _log.info(
+                "||J_f|| C=%d (%s): %.1f ms/image, %.1fx fwd+bwd",
+                c,
+                res.route,
+                r["ms_per_image"],
+                r["x_fwd_bwd"],
+            )
     with s.guard(sec, "head_bounds") as r:
-        r.update(_head_split(s, models.get(10) or build_vit(sz, 10, dev).eval(),
-                             x[:sz.head_images]))
+        r.update(
+            _head_split(s, models.get(10) or build_vit(sz, 10, dev).eval(), x[: sz.head_images])
+        )
         _log.info("head bounds: %s", r)
     s.write()
     with s.guard(sec, "summary_c100", optional=True) as r:
@@ -701,9 +871,13 @@ def section_lipschitz(s: Suite) -> None:
             cfg = LipschitzConfig(lip_figures=False)
             with Clock(dev) as clk:
                 metrics = lipschitz_summary(models.get(100) or build_vit(sz, 100, dev), x, cfg)
-            r.update(images=len(x), lip_images=cfg.lip_images, seconds=round(clk.seconds, 3),
-                     lip_head_images=cfg.lip_head_images,
-                     lip_jacobian_median=metrics.get("lip_jacobian_median"))
+            r.update(
+                images=len(x),
+                lip_images=cfg.lip_images,
+                seconds=round(clk.seconds, 3),
+                lip_head_images=cfg.lip_head_images,
+                lip_jacobian_median=metrics.get("lip_jacobian_median"),
+            )
             _log.info("lipschitz_summary C=100 on %d images: %.2f s", len(x), r["seconds"])
 
 
@@ -719,19 +893,34 @@ def section_trial(s: Suite) -> None:
 
 def _run_trial(s: Suite, r: dict[str, Any]) -> None:
     """One epoch of ``run_trial`` on the embedded CIFAR-10 sample, evaluation included."""
-    from lipsweep.trial import run_trial
+    from lipsweep.trial.run import run_trial
 
     dev, sz = s.device, s.sizes
     try:
         import pyautoattack  # noqa: F401
+
         attacks = {"aa_attacks": ["apgd-ce", "apgd-t"]}
     except ImportError:
         attacks = {"attacks": ["fgsm", "pgd"]}
-    flat = {**sz.model, "img_size": 32, "patch_size": 4, "num_classes": 10,
-            "dataset": "embedded", "train_size": sz.trial_train, "eval_size": sz.trial_eval,
-            "epochs": 1, "batch_size": sz.trial_batch, "optimizer": "sgd", "lr": 0.01,
-            "device": str(dev), "precision": "bf16", "attack_images": sz.trial_eval,
-            "lip_images": sz.summary_images, "lip_head_images": sz.head_images, **attacks}
+    flat = {
+        **sz.model,
+        "img_size": 32,
+        "patch_size": 4,
+        "num_classes": 10,
+        "dataset": "embedded",
+        "train_size": sz.trial_train,
+        "eval_size": sz.trial_eval,
+        "epochs": 1,
+        "batch_size": sz.trial_batch,
+        "optimizer": "sgd",
+        "lr": 0.01,
+        "device": str(dev),
+        "precision": "bf16",
+        "attack_images": sz.trial_eval,
+        "lip_images": sz.summary_images,
+        "lip_head_images": sz.head_images,
+        **attacks,
+    }
     cfg = TrialConfig.from_flat(flat)
     out = Path(tempfile.mkdtemp(prefix="gpu_suite_trial_"))
     try:
@@ -741,14 +930,21 @@ def _run_trial(s: Suite, r: dict[str, Any]) -> None:
     finally:
         shutil.rmtree(out, ignore_errors=True)
     r["config"] = flat
-    r["epoch"] = {k: res.history[0][k] for k in ("epoch_seconds", "train_images_per_s",
-                                                  "loss", "acc_clean")}
-    r["metrics"] = {k: v for k, v in res.metrics.items()
-                    if k.startswith(("acc_", "eval_", "lip_jacobian_median"))}
-    _log.info("run_trial: %.1f s wall, epoch %.1f s, eval %.1f s attacks + %.1f s lipschitz",
-              r["wall_s"], r["epoch"]["epoch_seconds"],
-              r["metrics"].get("eval_attack_seconds", float("nan")),
-              r["metrics"].get("eval_lipschitz_seconds", float("nan")))
+    r["epoch"] = {
+        k: res.history[0][k] for k in ("epoch_seconds", "train_images_per_s", "loss", "acc_clean")
+    }
+    r["metrics"] = {
+        k: v
+        for k, v in res.metrics.items()
+        if k.startswith(("acc_", "eval_", "lip_jacobian_median"))
+    }
+    _log.info(
+        "run_trial: %.1f s wall, epoch %.1f s, eval %.1f s attacks + %.1f s lipschitz",
+        r["wall_s"],
+        r["epoch"]["epoch_seconds"],
+        r["metrics"].get("eval_attack_seconds", float("nan")),
+        r["metrics"].get("eval_lipschitz_seconds", float("nan")),
+    )
 
 
 def _get(d: dict, *keys: str) -> Any:
@@ -759,9 +955,11 @@ def _get(d: dict, *keys: str) -> Any:
     return d
 
 
-def project_paper_trial(data: dict[str, Any], device: torch.device | str,
-                        batch: int) -> dict[str, Any]:
-    """Device-hours of one paper trial (SPEC §2.7) from the suite's own figures, with the sums.
+def project_paper_trial(
+    data: dict[str, Any], device: torch.device | str, batch: int
+) -> dict[str, Any]:
+    """Device-hours of one paper trial (docs/science.md §2) from the suite's own figures, with the
+    sums.
 
     ``batch`` is the largest batch the train section measured (512; smaller with --quick,
     where the step time is scaled linearly to 512).
@@ -769,17 +967,19 @@ def project_paper_trial(data: dict[str, Any], device: torch.device | str,
     p, f = PAPER, PAPER_FRACTIONS
     steps = p["train_images"] // p["batch_size"]
     step_s = (_get(data, "train", "runs", f"bf16_b{batch}", "step_ms") or float("nan")) / 1e3
-    scale = p["batch_size"] / batch if batch else float("nan")   # quick mode: linear in batch
+    scale = p["batch_size"] / batch if batch else float("nan")  # quick mode: linear in batch
     n = p["test_images"]
     eval_10k = _get(data, "checkpoint", "eval_clean", "fp32_s_per_10k") or float("nan")
     save_s = _get(data, "checkpoint", "save", "save_s") or float("nan")
     pgd = _get(data, "attacks", "pgd4", "fp32_images_per_s") or float("nan")
     fgsm = _get(data, "attacks", "fgsm", "fp32_images_per_s") or float("nan")
-    aa = {st: (_get(data, "attacks", "autoattack", st, "s_per_1000") or float("nan")) / 1000
-          for st in AA_STAGES}
+    aa = {
+        st: (_get(data, "attacks", "autoattack", st, "s_per_1000") or float("nan")) / 1000
+        for st in AA_STAGES
+    }
     lip = _get(data, "lipschitz", "summary_c100", "seconds") or float("nan")
     lip_imgs = _get(data, "lipschitz", "summary_c100", "images") or 0
-    lip_full = lip * (500 / lip_imgs) if lip_imgs else float("nan")   # lip_images = 500
+    lip_full = lip * (500 / lip_imgs) if lip_imgs else float("nan")  # lip_images = 500
     parts = {
         "train_s": p["epochs"] * steps * step_s * scale,
         "epoch_eval_s": p["epochs"] * eval_10k * n / 1e4,
@@ -787,8 +987,12 @@ def project_paper_trial(data: dict[str, Any], device: torch.device | str,
         "final_clean_s": eval_10k * n / 1e4,
         "fgsm_2eps_s": 2 * n * f["clean"] / fgsm,
         "pgd4_2eps_s": 2 * n * f["clean"] / pgd,
-        "aa_s": n * (f["clean"] * aa["apgd-ce"] + f["after_pgd2"] * aa["apgd-t"]
-                     + f["after_aa2"] * (aa["fab-t"] + aa["square"])),
+        "aa_s": n
+        * (
+            f["clean"] * aa["apgd-ce"]
+            + f["after_pgd2"] * aa["apgd-t"]
+            + f["after_aa2"] * (aa["fab-t"] + aa["square"])
+        ),
         "lipschitz_s": lip_full,
     }
     regs = data.get("regularizers", {}).get("variants", {})
@@ -799,19 +1003,26 @@ def project_paper_trial(data: dict[str, Any], device: torch.device | str,
     return {
         "device": str(device),
         "assumptions": {
-            **p, "steps_per_epoch": steps, "measured_batch": batch,
-            "batch_scale": scale, "fractions_attacked": f,
+            **p,
+            "steps_per_epoch": steps,
+            "measured_batch": batch,
+            "batch_scale": scale,
+            "fractions_attacked": f,
             "epoch_eval": "evaluate_clean on the whole test split every epoch, fp32",
-            "checkpoint_every": 1, "attack_precision": "fp32", "lip_images": 500,
+            "checkpoint_every": 1,
+            "attack_precision": "fp32",
+            "lip_images": 500,
             "note": "train_s = epochs x steps_per_epoch x bf16 step time (baseline) x "
-                    "batch_scale; attacks scale the suite's images/s to the attacked share "
-                    "of 10,000 images; AutoAttack stages use their s per 1000 attacked images"},
+            "batch_scale; attacks scale the suite's images/s to the attacked share "
+            "of 10,000 images; AutoAttack stages use their s per 1000 attacked images",
+        },
         "parts_s": {k: (round(v, 1) if math.isfinite(v) else None) for k, v in parts.items()},
         "missing": missing,
         "total_s": round(total, 1) if math.isfinite(total) else None,
         "hours": round(total / 3600, 4) if math.isfinite(total) else None,
         "hours_slowest_regularizer": round(total_worst / 3600, 4)
-        if math.isfinite(total_worst) else None,
+        if math.isfinite(total_worst)
+        else None,
         "slowest_regularizer_ratio": worst,
         "target_hours": 0.25,
         "grid_31_trials_hours": round(31 * total / 3600, 2) if math.isfinite(total) else None,
@@ -829,24 +1040,28 @@ def smoke_trial(s: Suite, space: Path) -> None:
     with :data:`SMOKE_OFFLINE` applied where the space reads the network."""
     import yaml
 
-    from lipsweep.data_remote import is_uri
     from lipsweep.sweep.space import load_space
+    from lipsweep.trial.data_remote import is_uri
 
     sec = s.data.setdefault("smoke_trial", {})
     with s.guard(sec, "lipsweep_train") as r:
         spec = load_space(space)
         flat = dict(spec.trials[0])
         if flat.get("pretrained") == "hub" or is_uri(str(flat.get("data_dir", ""))):
-            r["offline_overrides"] = {k: v for k, v in SMOKE_OFFLINE.items() if k in flat
-                                      or k == "dataset"}
+            r["offline_overrides"] = {
+                k: v for k, v in SMOKE_OFFLINE.items() if k in flat or k == "dataset"
+            }
             flat.update(r["offline_overrides"])
         work = Path(tempfile.mkdtemp(prefix="gpu_suite_smoke_"))
         try:
             cfg = work / "trial.yaml"
             cfg.write_text(yaml.safe_dump(flat))
             cmd = [sys.executable, "-m", "lipsweep", "train", str(cfg), "--out", str(work / "out")]
-            r.update(space=str(space), resources={"cpu": spec.resources.cpu,
-                                                  "gpu": spec.resources.gpu}, config=flat)
+            r.update(
+                space=str(space),
+                resources={"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
+                config=flat,
+            )
             _log.info("smoke trial: %s", " ".join(cmd))
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -857,8 +1072,10 @@ def smoke_trial(s: Suite, space: Path) -> None:
             if metrics.is_file():
                 r["metrics"] = json.loads(metrics.read_text())
             if proc.returncode:
-                raise RuntimeError(f"lipsweep train exited {proc.returncode}: "
-                                   f"{proc.stderr.strip().splitlines()[-1:]}")
+                raise RuntimeError(
+                    f"lipsweep train exited {proc.returncode}: "
+                    f"{proc.stderr.strip().splitlines()[-1:]}"
+                )
         finally:
             shutil.rmtree(work, ignore_errors=True)
         _log.info("smoke trial: rc %s, %.1f s", r.get("rc"), r.get("wall_s", float("nan")))
@@ -871,15 +1088,21 @@ def meta(device: torch.device, args: argparse.Namespace, sizes: Sizes) -> dict[s
     import timm
 
     info: dict[str, Any] = {
-        "argv": sys.argv[1:], "quick": args.quick, "device": str(device),
+        "argv": sys.argv[1:],
+        "quick": args.quick,
+        "device": str(device),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "python": platform.python_version(), "torch": torch.__version__,
-        "timm": timm.__version__, "torch_threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "timm": timm.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
         "budget_s": sizes.budget_s,
     }
     try:
         import pyautoattack  # noqa: F401
+
         info["pyautoattack"] = getattr(pyautoattack, "__version__", "importable")
     except ImportError:
         info["pyautoattack"] = None
@@ -887,9 +1110,13 @@ def meta(device: torch.device, args: argparse.Namespace, sizes: Sizes) -> dict[s
         info["loadavg_start"] = os.getloadavg()
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info.update(gpu=props.name, gpu_mem_gib=round(props.total_memory / 2**30, 1),
-                    sm_count=props.multi_processor_count, cuda=torch.version.cuda,
-                    capability=f"{props.major}.{props.minor}")
+        info.update(
+            gpu=props.name,
+            gpu_mem_gib=round(props.total_memory / 2**30, 1),
+            sm_count=props.multi_processor_count,
+            cuda=torch.version.cuda,
+            capability=f"{props.major}.{props.minor}",
+        )
     return info
 
 
@@ -898,17 +1125,34 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--device", choices=["cuda", "cpu"], required=True)
     p.add_argument("--quick", action="store_true", help="tiny shapes, same code path")
     p.add_argument("--out", required=True, type=Path, help="JSON file to write")
-    p.add_argument("--sections", default=",".join(SECTIONS),
-                   help=f"comma-separated subset of {','.join(SECTIONS)}")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="soft time budget: optional parts (compile, AutoAttack stages, the "
-                        "Lipschitz summary, run_trial) are skipped once it is spent")
-    p.add_argument("--smoke-trial", nargs="?", type=Path, default=None,
-                   const=ROOT / "search_spaces" / "gpu_smoke.yaml", metavar="SPACE",
-                   help="also run the space's first trial via `python -m lipsweep train`")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: 1 for --device cpu --quick, where two threads "
-                        "on a shared 2-core box run 10x slower than one; else torch's own)")
+    p.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of {','.join(SECTIONS)}",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="soft time budget: optional parts (compile, AutoAttack stages, the "
+        "Lipschitz summary, run_trial) are skipped once it is spent",
+    )
+    p.add_argument(
+        "--smoke-trial",
+        nargs="?",
+        type=Path,
+        default=None,
+        const=ROOT / "search_spaces" / "gpu_smoke.yaml",
+        metavar="SPACE",
+        help="also run the space's first trial via `python -m lipsweep train`",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: 1 for --device cpu --quick, where two threads "
+        "on a shared 2-core box run 10x slower than one; else torch's own)",
+    )
     args = p.parse_args(argv)
     unknown = set(args.sections.split(",")) - set(SECTIONS)
     if unknown:
@@ -920,10 +1164,17 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    threads = args.threads if args.threads is not None else \
-        (1 if args.device == "cpu" and args.quick else 0)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    threads = (
+        args.threads
+        if args.threads is not None
+        else (1 if args.device == "cpu" and args.quick else 0)
+    )
     if threads:
         torch.set_num_threads(threads)
     sizes = QUICK if args.quick else FULL
@@ -932,11 +1183,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     device = torch.device(args.device)
     suite = Suite(args.out, device, sizes, args.quick)
     suite.data["meta"] = meta(device, args, sizes)
-    _log.info("gpu_suite on %s (%s), quick=%s -> %s", device,
-              suite.data["meta"].get("gpu", suite.data["meta"]["cpu"]), args.quick, args.out)
-    runners = {"train": section_train, "regularizers": section_regularizers,
-               "checkpoint": section_checkpoint, "attacks": section_attacks,
-               "lipschitz": section_lipschitz, "trial": section_trial}
+    _log.info(
+        "gpu_suite on %s (%s), quick=%s -> %s",
+        device,
+        suite.data["meta"].get("gpu", suite.data["meta"]["cpu"]),
+        args.quick,
+        args.out,
+    )
+    runners = {
+        "train": section_train,
+        "regularizers": section_regularizers,
+        "checkpoint": section_checkpoint,
+        "attacks": section_attacks,
+        "lipschitz": section_lipschitz,
+        "trial": section_trial,
+    }
     wanted = args.sections.split(",")
     for name in SECTIONS:
         if name not in wanted:
@@ -949,8 +1210,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         smoke_trial(suite, args.smoke_trial)
     suite.data["meta"]["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     suite.write()
-    _log.info("done in %.0f s; %d error(s); wrote %s", suite.elapsed(),
-              len(suite.data["errors"]), args.out)
+    _log.info(
+        "done in %.0f s; %d error(s); wrote %s",
+        suite.elapsed(),
+        len(suite.data["errors"]),
+        args.out,
+    )
     return 0
 
 

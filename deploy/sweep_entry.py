@@ -14,6 +14,7 @@ through; anything else is a ``sweep``. Flags given after ``--`` win over the fil
 
 It is self-contained (standard library only) because ``ray submit`` copies this one file.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,20 +60,24 @@ def main(argv: list[str]) -> int:
             os.environ.setdefault(key, value)
     missing = [k for k in REQUIRED if not os.environ.get(k)]
     if missing:
-        sys.stderr.write(f"sweep_entry.py: {', '.join(missing)} not set and {env_path} "
-                         f"{'lacks them' if env_path.is_file() else 'does not exist'}; run this "
-                         "on the head of a cluster started with `ray up ray_cluster.yaml` (its "
-                         "start commands write the file), or export them.\n")
+        sys.stderr.write(
+            f"sweep_entry.py: {', '.join(missing)} not set and {env_path} "
+            f"{'lacks them' if env_path.is_file() else 'does not exist'}; run this "
+            "on the head of a cluster started with `ray up ray_cluster.yaml` (its "
+            "start commands write the file), or export them.\n"
+        )
         return 2
     project = Path(os.environ.get("LIPSWEEP_PROJECT_DIR", "~/lipsweep")).expanduser()
     if project.is_dir():
         os.chdir(project)
     args = lipsweep_argv(argv)
-    sys.stderr.write(f"sweep_entry.py: lipsweep {' '.join(args)}\n"
-                     f"  MLFLOW_TRACKING_URI={os.environ['MLFLOW_TRACKING_URI']}\n"
-                     f"  LIPSWEEP_STORAGE={os.environ['LIPSWEEP_STORAGE']}\n"
-                     f"  RAY_ADDRESS={os.environ.get('RAY_ADDRESS', '')}"
-                     f"  RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE', '')}  cwd={os.getcwd()}\n")
+    sys.stderr.write(
+        f"sweep_entry.py: lipsweep {' '.join(args)}\n"
+        f"  MLFLOW_TRACKING_URI={os.environ['MLFLOW_TRACKING_URI']}\n"
+        f"  LIPSWEEP_STORAGE={os.environ['LIPSWEEP_STORAGE']}\n"
+        f"  RAY_ADDRESS={os.environ.get('RAY_ADDRESS', '')}"
+        f"  RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE', '')}  cwd={os.getcwd()}\n"
+    )
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "lipsweep", *args])
     return 0  # not reached

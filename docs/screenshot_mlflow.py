@@ -16,6 +16,7 @@ state, opened with ``?viewStateShareKey=<key>`` (this is the one write to the st
 Needs ``chromium`` on the PATH (``apt-get install chromium``); nothing leaves the machine
 (the server binds 127.0.0.1).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,15 +31,26 @@ import time
 import urllib.request
 from pathlib import Path
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-default-apps", "--disable-sync", "--no-first-run",
-                  "--disable-dev-shm-usage", "--force-device-scale-factor=1"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--hide-scrollbars",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-default-apps",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+    "--force-device-scale-factor=1",
+]
 
 
-RUNS_COLUMNS = ("params.regularizer,params.k,params.lam,params.aggregation,tags.pareto,"
-                "tags.pareto_rank,metrics.acc_clean,metrics.acc_pgd_4,metrics.acc_aa_2,"
-                "metrics.lip_jacobian_median")
+RUNS_COLUMNS = (
+    "params.regularizer,params.k,params.lam,params.aggregation,tags.pareto,"
+    "tags.pareto_rank,metrics.acc_clean,metrics.acc_pgd_4,metrics.acc_aa_2,"
+    "metrics.lip_jacobian_median"
+)
 SHARE_KEY = "lipsweep-docs-runs"
 
 
@@ -51,11 +63,15 @@ def share_runs_view(tracking_uri: str, exp_id: str, parent_id: str, columns: str
     for col in (c.strip() for c in columns.split(",") if c.strip()):
         kind, _, name = col.partition(".")
         selected.append(f"{kind}.`{name}`")  # the UI's canonical column key
-    state = {"searchFilter": f"tags.`mlflow.parentRunId` = '{parent_id}'",
-             "orderByKey": "metrics.`acc_pgd_4`", "orderByAsc": False,
-             "selectedColumns": selected}
+    state = {
+        "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_id}'",
+        "orderByKey": "metrics.`acc_pgd_4`",
+        "orderByAsc": False,
+        "selectedColumns": selected,
+    }
     MlflowClient(tracking_uri).set_experiment_tag(
-        exp_id, f"mlflow.sharedViewState.{SHARE_KEY}", json.dumps(state))
+        exp_id, f"mlflow.sharedViewState.{SHARE_KEY}", json.dumps(state)
+    )
     return SHARE_KEY
 
 
@@ -66,9 +82,11 @@ def delayed_frame(url: str, wait_s: float):
     import http.server
     import threading
 
-    page = (f'<html><body style="margin:0"><iframe src="{url}" style="position:fixed;'
-            'top:0;left:0;width:100%;height:100%;border:0"></iframe>'
-            '<img src="/late" style="display:none"></body></html>').encode()
+    page = (
+        f'<html><body style="margin:0"><iframe src="{url}" style="position:fixed;'
+        'top:0;left:0;width:100%;height:100%;border:0"></iframe>'
+        '<img src="/late" style="display:none"></body></html>'
+    ).encode()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -102,8 +120,11 @@ def find_runs(tracking_uri: str, experiment: str, child: str | None) -> tuple[st
     if exp_id is None:
         sys.exit(f"error: no experiment {experiment!r} in {tracking_uri}")
     kind = "trial" if child else "sweep"
-    runs = sorted(reader.search(f"tags.`lipsweep.kind` = '{kind}'", exp_id),
-                  key=lambda r: r.info.start_time or 0, reverse=True)
+    runs = sorted(
+        reader.search(f"tags.`lipsweep.kind` = '{kind}'", exp_id),
+        key=lambda r: r.info.start_time or 0,
+        reverse=True,
+    )
     if child:
         runs = [r for r in runs if r.info.run_name == child or r.info.run_id == child]
     if not runs:
@@ -126,18 +147,29 @@ def wait_http(url: str, timeout: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--experiment", required=True)
-    ap.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI",
-                                                             "sqlite:///mlflow.db"))
+    ap.add_argument(
+        "--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+    )
     ap.add_argument("--view", choices=["run", "runs"], default="run")
     ap.add_argument("--run", default=None, help="a child run's name or id (default: the parent)")
-    ap.add_argument("--artifact", default="pareto/pareto_scatter.png",
-                    help="artifact path to open in the run view")
-    ap.add_argument("--columns", default=RUNS_COLUMNS,
-                    help="--view runs: comma-separated params.X / metrics.X / tags.X columns")
+    ap.add_argument(
+        "--artifact",
+        default="pareto/pareto_scatter.png",
+        help="artifact path to open in the run view",
+    )
+    ap.add_argument(
+        "--columns",
+        default=RUNS_COLUMNS,
+        help="--view runs: comma-separated params.X / metrics.X / tags.X columns",
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--size", default="1600,1000", help="window width,height in pixels")
-    ap.add_argument("--wait-ms", type=int, default=20000,
-                    help="virtual time for the page to load before the shot")
+    ap.add_argument(
+        "--wait-ms",
+        type=int,
+        default=20000,
+        help="virtual time for the page to load before the shot",
+    )
     args = ap.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -150,11 +182,27 @@ def main() -> None:
         url = f"{base}/#/experiments/{exp_id}/runs?viewStateShareKey={key}"
     else:
         url = f"{base}/#/experiments/{exp_id}/runs/{run_id}/artifacts/{args.artifact}"
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
-                               args.tracking_uri, "--host", "127.0.0.1", "--port", str(port),
-                               "--workers", "1", "--x-frame-options", "NONE"],  # iframe
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "ui",
+            "--backend-store-uri",
+            args.tracking_uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--x-frame-options",
+            "NONE",
+        ],  # iframe
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wait_http(f"{base}/health", 300)
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -162,11 +210,21 @@ def main() -> None:
         shot = f"http://127.0.0.1:{frame.server_address[1]}/" if frame else url
         wait = [] if frame else [f"--virtual-time-budget={args.wait_ms}"]
         with tempfile.TemporaryDirectory() as profile:
-            subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                            f"--window-size={args.size}", *wait,
-                            f"--screenshot={args.out.resolve()}", shot],
-                           check=True, timeout=300, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    chromium,
+                    *CHROMIUM_FLAGS,
+                    f"--user-data-dir={profile}",
+                    f"--window-size={args.size}",
+                    *wait,
+                    f"--screenshot={args.out.resolve()}",
+                    shot,
+                ],
+                check=True,
+                timeout=300,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         if frame:
             frame.shutdown()
     finally:

@@ -2,6 +2,7 @@
 
 ``import lipsweep`` stays light (no torch, Ray or MLflow); the public names load on first use.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,7 +13,7 @@ __all__ = ["load_exported", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "load_exported":
-        from lipsweep.export import load_exported
+        from lipsweep.decide.export import load_exported
 
         return load_exported
     raise AttributeError(f"module 'lipsweep' has no attribute {name!r}")

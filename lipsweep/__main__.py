@@ -4,6 +4,7 @@ Each subcommand maps to one ``cmd_*`` function in :data:`COMMANDS` (a test check
 against the parser). Usage and configuration errors exit with status 2 and one line naming the
 offending field or flag; configuration is validated before anything is started or written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from lipsweep import __version__
-from lipsweep.config_base import ConfigError, UsageError
+from lipsweep.core.config_base import ConfigError, UsageError
 
 _log = logging.getLogger("lipsweep")
 
@@ -25,10 +26,12 @@ EXIT_USAGE = 2
 
 
 def _add_tracking(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI",
-                                                             DEFAULT_TRACKING_URI),
-                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or a SQLite store "
-                        "mlflow.db in the working folder)")
+    p.add_argument(
+        "--tracking-uri",
+        default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI),
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or a SQLite store "
+        "mlflow.db in the working folder)",
+    )
 
 
 # One example per subcommand, shown at the end of its --help.
@@ -45,12 +48,18 @@ EXAMPLES = {
 }
 
 
-def _add_command(sub, name: str, help_text: str, common: argparse.ArgumentParser
-                 ) -> argparse.ArgumentParser:
+def _add_command(
+    sub, name: str, help_text: str, common: argparse.ArgumentParser
+) -> argparse.ArgumentParser:
     """A subcommand with a description, one example, and the global flags (-v) anywhere."""
-    return sub.add_parser(name, help=help_text, description=help_text[:1].upper() + help_text[1:]
-                          + ".", epilog=f"example:\n  {EXAMPLES[name]}", parents=[common],
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    return sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text[:1].upper() + help_text[1:] + ".",
+        epilog=f"example:\n  {EXAMPLES[name]}",
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def _seconds(text: str) -> float:
@@ -66,102 +75,198 @@ def _seconds(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="lipsweep", description="Sweeps of attention regularizers for robust ViTs "
-        "(Ray Tune + MLflow).", epilog="example:\n  lipsweep demo",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="lipsweep",
+        description="Sweeps of attention regularizers for robust ViTs (Ray Tune + MLflow).",
+        epilog="example:\n  lipsweep demo",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"lipsweep {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     # the same flag after the subcommand; SUPPRESS keeps a flag given before it
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="debug logging")
+    common.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = _add_command(sub, "train", "train and evaluate one trial, without Ray or MLflow",
-                     common)
+    p = _add_command(sub, "train", "train and evaluate one trial, without Ray or MLflow", common)
     p.add_argument("config", nargs="?", help="flat YAML of trial settings")
-    p.add_argument("--out", default="runs/train", help="output folder (checkpoints, "
-                   "metrics.json, artifacts); rerunning with the same config resumes from "
-                   "its last checkpoint, a different config is refused")
-    p.add_argument("--overwrite", action="store_true", help="delete --out first and start "
-                   "over (e.g. after changing the config)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one setting (repeatable), e.g. --set epochs=3")
+    p.add_argument(
+        "--out",
+        default="runs/train",
+        help="output folder (checkpoints, "
+        "metrics.json, artifacts); rerunning with the same config resumes from "
+        "its last checkpoint, a different config is refused",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete --out first and start over (e.g. after changing the config)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting (repeatable), e.g. --set epochs=3",
+    )
     p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
 
     p = _add_command(sub, "sweep", "run a sweep on Ray Tune, logging to MLflow", common)
     p.add_argument("space", help="search-space YAML (see search_spaces/)")
-    p.add_argument("--experiment", help="MLflow experiment / sweep name (default: the YAML's "
-                   "`name`)")
-    p.add_argument("--storage", help="Ray Tune storage path (local folder, NFS or s3://); "
-                   "default: $LIPSWEEP_STORAGE or ./ray_results")
-    p.add_argument("--resume", action="store_true", help="continue the interrupted sweep "
-                   "from its storage path")
-    p.add_argument("--max-concurrent-trials", type=int, default=None,
-                   help="cap on trials running at once")
-    p.add_argument("--dry-run", action="store_true", help="list the trials and exit "
-                   "without starting Ray")
-    p.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"),
-                   help="connect to this Ray cluster (default: $RAY_ADDRESS or a local one)")
+    p.add_argument(
+        "--experiment", help="MLflow experiment / sweep name (default: the YAML's `name`)"
+    )
+    p.add_argument(
+        "--storage",
+        help="Ray Tune storage path (local folder, NFS or s3://); "
+        "default: $LIPSWEEP_STORAGE or ./ray_results",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue the interrupted sweep from its storage path"
+    )
+    p.add_argument(
+        "--max-concurrent-trials", type=int, default=None, help="cap on trials running at once"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="list the trials and exit without starting Ray"
+    )
+    p.add_argument(
+        "--ray-address",
+        default=os.environ.get("RAY_ADDRESS"),
+        help="connect to this Ray cluster (default: $RAY_ADDRESS or a local one)",
+    )
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance")
-    p.add_argument("--status-every", type=_seconds, default=30.0, metavar="SECONDS",
-                   help="print the status block (running/pending/finished, ETA, best trial) "
-                        "this often, and at each trial end (default 30; 0: trial ends only)")
-    p.add_argument("--dashboard", action="store_true", help="start the Ray dashboard of a "
-                   "local Ray instance on 127.0.0.1 (its address is printed)")
+    p.add_argument(
+        "--status-every",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="print the status block (running/pending/finished, ETA, best trial) "
+        "this often, and at each trial end (default 30; 0: trial ends only)",
+    )
+    p.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="start the Ray dashboard of a "
+        "local Ray instance on 127.0.0.1 (its address is printed)",
+    )
     _add_tracking(p)
 
     p = _add_command(sub, "pareto", "mark the Pareto-optimal trials of a sweep", common)
     p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
-    p.add_argument("--objective", action="append", default=None, metavar="NAME:max|min",
-                   help="objective (repeatable); default acc_clean:max acc_pgd_4:max "
-                        "acc_aa_2:max lip_jacobian_median:min")
-    p.add_argument("--per-run", action="store_true", help="rank single runs even when an arm "
-                   "(configs that differ only in seed) has 2 or more seeds")
+    p.add_argument(
+        "--objective",
+        action="append",
+        default=None,
+        metavar="NAME:max|min",
+        help="objective (repeatable); default acc_clean:max acc_pgd_4:max "
+        "acc_aa_2:max lip_jacobian_median:min",
+    )
+    p.add_argument(
+        "--per-run",
+        action="store_true",
+        help="rank single runs even when an arm "
+        "(configs that differ only in seed) has 2 or more seeds",
+    )
     _add_tracking(p)
 
-    p = _add_command(sub, "export", "export a trial's checkpoint as a self-describing folder",
-                     common)
+    p = _add_command(
+        sub, "export", "export a trial's checkpoint as a self-describing folder", common
+    )
     p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--run-id", help="export this child run (default: pick by --select)")
-    p.add_argument("--select", default=None, help="selection rule on the front, e.g. "
-                   "'pgd4-within-clean:1.0' (default) or 'max:acc_aa_2'")
-    p.add_argument("--objective", action="append", default=None, metavar="NAME:max|min",
-                   help="objectives defining the front (as for pareto)")
-    p.add_argument("--per-run", action="store_true", help="select among single runs even when "
-                   "an arm has 2 or more seeds (as for pareto)")
+    p.add_argument(
+        "--select",
+        default=None,
+        help="selection rule on the front, e.g. "
+        "'pgd4-within-clean:1.0' (default) or 'max:acc_aa_2'",
+    )
+    p.add_argument(
+        "--objective",
+        action="append",
+        default=None,
+        metavar="NAME:max|min",
+        help="objectives defining the front (as for pareto)",
+    )
+    p.add_argument(
+        "--per-run",
+        action="store_true",
+        help="select among single runs even when an arm has 2 or more seeds (as for pareto)",
+    )
     p.add_argument("--force", action="store_true", help="replace a previous export in --out")
-    p.add_argument("--register", metavar="MODEL_NAME", default=None,
-                   help="also register the export in the MLflow model registry")
+    p.add_argument(
+        "--register",
+        metavar="MODEL_NAME",
+        default=None,
+        help="also register the export in the MLflow model registry",
+    )
     _add_tracking(p)
 
-    p = _add_command(sub, "report", "write a markdown report of a sweep's arms (mean ± std, "
-                     "paired differences to the baseline, figures) and log it to the parent run",
-                     common)
+    p = _add_command(
+        sub,
+        "report",
+        "write a markdown report of a sweep's arms (mean ± std, "
+        "paired differences to the baseline, figures) and log it to the parent run",
+        common,
+    )
     p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
     p.add_argument("--out", default=None, help="output folder (default: reports/EXPERIMENT)")
-    p.add_argument("--objective", action="append", default=None, metavar="NAME:max|min",
-                   help="objectives of the Pareto figure (as for pareto)")
+    p.add_argument(
+        "--objective",
+        action="append",
+        default=None,
+        metavar="NAME:max|min",
+        help="objectives of the Pareto figure (as for pareto)",
+    )
     _add_tracking(p)
 
-    p = _add_command(sub, "confirm", "re-evaluate the front's runs with standard AutoAttack "
-                     "(logs acc_aa_std_<eps>)", common)
+    p = _add_command(
+        sub,
+        "confirm",
+        "re-evaluate the front's runs with standard AutoAttack (logs acc_aa_std_<eps>)",
+        common,
+    )
     p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
-    p.add_argument("--top", type=int, default=None, metavar="N", help="the N best runs by "
-                   "Pareto rank (default: the runs on the front)")
-    p.add_argument("--run-id", action="extend", nargs="+", default=None, metavar="ID",
-                   help="confirm these child runs instead of the front")
-    p.add_argument("--images", type=int, default=0, metavar="N", help="test images: the "
-                   "seeded subset of N (default 0: the whole test split of the run's data)")
-    p.add_argument("--address", default=None, metavar="RAY_ADDRESS", help="run each run's "
-                   "evaluation as a Ray task on this cluster (a GPU each if it has GPUs); "
-                   "default: locally, one run after the other, without Ray")
+    p.add_argument(
+        "--top",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the N best runs by Pareto rank (default: the runs on the front)",
+    )
+    p.add_argument(
+        "--run-id",
+        action="extend",
+        nargs="+",
+        default=None,
+        metavar="ID",
+        help="confirm these child runs instead of the front",
+    )
+    p.add_argument(
+        "--images",
+        type=int,
+        default=0,
+        metavar="N",
+        help="test images: the "
+        "seeded subset of N (default 0: the whole test split of the run's data)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="RAY_ADDRESS",
+        help="run each run's "
+        "evaluation as a Ray task on this cluster (a GPU each if it has GPUs); "
+        "default: locally, one run after the other, without Ray",
+    )
     _add_tracking(p)
 
-    p = _add_command(sub, "demo", "the embedded default end to end: smoke sweep, pareto, "
-                     "export", common)
+    p = _add_command(
+        sub, "demo", "the embedded default end to end: smoke sweep, pareto, export", common
+    )
     p.add_argument("--space", default=None, help="search space (default: smoke.yaml)")
     p.add_argument("--experiment", default="smoke", help="experiment name")
     p.add_argument("--out", default="exports/smoke-best", help="export folder")
@@ -169,8 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray instance")
     _add_tracking(p)
 
-    p = _add_command(sub, "models", "list the timm ViT architectures lipsweep can build",
-                     common)
+    p = _add_command(sub, "models", "list the timm ViT architectures lipsweep can build", common)
     _add_tracking(p)
 
     _add_data_parser(sub, common)
@@ -182,32 +286,48 @@ def _add_data_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentP
     p = _add_command(sub, "data", "prepare a dataset once for a cluster (data prepare)", common)
     actions = p.add_subparsers(dest="data_command", metavar="ACTION")
     actions.required = True
-    q = actions.add_parser("prepare", help="pack CIFAR into DEST/<dataset>.npz + manifest "
-                           "(sha256); trials then use data_dir: DEST/<dataset>.npz")
+    q = actions.add_parser(
+        "prepare",
+        help="pack CIFAR into DEST/<dataset>.npz + manifest "
+        "(sha256); trials then use data_dir: DEST/<dataset>.npz",
+    )
     q.add_argument("--dataset", required=True, choices=["cifar10", "cifar100"])
-    q.add_argument("--source", required=True, help="a torchvision CIFAR root folder (the one "
-                   "holding cifar-10-batches-py / cifar-100-python) or an .npz with x_train, "
-                   "y_train, x_test, y_test")
-    q.add_argument("--dest", required=True, help="folder or URI (s3://bucket/prefix, gs://..., "
-                   "file:///shared/data) that every worker can read")
-    q.add_argument("--download", action="store_true", help="let torchvision download CIFAR "
-                   "into --source first (on this machine)")
+    q.add_argument(
+        "--source",
+        required=True,
+        help="a torchvision CIFAR root folder (the one "
+        "holding cifar-10-batches-py / cifar-100-python) or an .npz with x_train, "
+        "y_train, x_test, y_test",
+    )
+    q.add_argument(
+        "--dest",
+        required=True,
+        help="folder or URI (s3://bucket/prefix, gs://..., "
+        "file:///shared/data) that every worker can read",
+    )
+    q.add_argument(
+        "--download",
+        action="store_true",
+        help="let torchvision download CIFAR into --source first (on this machine)",
+    )
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from lipsweep.data_remote import MANIFEST_SUFFIX, prepare
+    from lipsweep.trial.data_remote import MANIFEST_SUFFIX, prepare
 
     m = prepare(args.dataset, Path(args.source).expanduser(), args.dest, args.download)
     dest = args.dest.rstrip("/")
-    sys.stdout.write(f"{dest}/{m.file}  ({m.train} train / {m.test} test images, "
-                     f"{m.bytes / 1e6:.1f} MB, sha256 {m.sha256})\n"
-                     f"manifest: {dest}/{m.file}{MANIFEST_SUFFIX}\n"
-                     f"use it in a space: dataset: {m.dataset}, data_dir: {dest}/{m.file}\n")
+    sys.stdout.write(
+        f"{dest}/{m.file}  ({m.train} train / {m.test} test images, "
+        f"{m.bytes / 1e6:.1f} MB, sha256 {m.sha256})\n"
+        f"manifest: {dest}/{m.file}{MANIFEST_SUFFIX}\n"
+        f"use it in a space: dataset: {m.dataset}, data_dir: {dest}/{m.file}\n"
+    )
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from lipsweep.config import TrialConfig, parse_override, settings_help
+    from lipsweep.settings.config import TrialConfig, parse_override, settings_help
 
     if args.help_settings:
         sys.stdout.write(settings_help() + "\n")
@@ -218,19 +338,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = TrialConfig.from_flat(overrides, source="--set")
     cfg.model.validate_name()
-    from lipsweep.device import choose_device
+    from lipsweep.trial.device import choose_device
 
     choose_device(cfg.run.device)  # device: cuda without CUDA exits 2 here; logs the choice
-    from lipsweep.data_remote import fetch_prepared, is_uri
+    from lipsweep.trial.data_remote import fetch_prepared, is_uri
 
     if is_uri(cfg.data.data_dir):  # a missing remote dataset exits 2 before anything is written
         fetch_prepared(cfg.data.data_dir, cfg.data.dataset)
-    from lipsweep.trial import run_trial
+    from lipsweep.trial.run import run_trial
 
     out = Path(args.out)
     check_out_config(out, cfg.to_flat(), args.overwrite)
-    _log.info("training %s on %s, regularizer %s, %d epochs -> %s", cfg.model.model,
-              cfg.data.dataset, cfg.regularizer.regularizer, cfg.optim.epochs, out)
+    _log.info(
+        "training %s on %s, regularizer %s, %d epochs -> %s",
+        cfg.model.model,
+        cfg.data.dataset,
+        cfg.regularizer.regularizer,
+        cfg.optim.epochs,
+        out,
+    )
     prepare_out(out, cfg.to_json(), args.overwrite)
     result = run_trial(cfg, out)
     from lipsweep.core.metric_names import SUMMARY_METRICS
@@ -250,8 +376,9 @@ def check_out_config(out: Path, flat: dict, overwrite: bool) -> None:
     try:
         saved = json.loads(saved_file.read_text())
     except (OSError, ValueError) as err:
-        raise UsageError(f"--out: cannot read {saved_file} ({err}); pass --overwrite to start "
-                         "over") from None
+        raise UsageError(
+            f"--out: cannot read {saved_file} ({err}); pass --overwrite to start over"
+        ) from None
     if not isinstance(saved, dict):
         raise UsageError(f"--out: {saved_file} is not a config; pass --overwrite to start over")
     flat = json.loads(json.dumps(flat))  # tuples -> lists, as saved
@@ -259,8 +386,10 @@ def check_out_config(out: Path, flat: dict, overwrite: bool) -> None:
     if differ:
         shown = ", ".join(f"{k} ({saved.get(k)!r} -> {flat.get(k)!r})" for k in differ[:6])
         more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""
-        raise UsageError(f"--out {out} holds a run of a different config: {shown}{more}; "
-                         "pass --overwrite to start over, or choose another --out")
+        raise UsageError(
+            f"--out {out} holds a run of a different config: {shown}{more}; "
+            "pass --overwrite to start over, or choose another --out"
+        )
 
 
 def prepare_out(out: Path, config_json: str, overwrite: bool) -> None:
@@ -303,13 +432,13 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from lipsweep.demo import run_demo
+    from lipsweep.sweep.demo import run_demo
 
     return run_demo(args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from lipsweep.models import list_vit_models
+    from lipsweep.trial.models import list_vit_models
 
     sys.stdout.write("\n".join(list_vit_models()) + "\n")
     return 0
@@ -339,10 +468,12 @@ def _redact_record(record: logging.LogRecord) -> bool:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False)
-                        else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
     for handler in logging.getLogger().handlers:  # no user:password@ of a URI in any log line
         handler.addFilter(_redact_record)
     try:

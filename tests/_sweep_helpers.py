@@ -5,6 +5,7 @@ scoped to the processes a test started itself: each sweep gets its own ``RAY_TMP
 Ray cluster is separate and recognisable), and processes are found and killed by walking the
 process tree below the test's own subprocess, never by name across the machine.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,17 +38,29 @@ FIXED = """fixed:
   aa_attacks: [apgd-ce]
 """
 
-TINY_FLAT = {"model": "vit_tiny_patch16_224", "depth": 2, "embed_dim": 64, "num_heads": 4,
-             "dataset": "embedded", "train_size": 256, "eval_size": 32, "batch_size": 64,
-             "optimizer": "adamw", "lr": 1e-3, "aa_attacks": ["apgd-ce"]}
+TINY_FLAT = {
+    "model": "vit_tiny_patch16_224",
+    "depth": 2,
+    "embed_dim": 64,
+    "num_heads": 4,
+    "dataset": "embedded",
+    "train_size": 256,
+    "eval_size": 32,
+    "batch_size": 64,
+    "optimizer": "adamw",
+    "lr": 1e-3,
+    "aa_attacks": ["apgd-ce"],
+}
 
 
-def write_space(tmp_path: Path, grid: str, epochs: int = 2, extra: str = "",
-                max_concurrent: int = 2) -> Path:
+def write_space(
+    tmp_path: Path, grid: str, epochs: int = 2, extra: str = "", max_concurrent: int = 2
+) -> Path:
     p = tmp_path / "space.yaml"
-    p.write_text(f"name: t\n{FIXED.format(epochs=epochs)}grid:\n{grid}"
-                 f"resources: {{cpu: 1, gpu: 0}}\nmax_concurrent_trials: {max_concurrent}\n"
-                 + extra)
+    p.write_text(
+        f"name: t\n{FIXED.format(epochs=epochs)}grid:\n{grid}"
+        f"resources: {{cpu: 1, gpu: 0}}\nmax_concurrent_trials: {max_concurrent}\n" + extra
+    )
     return p
 
 
@@ -55,11 +68,25 @@ def sqlite_uri(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
-def sweep_cmd(tmp_path: Path, space: Path, *extra: str, tracking_uri: Optional[str] = None
-              ) -> list[str]:
-    return [sys.executable, "-m", "lipsweep", "sweep", str(space), "--experiment", "exp",
-            "--storage", str(tmp_path / "ray_results"), "--num-cpus", "2",
-            "--tracking-uri", tracking_uri or sqlite_uri(tmp_path), *extra]
+def sweep_cmd(
+    tmp_path: Path, space: Path, *extra: str, tracking_uri: Optional[str] = None
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "lipsweep",
+        "sweep",
+        str(space),
+        "--experiment",
+        "exp",
+        "--storage",
+        str(tmp_path / "ray_results"),
+        "--num-cpus",
+        "2",
+        "--tracking-uri",
+        tracking_uri or sqlite_uri(tmp_path),
+        *extra,
+    ]
 
 
 def client(tracking_uri: str, experiment: str = "exp"):
@@ -100,8 +127,13 @@ def epochs_logged(tracking_uri: str) -> int:
         return 0
 
 
-def wait_for(pred: Callable[[], bool], timeout: float, what: str,
-             proc: Optional[subprocess.Popen] = None, poll_s: float = 1.0) -> None:
+def wait_for(
+    pred: Callable[[], bool],
+    timeout: float,
+    what: str,
+    proc: Optional[subprocess.Popen] = None,
+    poll_s: float = 1.0,
+) -> None:
     """Poll ``pred``; fail if it takes too long or ``proc`` exits first."""
     t0 = time.time()
     while time.time() - t0 < timeout:
@@ -124,15 +156,16 @@ def _ppid_map() -> dict[int, int]:
         except OSError:
             continue
         # comm may contain spaces and parentheses: the ppid follows the last ')'
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         out[int(entry)] = int(fields[1])
     return out
 
 
 def cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -161,8 +194,11 @@ def descendants(pid: int) -> list[int]:
 def processes_with_env(needle: str) -> list[int]:
     """Live processes whose environment contains ``needle`` (e.g. this test's RAY_TMPDIR)."""
     me = os.getpid()
-    return [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != me
-            and environ_has(int(e), needle)]
+    return [
+        int(e)
+        for e in os.listdir("/proc")
+        if e.isdigit() and int(e) != me and environ_has(int(e), needle)
+    ]
 
 
 def kill_pids(pids: list[int], sig: int = signal.SIGKILL) -> int:
@@ -192,8 +228,13 @@ class RaySandbox:
         self.tag = f"RAY_TMPDIR={self.dir}"
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = dict(os.environ, RAY_TMPDIR=self.dir, RAY_USAGE_STATS_ENABLED="0",
-                   PYTHONUNBUFFERED="1", **extra)
+        env = dict(
+            os.environ,
+            RAY_TMPDIR=self.dir,
+            RAY_USAGE_STATS_ENABLED="0",
+            PYTHONUNBUFFERED="1",
+            **extra,
+        )
         env.pop("RAY_ADDRESS", None)
         return env
 
@@ -222,13 +263,13 @@ def ray_sandbox() -> Iterator[RaySandbox]:
 
 
 @contextmanager
-def sweep_process(cmd: list[str], cwd: Path, box: RaySandbox, log: Path
-                  ) -> Iterator[subprocess.Popen]:
+def sweep_process(
+    cmd: list[str], cwd: Path, box: RaySandbox, log: Path
+) -> Iterator[subprocess.Popen]:
     """A sweep running in the background, output to ``log`` (a file: a full pipe would block);
     killed on the way out if the test left it running."""
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=box.env(), stdout=fh,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=box.env(), stdout=fh, stderr=subprocess.STDOUT)
     try:
         yield proc
     finally:
@@ -237,10 +278,12 @@ def sweep_process(cmd: list[str], cwd: Path, box: RaySandbox, log: Path
             proc.wait()
 
 
-def run_sweep_cli(cmd: list[str], cwd: Path, box: RaySandbox, timeout: float = 1200
-                  ) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=box.env(), capture_output=True, text=True,
-                          timeout=timeout)
+def run_sweep_cli(
+    cmd: list[str], cwd: Path, box: RaySandbox, timeout: float = 1200
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd, cwd=cwd, env=box.env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 # -- an MLflow tracking server ------------------------------------------------------------------
@@ -268,11 +311,27 @@ class MlflowServer:
 
         fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1",
-             "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-             "--artifacts-destination", str(self.root / "server_artifacts")],
-            cwd=self.root, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'server.db'}",
+                "--artifacts-destination",
+                str(self.root / "server_artifacts"),
+            ],
+            cwd=self.root,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         fh.close()
         t0 = time.time()
         while time.time() - t0 < timeout:

@@ -1,4 +1,5 @@
 """Shared fixtures: the embedded CIFAR-10 sample and a briefly trained tiny ViT."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lipsweep.models import ModelConfig, PixelModel, create_model
+from lipsweep.trial.models import ModelConfig, PixelModel, create_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_NPZ = ROOT.parent / "shared" / "data" / "cifar10_subset.npz"
@@ -19,8 +20,15 @@ torch.set_num_threads(int(os.environ.get("LIPSWEEP_TEST_THREADS", "2")))
 
 def tiny_model_config(**overrides) -> ModelConfig:
     """The tiny ViT used across tests: 32px, patch 4 (65 tokens), 4 blocks, width 128, 4 heads."""
-    kw = dict(model="vit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=10,
-              depth=4, embed_dim=128, num_heads=4)
+    kw = dict(
+        model="vit_tiny_patch16_224",
+        img_size=32,
+        patch_size=4,
+        num_classes=10,
+        depth=4,
+        embed_dim=128,
+        num_heads=4,
+    )
     kw.update(overrides)
     return ModelConfig(**kw)
 
@@ -49,7 +57,7 @@ def trained_tiny_model(cifar_sample) -> PixelModel:
     for _ in range(4):
         perm = torch.randperm(len(x), generator=g)
         for i in range(0, len(x), 64):
-            idx = perm[i:i + 64]
+            idx = perm[i : i + 64]
             xb = x[idx]
             flip = torch.rand(len(idx), generator=g) < 0.5
             xb = torch.where(flip.view(-1, 1, 1, 1), xb.flip(-1), xb)

@@ -1,6 +1,7 @@
 """Arms over seeds (lipsweep.decide.arms) on a real MLflow SQLite store, against numbers worked
 out by hand; `pareto` over arms and `report` on the same store (no sweep: the runs are logged
 directly, so this stays fast)."""
+
 from __future__ import annotations
 
 import math
@@ -8,19 +9,30 @@ import math
 import pytest
 
 from lipsweep.__main__ import main
-from lipsweep.decide.arms import (arm_stats, group_arms, paired_difference, paired_t,
-                                  t_interval)
+from lipsweep.decide.arms import arm_stats, group_arms, paired_difference, paired_t, t_interval
 
 # t quantiles (two-sided 95%): df=2 has the closed form (2p-1)/sqrt(2p(1-p)) at p=0.975,
 # 0.95/sqrt(0.04875) = 4.302653; df=3: 3.182446 (any t table).
 T2, T3 = 4.302653, 3.182446
 BASE = {"regularizer": "none", "lr": "0.001", "epochs": "1"}
-JAS = {"regularizer": "jasmin", "k": "10", "lam": "0.01", "aggregation": "mean", "lr": "0.001",
-       "epochs": "1"}
+JAS = {
+    "regularizer": "jasmin",
+    "k": "10",
+    "lam": "0.01",
+    "aggregation": "mean",
+    "lr": "0.001",
+    "epochs": "1",
+}
 # (params, seed, acc_clean, acc_pgd_4); the third JaSMin run writes lam as 1e-2 (same arm)
-RUNS = [(BASE, 0, 30.0, 4.0), (BASE, 1, 32.0, 5.0), (BASE, 2, 34.0, 6.0),
-        (JAS, 0, 29.0, 5.0), (JAS, 1, 31.0, 7.0), ({**JAS, "lam": "1e-2"}, 2, 33.0, 9.0),
-        ({**JAS, "k": "0"}, 0, 31.5, 2.0)]
+RUNS = [
+    (BASE, 0, 30.0, 4.0),
+    (BASE, 1, 32.0, 5.0),
+    (BASE, 2, 34.0, 6.0),
+    (JAS, 0, 29.0, 5.0),
+    (JAS, 1, 31.0, 7.0),
+    ({**JAS, "lam": "1e-2"}, 2, 33.0, 9.0),
+    ({**JAS, "k": "0"}, 0, 31.5, 2.0),
+]
 
 
 def test_t_interval_and_paired_t_by_hand():
@@ -35,7 +47,7 @@ def test_t_interval_and_paired_t_by_hand():
     assert d.p == pytest.approx(0.0741799, abs=1e-6)
     assert (d.lo, d.hi) == pytest.approx((2 - 2.484138, 2 + 2.484138), abs=1e-5)
     assert math.isnan(t_interval([5.0]).lo) and t_interval([]).n == 0
-    assert math.isnan(paired_t([1.0, 1.0]).p)            # zero spread: no t statistic
+    assert math.isnan(paired_t([1.0, 1.0]).p)  # zero spread: no t statistic
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +61,18 @@ def store(tmp_path_factory):
     exp = c.create_experiment("arms", artifact_location=(d / "artifacts").as_uri())
     parent = c.create_run(exp, tags={"lipsweep.kind": "sweep"}).info.run_id
     for i, (params, seed, clean, pgd) in enumerate(RUNS):
-        run = c.create_run(exp, run_name=f"t{i}", tags={"lipsweep.kind": "trial",
-                                                       "mlflow.parentRunId": parent})
+        run = c.create_run(
+            exp, run_name=f"t{i}", tags={"lipsweep.kind": "trial", "mlflow.parentRunId": parent}
+        )
         rid = run.info.run_id
         for k, v in {**params, "seed": str(seed)}.items():
             c.log_param(rid, k, v)
-        for k, v in {"acc_clean": clean, "acc_pgd_4": pgd, "acc_aa_2": pgd / 2,
-                     "lip_jacobian_median": 10 - pgd}.items():
+        for k, v in {
+            "acc_clean": clean,
+            "acc_pgd_4": pgd,
+            "acc_aa_2": pgd / 2,
+            "lip_jacobian_median": 10 - pgd,
+        }.items():
             c.log_metric(rid, k, v)
         c.set_terminated(rid, "FINISHED")
     return d, uri, c
@@ -71,17 +88,20 @@ def test_arms_from_mlflow_match_a_hand_computation(store):
     _, uri, _ = store
     arms = group_arms(_records(uri))
     assert [(a.name, a.seeds) for a in arms] == [
-        ("baseline", [0, 1, 2]), ("JaSMin k=0 λ=1e-2 mean", [0]),
-        ("JaSMin k=10 λ=1e-2 mean", [0, 1, 2])]             # 0.01 and 1e-2: one arm
+        ("baseline", [0, 1, 2]),
+        ("JaSMin k=0 λ=1e-2 mean", [0]),
+        ("JaSMin k=10 λ=1e-2 mean", [0, 1, 2]),
+    ]  # 0.01 and 1e-2: one arm
     base, jas = arms[0], arms[2]
-    s = arm_stats(jas, "acc_pgd_4")                            # 5, 7, 9
+    s = arm_stats(jas, "acc_pgd_4")  # 5, 7, 9
     assert (s.n, s.mean, s.std) == (3, 7.0, 2.0)
-    assert (s.lo, s.hi) == pytest.approx((7 - T2 * 2 / math.sqrt(3),
-                                          7 + T2 * 2 / math.sqrt(3)), abs=1e-5)
-    d = paired_difference(jas, base, "acc_pgd_4")              # 1, 2, 3 (see the test above)
+    assert (s.lo, s.hi) == pytest.approx(
+        (7 - T2 * 2 / math.sqrt(3), 7 + T2 * 2 / math.sqrt(3)), abs=1e-5
+    )
+    d = paired_difference(jas, base, "acc_pgd_4")  # 1, 2, 3 (see the test above)
     assert (d.n, d.mean, d.std) == (3, 2.0, 1.0)
     assert d.p == pytest.approx(0.0741799, abs=1e-6)
-    c = paired_difference(jas, base, "acc_clean")              # -1, -1, -1: std 0, no p
+    c = paired_difference(jas, base, "acc_clean")  # -1, -1, -1: std 0, no p
     assert (c.mean, c.std, math.isnan(c.p)) == (-1.0, 0.0, True)
     assert paired_difference(arms[1], base, "acc_pgd_4").n == 1
 
@@ -94,22 +114,28 @@ def test_pareto_ranks_arms_tags_runs_and_per_run_keeps_runs(store, capsys, monke
     # means (clean, pgd4, aa2, lip): baseline (32, 5, 2.5, 5) and k=10 (31, 7, 3.5, 3) on the
     # front; k=0 (31.5, 2, 1, 8) is dominated by the baseline's means: rank 2
     assert "2 of 3 ranked arms on the front" in out and "JaSMin k=10 λ=1e-2 mean" in out
-    assert "7.00 [2.03, 11.97]" in out                         # 7 +- T2 * 2 / sqrt(3)
+    assert "7.00 [2.03, 11.97]" in out  # 7 +- T2 * 2 / sqrt(3)
     # rule: within 1 point of the best mean clean (32) both front arms; higher mean PGD 4: k=10;
     # its run closest to the mean PGD 4 (5, 7, 9 -> 7) is seed 1's
     assert "arm 'JaSMin k=10" in out and "seed 1" in out
     exp = c.get_experiment_by_name("arms").experiment_id
     kids = c.search_runs([exp], "tags.`lipsweep.kind` = 'trial'")
     tags = {r.info.run_name: r.data.tags for r in kids}
-    assert {t["arm"] for t in tags.values()} == {"baseline", "JaSMin k=0 λ=1e-2 mean",
-                                                "JaSMin k=10 λ=1e-2 mean"}
+    assert {t["arm"] for t in tags.values()} == {
+        "baseline",
+        "JaSMin k=0 λ=1e-2 mean",
+        "JaSMin k=10 λ=1e-2 mean",
+    }
     assert {n: (t["arm_rank"], t["arm_front"], t["pareto"]) for n, t in tags.items()} == {
-        **{f"t{i}": ("1", "true", "true") for i in range(6)}, "t6": ("2", "false", "false")}
+        **{f"t{i}": ("1", "true", "true") for i in range(6)},
+        "t6": ("2", "false", "false"),
+    }
     assert main(["pareto", "--experiment", "arms", "--tracking-uri", uri, "--per-run"]) == 0
     out = capsys.readouterr().out
     assert "ranked runs on the front" in out and "[" not in out.split("\n")[2]
-    kids = {r.info.run_name: r.data.tags for r in c.search_runs([exp],
-                                                               "tags.`lipsweep.kind` = 'trial'")}
+    kids = {
+        r.info.run_name: r.data.tags for r in c.search_runs([exp], "tags.`lipsweep.kind` = 'trial'")
+    }
     # per run, t0 (30, 4, 2, 6) is dominated by t1 (32, 5, 2.5, 5); its arm stays on the front
     assert kids["t0"]["pareto"] == "false" and kids["t0"]["arm_front"] == "true"
 
@@ -117,8 +143,10 @@ def test_pareto_ranks_arms_tags_runs_and_per_run_keeps_runs(store, capsys, monke
 def test_report_writes_markdown_with_paired_stats(store, capsys, monkeypatch):
     d, uri, c = store
     monkeypatch.chdir(d)
-    assert main(["report", "--experiment", "arms", "--tracking-uri", uri,
-                 "--out", str(d / "rep")]) == 0
+    assert (
+        main(["report", "--experiment", "arms", "--tracking-uri", uri, "--out", str(d / "rep")])
+        == 0
+    )
     md = (d / "rep" / "report.md").read_text()
     assert "| JaSMin k=10 λ=1e-2 mean | 3 | 0, 1, 2 | 1 | 31.00 ± 2.00 |" in md
     # Δ PGD 4 = (1, 2, 3): +2.00 [-0.48, +4.48] p=0.074; Δ clean = -1 every seed: no t-test
@@ -126,14 +154,19 @@ def test_report_writes_markdown_with_paired_stats(store, capsys, monkeypatch):
     assert "-1.00 (same in every pair: no t-test)" in md
     assert (d / "rep" / "pareto_scatter.png").stat().st_size > 1000
     assert "No run logged `lipschitz/lipschitz.npz`" in md
-    parent = c.search_runs([c.get_experiment_by_name("arms").experiment_id],
-                           "tags.`lipsweep.kind` = 'sweep'")[0].info.run_id
+    parent = c.search_runs(
+        [c.get_experiment_by_name("arms").experiment_id], "tags.`lipsweep.kind` = 'sweep'"
+    )[0].info.run_id
     assert {a.path for a in c.list_artifacts(parent, "report")} >= {"report/report.md"}
 
 
 def test_report_out_must_be_a_folder(store, capsys, tmp_path):
     _, uri, _ = store
     (tmp_path / "f").write_text("x")
-    assert main(["report", "--experiment", "arms", "--tracking-uri", uri,
-                 "--out", str(tmp_path / "f")]) == 2
+    assert (
+        main(
+            ["report", "--experiment", "arms", "--tracking-uri", uri, "--out", str(tmp_path / "f")]
+        )
+        == 2
+    )
     assert "--out" in capsys.readouterr().err

@@ -1,4 +1,5 @@
 """`pareto` over arms and `report` on a REAL tiny sweep: 2 arms x 2 seeds (issue 18)."""
+
 from __future__ import annotations
 
 import math
@@ -6,24 +7,24 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _sweep_helpers import FIXED, children, parents, ray_sandbox, run_sweep_cli, sweep_cmd
 
 pytestmark = pytest.mark.slow
 
 # the helpers' tiny trial (2 blocks, 256 train / 32 eval images), 1 epoch, only ||J_f||
 LEAN = "  lip_tokens: false\n  lip_softmax: false\n  lip_head_bounds: false\n"
-GRID = ("  - regularizer: none\n"
-        "  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}\n")
+GRID = "  - regularizer: none\n  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}\n"
 
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     d = tmp_path_factory.mktemp("arms_sweep")
     space = d / "space.yaml"
-    space.write_text(f"name: t\n{FIXED.format(epochs=1)}{LEAN}grid:\n{GRID}"
-                     "repeat: {seed: [0, 1]}\nresources: {cpu: 1, gpu: 0}\n"
-                     "max_concurrent_trials: 2\n")
+    space.write_text(
+        f"name: t\n{FIXED.format(epochs=1)}{LEAN}grid:\n{GRID}"
+        "repeat: {seed: [0, 1]}\nresources: {cpu: 1, gpu: 0}\n"
+        "max_concurrent_trials: 2\n"
+    )
     uri = f"sqlite:///{d / 'mlflow.db'}"
     with ray_sandbox() as box:
         proc = run_sweep_cli(sweep_cmd(d, space, tracking_uri=uri), d, box, timeout=900)
@@ -35,8 +36,13 @@ def swept(tmp_path_factory):
 def cli(d: Path, *argv: str) -> str:
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "lipsweep", *argv], cwd=d, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lipsweep", *argv],
+        cwd=d,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     return proc.stdout
 
@@ -56,12 +62,11 @@ def test_pareto_ranks_the_two_arms_by_their_means(swept):
     for name, rs in by_arm.items():
         assert len({(r.data.tags["arm_rank"], r.data.tags["arm_front"]) for r in rs}) == 1
         assert all(r.data.tags["pareto"] == r.data.tags["arm_front"] for r in rs)
-        s = t_interval([r.data.metrics["acc_pgd_4"] for r in rs])   # n = 2: t_{0.975,1}=12.706
+        s = t_interval([r.data.metrics["acc_pgd_4"] for r in rs])  # n = 2: t_{0.975,1}=12.706
         half = 12.706205 * s.std / math.sqrt(2)
         assert s.hi - s.mean == pytest.approx(half, abs=1e-4)
         if rs[0].data.tags["arm_front"] == "true":
-            row = next(line for line in out.splitlines() if line.split("  ")[1:2] and
-                       name in line)
+            row = next(line for line in out.splitlines() if line.split("  ")[1:2] and name in line)
             assert f"{s.mean:.2f} [{s.lo:.2f}, {s.hi:.2f}]" in row and " 2 " in row
     assert "export pick" in out and "arm '" in out
 

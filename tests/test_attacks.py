@@ -1,15 +1,23 @@
 """FGSM / PGD against torchattacks, the registry, input validation and the eval-mode contract."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 import torchattacks
+from conftest import tiny_model_config
 from torch import nn
 
-from conftest import tiny_model_config
-from lipsweep.attacks import (PGD, attack_mode, create_attack, fgsm, get_attack_class,
-                              list_attacks, pgd)
-from lipsweep.models import create_model
+from lipsweep.attacks import (
+    PGD,
+    attack_mode,
+    create_attack,
+    fgsm,
+    get_attack_class,
+    list_attacks,
+    pgd,
+)
+from lipsweep.trial.models import create_model
 
 # a shallower, narrower tiny ViT for the mechanics (same code path; keeps the file fast)
 SMALL = dict(depth=2, embed_dim=64, num_heads=4)
@@ -77,10 +85,14 @@ def test_pgd_matches_torchattacks_with_random_start(tiny, batch):
 
 def test_pgd_is_stronger_than_fgsm_and_grows_with_eps(tiny, batch):
     x, y = batch[0][:32], batch[1][:32]
-    accs = {(name, e): _acc(tiny, fn(e), y)
-            for e in (2 / 255, 4 / 255)
-            for name, fn in (("fgsm", lambda e: fgsm(tiny, x, y, e)),
-                             ("pgd", lambda e: pgd(tiny, x, y, e, 4, random_start=False)))}
+    accs = {
+        (name, e): _acc(tiny, fn(e), y)
+        for e in (2 / 255, 4 / 255)
+        for name, fn in (
+            ("fgsm", lambda e: fgsm(tiny, x, y, e)),
+            ("pgd", lambda e: pgd(tiny, x, y, e, 4, random_start=False)),
+        )
+    }
     for e in (2 / 255, 4 / 255):
         assert accs[("pgd", e)] <= accs[("fgsm", e)] + 1.0
     for name in ("fgsm", "pgd"):

@@ -1,4 +1,6 @@
-"""The AutoAttack adapter: schedule built for the iteration count, cascade, second implementation."""
+"""The AutoAttack adapter: schedule built for the iteration count, cascade, a second
+implementation."""
+
 from __future__ import annotations
 
 import logging
@@ -6,14 +8,14 @@ import logging
 import pytest
 import torch
 import torchattacks
+from conftest import tiny_model_config
 from pyautoattack import AutoAttack as PackageAutoAttack
 from pyautoattack.autopgd_base import APGDAttack
 
-from conftest import tiny_model_config
 from lipsweep.attacks import AutoAttack, RobustnessConfig
 from lipsweep.attacks.autoattack import STANDARD_ATTACKS
-from lipsweep.config_base import ConfigError
-from lipsweep.models import create_model
+from lipsweep.core.config_base import ConfigError
+from lipsweep.trial.models import create_model
 
 # a shallower, narrower tiny ViT for the mechanics (same code path; keeps the file fast)
 SMALL = dict(depth=2, embed_dim=64, num_heads=4)
@@ -76,8 +78,9 @@ def test_apgd_ce_matches_torchattacks_apgd(tiny, batch):
     call, so a 10-step run there equals ours only if our schedule is the 10-step one."""
     x, y = batch
     res = AutoAttack(tiny, EPS, attacks=["apgd-ce"], iters=10, seed=0).run(x, y)
-    ref = torchattacks.APGD(tiny, norm="Linf", eps=EPS, steps=10, n_restarts=1, seed=0,
-                            loss="ce")(x, y)
+    ref = torchattacks.APGD(tiny, norm="Linf", eps=EPS, steps=10, n_restarts=1, seed=0, loss="ce")(
+        x, y
+    )
     with torch.no_grad():
         ref_robust = tiny(ref).argmax(1) == y
     assert 0 < int(ref_robust.sum()) < len(y)  # the comparison is informative
@@ -90,8 +93,9 @@ def test_apgd_ce_matches_torchattacks_apgd(tiny, batch):
 def test_cascade_runs_each_attack_on_the_survivors_only(tiny, batch):
     x, y = batch
     first = AutoAttack(tiny, EPS, attacks=["apgd-ce"], iters=3).run(x, y)
-    both = AutoAttack(tiny, EPS, attacks=["apgd-ce", "apgd-t"], iters=3,
-                      n_target_classes=2).run(x, y)
+    both = AutoAttack(tiny, EPS, attacks=["apgd-ce", "apgd-t"], iters=3, n_target_classes=2).run(
+        x, y
+    )
     s1, s2 = both.stages
     assert (s1.attack, s2.attack) == ("apgd-ce", "apgd-t")
     assert s1.n_attacked == len(y)  # every clean-correct image
@@ -120,8 +124,9 @@ def test_global_rng_and_model_state_are_restored(tiny, batch):
     torch.manual_seed(42)
     tiny.train()
     AutoAttack(tiny, EPS, attacks=["apgd-ce", "fab-t"], iters=2, n_target_classes=1)(x, y)
-    assert tiny.training and all(p.requires_grad and p.grad is None
-                                 for p in tiny.parameters())  # FAB calls .backward()
+    assert tiny.training and all(
+        p.requires_grad and p.grad is None for p in tiny.parameters()
+    )  # FAB calls .backward()
     tiny.eval()
     assert torch.equal(torch.rand(3), expected)
 

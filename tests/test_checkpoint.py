@@ -1,4 +1,5 @@
 """Checkpoints: atomic writes, checksums, fallback past damage, and no pickle anywhere."""
+
 from __future__ import annotations
 
 import os
@@ -7,17 +8,23 @@ import pickle
 import pytest
 import torch
 
-from lipsweep.checkpoint import (CheckpointError, list_checkpoints, load_checkpoint,
-                                 load_latest, save_checkpoint)
+from lipsweep.trial.checkpoint import (
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    load_latest,
+    save_checkpoint,
+)
 
 
 def _save(root, epoch, value=1.0, keep=2):
     model = {"w": torch.full((3, 3), value)}
-    opt = {"state": {0: {"momentum_buffer": torch.full((3, 3), value * 2), "step": 4}},
-           "param_groups": [{"lr": 0.1, "params": [0]}]}
+    opt = {
+        "state": {0: {"momentum_buffer": torch.full((3, 3), value * 2), "step": 4}},
+        "param_groups": [{"lr": 0.1, "params": [0]}],
+    }
     reg = {"u": torch.arange(3.0)}
-    return save_checkpoint(root, epoch, model, opt, reg, {"history": [{"epoch": epoch}]},
-                           keep=keep)
+    return save_checkpoint(root, epoch, model, opt, reg, {"history": [{"epoch": epoch}]}, keep=keep)
 
 
 def test_round_trip_and_pruning(tmp_path):
@@ -52,7 +59,7 @@ def test_all_damaged_means_restart(tmp_path):
 
 def test_failed_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
     _save(tmp_path, 1, 1.0)
-    import lipsweep.checkpoint as ck
+    import lipsweep.trial.checkpoint as ck
 
     def boom(*a, **k):
         raise OSError(28, "No space left on device")

@@ -1,4 +1,5 @@
 """The CLI contract: subcommands, exit status 2 with one line naming the field, nothing written."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lipsweep.__main__ import COMMANDS, build_parser, main
-from lipsweep.config_base import UsageError
+from lipsweep.core.config_base import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,19 +26,27 @@ def test_command_map_matches_parser():
 
 
 def _run(tmp_path, *argv):
-    return subprocess.run([sys.executable, "-m", "lipsweep", *argv], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "lipsweep", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("yaml_text,field", [
-    ("model: resnet50\n", "model"),
-    ("dataset: cifar10\ndata_dir: /no/such/folder\n", "data_dir"),
-    ("epochs: -3\n", "epochs"),
-    ("patch_size: 5\n", "patch_size"),
-    ("regularizer: jasmin\nk: 1\n", "k"),
-    ("regularizer: specformer\naggregation: max\n", "aggregation"),
-    ("epoch: 3\n", "epoch"),
-])
+@pytest.mark.parametrize(
+    "yaml_text,field",
+    [
+        ("model: resnet50\n", "model"),
+        ("dataset: cifar10\ndata_dir: /no/such/folder\n", "data_dir"),
+        ("epochs: -3\n", "epochs"),
+        ("patch_size: 5\n", "patch_size"),
+        ("regularizer: jasmin\nk: 1\n", "k"),
+        ("regularizer: specformer\naggregation: max\n", "aggregation"),
+        ("epoch: 3\n", "epoch"),
+    ],
+)
 def test_train_bad_config_exits_2_and_writes_nothing(tmp_path, yaml_text, field):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(yaml_text)
@@ -89,7 +98,7 @@ def test_every_subcommand_help_has_a_description_and_an_example():
 
 def _train_out(tmp_path: Path, **settings) -> Path:
     """An --out folder as `lipsweep train` leaves it: config.json and a checkpoint."""
-    from lipsweep.config import TrialConfig
+    from lipsweep.settings.config import TrialConfig
 
     out = tmp_path / "out"
     out.mkdir()
@@ -101,8 +110,19 @@ def _train_out(tmp_path: Path, **settings) -> Path:
 def test_train_into_out_of_another_config_exits_2_naming_the_fields(tmp_path, capsys):
     out = _train_out(tmp_path, epochs=3, regularizer="none")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    rc = main(["train", "--out", str(out), "--set", "epochs=4", "--set", "regularizer=jasmin",
-               "--set", "k=10"])
+    rc = main(
+        [
+            "train",
+            "--out",
+            str(out),
+            "--set",
+            "epochs=4",
+            "--set",
+            "regularizer=jasmin",
+            "--set",
+            "k=10",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert "--out" in err[0] and "different config" in err[0] and "--overwrite" in err[0]
@@ -113,7 +133,7 @@ def test_train_into_out_of_another_config_exits_2_naming_the_fields(tmp_path, ca
 
 def test_same_config_resumes_and_overwrite_starts_over(tmp_path):
     from lipsweep.__main__ import check_out_config, prepare_out
-    from lipsweep.config import TrialConfig
+    from lipsweep.settings.config import TrialConfig
 
     out = _train_out(tmp_path, epochs=3)
     same = TrialConfig.from_flat({"epochs": 3})

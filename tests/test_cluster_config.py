@@ -19,6 +19,7 @@
   environment and rejects a lock it does not match.
 - No file that git would commit contains an AWS key, a private key or a password in a URI.
 """
+
 from __future__ import annotations
 
 import copy
@@ -78,12 +79,19 @@ def _validate(config: dict) -> dict:
 
 
 def _commands(config: dict) -> list[str]:
-    keys = ("initialization_commands", "setup_commands", "head_setup_commands",
-            "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands")
+    keys = (
+        "initialization_commands",
+        "setup_commands",
+        "head_setup_commands",
+        "worker_setup_commands",
+        "head_start_ray_commands",
+        "worker_start_ray_commands",
+    )
     return [c for k in keys for c in config.get(k) or []]
 
 
 # --- schema -------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["ray_cluster.yaml", "deploy/local_cluster.yaml"])
 def test_config_passes_the_launchers_validation(name):
@@ -95,10 +103,12 @@ def test_config_passes_the_launchers_validation(name):
 def test_validation_rejects_a_broken_config():
     import jsonschema
 
-    for mutate in (lambda c: c.update(max_worker=8),                       # misspelt key
-                   lambda c: c["docker"].update(imge="x"),                  # unknown docker key
-                   lambda c: c["available_node_types"]["gpu_spot"].pop("node_config"),
-                   lambda c: c["available_node_types"]["head"]["resources"].update(CPU=-1)):
+    for mutate in (
+        lambda c: c.update(max_worker=8),  # misspelt key
+        lambda c: c["docker"].update(imge="x"),  # unknown docker key
+        lambda c: c["available_node_types"]["gpu_spot"].pop("node_config"),
+        lambda c: c["available_node_types"]["head"]["resources"].update(CPU=-1),
+    ):
         bad = _cluster()
         mutate(bad)
         with pytest.raises(jsonschema.ValidationError):
@@ -107,6 +117,7 @@ def test_validation_rejects_a_broken_config():
 
 # --- the repo paths it names --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["ray_cluster.yaml", "deploy/local_cluster.yaml"])
 def test_file_mounts_and_command_paths_exist_in_the_repo(name):
     config = _cluster() if name == "ray_cluster.yaml" else _local()
@@ -114,19 +125,20 @@ def test_file_mounts_and_command_paths_exist_in_the_repo(name):
     mounted = {}
     for remote, local in mounts.items():
         if local.startswith("~"):
-            assert (remote, local) == ("~/.ray/auth_token", "~/.ray/auth_token"), \
+            assert (remote, local) == ("~/.ray/auth_token", "~/.ray/auth_token"), (
                 f"only the Ray token may come from outside the repo: {remote}: {local}"
+            )
             continue
         source = (ROOT / local).resolve()
         assert source.exists(), f"{name}: file_mounts source {local} is not in the repo"
         assert remote.startswith(REMOTE_PROJECT + "/"), remote
-        assert remote[len(REMOTE_PROJECT) + 1:] == str(source.relative_to(ROOT)), (remote, local)
+        assert remote[len(REMOTE_PROJECT) + 1 :] == str(source.relative_to(ROOT)), (remote, local)
         mounted[remote] = source
     for command in _commands(config):
         for path in re.findall(r"~/lipsweep/[\w./-]+", command):
             owner = [r for r in mounted if path == r or path.startswith(r + "/")]
             assert owner, f"{name}: `{command}` uses {path}, which no file_mount provides"
-            local = ROOT / path[len(REMOTE_PROJECT) + 1:]
+            local = ROOT / path[len(REMOTE_PROJECT) + 1 :]
             assert local.exists(), f"{name}: `{command}` uses {path}, missing as {local}"
             if local.suffix == ".sh":
                 subprocess.run(["bash", "-n", str(local)], check=True)
@@ -148,6 +160,7 @@ def test_rayjob_and_dockerfile_paths_exist():
 
 
 # --- the pinned stack ---------------------------------------------------------------------------
+
 
 def test_nodes_run_the_image_built_from_the_lock_on_the_pinned_ray_and_python():
     ray_version = _ray_version()
@@ -184,7 +197,7 @@ def test_the_project_folder_belongs_to_the_container_user():
     workdir = lines.index("WORKDIR /home/ray/lipsweep")
     assert mkdir < workdir and not any(ln.startswith("USER") for ln in lines)
     assert all("--chown=ray:users" in ln for ln in lines if ln.startswith("COPY"))
-    assert "-e \"$project\"" not in SETUP_SH.read_text()  # no egg-info into the mounted folder
+    assert '-e "$project"' not in SETUP_SH.read_text()  # no egg-info into the mounted folder
     assert "lipsweep.pth" in SETUP_SH.read_text()
 
 
@@ -199,16 +212,21 @@ def test_node_setup_installs_nothing_and_gpu_workers_check_cuda():
 def test_gpus_reach_the_worker_containers_only():
     docker = _cluster()["docker"]
     assert "--gpus all" in docker["worker_run_options"]
-    assert not any("--gpus" in o for o in docker["run_options"] + docker.get("head_run_options",
-                                                                              []))
+    assert not any(
+        "--gpus" in o for o in docker["run_options"] + docker.get("head_run_options", [])
+    )
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_setup_node_gpu_check_fails_with_the_reason_without_cuda():
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    proc = subprocess.run(["bash", str(SETUP_SH), "--check", "--gpu"], capture_output=True,
-                          text=True, timeout=120,
-                          env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(ROOT), "PATH": path})
+    proc = subprocess.run(
+        ["bash", str(SETUP_SH), "--check", "--gpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(ROOT), "PATH": path},
+    )
     assert proc.returncode == 1, proc.stdout
     assert "sees no CUDA device" in proc.stderr and "--gpus all" in proc.stderr
     assert "driver >= 580" in proc.stderr
@@ -224,7 +242,7 @@ def test_ssh_source_is_a_required_value_in_your_security_group():
         assert groups and all(g.startswith("sg-YOUR-") for g in groups), name
     for i, line in enumerate(lines):
         if "SecurityGroupIds:" in line:
-            assert any("SET:" in w for w in lines[max(0, i - 2):i + 1]), line
+            assert any("SET:" in w for w in lines[max(0, i - 2) : i + 1]), line
     readme = DEPLOY_README.read_text()
     assert "--port 22 --cidr YOUR-IP/32" in readme and "--source-group $SG" in readme
 
@@ -236,15 +254,24 @@ def _policies(text: str) -> list[dict]:
 def test_head_policy_may_pass_the_worker_role():
     config = _cluster()
     head = config["available_node_types"][config["head_node_type"]]["node_config"]
-    worker_arn = config["available_node_types"]["gpu_spot"]["node_config"][
-        "IamInstanceProfile"]["Arn"]
+    worker_arn = config["available_node_types"]["gpu_spot"]["node_config"]["IamInstanceProfile"][
+        "Arn"
+    ]
     assert head["IamInstanceProfile"]["Arn"].endswith(":instance-profile/lipsweep-head")
     worker_role = worker_arn.replace(":instance-profile/", ":role/")
-    passes = [st for p in _policies(DEPLOY_README.read_text()) for st in p["Statement"]
-              if st.get("Action") == "iam:PassRole"]
+    passes = [
+        st
+        for p in _policies(DEPLOY_README.read_text())
+        for st in p["Statement"]
+        if st.get("Action") == "iam:PassRole"
+    ]
     assert [st["Resource"] for st in passes] == [worker_role]
-    actions = {a for p in _policies(DEPLOY_README.read_text()) for st in p["Statement"]
-               for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    actions = {
+        a
+        for p in _policies(DEPLOY_README.read_text())
+        for st in p["Statement"]
+        for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+    }
     assert {"ec2:RunInstances", "ec2:TerminateInstances", "ecr:BatchGetImage"} <= actions
 
 
@@ -254,13 +281,16 @@ def test_rayjob_service_account_and_mlflow_volume_ship_in_deploy():
     assert set(kinds) == {"ServiceAccount", "PersistentVolumeClaim"}
     spec = yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]
     pods = [spec["headGroupSpec"]["template"]["spec"]] + [
-        g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+        g["template"]["spec"] for g in spec["workerGroupSpecs"]
+    ]
     assert {p["serviceAccountName"] for p in pods} == {kinds["ServiceAccount"]["metadata"]["name"]}
     head = pods[0]
     volume = next(v for v in head["volumes"] if v["name"] == "mlflow")
     assert "emptyDir" not in volume
-    assert volume["persistentVolumeClaim"]["claimName"] == \
-        kinds["PersistentVolumeClaim"]["metadata"]["name"]
+    assert (
+        volume["persistentVolumeClaim"]["claimName"]
+        == kinds["PersistentVolumeClaim"]["metadata"]["name"]
+    )
     assert head["securityContext"]["fsGroup"] == 100  # the ray user's group may write it
     assert "emptyDir" not in RAYJOB.read_text()
     assert "k8s_prereqs.yaml" in DEPLOY_README.read_text()
@@ -278,18 +308,24 @@ def test_no_postgres_backend_is_documented():
 def test_gpu_smoke_is_the_first_run_on_a_new_cluster():
     readme = DEPLOY_README.read_text()
     smoke = readme.index("-- search_spaces/gpu_smoke.yaml")
-    assert readme.index("lipsweep data prepare") < smoke < readme.index(
-        "-- search_spaces/paper_cifar100.yaml", readme.index("## The real sweep"))
+    assert (
+        readme.index("lipsweep data prepare")
+        < smoke
+        < readme.index("-- search_spaces/paper_cifar100.yaml", readme.index("## The real sweep"))
+    )
     top = (ROOT / "README.md").read_text()
     assert top.index("search_spaces/gpu_smoke.yaml`. Only then") < top.index(
-        "--tmux ray_cluster.yaml deploy/sweep_entry.py -- search_spaces/paper_cifar100.yaml")
+        "--tmux ray_cluster.yaml deploy/sweep_entry.py -- search_spaces/paper_cifar100.yaml"
+    )
 
 
 def test_gpu_workers_are_spot_and_autoscale_and_the_head_runs_no_trials():
     config = _cluster()
     types = config["available_node_types"]
-    head, workers = types[config["head_node_type"]], [t for k, t in types.items()
-                                                       if k != config["head_node_type"]]
+    head, workers = (
+        types[config["head_node_type"]],
+        [t for k, t in types.items() if k != config["head_node_type"]],
+    )
     assert head["resources"] == {"CPU": 0}
     assert not re.match(r"[gp]\d", head["node_config"]["InstanceType"]), "the head needs no GPU"
     start = " ".join(config["head_start_ray_commands"])
@@ -310,21 +346,29 @@ def test_tune_storage_is_shared_and_mlflow_stores_are_named():
     assert "LIPSWEEP_MLFLOW_ARTIFACTS=$LIPSWEEP_S3/mlflow-artifacts" in start
     assert s3.startswith("s3://")
     mlflow_sh = MLFLOW_SH.read_text()
-    assert 'sqlite:///$mlflow_home/mlflow.db' in mlflow_sh and "--serve-artifacts" in mlflow_sh
-    env = {e["name"]: e.get("value") for c in yaml.safe_load(RAYJOB.read_text())["spec"]
-           ["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
-           for e in c.get("env", [])}
+    assert "sqlite:///$mlflow_home/mlflow.db" in mlflow_sh and "--serve-artifacts" in mlflow_sh
+    env = {
+        e["name"]: e.get("value")
+        for c in yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]["headGroupSpec"][
+            "template"
+        ]["spec"]["containers"]
+        for e in c.get("env", [])
+    }
     assert env["LIPSWEEP_STORAGE"].startswith("s3://")
     assert env["LIPSWEEP_MLFLOW_ARTIFACTS"].startswith("s3://")
 
 
 # --- security -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["ray_cluster.yaml", "deploy/local_cluster.yaml"])
 def test_token_auth_is_on_for_every_ray_process(name):
     config = _cluster() if name == "ray_cluster.yaml" else _local()
-    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"]
-              if "ray start" in c]
+    starts = [
+        c
+        for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+        if "ray start" in c
+    ]
     assert len(starts) == (2 if name == "ray_cluster.yaml" else 1)
     for command in starts:
         assert re.search(r"export RAY_AUTH_MODE=token;.*ray start", command), command
@@ -354,18 +398,27 @@ def test_dashboard_and_mlflow_bind_to_loopback_only(name):
     mlflow = [c for c in config["head_start_ray_commands"] if "start_mlflow.sh" in c]
     assert len(mlflow) == 1
     host = re.search(r"LIPSWEEP_MLFLOW_HOST=(\S+)", mlflow[0])
-    assert host is None or host.group(1) == "127.0.0.1"   # the script's default is 127.0.0.1
-    assert 'LIPSWEEP_MLFLOW_HOST:-127.0.0.1' in MLFLOW_SH.read_text()
-    sidecar = [c for c in yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]
-               ["headGroupSpec"]["template"]["spec"]["containers"] if c["name"] == "mlflow"]
+    assert host is None or host.group(1) == "127.0.0.1"  # the script's default is 127.0.0.1
+    assert "LIPSWEEP_MLFLOW_HOST:-127.0.0.1" in MLFLOW_SH.read_text()
+    sidecar = [
+        c
+        for c in yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]["headGroupSpec"][
+            "template"
+        ]["spec"]["containers"]
+        if c["name"] == "mlflow"
+    ]
     assert {"name": "LIPSWEEP_MLFLOW_HOST", "value": "127.0.0.1"} in sidecar[0]["env"]
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]"])
 def test_start_mlflow_refuses_every_interface(tmp_path, host):
-    proc = subprocess.run(["bash", str(MLFLOW_SH), "status"], capture_output=True, text=True,
-                          env={**os.environ, "HOME": str(tmp_path), "LIPSWEEP_MLFLOW_HOST": host},
-                          timeout=60)
+    proc = subprocess.run(
+        ["bash", str(MLFLOW_SH), "status"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(tmp_path), "LIPSWEEP_MLFLOW_HOST": host},
+        timeout=60,
+    )
     assert proc.returncode == 2 and "refusing to bind" in proc.stderr, proc.stderr
 
 
@@ -375,9 +428,11 @@ def test_values_to_set_are_marked():
         lines = path.read_text().splitlines()
         placeholders = 0
         for i, line in enumerate(lines):
-            if re.search(r"YOUR-|registry\.example\.com", line) and not line.lstrip().startswith("#"):
+            if re.search(r"YOUR-|registry\.example\.com", line) and not line.lstrip().startswith(
+                "#"
+            ):
                 placeholders += 1
-                window = lines[max(0, i - 8):i + 1]
+                window = lines[max(0, i - 8) : i + 1]
                 assert any("SET:" in w for w in window), f"{path.name}:{i + 1}: {line.strip()}"
         assert placeholders >= (1 if path == PREREQS else 3), path
 
@@ -401,22 +456,33 @@ def _secrets_in(text: str) -> list[str]:
 def test_secret_scanner_finds_planted_secrets():
     planted = {
         "AWS access key id": "key = AKIA" + "ABCDEFGHIJKLMNOP",
-        "AWS secret key assignment": "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
+        "AWS secret key assignment": "aws_secret_access_key = "
+        + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY"
+        + "EXAMPLEKEY",
         "private key": "-----BEGIN OPENSSH " + "PRIVATE KEY-----",
         "password in a URI": "postgresql://mlflow:" + "hunter2@db.internal/mlflow",
         "Ray token value": "RAY_AUTH_TOKEN=" + "5d41402abc4b2a76b9719d911017c592",
     }
     for name, text in planted.items():
         assert name in _secrets_in(text), name
-    for fine in ("postgresql://user@host/db", "s3://YOUR-BUCKET/lipsweep", "AKIA[0-9A-Z]{16}",
-                 "http://127.0.0.1:5000", "RAY_AUTH_TOKEN from a Kubernetes Secret",
-                 "RAY_AUTH_TOKEN=" + "0" * 64):
+    for fine in (
+        "postgresql://user@host/db",
+        "s3://YOUR-BUCKET/lipsweep",
+        "AKIA[0-9A-Z]{16}",
+        "http://127.0.0.1:5000",
+        "RAY_AUTH_TOKEN from a Kubernetes Secret",
+        "RAY_AUTH_TOKEN=" + "0" * 64,
+    ):
         assert not _secrets_in(fine), fine
 
 
 def test_no_secrets_in_files_git_would_commit():
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
     found, scanned = [], 0
     for name in filter(None, files):
         path = ROOT / name.decode()
@@ -434,23 +500,37 @@ def test_no_secrets_in_files_git_would_commit():
 
 # --- the scripts --------------------------------------------------------------------------------
 
+
 def _entry(tmp_path: Path, args: list[str], env_file: str | None, **env: str):
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     if env_file is not None:
         (home / "lipsweep.env").write_text(env_file)
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("MLFLOW_", "LIPSWEEP_", "RAY_"))}
-    return subprocess.run([sys.executable, str(ENTRY), *args], capture_output=True, text=True,
-                          cwd=tmp_path, env={**base, "HOME": str(home), **env}, timeout=300)
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "LIPSWEEP_", "RAY_"))
+    }
+    return subprocess.run(
+        [sys.executable, str(ENTRY), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**base, "HOME": str(home), **env},
+        timeout=300,
+    )
 
 
 def test_sweep_entry_loads_the_env_file_and_runs_lipsweep(tmp_path):
-    env_file = (f"# written by start_mlflow.sh\nMLFLOW_TRACKING_URI=http://127.0.0.1:5999\n"
-                f"LIPSWEEP_STORAGE=s3://bucket/x\nLIPSWEEP_PROJECT_DIR={ROOT}\n"
-                f"RAY_ADDRESS=auto\nexport RAY_AUTH_MODE=token\n")
-    proc = _entry(tmp_path, ["search_spaces/smoke.yaml", "--dry-run"], env_file,
-                  MLFLOW_TRACKING_URI="http://127.0.0.1:6000")
+    env_file = (
+        f"# written by start_mlflow.sh\nMLFLOW_TRACKING_URI=http://127.0.0.1:5999\n"
+        f"LIPSWEEP_STORAGE=s3://bucket/x\nLIPSWEEP_PROJECT_DIR={ROOT}\n"
+        f"RAY_ADDRESS=auto\nexport RAY_AUTH_MODE=token\n"
+    )
+    proc = _entry(
+        tmp_path,
+        ["search_spaces/smoke.yaml", "--dry-run"],
+        env_file,
+        MLFLOW_TRACKING_URI="http://127.0.0.1:6000",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "lipsweep sweep search_spaces/smoke.yaml --dry-run" in proc.stderr
     assert "MLFLOW_TRACKING_URI=http://127.0.0.1:6000" in proc.stderr  # the environment wins
@@ -475,23 +555,36 @@ def test_sweep_entry_maps_arguments():
     finally:
         sys.path.pop(0)
     assert sweep_entry.lipsweep_argv(["s.yaml", "--resume"]) == ["sweep", "s.yaml", "--resume"]
-    assert sweep_entry.lipsweep_argv(["pareto", "--experiment", "e"]) == \
-        ["pareto", "--experiment", "e"]
+    assert sweep_entry.lipsweep_argv(["pareto", "--experiment", "e"]) == [
+        "pareto",
+        "--experiment",
+        "e",
+    ]
     with pytest.raises(SystemExit):
         sweep_entry.lipsweep_argv([])
 
 
 def test_setup_node_check_accepts_this_env_and_rejects_another_lock(tmp_path):
-    ok = subprocess.run(["bash", str(SETUP_SH), "--check"], capture_output=True, text=True,
-                        env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(ROOT)}, timeout=120)
+    ok = subprocess.run(
+        ["bash", str(SETUP_SH), "--check"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(ROOT)},
+        timeout=120,
+    )
     assert ok.returncode == 0 and "nothing to install" in ok.stdout, ok.stderr
     other = tmp_path / "project"
     other.mkdir()
     lock = (ROOT / "uv.lock").read_text()
     lock = re.sub(r'(\[\[package\]\]\nname = "ray"\nversion = )"[^"]+"', r'\1"1.0.0"', lock)
     (other / "uv.lock").write_text(lock)
-    bad = subprocess.run(["bash", str(SETUP_SH), "--check"], capture_output=True, text=True,
-                         env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(other)}, timeout=120)
+    bad = subprocess.run(
+        ["bash", str(SETUP_SH), "--check"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LIPSWEEP_PROJECT_DIR": str(other)},
+        timeout=120,
+    )
     assert bad.returncode == 1 and "(lock: 1.0.0)" in bad.stderr, bad.stderr
 
 
@@ -499,7 +592,10 @@ def test_a_local_sweeps_ray_requires_a_random_token(monkeypatch):
     """Issue 16 item 11: Ray 2.60 cannot bind a local instance to 127.0.0.1 (its gRPC servers
     listen on every interface), so a local sweep's Ray takes a per-driver random token."""
     from ray._private.authentication.authentication_token_setup import (
-        AuthenticationMode, AuthenticationTokenLoader, get_authentication_mode)
+        AuthenticationMode,
+        AuthenticationTokenLoader,
+        get_authentication_mode,
+    )
     from ray._raylet import Config
 
     from lipsweep.sweep.driver import _local_token_auth

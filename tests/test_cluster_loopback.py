@@ -1,4 +1,5 @@
-"""The cluster path for real, on loopback: `ray up`, `ray submit` of the smoke sweep, MLflow, `ray down`.
+"""The cluster path for real, on loopback: `ray up`, `ray submit` of the smoke sweep, MLflow,
+`ray down`.
 
 The test runs, word for word, the command block under "## The tested sequence" in
 ``deploy/README.md`` (the cloud config name ``ray_cluster.yaml`` replaced by the loopback config
@@ -27,6 +28,7 @@ Needs root (the PID namespace), ``unshare``, ``sshd`` and ``rsync``:
 ``apt-get install -y openssh-server rsync``. Set LIPSWEEP_LOOPBACK_TRANSCRIPT=PATH to keep the
 transcript (docs/deploy_loopback_output.txt is one).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,8 +58,8 @@ SMOKE_TRIALS = 4  # search_spaces/smoke.yaml: baseline, 2 x JaSMin, Specformer
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-
 # --- the documented sequence -------------------------------------------------------------------
+
 
 def documented_sequence(readme: Path = README) -> list[str]:
     """The commands of the first ```bash block under SECTION (comments dropped, ``\\`` joined)."""
@@ -83,7 +85,8 @@ def documented_sequence(readme: Path = README) -> list[str]:
 
 
 def test_tested_sequence_is_complete():
-    """The block brings a cluster up, runs the smoke sweep, keeps the MLflow store, brings it down."""
+    """The block brings a cluster up, runs the smoke sweep, keeps the MLflow store, brings it
+    down."""
     cmds = documented_sequence()
     verbs = [c.split()[1] if c.startswith("ray ") else c.split()[0] for c in cmds]
     for verb in ("get-auth-token", "up", "submit", "attach", "exec", "rsync-down", "down"):
@@ -97,6 +100,7 @@ def test_tested_sequence_is_complete():
 
 
 # --- the loopback machine ----------------------------------------------------------------------
+
 
 def _free_ports(n: int) -> list[int]:
     socks = []
@@ -142,7 +146,7 @@ def _listeners() -> dict[int, set[str]]:
             if width == 8:
                 addr = socket.inet_ntop(socket.AF_INET, raw[::-1])
             else:
-                words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
                 addr = socket.inet_ntop(socket.AF_INET6, words)
             out.setdefault(int(port_hex, 16), set()).add(addr)
     return out
@@ -163,16 +167,22 @@ class Loopback:
         self.root = Path(tempfile.mkdtemp(prefix="lsw", dir="/tmp"))  # short: Ray's socket paths
         self.cluster_name = f"lipsweep-{self.root.name}"
         self.head, self.laptop = self.root / "head", self.root / "laptop"
-        (self.sshd_port, self.gcs_port, self.dashboard_port, self.agent_port, self.metrics_port,
-         self.mlflow_port) = _free_ports(6)
+        (
+            self.sshd_port,
+            self.gcs_port,
+            self.dashboard_port,
+            self.agent_port,
+            self.metrics_port,
+            self.mlflow_port,
+        ) = _free_ports(6)
         self.venv_bin = Path(sys.executable).parent
         self.sshd: subprocess.Popen | None = None
         self.made_run_sshd = False
         self.transcript: list[str] = []
         self.n_runs = 0
         self.pid_ns = ""
-        self.seen: set[str] = set()      # process names seen in the head's namespace
-        self.escapes: set[str] = set()   # processes there whose HOME / temp dir is outside T
+        self.seen: set[str] = set()  # process names seen in the head's namespace
+        self.escapes: set[str] = set()  # processes there whose HOME / temp dir is outside T
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         self.config = self.root / "local_cluster.yaml"
@@ -190,8 +200,21 @@ class Loopback:
             d.chmod(0o700)
         key = self.laptop / ".ssh" / "id_ed25519"
         for path in (r / "sshd" / "host_key", key):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lipsweep-loopback",
-                            "-f", str(path)], check=True)
+            subprocess.run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    "lipsweep-loopback",
+                    "-f",
+                    str(path),
+                ],
+                check=True,
+            )
         shutil.copy(f"{key}.pub", r / "sshd" / "authorized_keys")
         (r / "sshd" / "sshd_config").write_text(f"""\
 Port {self.sshd_port}
@@ -238,9 +261,22 @@ Host 127.0.0.1
             self.made_run_sshd = True
         log = open(r / "sshd" / "log", "wb")
         self.sshd = subprocess.Popen(
-            ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "/usr/sbin/sshd", "-D",
-             "-e", "-f", str(r / "sshd" / "sshd_config")],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--kill-child",
+                "/usr/sbin/sshd",
+                "-D",
+                "-e",
+                "-f",
+                str(r / "sshd" / "sshd_config"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.time() + 20
         while self.sshd_port not in _listeners():
             if self.sshd.poll() is not None or time.time() > deadline:
@@ -293,19 +329,27 @@ Host 127.0.0.1
                     required = ("HOME", "TMPDIR")
                 for key in ("HOME", "TMPDIR", "RAY_TMPDIR"):
                     value = env.get(key)
-                    if (key in required or value is not None) \
-                            and not (value or "").startswith(str(self.root)):
-                        self.escapes.add(f"{comm} ({cmd.decode(errors='replace')[:120]}): "
-                                         f"{key}={value}")
+                    if (key in required or value is not None) and not (value or "").startswith(
+                        str(self.root)
+                    ):
+                        self.escapes.add(
+                            f"{comm} ({cmd.decode(errors='replace')[:120]}): {key}={value}"
+                        )
             self._stop.wait(1.0)
 
     def render_config(self, key: Path) -> None:
-        values = {"cluster_name": self.cluster_name, "head_ip": "127.0.0.1",
-                  "ssh_user": _username(), "ssh_private_key": str(key),
-                  "gcs_port": self.gcs_port, "dashboard_port": self.dashboard_port,
-                  "agent_port": self.agent_port,
-                  "metrics_port": self.metrics_port, "mlflow_port": self.mlflow_port,
-                  "num_cpus": 2}
+        values = {
+            "cluster_name": self.cluster_name,
+            "head_ip": "127.0.0.1",
+            "ssh_user": _username(),
+            "ssh_private_key": str(key),
+            "gcs_port": self.gcs_port,
+            "dashboard_port": self.dashboard_port,
+            "agent_port": self.agent_port,
+            "metrics_port": self.metrics_port,
+            "mlflow_port": self.mlflow_port,
+            "num_cpus": 2,
+        }
         text = TEMPLATE.read_text()
         body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
         assert set(re.findall(r"\{\{(\w+)\}\}", body)) == set(values), "template fields changed"
@@ -315,10 +359,15 @@ Host 127.0.0.1
 
     # driving it
     def env(self) -> dict[str, str]:
-        return {"PATH": f"{self.root}/bin:{self.venv_bin}:/usr/local/bin:/usr/bin:/bin",
-                "HOME": str(self.laptop), "TMPDIR": str(self.root / "ct"),
-                "RAY_USAGE_STATS_ENABLED": "0", "LANG": "C.UTF-8", "TERM": "dumb",
-                "USER": _username()}
+        return {
+            "PATH": f"{self.root}/bin:{self.venv_bin}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.laptop),
+            "TMPDIR": str(self.root / "ct"),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "USER": _username(),
+        }
 
     def run(self, command: str, timeout: float, check: bool = False) -> subprocess.CompletedProcess:
         """One documented command (or, with ``check``, one of the test's own), on the laptop side,
@@ -329,9 +378,15 @@ Host 127.0.0.1
         log_path.parent.mkdir(exist_ok=True)
         t0 = time.time()
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(["bash", "-c", local], cwd=ROOT, env=self.env(),
-                                    stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                ["bash", "-c", local],
+                cwd=ROOT,
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -341,9 +396,12 @@ Host 127.0.0.1
         raw = log_path.read_text(errors="replace")
         out = ANSI.sub("", raw).replace("\r\n", "\n").replace("\r", "\n")
         prompt = "# test's own check: $" if check else "$"
-        status = f"exit {rc}" if rc is not None else f"killed after the test's {timeout:.0f} s limit"
-        self.transcript.append(f"{prompt} {command}\n{out.rstrip()}\n[{status}, "
-                               f"{time.time() - t0:.0f} s]\n")
+        status = (
+            f"exit {rc}" if rc is not None else f"killed after the test's {timeout:.0f} s limit"
+        )
+        self.transcript.append(
+            f"{prompt} {command}\n{out.rstrip()}\n[{status}, {time.time() - t0:.0f} s]\n"
+        )
         return subprocess.CompletedProcess(local, -1 if rc is None else rc, out)
 
     def note(self, text: str) -> None:
@@ -358,8 +416,11 @@ Host 127.0.0.1
         for pid, (cmd, cwd) in _processes().items():
             if pid == os.getpid():
                 continue
-            if str(self.root) in cmd or cwd.startswith(str(self.root)) \
-                    or str(self.control_dir) in cmd:
+            if (
+                str(self.root) in cmd
+                or cwd.startswith(str(self.root))
+                or str(self.control_dir) in cmd
+            ):
                 mine[pid] = (cmd, cwd)
         return mine
 
@@ -413,17 +474,25 @@ def _missing_requirements() -> str | None:
     if not sys.platform.startswith("linux"):
         return "Linux only (PID namespaces, /proc)"
     if os.geteuid() != 0:
-        return ("needs root: the head runs in its own PID namespace so that `ray stop` (run by "
-                "`ray up` and `ray down`) cannot touch other Ray processes on this machine")
-    missing = [p for p in ("/usr/sbin/sshd", "unshare", "rsync", "ssh", "ssh-keygen")
-               if shutil.which(p) is None]
+        return (
+            "needs root: the head runs in its own PID namespace so that `ray stop` (run by "
+            "`ray up` and `ray down`) cannot touch other Ray processes on this machine"
+        )
+    missing = [
+        p
+        for p in ("/usr/sbin/sshd", "unshare", "rsync", "ssh", "ssh-keygen")
+        if shutil.which(p) is None
+    ]
     if missing:
-        return (f"missing {', '.join(missing)}: apt-get install -y openssh-server rsync "
-                "(util-linux provides unshare)")
+        return (
+            f"missing {', '.join(missing)}: apt-get install -y openssh-server rsync "
+            "(util-linux provides unshare)"
+        )
     return None
 
 
 # --- the test ----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def loopback():
@@ -449,13 +518,15 @@ def _transcript_header(box: Loopback) -> str:
     import ray
 
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"# Real output of tests/test_cluster_loopback.py ({time.strftime('%Y-%m-%d %H:%M')}):"
-            f" the commands of\n# deploy/README.md '{SECTION[3:]}', run against the loopback "
-            f"cluster of deploy/local_cluster.yaml\n# on one shared machine ({os.cpu_count()} CPUs,"
-            f" load average {load} at the end; {platform.platform()}),\n# ray {ray.__version__}. "
-            f"{box.root} was the test's temporary folder; 'ray_cluster.yaml' in each\n# command "
-            "was replaced by the rendered loopback config. Lines starting with '#' are the "
-            "test's.\n\n")
+    return (
+        f"# Real output of tests/test_cluster_loopback.py ({time.strftime('%Y-%m-%d %H:%M')}):"
+        f" the commands of\n# deploy/README.md '{SECTION[3:]}', run against the loopback "
+        f"cluster of deploy/local_cluster.yaml\n# on one shared machine ({os.cpu_count()} CPUs,"
+        f" load average {load} at the end; {platform.platform()}),\n# ray {ray.__version__}. "
+        f"{box.root} was the test's temporary folder; 'ray_cluster.yaml' in each\n# command "
+        "was replaced by the rendered loopback config. Lines starting with '#' are the "
+        "test's.\n\n"
+    )
 
 
 @pytest.mark.slow
@@ -488,14 +559,18 @@ def test_ray_up_submit_down_on_loopback(loopback: Loopback):
     assert token and token not in "".join(box.transcript), "the Ray token leaked into the output"
     # Nothing on the head wrote outside T: every process had HOME and its temp dirs there.
     assert not box.escapes, sorted(box.escapes)
-    assert {"raylet", "gcs_server"} <= box.seen and any(n.startswith("ray::") for n in box.seen), \
+    assert {"raylet", "gcs_server"} <= box.seen and any(n.startswith("ray::") for n in box.seen), (
         sorted(box.seen)
+    )
 
 
 def _check_head(box: Loopback, token: str | None) -> None:
     """After `ray up`: env file, MLflow up, both servers on loopback only, token auth enforced."""
-    env = dict(line.split("=", 1) for line in (box.head / "lipsweep.env").read_text().splitlines()
-               if line and not line.startswith("#"))
+    env = dict(
+        line.split("=", 1)
+        for line in (box.head / "lipsweep.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert env["MLFLOW_TRACKING_URI"] == f"http://127.0.0.1:{box.mlflow_port}"
     assert env["RAY_AUTH_MODE"] == "token" and env["RAY_ADDRESS"] == "auto"
     assert env["LIPSWEEP_STORAGE"] == str(box.head / "ray_results")
@@ -529,12 +604,16 @@ def _check_mlflow_server(box: Loopback) -> None:
     client = MlflowClient(tracking_uri=uri)
     runs = _sweep_runs(client, "smoke")
     parent, children = runs
-    box.note(f"# MLflow at {uri} (what `ray attach -p 5000` shows): experiment 'smoke', parent "
-             f"run {parent.info.run_id} {parent.info.status}, {len(children)} child runs:\n"
-             + "\n".join(f"#   {c.info.run_name:<40} {c.info.status:<9} acc_clean="
-                         f"{c.data.metrics['acc_clean']:.1f} acc_pgd_4="
-                         f"{c.data.metrics.get('acc_pgd_4', float('nan')):.1f}"
-                         for c in children))
+    box.note(
+        f"# MLflow at {uri} (what `ray attach -p 5000` shows): experiment 'smoke', parent "
+        f"run {parent.info.run_id} {parent.info.status}, {len(children)} child runs:\n"
+        + "\n".join(
+            f"#   {c.info.run_name:<40} {c.info.status:<9} acc_clean="
+            f"{c.data.metrics['acc_clean']:.1f} acc_pgd_4="
+            f"{c.data.metrics.get('acc_pgd_4', float('nan')):.1f}"
+            for c in children
+        )
+    )
     child = children[0]
     names = {a.path for a in client.list_artifacts(child.info.run_id, "checkpoint")}
     assert "checkpoint/model.safetensors" in names, names
@@ -548,8 +627,9 @@ def _sweep_runs(client, experiment: str):
     assert exp is not None, f"no experiment {experiment!r}"
     runs = client.search_runs([exp.experiment_id], max_results=100)
     parents = [r for r in runs if r.data.tags.get("lipsweep.kind") == "sweep"]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED", \
-        [(r.info.run_name, r.info.status) for r in parents]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED", [
+        (r.info.run_name, r.info.status) for r in parents
+    ]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
     assert len(children) == SMOKE_TRIALS, [(r.info.run_name, r.info.status) for r in runs]
     assert {c.info.status for c in children} == {"FINISHED"}
@@ -574,8 +654,11 @@ def _check_ray_stopped(box: Loopback) -> None:
     """`ray down` stopped the head's Ray processes (the MLflow server dies with the namespace)."""
     deadline = time.time() + 30
     while True:
-        ray_procs = [cmd for cmd, _ in box.our_processes().values()
-                     if any(n in cmd for n in ("gcs_server", "raylet", "dashboard.py"))]
+        ray_procs = [
+            cmd
+            for cmd, _ in box.our_processes().values()
+            if any(n in cmd for n in ("gcs_server", "raylet", "dashboard.py"))
+        ]
         if not ray_procs or time.time() > deadline:
             break
         time.sleep(0.5)

@@ -1,4 +1,5 @@
 """TrialConfig: one flat dict round trip, unique field names, validation naming the field."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -6,14 +7,22 @@ import json
 
 import pytest
 
-from lipsweep.config import FIELD_SECTION, SECTIONS, TrialConfig, parse_override
-from lipsweep.config_base import ConfigError
-from lipsweep.config_docs import field_docs
+from lipsweep.core.config_base import ConfigError
+from lipsweep.settings.config import FIELD_SECTION, SECTIONS, TrialConfig, parse_override
+from lipsweep.settings.docs import field_docs
 
 
 def test_flat_round_trip_is_json_and_exact():
-    cfg = TrialConfig.from_flat({"epochs": 3, "regularizer": "jasmin", "k": 10, "lam": 1e-3,
-                                 "aggregation": "max", "fgsm_eps": [2, 4, 8]})
+    cfg = TrialConfig.from_flat(
+        {
+            "epochs": 3,
+            "regularizer": "jasmin",
+            "k": 10,
+            "lam": 1e-3,
+            "aggregation": "max",
+            "fgsm_eps": [2, 4, 8],
+        }
+    )
     flat = cfg.to_flat()
     assert json.loads(json.dumps(flat)) == flat
     assert TrialConfig.from_flat(flat) == cfg
@@ -29,25 +38,28 @@ def test_field_names_are_unique_and_documented():
         assert not missing, f"{cls.__name__} fields without a docstring: {missing}"
 
 
-@pytest.mark.parametrize("flat,field", [
-    ({"modle": "vit_base_patch16_224"}, "modle"),
-    ({"epochs": -1}, "epochs"),
-    ({"epochs": "ten"}, "epochs"),
-    ({"patch_size": 5}, "patch_size"),
-    ({"lr": 0}, "lr"),
-    ({"optimizer": "lion"}, "optimizer"),
-    ({"num_classes": 100}, "num_classes"),           # embedded data has 10 classes
-    ({"regularizer": "jasmin", "k": 1}, "k"),
-    ({"regularizer": "jasmin", "k": 65}, "k"),          # 65 tokens: k must be <= 64
-    ({"regularizer": "jasmin", "lam": -1e-2}, "lam"),
-    ({"regularizer": "jasmin", "aggregation": "median"}, "aggregation"),
-    ({"regularizer": "jasmin", "lam_q": 1e-2}, "lam_q"),
-    ({"regularizer": "specformer", "k": 10}, "k"),
-    ({"regularizer": "none", "lam": 1e-2}, "lam"),
-    ({"warmup_epochs": 50, "epochs": 10}, "warmup_epochs"),
-    ({"keep_checkpoints": 1}, "keep_checkpoints"),
-    ({"device": "tpu"}, "device"),
-])
+@pytest.mark.parametrize(
+    "flat,field",
+    [
+        ({"modle": "vit_base_patch16_224"}, "modle"),
+        ({"epochs": -1}, "epochs"),
+        ({"epochs": "ten"}, "epochs"),
+        ({"patch_size": 5}, "patch_size"),
+        ({"lr": 0}, "lr"),
+        ({"optimizer": "lion"}, "optimizer"),
+        ({"num_classes": 100}, "num_classes"),  # embedded data has 10 classes
+        ({"regularizer": "jasmin", "k": 1}, "k"),
+        ({"regularizer": "jasmin", "k": 65}, "k"),  # 65 tokens: k must be <= 64
+        ({"regularizer": "jasmin", "lam": -1e-2}, "lam"),
+        ({"regularizer": "jasmin", "aggregation": "median"}, "aggregation"),
+        ({"regularizer": "jasmin", "lam_q": 1e-2}, "lam_q"),
+        ({"regularizer": "specformer", "k": 10}, "k"),
+        ({"regularizer": "none", "lam": 1e-2}, "lam"),
+        ({"warmup_epochs": 50, "epochs": 10}, "warmup_epochs"),
+        ({"keep_checkpoints": 1}, "keep_checkpoints"),
+        ({"device": "tpu"}, "device"),
+    ],
+)
 def test_bad_values_name_the_field(flat, field):
     with pytest.raises(ConfigError) as exc:
         TrialConfig.from_flat(flat)
@@ -68,7 +80,7 @@ def test_yaml_errors_name_the_file(tmp_path):
 def test_overrides_parse_as_yaml():
     key, value = parse_override("lam=1e-2")  # YAML 1.1 reads 1e-2 as a string ...
     cfg = TrialConfig.from_flat({"regularizer": "jasmin", key: value})
-    assert cfg.regularizer.lam == 0.01               # ... and the config coerces it
+    assert cfg.regularizer.lam == 0.01  # ... and the config coerces it
     assert parse_override("fgsm_eps=[2, 4]") == ("fgsm_eps", [2, 4])
     with pytest.raises(ConfigError):
         parse_override("epochs")

@@ -2,6 +2,7 @@
 by ``run_trial`` and real pyautoattack, with the test-only reduced budget
 (``LIPSWEEP_CONFIRM_ITERS``): it logs ``acc_aa_std_2`` with tags saying the attack, and a
 confirm that failed half-way resumes without redoing the finished run."""
+
 from __future__ import annotations
 
 import logging
@@ -12,30 +13,45 @@ import pytest
 import torch
 
 from lipsweep.__main__ import main
-from lipsweep.config import TrialConfig
+from lipsweep.settings.config import TrialConfig
 from lipsweep.tracking import FINISHED, Tracker
 
-FLAT = {"model": "vit_tiny_patch16_224", "depth": 2, "embed_dim": 64, "num_heads": 4,
-        "dataset": "embedded", "train_size": 512, "eval_size": 32, "batch_size": 64,
-        "optimizer": "adamw", "lr": 2e-3, "epochs": 1, "evaluate": False, "device": "cpu"}
+FLAT = {
+    "model": "vit_tiny_patch16_224",
+    "depth": 2,
+    "embed_dim": 64,
+    "num_heads": 4,
+    "dataset": "embedded",
+    "train_size": 512,
+    "eval_size": 32,
+    "batch_size": 64,
+    "optimizer": "adamw",
+    "lr": 2e-3,
+    "epochs": 1,
+    "evaluate": False,
+    "device": "cpu",
+}
 # two runs that do not dominate each other: both on the front
-FINAL = [{"acc_clean": 30.0, "acc_pgd_4": 5.0, "acc_aa_2": 1.0, "lip_jacobian_median": 2.0},
-         {"acc_clean": 25.0, "acc_pgd_4": 8.0, "acc_aa_2": 2.0, "lip_jacobian_median": 3.0}]
+FINAL = [
+    {"acc_clean": 30.0, "acc_pgd_4": 5.0, "acc_aa_2": 1.0, "lip_jacobian_median": 2.0},
+    {"acc_clean": 25.0, "acc_pgd_4": 8.0, "acc_aa_2": 2.0, "lip_jacobian_median": 3.0},
+]
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A real final checkpoint folder (weights + config.json) as the trainable hands it to
     the driver, from the tiniest real trial."""
-    from lipsweep.trial import run_trial
+    from lipsweep.trial.run import run_trial
 
     d = tmp_path_factory.mktemp("trial")
     cfg = TrialConfig.from_flat(FLAT)
     result = run_trial(cfg, d, progress=False)
     final = d / "final"
     final.mkdir()
-    (final / "model.safetensors").write_bytes((result.checkpoint / "model.safetensors")
-                                              .read_bytes())
+    (final / "model.safetensors").write_bytes(
+        (result.checkpoint / "model.safetensors").read_bytes()
+    )
     (final / "config.json").write_text(cfg.to_json())
     return final
 
@@ -66,16 +82,27 @@ def _run(uri: str, rid: str):
 
 @pytest.mark.slow
 def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, capsys):
-    from lipsweep.attacks.autoattack import STANDARD_ATTACKS, AutoAttack
     from safetensors.torch import load_file
 
+    from lipsweep.attacks.autoattack import STANDARD_ATTACKS, AutoAttack
     from lipsweep.decide.confirm import load_images
-    from lipsweep.models import create_model
+    from lipsweep.trial.models import create_model
 
     monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "2")
     uri, ids = _sweep(tmp_path, checkpoint)
-    rc = main(["confirm", "--experiment", "cf", "--run-id", ids[0], "--images", "16",
-               "--tracking-uri", uri])
+    rc = main(
+        [
+            "confirm",
+            "--experiment",
+            "cf",
+            "--run-id",
+            ids[0],
+            "--images",
+            "16",
+            "--tracking-uri",
+            uri,
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     run = _run(uri, ids[0])
@@ -103,8 +130,9 @@ def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, ca
 
 
 @pytest.mark.slow
-def test_confirm_resumes_without_redoing_finished_runs(tmp_path, checkpoint, monkeypatch,
-                                                       capsys, caplog):
+def test_confirm_resumes_without_redoing_finished_runs(
+    tmp_path, checkpoint, monkeypatch, capsys, caplog
+):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "2")
@@ -125,8 +153,10 @@ def test_confirm_resumes_without_redoing_finished_runs(tmp_path, checkpoint, mon
         assert main(argv) == 0
     out = capsys.readouterr().out
     assert "confirmed 1 runs, skipped 1" in out
-    assert any(f"run {ids[0][:8]}" in r.getMessage() and "skipped" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        f"run {ids[0][:8]}" in r.getMessage() and "skipped" in r.getMessage()
+        for r in caplog.records
+    )
     history = client.get_metric_history(ids[0], "acc_aa_std_2")
     assert [m.value for m in history] == [first]  # not redone
     assert "acc_aa_std_2" in _run(uri, ids[1]).data.metrics
@@ -134,8 +164,12 @@ def test_confirm_resumes_without_redoing_finished_runs(tmp_path, checkpoint, mon
 
 def test_confirm_usage_errors_exit_2_naming_the_flag(tmp_path, capsys, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'none.db'}"
-    for extra, flag in ((["--top", "0"], "--top"), (["--top", "1", "--run-id", "x"], "--top"),
-                        (["--images", "-1"], "--images"), ([], "--tracking-uri")):
+    for extra, flag in (
+        (["--top", "0"], "--top"),
+        (["--top", "1", "--run-id", "x"], "--top"),
+        (["--images", "-1"], "--images"),
+        ([], "--tracking-uri"),
+    ):
         assert main(["confirm", "--experiment", "e", *extra, "--tracking-uri", uri]) == 2
         err = capsys.readouterr().err
         assert flag in err and err.count("\n") == 1, err

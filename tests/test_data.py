@@ -1,4 +1,5 @@
 """Data: embedded sample, npz/imagefolder/torchvision loaders, eval subset, augmentations."""
+
 from __future__ import annotations
 
 import hashlib
@@ -7,14 +8,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import SHARED_NPZ
-from lipsweep.config_base import ConfigError
-from lipsweep.data import (DataConfig, augment, create_mixup, embedded_path, embedded_rest_path,
-                           eval_subset_indices, load_splits, train_batches)
+
+from lipsweep.core.config_base import ConfigError
+from lipsweep.trial.data import (
+    DataConfig,
+    augment,
+    create_mixup,
+    embedded_path,
+    embedded_rest_path,
+    eval_subset_indices,
+    load_splits,
+    train_batches,
+)
 
 KEYS = ("x_train", "y_train", "x_test", "y_test")
-# sha256 of SPEC §4's cifar10_subset.npz arrays (x_train, y_train, x_test, y_test bytes)
+# sha256 of the shared cifar10_subset.npz arrays (x_train, y_train, x_test, y_test bytes)
 SUBSET_SHA256 = "f97595d27ee0de20351c8951afe750780c60743887d66e368ee67dee2906fe5b"
 
 
@@ -78,8 +87,7 @@ def test_torchvision_cifar10_local_folder(tmp_path, monkeypatch, ref):
         with open(root / f"data_batch_{i + 1}", "wb") as fh:
             pickle.dump({"data": x[part], "labels": ref["y_train"][part].tolist()}, fh)
     with open(root / "test_batch", "wb") as fh:
-        pickle.dump({"data": ref["x_test"].reshape(846, -1),
-                     "labels": ref["y_test"].tolist()}, fh)
+        pickle.dump({"data": ref["x_test"].reshape(846, -1), "labels": ref["y_test"].tolist()}, fh)
     with open(root / "batches.meta", "wb") as fh:
         pickle.dump({"label_names": list(ref["label_names"])}, fh)
     cfg = DataConfig(dataset="cifar10", data_dir=str(tmp_path), eval_size=0)
@@ -92,13 +100,16 @@ def test_torchvision_cifar10_local_folder(tmp_path, monkeypatch, ref):
     assert torch.equal(s.y_eval, torch.from_numpy(ref["y_test"]).long())
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    (dict(dataset="imagenet"), "dataset"),
-    (dict(dataset="cifar10", data_dir="/no/such/dir"), "data_dir"),
-    (dict(dataset="npz", data_dir="/no/such.npz"), "data_dir"),
-    (dict(eval_size=-1), "eval_size"),
-    (dict(mix_prob=2.0), "mix_prob"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(dataset="imagenet"), "dataset"),
+        (dict(dataset="cifar10", data_dir="/no/such/dir"), "data_dir"),
+        (dict(dataset="npz", data_dir="/no/such.npz"), "data_dir"),
+        (dict(eval_size=-1), "eval_size"),
+        (dict(mix_prob=2.0), "mix_prob"),
+    ],
+)
 def test_bad_data_config_names_the_field(kwargs, field):
     with pytest.raises(ConfigError) as exc:
         DataConfig(**kwargs)
@@ -128,7 +139,7 @@ def test_augment_crop_and_flip_are_real_and_seeded():
             padded = torch.nn.functional.pad(img, (4, 4, 4, 4))
             for dy in range(9):
                 for dx in range(9):
-                    if torch.equal(padded[:, dy:dy + 32, dx:dx + 32], a[i]):
+                    if torch.equal(padded[:, dy : dy + 32, dx : dx + 32], a[i]):
                         found = True
         assert found
     none = augment(x, DataConfig(crop_padding=0, hflip=False), torch.Generator())
@@ -148,20 +159,23 @@ def test_mixup_is_timms_and_mixes_targets():
 
 # --- the researcher's own data: npz with any number of classes, and an ImageFolder tree ---
 
+
 def _npz(path: Path, n_classes: int = 100, layout: str = "NHWC", **over) -> Path:
     rng = np.random.default_rng(0)
     shape = (lambda n: (n, 32, 32, 3)) if layout == "NHWC" else (lambda n: (n, 3, 32, 32))
-    arrays = {"x_train": rng.integers(0, 256, shape(300), dtype=np.uint8),
-              "y_train": np.arange(300) % n_classes,
-              "x_test": rng.integers(0, 256, shape(50), dtype=np.uint8),
-              "y_test": np.arange(50) % n_classes}
+    arrays = {
+        "x_train": rng.integers(0, 256, shape(300), dtype=np.uint8),
+        "y_train": np.arange(300) % n_classes,
+        "x_test": rng.integers(0, 256, shape(50), dtype=np.uint8),
+        "y_test": np.arange(50) % n_classes,
+    }
     arrays.update(over)
     np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
     return path
 
 
 def test_npz_with_100_classes_nhwc_sets_num_classes(tmp_path):
-    from lipsweep.config import TrialConfig
+    from lipsweep.settings.config import TrialConfig
 
     path = _npz(tmp_path / "c100.npz")
     cfg = TrialConfig.from_flat({"dataset": "npz", "data_dir": str(path), "eval_size": 0})
@@ -187,8 +201,11 @@ def _png_tree(root: Path, sizes: dict[str, tuple[int, int]] | None = None) -> Pa
             for i in range(n):
                 size = (sizes or {}).get(f"{split}/{c}/{i}", (32, 32))
                 img = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-                im = Image.fromarray(img).convert("L") if (c, i) == ("frog", 0) else \
-                    Image.fromarray(img)
+                im = (
+                    Image.fromarray(img).convert("L")
+                    if (c, i) == ("frog", 0)
+                    else Image.fromarray(img)
+                )
                 im.save(root / split / c / f"{i}.png")
     return root
 
@@ -196,11 +213,10 @@ def _png_tree(root: Path, sizes: dict[str, tuple[int, int]] | None = None) -> Pa
 def test_image_folder_source(tmp_path):
     from PIL import Image
 
-    from lipsweep.config import TrialConfig
+    from lipsweep.settings.config import TrialConfig
 
     root = _png_tree(tmp_path / "pets")
-    cfg = TrialConfig.from_flat({"dataset": "imagefolder", "data_dir": str(root),
-                                 "eval_size": 0})
+    cfg = TrialConfig.from_flat({"dataset": "imagefolder", "data_dir": str(root), "eval_size": 0})
     assert cfg.model.num_classes == 3 and cfg.data.image_size == 32
     s = load_splits(cfg.data)
     assert s.x_train.shape == (12, 3, 32, 32) and s.x_eval.shape == (6, 3, 32, 32)
@@ -218,26 +234,33 @@ def _cli_refuses(tmp_path, capsys, data: Path, dataset: str, problem: str) -> No
 
     out = tmp_path / "out"
     before = sorted(p.name for p in tmp_path.iterdir())
-    rc = main(["train", "--set", f"dataset={dataset}", "--set", f"data_dir={data}",
-               "--out", str(out)])
+    rc = main(
+        ["train", "--set", f"dataset={dataset}", "--set", f"data_dir={data}", "--out", str(out)]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert "data_dir:" in err[0] and problem in err[0], err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == before and not out.exists()
 
 
-@pytest.mark.parametrize("over,problem", [
-    (dict(x_train=np.zeros((300, 32, 32, 3), np.float32)), "x_train is float32; expected uint8"),
-    (dict(x_test=np.zeros((50, 32, 32), np.uint8)), "x_test has shape (50, 32, 32)"),
-    (dict(y_train=np.arange(299) % 100), "x_train has 300 images but y_train 299 labels"),
-    (dict(y_test=np.full(50, 100)), "label 100 is out of range"),
-    (dict(label_names=np.array(["a"] * 10)), "label 99 is out of range: 10 label_names"),
-    (dict(y_train=-(np.arange(300) % 3)), "labels must be 0 .. C-1"),
-    (dict(y_train=np.linspace(0, 1, 300)), "y_train must be a 1-D integer array"),
-    (dict(x_test=np.zeros((50, 3, 32, 32), np.uint8)), "x_train is NHWC but x_test NCHW"),
-    (dict(x_test=np.zeros((50, 24, 24, 3), np.uint8)), "images must be square and the same"),
-    (dict(y_test=None), "lacks arrays ['y_test']"),
-])
+@pytest.mark.parametrize(
+    "over,problem",
+    [
+        (
+            dict(x_train=np.zeros((300, 32, 32, 3), np.float32)),
+            "x_train is float32; expected uint8",
+        ),
+        (dict(x_test=np.zeros((50, 32, 32), np.uint8)), "x_test has shape (50, 32, 32)"),
+        (dict(y_train=np.arange(299) % 100), "x_train has 300 images but y_train 299 labels"),
+        (dict(y_test=np.full(50, 100)), "label 100 is out of range"),
+        (dict(label_names=np.array(["a"] * 10)), "label 99 is out of range: 10 label_names"),
+        (dict(y_train=-(np.arange(300) % 3)), "labels must be 0 .. C-1"),
+        (dict(y_train=np.linspace(0, 1, 300)), "y_train must be a 1-D integer array"),
+        (dict(x_test=np.zeros((50, 3, 32, 32), np.uint8)), "x_train is NHWC but x_test NCHW"),
+        (dict(x_test=np.zeros((50, 24, 24, 3), np.uint8)), "images must be square and the same"),
+        (dict(y_test=None), "lacks arrays ['y_test']"),
+    ],
+)
 def test_bad_npz_is_refused_in_one_line(tmp_path, capsys, over, problem):
     (tmp_path / "data").mkdir()
     path = _npz(tmp_path / "data" / "bad.npz", **over)
@@ -250,15 +273,18 @@ def test_a_file_that_is_no_npz_is_refused(tmp_path, capsys):
     _cli_refuses(tmp_path, capsys, tmp_path / "data" / "x.npz", "npz", "not a readable .npz")
 
 
-@pytest.mark.parametrize("breakage,problem", [
-    ("no_test", "has no test/ folder"),
-    ("extra_class", "same class folders; they differ in ['emu']"),
-    ("empty_class", "train/dog/ holds no images"),
-    ("odd_size", "train/cat/1.png is 32x24; images must be square"),
-    ("two_sizes", "test/dog/0.png is 28x28 but the others 32x32"),
-    ("broken", "cannot read image train/cat/0.png"),
-    ("missing", "no such folder"),
-])
+@pytest.mark.parametrize(
+    "breakage,problem",
+    [
+        ("no_test", "has no test/ folder"),
+        ("extra_class", "same class folders; they differ in ['emu']"),
+        ("empty_class", "train/dog/ holds no images"),
+        ("odd_size", "train/cat/1.png is 32x24; images must be square"),
+        ("two_sizes", "test/dog/0.png is 28x28 but the others 32x32"),
+        ("broken", "cannot read image train/cat/0.png"),
+        ("missing", "no such folder"),
+    ],
+)
 def test_bad_image_folder_is_refused_in_one_line(tmp_path, capsys, breakage, problem):
     import shutil
 

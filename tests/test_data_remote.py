@@ -1,6 +1,7 @@
 """Prepared datasets (issue 17 item 1): `lipsweep data prepare` -> a file:// URI -> the per-node
 cache, through the same pyarrow.fs code as s3:// or gs://; missing sources refused with one line;
 two processes fetching at once copy once."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,10 +15,14 @@ import numpy as np
 import pytest
 
 from lipsweep.__main__ import main
-from lipsweep.config_base import ConfigError
-from lipsweep.data import DataConfig, load_splits
-from lipsweep.data_remote import (MANIFEST_SUFFIX, cache_root, check_sweep_download,
-                                  fetch_prepared, prepare)
+from lipsweep.core.config_base import ConfigError
+from lipsweep.trial.data import DataConfig, load_splits
+from lipsweep.trial.data_remote import (
+    MANIFEST_SUFFIX,
+    cache_root,
+    check_sweep_download,
+    fetch_prepared,
+)
 
 SUBSET = Path("/work/shared/data/cifar10_subset.npz")
 if not SUBSET.exists():  # the CI copy of the sample
@@ -35,13 +40,16 @@ def cache(tmp_path, monkeypatch) -> Path:
 def prepared(tmp_path) -> str:
     """The CIFAR-10 subset prepared into a file:// 'bucket'; returns the dataset's URI."""
     dest = f"file://{tmp_path}/bucket/prefix"
-    assert main(["data", "prepare", "--dataset", "cifar10", "--source", str(SUBSET),
-                 "--dest", dest]) == 0
+    assert (
+        main(["data", "prepare", "--dataset", "cifar10", "--source", str(SUBSET), "--dest", dest])
+        == 0
+    )
     return f"{dest}/cifar10.npz"
 
 
 def test_prepare_writes_npz_and_manifest_then_a_trial_reads_it_through_the_cache(
-        prepared, cache, tmp_path):
+    prepared, cache, tmp_path
+):
     local = tmp_path / "bucket" / "prefix" / "cifar10.npz"
     manifest = (local.parent / f"cifar10.npz{MANIFEST_SUFFIX}").read_text()
     sha = hashlib.sha256(local.read_bytes()).hexdigest()
@@ -57,8 +65,21 @@ def test_prepare_writes_npz_and_manifest_then_a_trial_reads_it_through_the_cache
 
 
 def test_prepare_into_a_folder_gives_a_local_data_dir(tmp_path):
-    assert main(["data", "prepare", "--dataset", "cifar10", "--source", str(SUBSET),
-                 "--dest", str(tmp_path / "shared")]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "--dataset",
+                "cifar10",
+                "--source",
+                str(SUBSET),
+                "--dest",
+                str(tmp_path / "shared"),
+            ]
+        )
+        == 0
+    )
     cfg = DataConfig(dataset="cifar10", data_dir=str(tmp_path / "shared" / "cifar10.npz"))
     with np.load(SUBSET) as src:
         assert len(load_splits(cfg).x_train) == len(src["x_train"])
@@ -71,7 +92,8 @@ def test_missing_datasets_are_refused_with_one_line(tmp_path, cache, capsys):
         fetch_prepared(f"file://{tmp_path}/nope/cifar100.npz", "cifar100")
     assert info.value.field == "data_dir" and "\n" not in info.value.format()
     assert "no prepared dataset at" in str(info.value) and "lipsweep data prepare" in str(
-        info.value)
+        info.value
+    )
     with pytest.raises(ConfigError, match="names a prepared .npz"):
         DataConfig(dataset="cifar10", data_dir="s3://bucket/prefix/")
     with pytest.raises(ConfigError, match="not a dataset URI"):
@@ -79,15 +101,39 @@ def test_missing_datasets_are_refused_with_one_line(tmp_path, cache, capsys):
     t0 = time.perf_counter()  # checked offline: no call to AWS from the driver
     DataConfig(dataset="cifar100", data_dir="s3://no-such-bucket-xyz/p/cifar100.npz")
     assert time.perf_counter() - t0 < 1.0
-    assert main(["data", "prepare", "--dataset", "cifar10", "--source",
-                 str(tmp_path / "absent"), "--dest", str(tmp_path / "d")]) == 2
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "--dataset",
+                "cifar10",
+                "--source",
+                str(tmp_path / "absent"),
+                "--dest",
+                str(tmp_path / "d"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.startswith("lipsweep data: error: --source: no such file") and err.count(
-        "\n") == 1
+    assert err.startswith("lipsweep data: error: --source: no such file") and err.count("\n") == 1
     assert not (tmp_path / "d").exists()
     out = tmp_path / "train"
-    assert main(["train", "--set", "dataset=cifar10", "--set",
-                 f"data_dir=file://{tmp_path}/nope/cifar10.npz", "--out", str(out)]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--set",
+                "dataset=cifar10",
+                "--set",
+                f"data_dir=file://{tmp_path}/nope/cifar10.npz",
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("lipsweep train: error: data_dir: no prepared dataset at")
     assert err.count("\n") == 1 and not out.exists()
@@ -108,7 +154,7 @@ def test_wrong_or_damaged_data_is_refused(prepared, cache, tmp_path):
 _READER = """
 import logging, sys, time
 from pathlib import Path
-from lipsweep.data_remote import fetch_prepared
+from lipsweep.trial.data_remote import fetch_prepared
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 go = Path(sys.argv[2])
 while not go.exists():
@@ -119,10 +165,16 @@ print(fetch_prepared(sys.argv[1], "cifar10"))
 
 def test_two_processes_fetching_at_once_copy_once(prepared, cache, tmp_path):
     go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", _READER, prepared, str(go)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "LIPSWEEP_DATA_CACHE": str(cache)})
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _READER, prepared, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "LIPSWEEP_DATA_CACHE": str(cache)},
+        )
+        for _ in range(2)
+    ]
     time.sleep(3.0)  # both are waiting for the go file (imports done)
     go.touch()
     outs = [p.communicate(timeout=120) for p in procs]

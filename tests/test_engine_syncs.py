@@ -7,24 +7,42 @@ the real train loop runs (batching, on-device crop/flip, timm Mixup/CutMix, forw
 regularizer, backward, gradient clipping, SGD). Only the loop's non-finite-loss check
 (:meth:`LossMonitor.check`, every ``nonfinite_check_every`` steps and at epoch end) may read.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lipsweep.config import TrialConfig
-from lipsweep.data import create_mixup, load_splits, train_batches, train_to_device
-from lipsweep.engine import (LossMonitor, NonFiniteLossError, build_optimizer, count_host_syncs,
-                             train_one_epoch, train_step)
-from lipsweep.models import create_model
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.regularizers.jasmin import JasminRegularizer
-from lipsweep.trial import seed_everything
+from lipsweep.settings.config import TrialConfig
+from lipsweep.trial.data import create_mixup, load_splits, train_batches, train_to_device
+from lipsweep.trial.engine import (
+    LossMonitor,
+    NonFiniteLossError,
+    build_optimizer,
+    count_host_syncs,
+    train_one_epoch,
+    train_step,
+)
+from lipsweep.trial.models import create_model
+from lipsweep.trial.run import seed_everything
 
 TRAPPED = ("item", "tolist", "nonzero", "cpu", "__bool__", "__int__", "__float__")
-TINY = {"depth": 2, "embed_dim": 64, "num_heads": 4, "train_size": 96, "eval_size": 16,
-        "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "mixup": 0.8, "cutmix": 1.0,
-        "clip_grad": 1.0, "epochs": 1}
+TINY = {
+    "depth": 2,
+    "embed_dim": 64,
+    "num_heads": 4,
+    "train_size": 96,
+    "eval_size": 16,
+    "batch_size": 32,
+    "optimizer": "sgd",
+    "lr": 0.05,
+    "mixup": 0.8,
+    "cutmix": 1.0,
+    "clip_grad": 1.0,
+    "epochs": 1,
+}
 
 
 class SyncTrap:
@@ -69,19 +87,35 @@ def _epoch(flat: dict, trap: SyncTrap, check_every: int) -> dict[str, float]:
     trap.armed = True
     try:
         return train_one_epoch(
-            model, reg, opt, train_batches(splits, cfg.optim.batch_size, 0, 1),
-            optim_cfg=cfg.optim, data_cfg=cfg.data, device=device,
-            precision="fp32", gen=gen, mixup=create_mixup(cfg.data, 10), step0=0,
-            steps_per_epoch=3, epoch=1, seed=0, nonfinite_check_every=check_every)
+            model,
+            reg,
+            opt,
+            train_batches(splits, cfg.optim.batch_size, 0, 1),
+            optim_cfg=cfg.optim,
+            data_cfg=cfg.data,
+            device=device,
+            precision="fp32",
+            gen=gen,
+            mixup=create_mixup(cfg.data, 10),
+            step0=0,
+            steps_per_epoch=3,
+            epoch=1,
+            seed=0,
+            nonfinite_check_every=check_every,
+        )
     finally:
         trap.armed = False
 
 
-@pytest.mark.parametrize("flat", [
-    {"regularizer": "none"},
-    {"regularizer": "jasmin", "k": 10, "aggregation": "mean"},
-    {"regularizer": "jasmin", "k": 0, "aggregation": "max"},
-], ids=["baseline", "jasmin-k10-mean", "jasmin-k0-max"])
+@pytest.mark.parametrize(
+    "flat",
+    [
+        {"regularizer": "none"},
+        {"regularizer": "jasmin", "k": 10, "aggregation": "mean"},
+        {"regularizer": "jasmin", "k": 0, "aggregation": "max"},
+    ],
+    ids=["baseline", "jasmin-k10-mean", "jasmin-k0-max"],
+)
 def test_train_loop_reads_the_device_only_at_the_every_n_check(flat, monkeypatch):
     trap = SyncTrap(monkeypatch)
     stats = _epoch(flat, trap, check_every=2)
@@ -112,8 +146,11 @@ def test_non_finite_loss_is_caught_by_the_periodic_check_with_its_step():
     monitor.add(torch.tensor([1.0, 1.0, 0.0]), step=7)
     monitor.add(torch.tensor([float("nan"), 1.0, float("nan")]), step=8)
     monitor.add(torch.tensor([float("inf"), float("inf"), 0.0]), step=9)
-    with pytest.raises(NonFiniteLossError, match=r"loss became nan at epoch 3, step 8 "
-                                                 r"\(loss_ce=1.0, loss_reg=nan"):
+    with pytest.raises(
+        NonFiniteLossError,
+        match=r"loss became nan at epoch 3, step 8 "
+        r"\(loss_ce=1.0, loss_reg=nan",
+    ):
         monitor.check(3, 0.1)
 
 
@@ -123,9 +160,14 @@ def test_count_host_syncs_needs_cuda():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("flat", [{"regularizer": "none"},
-                                  {"regularizer": "jasmin", "k": 10, "aggregation": "mean"},
-                                  {"regularizer": "jasmin", "k": 0, "aggregation": "max"}])
+@pytest.mark.parametrize(
+    "flat",
+    [
+        {"regularizer": "none"},
+        {"regularizer": "jasmin", "k": 10, "aggregation": "mean"},
+        {"regularizer": "jasmin", "k": 0, "aggregation": "max"},
+    ],
+)
 def test_a_cuda_train_step_makes_no_sync(flat):
     """What the CPU traps stand in for, counted by CUDA itself (set_sync_debug_mode)."""
     cfg = TrialConfig.from_flat({**TINY, **flat})
@@ -141,8 +183,20 @@ def test_a_cuda_train_step_makes_no_sync(flat):
 
     def step() -> None:
         xb, yb = next(batches)
-        train_step(model, reg, opt, xb, yb, optim_cfg=cfg.optim, data_cfg=cfg.data,
-                   device=device, precision="auto", gen=gen, mixup=mixup, lr=0.01)
+        train_step(
+            model,
+            reg,
+            opt,
+            xb,
+            yb,
+            optim_cfg=cfg.optim,
+            data_cfg=cfg.data,
+            device=device,
+            precision="auto",
+            gen=gen,
+            mixup=mixup,
+            lr=0.01,
+        )
 
     step()  # warm-up: first-use allocations and lazy inits
     assert count_host_syncs(step, device) == 0

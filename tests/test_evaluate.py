@@ -1,4 +1,5 @@
 """The evaluation driver, the suite config and the sanity checks."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -6,15 +7,21 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_model_config
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from conftest import tiny_model_config
 from lipsweep.attacks import RobustnessConfig, evaluate_robustness
-from lipsweep.attacks.checks import (check_deterministic, check_input_gradients, check_logits,
-                                     check_monotone, check_perturbation, run_model_checks)
-from lipsweep.config_base import ConfigError, from_mapping
-from lipsweep.models import create_model
+from lipsweep.attacks.checks import (
+    check_deterministic,
+    check_input_gradients,
+    check_logits,
+    check_monotone,
+    check_perturbation,
+    run_model_checks,
+)
+from lipsweep.core.config_base import ConfigError, from_mapping
+from lipsweep.trial.models import create_model
 
 # a shallower, narrower tiny ViT for the mechanics (same code path; keeps the file fast)
 SMALL = dict(depth=2, embed_dim=64, num_heads=4)
@@ -68,15 +75,25 @@ def test_configurable_suite_names_other_eps(tiny, data):
 
 def test_tensors_and_dataloader_give_identical_results(tiny, data):
     x, y = data
-    cfg = RobustnessConfig(fgsm_eps=[2], pgd_eps=[2], pgd_steps=2, attack_batch_size=8,
-                           attack_images=0, aa_attacks=["apgd-ce"], aa_iters=2)
+    cfg = RobustnessConfig(
+        fgsm_eps=[2],
+        pgd_eps=[2],
+        pgd_steps=2,
+        attack_batch_size=8,
+        attack_images=0,
+        aa_attacks=["apgd-ce"],
+        aa_iters=2,
+    )
     a = evaluate_robustness(tiny, (x, y), cfg, progress=False)  # seeded PGD start, AA seed
-    b = evaluate_robustness(tiny, DataLoader(TensorDataset(x, y), batch_size=5), cfg,
-                            progress=False)
+    b = evaluate_robustness(
+        tiny, DataLoader(TensorDataset(x, y), batch_size=5), cfg, progress=False
+    )
     assert _acc_keys(a) == ["acc_clean", "acc_fgsm_2", "acc_pgd_2", "acc_aa_2"]
     assert {k: a[k] for k in _acc_keys(a)} == {k: b[k] for k in _acc_keys(b)}
-    strip = lambda r: [{k: v for k, v in s.items() if k != "seconds"}  # noqa: E731
-                       for s in r["aa_stages"]["acc_aa_2"]]
+
+    def strip(r):
+        return [{k: v for k, v in s.items() if k != "seconds"} for s in r["aa_stages"]["acc_aa_2"]]
+
     assert strip(a) == strip(b)
 
 
@@ -84,16 +101,18 @@ def test_plain_list_of_batches_and_flat_dict_suite(tiny, data):
     x, y = data
     cfg = RobustnessConfig(attacks=["fgsm"], fgsm_eps=[4])
     a = evaluate_robustness(tiny, (x, y), cfg, progress=False)
-    c = evaluate_robustness(tiny, [(x[:11], y[:11]), (x[11:], y[11:])],
-                            dataclasses.asdict(cfg), progress=False)
+    c = evaluate_robustness(
+        tiny, [(x[:11], y[:11]), (x[11:], y[11:])], dataclasses.asdict(cfg), progress=False
+    )
     assert a["acc_fgsm_4"] == c["acc_fgsm_4"] and a["attack_images"] == c["attack_images"]
 
 
 def test_attack_images_takes_the_first_images_of_a_loader(tiny, data):
     x, y = data
     cfg = RobustnessConfig(attacks=["fgsm"], fgsm_eps=[2], attack_images=7)
-    a = evaluate_robustness(tiny, DataLoader(TensorDataset(x, y), batch_size=5), cfg,
-                            progress=False)
+    a = evaluate_robustness(
+        tiny, DataLoader(TensorDataset(x, y), batch_size=5), cfg, progress=False
+    )
     b = evaluate_robustness(tiny, (x[:7], y[:7]), cfg, progress=False)
     assert a["attack_images"] == 7 and a["acc_fgsm_2"] == b["acc_fgsm_2"]
 
@@ -101,8 +120,13 @@ def test_attack_images_takes_the_first_images_of_a_loader(tiny, data):
 def test_model_mode_is_restored_and_progress_goes_to_stderr(tiny, data, capsys):
     tiny.train()
     try:
-        evaluate_robustness(tiny, data, RobustnessConfig(attacks=["fgsm"], fgsm_eps=[2]),
-                            device="cpu", progress=True)
+        evaluate_robustness(
+            tiny,
+            data,
+            RobustnessConfig(attacks=["fgsm"], fgsm_eps=[2]),
+            device="cpu",
+            progress=True,
+        )
         assert tiny.training
     finally:
         tiny.eval()
@@ -156,9 +180,14 @@ def test_model_checks_pass_on_a_plain_vit(tiny, data):
     assert run_model_checks(tiny, x[:8], y[:8]) == []
 
 
-@pytest.mark.parametrize("wrapper, kind", [(Softmaxed, "outputs-are-probabilities"),
-                                           (Quantized, "zero-input-gradient"),
-                                           (DropoutInEval, "nondeterministic")])
+@pytest.mark.parametrize(
+    "wrapper, kind",
+    [
+        (Softmaxed, "outputs-are-probabilities"),
+        (Quantized, "zero-input-gradient"),
+        (DropoutInEval, "nondeterministic"),
+    ],
+)
 def test_model_checks_fire_loudly(wrapper, kind, tiny, data, caplog):
     x, y = data
     bad = wrapper(tiny).eval()
@@ -169,8 +198,12 @@ def test_model_checks_fire_loudly(wrapper, kind, tiny, data, caplog):
 
 
 def test_failed_checks_land_in_the_result(tiny, data):
-    res = evaluate_robustness(Softmaxed(tiny).eval(), data,
-                              RobustnessConfig(attacks=["fgsm"], fgsm_eps=[2]), progress=False)
+    res = evaluate_robustness(
+        Softmaxed(tiny).eval(),
+        data,
+        RobustnessConfig(attacks=["fgsm"], fgsm_eps=[2]),
+        progress=False,
+    )
     assert any("outputs-are-probabilities" in w for w in res["warnings"])
     assert res["attack_warnings"] == len(res["warnings"]) >= 1
     assert res["acc_fgsm_2"] >= 0  # numbers still come back, flagged
@@ -202,8 +235,7 @@ def test_perturbation_check():
 
 
 def test_monotone_check():
-    ok = dict(acc_clean=80, acc_fgsm_2=40, acc_fgsm_4=30, acc_pgd_2=20, acc_pgd_4=10,
-              acc_aa_2=5)
+    ok = dict(acc_clean=80, acc_fgsm_2=40, acc_fgsm_4=30, acc_pgd_2=20, acc_pgd_4=10, acc_aa_2=5)
     assert check_monotone(ok) == []
     assert check_monotone(dict(ok, acc_pgd_4=25))  # larger eps leaves more
     assert check_monotone(dict(ok, acc_pgd_2=45))  # PGD weaker than FGSM
@@ -214,14 +246,32 @@ def test_monotone_check():
 # ---------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize("field, value", [
-    ("attacks", ["fgsm", "cw"]), ("attacks", []), ("attacks", ["pgd", "pgd"]),
-    ("fgsm_eps", [0]), ("fgsm_eps", [4 / 255]), ("pgd_eps", [2, 2]), ("pgd_eps", [300]),
-    ("pgd_steps", 0), ("pgd_step_size", 0.0), ("pgd_step_size", 2.0), ("pgd_restarts", 0),
-    ("aa_version", "plus"), ("aa_attacks", ["apgd-ce", "fgsm"]), ("aa_attacks", []),
-    ("aa_iters", 0), ("aa_restarts", 0), ("attack_images", -1), ("attack_batch_size", 0),
-    ("attack_precision", "fp16"), ("attack_seed", -1), ("pgd_random_start", "yes"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("attacks", ["fgsm", "cw"]),
+        ("attacks", []),
+        ("attacks", ["pgd", "pgd"]),
+        ("fgsm_eps", [0]),
+        ("fgsm_eps", [4 / 255]),
+        ("pgd_eps", [2, 2]),
+        ("pgd_eps", [300]),
+        ("pgd_steps", 0),
+        ("pgd_step_size", 0.0),
+        ("pgd_step_size", 2.0),
+        ("pgd_restarts", 0),
+        ("aa_version", "plus"),
+        ("aa_attacks", ["apgd-ce", "fgsm"]),
+        ("aa_attacks", []),
+        ("aa_iters", 0),
+        ("aa_restarts", 0),
+        ("attack_images", -1),
+        ("attack_batch_size", 0),
+        ("attack_precision", "fp16"),
+        ("attack_seed", -1),
+        ("pgd_random_start", "yes"),
+    ],
+)
 def test_config_rejects_bad_values_naming_the_field(field, value):
     with pytest.raises(ConfigError) as info:
         RobustnessConfig(**{field: value})
@@ -231,8 +281,11 @@ def test_config_rejects_bad_values_naming_the_field(field, value):
 def test_config_rejects_bad_combinations_naming_a_field():
     with pytest.raises(ConfigError, match="pgd_eps.*empty.*'pgd'"):
         RobustnessConfig(pgd_eps=[])
-    assert RobustnessConfig(attacks=["fgsm"], pgd_eps=[]).metric_names() == \
-        ["acc_clean", "acc_fgsm_2", "acc_fgsm_4"]
+    assert RobustnessConfig(attacks=["fgsm"], pgd_eps=[]).metric_names() == [
+        "acc_clean",
+        "acc_fgsm_2",
+        "acc_fgsm_4",
+    ]
     with pytest.raises(ConfigError, match="pgd_restarts"):
         RobustnessConfig(pgd_restarts=3, pgd_random_start=False)
 
@@ -241,14 +294,20 @@ def test_config_is_flat_and_round_trips():
     cfg = RobustnessConfig()
     flat = dataclasses.asdict(cfg)
     assert all(isinstance(v, (int, float, str, bool, list, type(None))) for v in flat.values())
-    assert all(not isinstance(v, list) or all(isinstance(i, (int, str)) for i in v)
-               for v in flat.values())
+    assert all(
+        not isinstance(v, list) or all(isinstance(i, (int, str)) for i in v) for v in flat.values()
+    )
     assert from_mapping(RobustnessConfig, flat) == cfg
     assert from_mapping(RobustnessConfig, {"pgd_eps": [2, 4, 8]}).pgd_eps == [2, 4, 8]
     with pytest.raises(ConfigError, match="aa_iter"):
         from_mapping(RobustnessConfig, {"aa_iter": 10})  # typo: unknown key
-    assert (cfg.pgd_steps, cfg.aa_eps, cfg.aa_iters, cfg.aa_restarts, cfg.attack_precision) \
-        == (4, [2], 10, 1, "fp32")
+    assert (cfg.pgd_steps, cfg.aa_eps, cfg.aa_iters, cfg.aa_restarts, cfg.attack_precision) == (
+        4,
+        [2],
+        10,
+        1,
+        "fp32",
+    )
 
 
 # ---------------------------------------------------------------- the trained model
@@ -260,8 +319,9 @@ def test_trained_model_accuracies_are_ordered(trained_tiny_model, cifar_sample):
     accuracy (1-point slack), and AutoAttack (APGD-CE then APGD-T, 10 iterations each) is at
     least as strong as 4-step PGD at the same eps."""
     cfg = RobustnessConfig(attack_images=64, aa_attacks=["apgd-ce", "apgd-t"])
-    res = evaluate_robustness(trained_tiny_model, (cifar_sample["x_test"],
-                                                   cifar_sample["y_test"]), cfg, progress=False)
+    res = evaluate_robustness(
+        trained_tiny_model, (cifar_sample["x_test"], cifar_sample["y_test"]), cfg, progress=False
+    )
     assert res["warnings"] == []
     assert res["acc_clean"] > 20  # a real classifier, else the test means nothing
     assert res["acc_pgd_4"] < res["acc_clean"]  # the attacks bite
@@ -275,9 +335,12 @@ def test_trained_model_accuracies_are_ordered(trained_tiny_model, cifar_sample):
 @pytest.mark.slow
 def test_trained_model_paper_suite(trained_tiny_model, cifar_sample):
     """The paper's full suite (AutoAttack: APGD-CE, APGD-T, FAB-T, Square, 10 iterations)."""
-    res = evaluate_robustness(trained_tiny_model, (cifar_sample["x_test"],
-                                                   cifar_sample["y_test"]),
-                              RobustnessConfig(attack_images=64), progress=False)
+    res = evaluate_robustness(
+        trained_tiny_model,
+        (cifar_sample["x_test"], cifar_sample["y_test"]),
+        RobustnessConfig(attack_images=64),
+        progress=False,
+    )
     assert _acc_keys(res) == PAPER_METRICS and res["warnings"] == []
     assert res["acc_aa_2"] <= res["acc_pgd_2"]
     stages = res["aa_stages"]["acc_aa_2"]

@@ -4,6 +4,7 @@ Run alone with ``pytest -m faults``. The Ray tests (marked ``slow``) use a real 
 private RAY_TMPDIR and a real MLflow (SQLite store, or an ``mlflow server`` on 127.0.0.1), and
 kill only processes they started. docs/reliability.md tabulates the faults and the figures.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,18 +22,42 @@ from pathlib import Path
 
 import pytest
 import torch
+from _sweep_helpers import (
+    ROOT,
+    TINY_FLAT,
+    MlflowServer,
+    children,
+    client,
+    parents,
+    ray_sandbox,
+    run_sweep_cli,
+    runs,
+    sqlite_uri,
+    steps,
+    sweep_cmd,
+    sweep_process,
+    trial_workers,
+    wait_for,
+    write_space,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _sweep_helpers import (ROOT, TINY_FLAT, MlflowServer, children, client, parents,
-                            ray_sandbox, run_sweep_cli, runs, sqlite_uri, steps, sweep_cmd,
-                            sweep_process, trial_workers, wait_for, write_space)
-
 pytestmark = pytest.mark.faults
 
-SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
-                "lip_jacobian_mean", "lip_jacobian_median", "lip_jacobian_p90",
-                "lip_jacobian_p99", "lip_jacobian_max")
+SPEC_METRICS = (
+    "acc_clean",
+    "acc_fgsm_2",
+    "acc_fgsm_4",
+    "acc_pgd_2",
+    "acc_pgd_4",
+    "acc_aa_2",
+    "lip_jacobian_mean",
+    "lip_jacobian_median",
+    "lip_jacobian_p90",
+    "lip_jacobian_p99",
+    "lip_jacobian_max",
+)
 EPOCH_METRICS = ("loss", "loss_ce", "loss_reg", "epoch_acc_clean", "lr", "epoch")
 THREE = """  - regularizer: none
   - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
@@ -64,16 +89,22 @@ def _log_text(path: Path) -> str:
 @pytest.mark.slow
 def test_worker_killed_twice_resumes_from_checkpoint_without_gaps(tmp_path):
     epochs = 6
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=epochs,
-                        extra="max_failures: 2\n")
+    space = write_space(
+        tmp_path, "  - regularizer: none\n", epochs=epochs, extra="max_failures: 2\n"
+    )
     space.write_text(space.read_text().replace("train_size: 256", "train_size: 512"))
     uri, log = sqlite_uri(tmp_path), tmp_path / "sweep.log"
     killed = []
     with ray_sandbox() as box:
         with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log) as proc:
             for after_epoch in (1, 3):  # kill while the next epoch is being trained
-                wait_for(lambda: _kid_epochs(uri) >= after_epoch, 900,
-                         f"epoch {after_epoch} in MLflow", proc, poll_s=0.2)
+                wait_for(
+                    lambda: _kid_epochs(uri) >= after_epoch,
+                    900,
+                    f"epoch {after_epoch} in MLflow",
+                    proc,
+                    poll_s=0.2,
+                )
                 time.sleep(0.5)
                 workers = trial_workers(proc.pid)
                 assert workers, "no Tune worker of this sweep to kill"
@@ -135,8 +166,12 @@ def test_driver_sigkill_then_resume_finishes_each_trial_exactly_once(tmp_path):
     (parent,) = parents(uri)
     assert parent.info.status == "FINISHED"
     assert "3 finished, 0 stopped early, 0 failed, 0 not run, of 3 trials" in resumed.stdout
-    print("orphaned Ray processes after the SIGKILL:", len(orphans), "| trials re-run by Tune "
-          "but already finished in MLflow:", resumed.stderr.count("already completed in MLflow"))
+    print(
+        "orphaned Ray processes after the SIGKILL:",
+        len(orphans),
+        "| trials re-run by Tune but already finished in MLflow:",
+        resumed.stderr.count("already completed in MLflow"),
+    )
 
 
 def _finished(uri: str) -> int:
@@ -160,16 +195,22 @@ def test_tracking_server_outage_loses_nothing(tmp_path):
     log = tmp_path / "sweep.log"
     try:
         with ray_sandbox() as box:
-            with sweep_process(sweep_cmd(tmp_path, space, tracking_uri=server.uri), tmp_path,
-                               box, log) as proc:
-                wait_for(lambda: _kid_epochs(store) >= 1, 900, "epoch 1 in MLflow", proc,
-                         poll_s=0.2)
+            with sweep_process(
+                sweep_cmd(tmp_path, space, tracking_uri=server.uri), tmp_path, box, log
+            ) as proc:
+                wait_for(
+                    lambda: _kid_epochs(store) >= 1, 900, "epoch 1 in MLflow", proc, poll_s=0.2
+                )
                 server.stop()
                 down, stored = time.time(), _kid_epochs(store)
                 assert stored <= epochs - 2
                 # Trials keep training while MLflow is down: later epochs reach the driver.
-                wait_for(lambda: re.search(rf"\] epoch {stored + 2} ", _log_text(log))
-                         is not None, 600, f"epoch {stored + 2} during the outage", proc)
+                wait_for(
+                    lambda: re.search(rf"\] epoch {stored + 2} ", _log_text(log)) is not None,
+                    600,
+                    f"epoch {stored + 2} during the outage",
+                    proc,
+                )
                 assert "buffering writes" in _log_text(log)
                 assert _kid_epochs(store) == stored  # nothing reached the store meanwhile
                 time.sleep(max(0.0, 15 - (time.time() - down)))  # an outage of >= 15 s
@@ -197,8 +238,9 @@ def test_tracker_buffers_spills_and_replays_across_an_outage(tmp_path, monkeypat
     server = MlflowServer(tmp_path)
     server.start()
     try:
-        tr = Tracker(server.uri, "exp", retries=1, backoff_s=0.1, buffer_writes=True,
-                     max_pending=50)
+        tr = Tracker(
+            server.uri, "exp", retries=1, backoff_s=0.1, buffer_writes=True, max_pending=50
+        )
         parent = tr.open_parent("sweep-dir", "exp", {"a": 1})
         run = tr.open_child(parent, "t1", "t1", {"lr": 0.1})
         tr.log_metrics(run, {"loss": 1.0, "epoch": 1}, step=1)
@@ -236,19 +278,38 @@ def test_epochs_lost_with_a_killed_driver_are_backfilled_from_the_checkpoint(tmp
 
     from ray import tune
 
-    from lipsweep.checkpoint import save_checkpoint
-    from lipsweep.config import TrialConfig
+    from lipsweep.settings.config import TrialConfig
     from lipsweep.sweep.callbacks import MlflowSweepCallback
     from lipsweep.tracking import Tracker
+    from lipsweep.trial.checkpoint import save_checkpoint
 
     uri = sqlite_uri(tmp_path)
-    history = [{"loss": 2.0 / e, "loss_ce": 2.0 / e, "loss_reg": 0.0, "acc_clean": 10.0 * e,
-                "lr": 1e-3, "epoch": float(e)} for e in (1, 2, 3)]
-    ckpt = save_checkpoint(tmp_path / "ckpt", 3, {"w": torch.zeros(2)},
-                           {"state": {}, "param_groups": []}, {}, {"history": history})
+    history = [
+        {
+            "loss": 2.0 / e,
+            "loss_ce": 2.0 / e,
+            "loss_reg": 0.0,
+            "acc_clean": 10.0 * e,
+            "lr": 1e-3,
+            "epoch": float(e),
+        }
+        for e in (1, 2, 3)
+    ]
+    ckpt = save_checkpoint(
+        tmp_path / "ckpt",
+        3,
+        {"w": torch.zeros(2)},
+        {"state": {}, "param_groups": []},
+        {},
+        {"history": history},
+    )
     flat = TrialConfig.from_flat(TINY_FLAT).to_flat()
-    trial = SimpleNamespace(trial_id="t1", config={"trial": flat}, last_result={},
-                            checkpoint=tune.Checkpoint.from_directory(str(ckpt)))
+    trial = SimpleNamespace(
+        trial_id="t1",
+        config={"trial": flat},
+        last_result={},
+        checkpoint=tune.Checkpoint.from_directory(str(ckpt)),
+    )
     tracker = Tracker(uri, "exp")
     cb = MlflowSweepCallback(tracker, tracker.open_parent("dir", "exp", {}))
     cb.on_trial_result(0, [], trial, dict(history[0]))  # epoch 1 reached MLflow
@@ -267,16 +328,17 @@ def test_epochs_lost_with_a_killed_driver_are_backfilled_from_the_checkpoint(tmp
 # 4-5. Disk full while checkpointing; a truncated checkpoint; resume = uninterrupted
 # ---------------------------------------------------------------------------------------------
 def _tiny_cfg(epochs: int):
-    from lipsweep.config import TrialConfig
+    from lipsweep.settings.config import TrialConfig
 
-    return TrialConfig.from_flat({**TINY_FLAT, "epochs": epochs, "evaluate": False,
-                                  "train_size": 128})
+    return TrialConfig.from_flat(
+        {**TINY_FLAT, "epochs": epochs, "evaluate": False, "train_size": 128}
+    )
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     """The reference: 3 epochs in one go."""
-    from lipsweep.trial import run_trial
+    from lipsweep.trial.run import run_trial
 
     out = tmp_path_factory.mktemp("uninterrupted")
     run_trial(_tiny_cfg(3), out, progress=False)
@@ -294,10 +356,11 @@ def _assert_same_tensors(a: Path, b: Path) -> None:
 
 
 @pytest.mark.slow
-def test_disk_full_during_checkpoint_keeps_previous_and_resumes(tmp_path, monkeypatch,
-                                                                uninterrupted):
-    import lipsweep.checkpoint as ck
-    from lipsweep.trial import TrialCallbacks, run_trial
+def test_disk_full_during_checkpoint_keeps_previous_and_resumes(
+    tmp_path, monkeypatch, uninterrupted
+):
+    import lipsweep.trial.checkpoint as ck
+    from lipsweep.trial.run import TrialCallbacks, run_trial
 
     real_save, calls = ck.save_file, []
 
@@ -338,7 +401,7 @@ class _Interrupt(Exception):
 @pytest.mark.slow
 def test_resume_gives_identical_weights(tmp_path, uninterrupted):
     """Interrupted after epoch 2 and run again == never interrupted, bit for bit."""
-    from lipsweep.trial import TrialCallbacks, run_trial
+    from lipsweep.trial.run import TrialCallbacks, run_trial
 
     class StopAfter2(TrialCallbacks):
         def on_epoch_end(self, epoch, metrics, checkpoint):
@@ -356,8 +419,10 @@ def test_resume_gives_identical_weights(tmp_path, uninterrupted):
 
 
 def _train_cli(out: Path) -> subprocess.CompletedProcess:
-    sets = [f"{k}={json.dumps(v)}" for k, v in {**TINY_FLAT, "train_size": 128, "epochs": 2,
-                                                 "evaluate": False}.items()]
+    sets = [
+        f"{k}={json.dumps(v)}"
+        for k, v in {**TINY_FLAT, "train_size": 128, "epochs": 2, "evaluate": False}.items()
+    ]
     argv = [sys.executable, "-m", "lipsweep", "train", "--out", str(out)]
     for s in sets:
         argv += ["--set", s]
@@ -372,8 +437,12 @@ def test_truncated_checkpoint_falls_back_and_says_so(tmp_path):
     first = _train_cli(out)
     assert first.returncode == 0, first.stderr[-3000:]
     root = out / "checkpoints"
-    reference = {k: v.clone() for k, v in  # copies: load_file may map the file we truncate
-                 load_file(str(root / "epoch_0002" / "model.safetensors")).items()}
+    reference = {
+        k: v.clone()
+        for k, v in load_file(  # copies: load_file may map the file we truncate
+            str(root / "epoch_0002" / "model.safetensors")
+        ).items()
+    }
     weights = root / "epoch_0002" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
     second = _train_cli(out)
@@ -387,8 +456,10 @@ def test_truncated_checkpoint_falls_back_and_says_so(tmp_path):
         (ckpt / "state.json").write_text("{truncated")
     third = _train_cli(out)
     assert third.returncode == 0, third.stderr[-3000:]
-    assert "no intact checkpoint" in third.stderr and "restarting the trial from epoch 1" \
-        in third.stderr
+    assert (
+        "no intact checkpoint" in third.stderr
+        and "restarting the trial from epoch 1" in third.stderr
+    )
     restarted = load_file(str(root / "epoch_0002" / "model.safetensors"))
     assert all(torch.equal(reference[k], restarted[k]) for k in reference)
 
@@ -396,28 +467,84 @@ def test_truncated_checkpoint_falls_back_and_says_so(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # 6. Bad input: fuzzing the trial config, the search-space YAML and the CLI
 # ---------------------------------------------------------------------------------------------
-_FUZZ = settings(deadline=None, database=None, derandomize=True,
-                 suppress_health_check=list(HealthCheck))
-_VOCAB = ["none", "jasmin", "specformer", "mean", "max", "fgsm", "pgd", "autoattack",
-          "apgd-ce", "apgd-t", "fab", "square", "sgd", "adamw", "embedded", "npz", "cifar10",
-          "cifar100", "auto", "cpu", "cuda", "cuda:0", "bf16", "fp32", "custom", "standard",
-          "hub", "vit_tiny_patch16_224", "vit_base_patch16_224", "secular", "exact", "power",
-          "random", "optuna", "asha", "min", "", " ", "é", "数据", "\x00", "a" * 300,
-          "/" + "b" * 5000, "1e-2", "nan", "-inf", "1e400", "0x10", "true", "[1, 2]", "{}"]
+_FUZZ = settings(
+    deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+_VOCAB = [
+    "none",
+    "jasmin",
+    "specformer",
+    "mean",
+    "max",
+    "fgsm",
+    "pgd",
+    "autoattack",
+    "apgd-ce",
+    "apgd-t",
+    "fab",
+    "square",
+    "sgd",
+    "adamw",
+    "embedded",
+    "npz",
+    "cifar10",
+    "cifar100",
+    "auto",
+    "cpu",
+    "cuda",
+    "cuda:0",
+    "bf16",
+    "fp32",
+    "custom",
+    "standard",
+    "hub",
+    "vit_tiny_patch16_224",
+    "vit_base_patch16_224",
+    "secular",
+    "exact",
+    "power",
+    "random",
+    "optuna",
+    "asha",
+    "min",
+    "",
+    " ",
+    "é",
+    "数据",
+    "\x00",
+    "a" * 300,
+    "/" + "b" * 5000,
+    "1e-2",
+    "nan",
+    "-inf",
+    "1e400",
+    "0x10",
+    "true",
+    "[1, 2]",
+    "{}",
+]
 _scalars = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-3, max_value=70),
     st.sampled_from([-1, 0, 1, 2, 4, 10, 30, 65, 2**31, 2**63, 10**30, -(10**30), 10**400]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0.0, 1e-2, 0.5, 1.0, 1.5, 1e-300, 1e300, float("nan"), float("inf")]),
-    st.sampled_from(_VOCAB), st.text(max_size=12))
-_junk = st.recursive(_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=6), st.integers()),
-                                                 inner, max_size=3)), max_leaves=8)
+    st.sampled_from(_VOCAB),
+    st.text(max_size=12),
+)
+_junk = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.text(max_size=6), st.integers()), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
 
 
 def _field_names() -> list[str]:
-    from lipsweep.config import FIELD_SECTION
+    from lipsweep.settings.config import FIELD_SECTION
 
     return sorted(FIELD_SECTION)
 
@@ -425,47 +552,102 @@ def _field_names() -> list[str]:
 @st.composite
 def _flat_configs(draw):
     """A valid tiny config with a few keys set to junk, dropped, or unknown keys added."""
-    from lipsweep.config import TrialConfig
+    from lipsweep.settings.config import TrialConfig
 
     base = TrialConfig.from_flat(TINY_FLAT).to_flat()
     keys = _field_names()
     for key in draw(st.lists(st.sampled_from(keys), max_size=4)):
-        base[key] = draw(st.one_of(_junk, st.sampled_from(EDGE_VALUES),
-                                   st.sampled_from([base.get(key), [base.get(key)]])))
+        base[key] = draw(
+            st.one_of(
+                _junk,
+                st.sampled_from(EDGE_VALUES),
+                st.sampled_from([base.get(key), [base.get(key)]]),
+            )
+        )
     for key in draw(st.lists(st.sampled_from(keys), max_size=2)):
         base.pop(key, None)
-    extra = draw(st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), _junk,
-                                 max_size=1))
+    extra = draw(st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), _junk, max_size=1))
     base.update(extra if draw(st.integers(0, 4)) == 0 else {})
     return base
 
 
 def _assert_names_field(err, keys) -> None:
-    from lipsweep.config import FIELD_SECTION
-    from lipsweep.config_base import key_name
+    from lipsweep.core.config_base import key_name
+    from lipsweep.settings.config import FIELD_SECTION
 
     msg = err.format()
     assert isinstance(err.field, str) and err.field and err.field in msg, msg
     assert "\n" not in msg, msg
     root = re.split(r"[.\[]", err.field)[0]
     named = {str(k) for k in keys} | {key_name(k) for k in keys}
-    assert root in FIELD_SECTION or root in named or err.field in named or err.field in (
-        "config", "grid", "repeat", "search", "scheduler", "resources", "name", "fixed",
-        "max_concurrent_trials", "max_failures", "description"), (err.field, msg)
+    assert (
+        root in FIELD_SECTION
+        or root in named
+        or err.field in named
+        or err.field
+        in (
+            "config",
+            "grid",
+            "repeat",
+            "search",
+            "scheduler",
+            "resources",
+            "name",
+            "fixed",
+            "max_concurrent_trials",
+            "max_failures",
+            "description",
+        )
+    ), (err.field, msg)
 
 
-EDGE_VALUES = [10**400, 10**5000, -(10**400), 2**63, 2**62, float("nan"), float("inf"),
-               -float("inf"), "a" * 300, "/" + "b" * 5000, "\x00", "x\x00y", "a\nb", [], [[]],
-               {}, {"a": 1}, [float("nan")], [10**400], [float("inf")], "", "é", None, True,
-               1e300, -1e300, 1e-320, "1e400", "nan", "inf", [None], ["a" * 300], -1, 0, 0.5,
-               1.5, "jasmin", ["apgd-ce", "apgd-ce"]]
+EDGE_VALUES = [
+    10**400,
+    10**5000,
+    -(10**400),
+    2**63,
+    2**62,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    "a" * 300,
+    "/" + "b" * 5000,
+    "\x00",
+    "x\x00y",
+    "a\nb",
+    [],
+    [[]],
+    {},
+    {"a": 1},
+    [float("nan")],
+    [10**400],
+    [float("inf")],
+    "",
+    "é",
+    None,
+    True,
+    1e300,
+    -1e300,
+    1e-320,
+    "1e400",
+    "nan",
+    "inf",
+    [None],
+    ["a" * 300],
+    -1,
+    0,
+    0.5,
+    1.5,
+    "jasmin",
+    ["apgd-ce", "apgd-ce"],
+]
 
 
 def _check_flat(flat) -> bool:
     """True if ``flat`` validates (then it round-trips as strict JSON); False if refused
     with a ConfigError naming the field on one line. Anything else fails the test."""
-    from lipsweep.config import TrialConfig
-    from lipsweep.config_base import ConfigError
+    from lipsweep.core.config_base import ConfigError
+    from lipsweep.settings.config import TrialConfig
 
     try:
         cfg = TrialConfig.from_flat(flat)
@@ -481,8 +663,7 @@ def _check_flat(flat) -> bool:
 def test_every_setting_refuses_edge_values_cleanly():
     """Each setting, alone, set to each edge value (huge, NaN/inf, NUL, long paths, ...)."""
     base = {"depth": 2, "embed_dim": 64, "num_heads": 4}
-    results = [_check_flat({**base, key: value}) for key in _field_names()
-               for value in EDGE_VALUES]
+    results = [_check_flat({**base, key: value}) for key in _field_names() for value in EDGE_VALUES]
     print(f"edge table: {len(results)} inputs, {results.count(False)} refused")
     assert len(results) >= 2000 and results.count(False) >= 1500
 
@@ -500,14 +681,25 @@ def test_fuzz_trial_config_validates_or_names_the_field():
     assert seen["ok"] >= 20 and seen["refused"] >= 200, seen
 
 
-_SPACE_KEYS = ["name", "description", "fixed", "grid", "repeat", "search", "scheduler",
-               "resources", "max_concurrent_trials", "max_failures"]
+_SPACE_KEYS = [
+    "name",
+    "description",
+    "fixed",
+    "grid",
+    "repeat",
+    "search",
+    "scheduler",
+    "resources",
+    "max_concurrent_trials",
+    "max_failures",
+]
 
 
 @st.composite
 def _settings_map(draw, max_size=3):
-    keys = st.one_of(st.sampled_from(_field_names()), st.sampled_from(["lam_q,lam_k,lam_v",
-                                                                       "k,lam", "kk", ""]))
+    keys = st.one_of(
+        st.sampled_from(_field_names()), st.sampled_from(["lam_q,lam_k,lam_v", "k,lam", "kk", ""])
+    )
     good = st.sampled_from([0, 10, 1e-2, "jasmin", "none", "mean", 1, 2])
     value = st.one_of(_junk, good, st.lists(good, max_size=3))
     return draw(st.dictionaries(keys, value, max_size=max_size))
@@ -517,34 +709,75 @@ def _settings_map(draw, max_size=3):
 def _spaces(draw):
     """A search-space document: mostly the right shape, with junk anywhere."""
     dist = st.one_of(
-        st.fixed_dictionaries({draw(st.sampled_from(["choice", "uniform", "loguniform",
-                                                     "randint", "quniform", "normal"])):
-                               st.one_of(_junk, st.lists(_scalars, max_size=3))}), _junk)
-    search = st.fixed_dictionaries({}, optional={
-        "algorithm": st.one_of(st.sampled_from(["random", "optuna", "grid"]), _junk),
-        "num_samples": st.one_of(st.integers(-1, 3), st.sampled_from([10**9, 10**12]), _junk),
-        "seed": st.one_of(st.integers(0, 3), _junk),
-        "metric": st.one_of(st.sampled_from(["acc_pgd_4", ["acc_clean", "acc_aa_2"]]), _junk),
-        "mode": st.one_of(st.sampled_from(["max", "min", ["max", "min"]]), _junk),
-        "space": st.one_of(st.dictionaries(st.one_of(st.sampled_from(
-            _field_names() + ["jasmin", "specformer"]), st.integers()), dist, max_size=3),
-            _junk)})
-    doc = draw(st.fixed_dictionaries({}, optional={
-        "name": st.one_of(st.sampled_from(["t", "my-sweep_1", "a b", "", "é"]), _junk),
-        "description": _junk,
-        "fixed": st.one_of(_settings_map(), _junk),
-        "grid": st.one_of(st.lists(st.one_of(_settings_map(), _junk), max_size=3), _junk),
-        "repeat": st.one_of(_settings_map(max_size=1), _junk),
-        "search": st.one_of(search, _junk),
-        "scheduler": st.one_of(st.fixed_dictionaries({}, optional={
-            k: st.one_of(st.sampled_from([1, 2, 3.5, "max", "acc_clean", "asha"]), _junk)
-            for k in ("type", "metric", "mode", "grace_period", "reduction_factor",
-                      "max_t")}), _junk),
-        "resources": st.one_of(st.fixed_dictionaries({}, optional={
-            "cpu": _scalars, "gpu": _scalars}), _junk),
-        "max_concurrent_trials": _scalars,
-        "max_failures": _scalars,
-        "bogus": _junk}))
+        st.fixed_dictionaries(
+            {
+                draw(
+                    st.sampled_from(
+                        ["choice", "uniform", "loguniform", "randint", "quniform", "normal"]
+                    )
+                ): st.one_of(_junk, st.lists(_scalars, max_size=3))
+            }
+        ),
+        _junk,
+    )
+    search = st.fixed_dictionaries(
+        {},
+        optional={
+            "algorithm": st.one_of(st.sampled_from(["random", "optuna", "grid"]), _junk),
+            "num_samples": st.one_of(st.integers(-1, 3), st.sampled_from([10**9, 10**12]), _junk),
+            "seed": st.one_of(st.integers(0, 3), _junk),
+            "metric": st.one_of(st.sampled_from(["acc_pgd_4", ["acc_clean", "acc_aa_2"]]), _junk),
+            "mode": st.one_of(st.sampled_from(["max", "min", ["max", "min"]]), _junk),
+            "space": st.one_of(
+                st.dictionaries(
+                    st.one_of(
+                        st.sampled_from(_field_names() + ["jasmin", "specformer"]), st.integers()
+                    ),
+                    dist,
+                    max_size=3,
+                ),
+                _junk,
+            ),
+        },
+    )
+    doc = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "name": st.one_of(st.sampled_from(["t", "my-sweep_1", "a b", "", "é"]), _junk),
+                "description": _junk,
+                "fixed": st.one_of(_settings_map(), _junk),
+                "grid": st.one_of(st.lists(st.one_of(_settings_map(), _junk), max_size=3), _junk),
+                "repeat": st.one_of(_settings_map(max_size=1), _junk),
+                "search": st.one_of(search, _junk),
+                "scheduler": st.one_of(
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            k: st.one_of(
+                                st.sampled_from([1, 2, 3.5, "max", "acc_clean", "asha"]), _junk
+                            )
+                            for k in (
+                                "type",
+                                "metric",
+                                "mode",
+                                "grace_period",
+                                "reduction_factor",
+                                "max_t",
+                            )
+                        },
+                    ),
+                    _junk,
+                ),
+                "resources": st.one_of(
+                    st.fixed_dictionaries({}, optional={"cpu": _scalars, "gpu": _scalars}), _junk
+                ),
+                "max_concurrent_trials": _scalars,
+                "max_failures": _scalars,
+                "bogus": _junk,
+            },
+        )
+    )
     if draw(st.booleans()):  # give it a chance to be valid
         doc.setdefault("fixed", {"epochs": 1})
         if "search" not in doc:
@@ -553,30 +786,60 @@ def _spaces(draw):
 
 
 _TEMPLATES = [
-    {"name": "t", "fixed": {"epochs": 1, "depth": 2},
-     "grid": [{"regularizer": "none"},
-              {"regularizer": "jasmin", "k": [0, 10], "lam": [1e-2], "aggregation": "max"},
-              {"regularizer": "specformer", "lam_q,lam_k,lam_v": [[1e-2, 0, 0], [0, 0, 1e-3]]}],
-     "repeat": {"seed": [0, 1]}, "scheduler": {"type": "asha", "metric": "acc_clean"},
-     "resources": {"cpu": 1, "gpu": 0}, "max_concurrent_trials": 2, "max_failures": 1},
-    {"name": "r", "fixed": {"epochs": 2},
-     "search": {"algorithm": "random", "num_samples": 3, "seed": 1, "space": {
-         "lr": {"loguniform": [1e-4, 1e-2]}, "regularizer": {"choice": ["jasmin", "specformer"]},
-         "jasmin": {"k": {"choice": [0, 10]}, "lam": {"uniform": [1e-4, 1e-2]}},
-         "specformer": {"lam_v": {"loguniform": [1e-4, 1e-2]}}, "seed": {"randint": [0, 9]},
-         "batch_size": {"quniform": [32, 64]}}}},
-    {"name": "o", "search": {"algorithm": "optuna", "num_samples": 4, "metric":
-                             ["acc_clean", "acc_pgd_4"], "mode": ["max", "max"],
-                             "space": {"lam": {"loguniform": [1e-4, 1e-2]},
-                                       "regularizer": "jasmin"}}},
+    {
+        "name": "t",
+        "fixed": {"epochs": 1, "depth": 2},
+        "grid": [
+            {"regularizer": "none"},
+            {"regularizer": "jasmin", "k": [0, 10], "lam": [1e-2], "aggregation": "max"},
+            {"regularizer": "specformer", "lam_q,lam_k,lam_v": [[1e-2, 0, 0], [0, 0, 1e-3]]},
+        ],
+        "repeat": {"seed": [0, 1]},
+        "scheduler": {"type": "asha", "metric": "acc_clean"},
+        "resources": {"cpu": 1, "gpu": 0},
+        "max_concurrent_trials": 2,
+        "max_failures": 1,
+    },
+    {
+        "name": "r",
+        "fixed": {"epochs": 2},
+        "search": {
+            "algorithm": "random",
+            "num_samples": 3,
+            "seed": 1,
+            "space": {
+                "lr": {"loguniform": [1e-4, 1e-2]},
+                "regularizer": {"choice": ["jasmin", "specformer"]},
+                "jasmin": {"k": {"choice": [0, 10]}, "lam": {"uniform": [1e-4, 1e-2]}},
+                "specformer": {"lam_v": {"loguniform": [1e-4, 1e-2]}},
+                "seed": {"randint": [0, 9]},
+                "batch_size": {"quniform": [32, 64]},
+            },
+        },
+    },
+    {
+        "name": "o",
+        "search": {
+            "algorithm": "optuna",
+            "num_samples": 4,
+            "metric": ["acc_clean", "acc_pgd_4"],
+            "mode": ["max", "max"],
+            "space": {"lam": {"loguniform": [1e-4, 1e-2]}, "regularizer": "jasmin"},
+        },
+    },
 ]
 
 
 def _paths(node, prefix=()):
     """Every (path, value) inside a nested dict/list document."""
     yield prefix, node
-    items = node.items() if isinstance(node, dict) else enumerate(node) \
-        if isinstance(node, list) else ()
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
     for k, v in items:
         yield from _paths(v, prefix + (k,))
 
@@ -635,7 +898,7 @@ def _yaml_keys(text) -> dict:
 
 
 def test_fuzz_search_space_validates_or_names_the_field(tmp_path):
-    from lipsweep.config_base import ConfigError
+    from lipsweep.core.config_base import ConfigError
     from lipsweep.sweep.space import load_space
 
     seen = {"ok": 0, "refused": 0}
@@ -672,9 +935,12 @@ def _yaml_text(value) -> str:
     limit = sys.get_int_max_str_digits()
     sys.set_int_max_str_digits(0)
     try:
-        return yaml.dump(value, Dumper=_NoAliasDumper, default_flow_style=True,
-                         width=10**6).strip() \
-            .removesuffix("...").strip()
+        return (
+            yaml.dump(value, Dumper=_NoAliasDumper, default_flow_style=True, width=10**6)
+            .strip()
+            .removesuffix("...")
+            .strip()
+        )
     finally:
         sys.set_int_max_str_digits(limit)
 
@@ -729,7 +995,7 @@ def test_fuzz_cli_exits_0_or_2_with_one_line_naming_the_field(tmp_path, capsys):
 
 def test_bad_spaces_exit_2_before_ray_is_imported(tmp_path):
     """One subprocess over a corpus of invalid spaces: exit 2 each, and Ray never imported."""
-    from lipsweep.config_base import ConfigError
+    from lipsweep.core.config_base import ConfigError
     from lipsweep.sweep.space import load_space
 
     corpus: list[str] = []
@@ -748,18 +1014,25 @@ def test_bad_spaces_exit_2_before_ray_is_imported(tmp_path):
 
     collect()
     assert len(corpus) >= 50
-    code = ("import sys, io, contextlib\nfrom lipsweep.__main__ import main\n"
-            "for p in sys.argv[1:]:\n"
-            "    err = io.StringIO()\n"
-            "    with contextlib.redirect_stderr(err):\n"
-            "        rc = main(['sweep', p, '--storage', 'rr',\n"
-            "                   '--tracking-uri', 'sqlite:///m.db'])\n"
-            "    assert rc == 2, (p, rc, err.getvalue())\n"
-            "    assert 'Traceback' not in err.getvalue()\n"
-            "assert 'ray' not in sys.modules, 'ray was imported'\n"
-            "print('checked', len(sys.argv) - 1)\n")
-    proc = subprocess.run([sys.executable, "-c", code, *corpus], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys, io, contextlib\nfrom lipsweep.__main__ import main\n"
+        "for p in sys.argv[1:]:\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        rc = main(['sweep', p, '--storage', 'rr',\n"
+        "                   '--tracking-uri', 'sqlite:///m.db'])\n"
+        "    assert rc == 2, (p, rc, err.getvalue())\n"
+        "    assert 'Traceback' not in err.getvalue()\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+        "print('checked', len(sys.argv) - 1)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *corpus],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert f"checked {len(corpus)}" in proc.stdout
     assert not (tmp_path / "rr").exists() and not (tmp_path / "m.db").exists()
@@ -778,7 +1051,7 @@ class _Evil:
 
 
 def _tiny_model():
-    from lipsweep.models import ModelConfig, create_model
+    from lipsweep.trial.models import ModelConfig, create_model
 
     return create_model(ModelConfig(depth=2, embed_dim=64, num_heads=4))
 
@@ -796,13 +1069,17 @@ def test_payloads_are_live(tmp_path):
 
 def test_load_exported_rejects_a_pickle_payload(tmp_path):
     import lipsweep
-    from lipsweep.export import build_config_json, write_export
-    from lipsweep.config import TrialConfig
+    from lipsweep.decide.export import build_config_json, write_export
+    from lipsweep.settings.config import TrialConfig
 
     model = _tiny_model()
     flat = TrialConfig.from_flat({"depth": 2, "embed_dim": 64, "num_heads": 4}).to_flat()
-    folder = write_export(tmp_path / "export", model.net.state_dict(),
-                          build_config_json(flat, (0.5,) * 3, (0.5,) * 3, {}), {})
+    folder = write_export(
+        tmp_path / "export",
+        model.net.state_dict(),
+        build_config_json(flat, (0.5,) * 3, (0.5,) * 3, {}),
+        {},
+    )
     x = torch.rand(2, 3, 32, 32)
     assert torch.allclose(lipsweep.load_exported(folder)(x), model.eval()(x))  # control
     marker = tmp_path / "pwned"
@@ -810,8 +1087,9 @@ def test_load_exported_rejects_a_pickle_payload(tmp_path):
         (folder / "model.safetensors").write_bytes(payload)
         with pytest.raises(Exception) as exc:
             lipsweep.load_exported(folder)
-        assert "header" in str(exc.value).lower() or "safetensor" in type(exc.value).__name__ \
-            .lower(), exc.value
+        assert (
+            "header" in str(exc.value).lower() or "safetensor" in type(exc.value).__name__.lower()
+        ), exc.value
         assert not marker.exists()
 
 
@@ -825,10 +1103,11 @@ def test_pretrained_pth_is_loaded_weights_only(tmp_path):
     """A .pth passed as ``pretrained`` goes through timm's torch.load(weights_only=True)."""
     import timm
 
-    from lipsweep.models import ModelConfig, create_model
+    from lipsweep.trial.models import ModelConfig, create_model
 
-    src = timm.create_model("vit_tiny_patch16_224", depth=2, embed_dim=64, num_heads=4,
-                            num_classes=10)
+    src = timm.create_model(
+        "vit_tiny_patch16_224", depth=2, embed_dim=64, num_heads=4, num_classes=10
+    )
     good = tmp_path / "good.pth"
     torch.save(src.state_dict(), good)
     model = create_model(ModelConfig(depth=2, embed_dim=64, num_heads=4, pretrained=str(good)))
@@ -842,9 +1121,20 @@ def test_pretrained_pth_is_loaded_weights_only(tmp_path):
     assert not marker.exists()
 
 
-_UNSAFE = ("pickle.load", "pickle.loads", "pickle.Unpickler", "cPickle.load", "dill.load",
-           "joblib.load", "marshal.load", "marshal.loads", "yaml.load", "yaml.unsafe_load",
-           "yaml.full_load", "shelve.open")
+_UNSAFE = (
+    "pickle.load",
+    "pickle.loads",
+    "pickle.Unpickler",
+    "cPickle.load",
+    "dill.load",
+    "joblib.load",
+    "marshal.load",
+    "marshal.loads",
+    "yaml.load",
+    "yaml.unsafe_load",
+    "yaml.full_load",
+    "shelve.open",
+)
 
 
 def _unsafe_loads(source: str, name: str) -> list[str]:
@@ -858,8 +1148,10 @@ def _unsafe_loads(source: str, name: str) -> list[str]:
         kw = {k.arg: k.value for k in node.keywords}
         where = f"{name}:{node.lineno} {func}"
         if func.endswith("torch.load"):
-            ok = isinstance(kw.get("weights_only"), ast.Constant) and \
-                kw["weights_only"].value is True
+            ok = (
+                isinstance(kw.get("weights_only"), ast.Constant)
+                and kw["weights_only"].value is True
+            )
             if not ok:
                 found.append(where)
         elif func in ("np.load", "numpy.load"):
@@ -872,8 +1164,13 @@ def _unsafe_loads(source: str, name: str) -> list[str]:
 
 
 def test_no_unsafe_deserialisation_in_the_package():
-    bad = ["torch.load(f)", "torch.load(f, weights_only=False)", "pickle.loads(b)",
-           "np.load(p, allow_pickle=True)", "yaml.load(t)"]
+    bad = [
+        "torch.load(f)",
+        "torch.load(f, weights_only=False)",
+        "pickle.loads(b)",
+        "np.load(p, allow_pickle=True)",
+        "yaml.load(t)",
+    ]
     for snippet in bad:  # control: the scanner flags each of these
         assert _unsafe_loads(snippet, "x.py"), snippet
     assert not _unsafe_loads("torch.load(f, map_location='cpu', weights_only=True)", "x.py")
@@ -887,26 +1184,28 @@ def test_no_unsafe_deserialisation_in_the_package():
 # 8. Issue 16: what an adversarial pass broke (export --force, YAML bombs, loader trust, bounds)
 # ---------------------------------------------------------------------------------------------
 def _tiny_export(folder: Path):
-    from lipsweep.config import TrialConfig
-    from lipsweep.export import build_config_json, write_export
+    from lipsweep.decide.export import build_config_json, write_export
+    from lipsweep.settings.config import TrialConfig
 
     model = _tiny_model()
     flat = TrialConfig.from_flat({"depth": 2, "embed_dim": 64, "num_heads": 4}).to_flat()
     config = build_config_json(flat, (0.5,) * 3, (0.5,) * 3, {})
-    return model, config, write_export(folder, model.net.state_dict(), config, {"acc": 1.0},
-                                       force=True)
+    return (
+        model,
+        config,
+        write_export(folder, model.net.state_dict(), config, {"acc": 1.0}, force=True),
+    )
 
 
 def _tree(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): _sha(p) for p in sorted(folder.rglob("*"))
-            if p.is_file()}
+    return {str(p.relative_to(folder)): _sha(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_export_force_replaces_only_a_previous_export(tmp_path, monkeypatch, capsys):
     """Issue 16 item 1: --force never removes a folder that is not a previous export."""
-    import lipsweep.export as ex
+    import lipsweep.decide.export as ex
     from lipsweep.__main__ import main
-    from lipsweep.config_base import UsageError
+    from lipsweep.core.config_base import UsageError
 
     work = tmp_path / "work"
     pkg = work / "pkg"  # e.g. --out <clone>/lipsweep
@@ -919,16 +1218,32 @@ def test_export_force_replaces_only_a_previous_export(tmp_path, monkeypatch, cap
     unmarked = work / "unmarked"  # only export file names, but no marker: not ours
     unmarked.mkdir()
     (unmarked / "config.json").write_text("{}")
-    for out, why in ((pkg, "not a lipsweep export"), (unmarked, "not a lipsweep export"),
-                     (Path(".."), "working folder"), (Path("."), "working folder"),
-                     (tmp_path, "working folder")):
+    for out, why in (
+        (pkg, "not a lipsweep export"),
+        (unmarked, "not a lipsweep export"),
+        (Path(".."), "working folder"),
+        (Path("."), "working folder"),
+        (tmp_path, "working folder"),
+    ):
         with pytest.raises(UsageError, match=why):
             ex.write_export(out, state, config, {}, force=True)
-    assert _tree(tmp_path) == {**before, "work/unmarked/config.json": _sha(unmarked /
-                                                                          "config.json")}
+    assert _tree(tmp_path) == {
+        **before,
+        "work/unmarked/config.json": _sha(unmarked / "config.json"),
+    }
     # the CLI refuses before anything is written (no MLflow store is created)
-    rc = main(["export", "--experiment", "x", "--out", "..", "--force",
-               "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
+    rc = main(
+        [
+            "export",
+            "--experiment",
+            "x",
+            "--out",
+            "..",
+            "--force",
+            "--tracking-uri",
+            f"sqlite:///{tmp_path / 'm.db'}",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "working folder" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "m.db").exists()
@@ -943,14 +1258,20 @@ def test_export_force_replaces_only_a_previous_export(tmp_path, monkeypatch, cap
     monkeypatch.setattr(ex, "_model_card", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
     with pytest.raises(OSError):
         ex.write_export(prev, state, config, {"acc": 2.0}, force=True)
-    assert _tree(prev) == old and sorted(p.name for p in work.iterdir()) == \
-        ["exp", "pkg", "unmarked"]
+    assert _tree(prev) == old and sorted(p.name for p in work.iterdir()) == [
+        "exp",
+        "pkg",
+        "unmarked",
+    ]
     monkeypatch.undo()
     monkeypatch.chdir(work)
     ex.write_export(prev, state, config, {"acc": 2.0}, force=True)  # a real re-export
     assert json.loads((prev / "metrics.json").read_text()) == {"acc": 2.0}
-    assert (prev / ex.MARKER).is_file() and sorted(p.name for p in work.iterdir()) == \
-        ["exp", "pkg", "unmarked"]
+    assert (prev / ex.MARKER).is_file() and sorted(p.name for p in work.iterdir()) == [
+        "exp",
+        "pkg",
+        "unmarked",
+    ]
 
 
 def _laughs(levels: int) -> str:
@@ -968,15 +1289,20 @@ def test_yaml_alias_bomb_is_refused_before_it_is_walked(tmp_path, capsys, where)
     bomb = _laughs(9)
     assert len(bomb) < 1000
     path = tmp_path / "doc.yaml"
-    argv = {"space name": ["sweep", str(path), "--dry-run"],
-            "grid value": ["sweep", str(path), "--dry-run"],
-            "trial config": ["train", str(path), "--out", str(tmp_path / "o")],
-            "train --set": ["train", "--set", f"aggregation={bomb}", "--out",
-                            str(tmp_path / "o")]}[where]
-    path.write_text({"space name": f"name: {bomb}\ngrid:\n  - regularizer: none\n",
-                     "grid value": f"name: b\ngrid:\n  - regularizer: jasmin\n    k: {bomb}\n",
-                     "trial config": f"epochs: 1\naggregation: {bomb}\n",
-                     "train --set": "{}"}[where])
+    argv = {
+        "space name": ["sweep", str(path), "--dry-run"],
+        "grid value": ["sweep", str(path), "--dry-run"],
+        "trial config": ["train", str(path), "--out", str(tmp_path / "o")],
+        "train --set": ["train", "--set", f"aggregation={bomb}", "--out", str(tmp_path / "o")],
+    }[where]
+    path.write_text(
+        {
+            "space name": f"name: {bomb}\ngrid:\n  - regularizer: none\n",
+            "grid value": f"name: b\ngrid:\n  - regularizer: jasmin\n    k: {bomb}\n",
+            "trial config": f"epochs: 1\naggregation: {bomb}\n",
+            "train --set": "{}",
+        }[where]
+    )
     t0 = time.perf_counter()
     rc = main(argv)
     err = capsys.readouterr().err
@@ -987,7 +1313,7 @@ def test_yaml_alias_bomb_is_refused_before_it_is_walked(tmp_path, capsys, where)
 
 def test_show_never_walks_a_huge_shared_value():
     """Issue 16 item 3: an error message reprs a bounded part of the value, whatever it is."""
-    from lipsweep.config_base import ConfigError, check_positive, show
+    from lipsweep.core.config_base import ConfigError, check_positive, show
 
     value = ["lol"] * 9
     for _ in range(12):  # 9**13 (2.5e12) leaves, shared: a full repr would never end
@@ -1006,25 +1332,42 @@ def test_duplicate_yaml_keys_are_refused(tmp_path, capsys):
     space, trial = tmp_path / "s.yaml", tmp_path / "t.yaml"
     space.write_text("name: d\nfixed:\n  epochs: 1\n  epochs: 40\ngrid:\n  - regularizer: none\n")
     trial.write_text("epochs: 1\nlr: 0.1\nepochs: 3\n")
-    for argv in (["sweep", str(space), "--dry-run"],
-                 ["train", str(trial), "--out", str(tmp_path / "o")],
-                 ["train", "--set", "fgsm_eps={a: 1, a: 2}", "--out", str(tmp_path / "o")]):
+    for argv in (
+        ["sweep", str(space), "--dry-run"],
+        ["train", str(trial), "--out", str(tmp_path / "o")],
+        ["train", "--set", "fgsm_eps={a: 1, a: 2}", "--out", str(tmp_path / "o")],
+    ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert "duplicate key" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("setting,value", [
-    ("embed_dim", 10**9), ("depth", 10**6), ("batch_size", 10**12), ("epochs", 10**9),
-    ("img_size", 2**20), ("num_classes", 10**9), ("aa_iters", 10**9), ("aa_restarts", 10**6),
-    ("pgd_steps", 10**9), ("pgd_restarts", 10**6), ("attack_images", 10**12),
-    ("attack_batch_size", 10**9), ("lip_iters", 10**9), ("lip_head_iters", 10**9),
-    ("lip_images", 10**12), ("lip_batch_size", 10**9)])
+@pytest.mark.parametrize(
+    "setting,value",
+    [
+        ("embed_dim", 10**9),
+        ("depth", 10**6),
+        ("batch_size", 10**12),
+        ("epochs", 10**9),
+        ("img_size", 2**20),
+        ("num_classes", 10**9),
+        ("aa_iters", 10**9),
+        ("aa_restarts", 10**6),
+        ("pgd_steps", 10**9),
+        ("pgd_restarts", 10**6),
+        ("attack_images", 10**12),
+        ("attack_batch_size", 10**9),
+        ("lip_iters", 10**9),
+        ("lip_head_iters", 10**9),
+        ("lip_images", 10**12),
+        ("lip_batch_size", 10**9),
+    ],
+)
 def test_sizes_and_iteration_counts_have_upper_bounds_that_say_why(setting, value):
     """Issue 16 item 10: no unbounded size or iteration count; the message gives the reason."""
-    from lipsweep.config import TrialConfig
-    from lipsweep.config_base import ConfigError
+    from lipsweep.core.config_base import ConfigError
+    from lipsweep.settings.config import TrialConfig
 
     with pytest.raises(ConfigError) as exc:
         TrialConfig.from_flat({**TINY_FLAT, setting: value})
@@ -1036,7 +1379,7 @@ def test_pretrained_must_be_a_weights_file_checked_before_config_json(tmp_path, 
     import timm
 
     from lipsweep.__main__ import main
-    from lipsweep.models import ModelConfig
+    from lipsweep.trial.models import ModelConfig
 
     fake = tmp_path / "w.safetensors"
     fake.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
@@ -1054,12 +1397,21 @@ def test_pretrained_must_be_a_weights_file_checked_before_config_json(tmp_path, 
 
 
 def _save_ck(root: Path, epoch: int):
-    from lipsweep.checkpoint import save_checkpoint
+    from lipsweep.trial.checkpoint import save_checkpoint
 
-    opt = {"state": {0: {"momentum_buffer": torch.full((3,), 2.0 * epoch), "step": 4}},
-           "param_groups": [{"lr": 0.1, "params": [0]}]}
-    return save_checkpoint(root, epoch, {"w": torch.full((3,), float(epoch))}, opt,
-                           {"u": torch.arange(3.0)}, {"history": []}, keep=5)
+    opt = {
+        "state": {0: {"momentum_buffer": torch.full((3,), 2.0 * epoch), "step": 4}},
+        "param_groups": [{"lr": 0.1, "params": [0]}],
+    }
+    return save_checkpoint(
+        root,
+        epoch,
+        {"w": torch.full((3,), float(epoch))},
+        opt,
+        {"u": torch.arange(3.0)},
+        {"history": []},
+        keep=5,
+    )
 
 
 def _sabotage(case: str, ck: Path, outside: Path) -> None:
@@ -1068,6 +1420,7 @@ def _sabotage(case: str, ck: Path, outside: Path) -> None:
     if case == "dotdot":  # tampered weights moved out, the record points at them
         evil = outside / "evil.safetensors"
         from safetensors.torch import save_file
+
         save_file({"w": torch.full((3,), 666.0)}, str(evil))
         digests.pop("model.safetensors")
         digests["../../../outside/evil.safetensors"] = _sha(evil)
@@ -1085,28 +1438,47 @@ def _sabotage(case: str, ck: Path, outside: Path) -> None:
         (ck / "model.safetensors").symlink_to(target)
     elif case == "empty sha256":  # tampered weights with no checksums left to compare
         from safetensors.torch import save_file
+
         save_file({"w": torch.full((3,), 666.0)}, str(ck / "model.safetensors"))
         state["sha256"] = {}
     elif case == "unlisted weights":
         from safetensors.torch import save_file
+
         save_file({"w": torch.full((3,), 666.0)}, str(ck / "model.safetensors"))
         digests.pop("model.safetensors")
     else:  # malformed records: [], null, wrong types
-        state = {"list": [], "null": None, "epoch str": {**state, "epoch": "2"},
-                 "sha256 list": {**state, "sha256": list(digests)},
-                 "meta str": {**state, "optimizer_meta": "x"}}[case]
+        state = {
+            "list": [],
+            "null": None,
+            "epoch str": {**state, "epoch": "2"},
+            "sha256 list": {**state, "sha256": list(digests)},
+            "meta str": {**state, "optimizer_meta": "x"},
+        }[case]
     (ck / "state.json").write_text(json.dumps(state))
 
 
-@pytest.mark.parametrize("case", ["dotdot", "absolute", "fifo", "symlink", "empty sha256",
-                                  "unlisted weights", "list", "null", "epoch str",
-                                  "sha256 list", "meta str"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "dotdot",
+        "absolute",
+        "fifo",
+        "symlink",
+        "empty sha256",
+        "unlisted weights",
+        "list",
+        "null",
+        "epoch str",
+        "sha256 list",
+        "meta str",
+    ],
+)
 def test_checkpoint_loader_trusts_nothing_in_state_json(tmp_path, caplog, case):
     """Issue 16 item 4: escapes, special files, missing checksums and malformed records mean
     "damaged": the loader falls back to the previous checkpoint and says so."""
     import threading
 
-    from lipsweep.checkpoint import load_latest
+    from lipsweep.trial.checkpoint import load_latest
 
     root, outside = tmp_path / "run" / "checkpoints", tmp_path / "outside"
     outside.mkdir()
@@ -1121,18 +1493,21 @@ def test_checkpoint_loader_trusts_nothing_in_state_json(tmp_path, caplog, case):
     assert "epoch_0002 is damaged" in caplog.text and "falling back" in caplog.text
 
 
-@pytest.mark.parametrize("case,file,field", [
-    ("resnet", "config.json", "timm.model_name"),
-    ("hub name", "config.json", "timm.model_name"),
-    ("checkpoint_path kwarg", "config.json", "timm.kwargs.checkpoint_path"),
-    ("std 0", "config.json", "normalization.std"),
-    ("embed_dim 1e9", "config.json", "timm.kwargs.embed_dim"),
-    ("wider than the weights", "model.safetensors", "tensor"),
-    ("symlink out", "model.safetensors", "file"),
-    ("not json", "config.json", "json"),
-    ("missing key", "config.json", "timm"),
-    ("bad header", "model.safetensors", "header"),
-])
+@pytest.mark.parametrize(
+    "case,file,field",
+    [
+        ("resnet", "config.json", "timm.model_name"),
+        ("hub name", "config.json", "timm.model_name"),
+        ("checkpoint_path kwarg", "config.json", "timm.kwargs.checkpoint_path"),
+        ("std 0", "config.json", "normalization.std"),
+        ("embed_dim 1e9", "config.json", "timm.kwargs.embed_dim"),
+        ("wider than the weights", "model.safetensors", "tensor"),
+        ("symlink out", "model.safetensors", "file"),
+        ("not json", "config.json", "json"),
+        ("missing key", "config.json", "timm"),
+        ("bad header", "model.safetensors", "header"),
+    ],
+)
 def test_load_exported_trusts_nothing_in_the_folder(tmp_path, case, file, field):
     """Issue 16 item 9: only lipsweep's ViTs, built locally, sizes checked against the weights
     file before allocation, no links out; each refusal one ExportError naming file and field."""

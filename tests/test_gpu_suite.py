@@ -5,6 +5,7 @@ run both entry points in a subprocess whose ``sitecustomize`` (put first on PYTH
 every import of those packages raise ImportError and log the attempt, so an import that a
 ``try/except ImportError`` would swallow still fails the test.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,21 +42,26 @@ def _blocked_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     log = tmp_path / "blocked_imports.txt"
     log.write_text("")
-    env = dict(os.environ, GPU_SUITE_BLOCK_LOG=str(log), PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        GPU_SUITE_BLOCK_LOG=str(log),
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    )
     return env, log
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_blocker_blocks_ray_mlflow_optuna(tmp_path: Path) -> None:
     env, log = _blocked_env(tmp_path)
-    code = "import importlib\nfor m in ('ray', 'mlflow', 'optuna'):\n" \
-           "    try:\n        importlib.import_module(m)\n" \
-           "    except ImportError:\n        print('blocked', m)\n"
+    code = (
+        "import importlib\nfor m in ('ray', 'mlflow', 'optuna'):\n"
+        "    try:\n        importlib.import_module(m)\n"
+        "    except ImportError:\n        print('blocked', m)\n"
+    )
     proc = _run([sys.executable, "-c", code], env, 60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["blocked", "ray", "blocked", "mlflow", "blocked", "optuna"]
@@ -66,10 +72,29 @@ def test_blocker_blocks_ray_mlflow_optuna(tmp_path: Path) -> None:
 def test_lipsweep_train_needs_no_ray_mlflow_optuna(tmp_path: Path) -> None:
     env, log = _blocked_env(tmp_path)
     out = tmp_path / "run"
-    proc = _run([sys.executable, "-m", "lipsweep", "train", "configs/tiny.yaml",
-                 "--set", "epochs=1", "--set", "depth=1", "--set", "train_size=64",
-                 "--set", "eval_size=16", "--set", "evaluate=false", "--out", str(out)],
-                env, 300)
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "lipsweep",
+            "train",
+            "configs/tiny.yaml",
+            "--set",
+            "epochs=1",
+            "--set",
+            "depth=1",
+            "--set",
+            "train_size=64",
+            "--set",
+            "eval_size=16",
+            "--set",
+            "evaluate=false",
+            "--out",
+            str(out),
+        ],
+        env,
+        300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert log.read_text() == "", f"lipsweep train imported {log.read_text().split()}"
     assert "acc_clean" in json.loads((out / "metrics.json").read_text())
@@ -81,8 +106,21 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
     env, log = _blocked_env(tmp_path)
     out = tmp_path / "suite.json"
     # a generous budget: on a loaded CI box every optional part still runs
-    proc = _run([sys.executable, "benchmarks/gpu_suite.py", "--device", "cpu", "--quick",
-                 "--budget-s", "1200", "--out", str(out)], env, 900)
+    proc = _run(
+        [
+            sys.executable,
+            "benchmarks/gpu_suite.py",
+            "--device",
+            "cpu",
+            "--quick",
+            "--budget-s",
+            "1200",
+            "--out",
+            str(out),
+        ],
+        env,
+        900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert log.read_text() == "", f"gpu_suite imported {log.read_text().split()}"
     data = json.loads(out.read_text())
@@ -97,14 +135,19 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
         for batch in (8, 16):
             run = train["runs"][f"{mode}_b{batch}"]
             assert run["step_ms"] > 0 and run["mfu_vs_bf16_matmul"] > 0
-            assert run["peak_mem_gib"] is None                     # CPU: no CUDA allocator
+            assert run["peak_mem_gib"] is None  # CPU: no CUDA allocator
     assert train["runs"]["bf16_compile_b8"]["step_ms"] > 0
     assert train["runs"]["bf16_compile_b8"]["compile_s"] > 0
     assert train["runs"]["bf16_compile_b8"]["graph"] == "static"
 
     regs = data["regularizers"]["variants"]
-    assert set(regs) == {"baseline", "jasmin_k10_mean", "jasmin_k10_max", "jasmin_k0_mean",
-                         "specformer"}
+    assert set(regs) == {
+        "baseline",
+        "jasmin_k10_mean",
+        "jasmin_k10_max",
+        "jasmin_k0_mean",
+        "specformer",
+    }
     assert regs["baseline"]["ratio"] == 1.0
     assert all(r["ratio"] > 0 and r["syncs_per_step"] is None for r in regs.values())
 
@@ -122,8 +165,14 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
     lip = data["lipschitz"]
     assert lip["jacobian_c10"]["route"] == "exact" and lip["jacobian_c100"]["route"] == "lanczos"
     heads = lip["head_bounds"]
-    for key in ("matvec_s", "ritz_eigh_and_rest_s", "bounds_svd_device_s", "bounds_svd_cpu_s",
-                "ritz_eigh_16_cpu_ms", "measure_head_bounds_s"):
+    for key in (
+        "matvec_s",
+        "ritz_eigh_and_rest_s",
+        "bounds_svd_device_s",
+        "bounds_svd_cpu_s",
+        "ritz_eigh_16_cpu_ms",
+        "measure_head_bounds_s",
+    ):
         assert heads[key] >= 0, key
     assert lip["summary_c100"]["seconds"] > 0
 
@@ -132,8 +181,16 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
     assert {"acc_clean", "acc_pgd_4", "acc_aa_2"} <= set(trial["run_trial"]["metrics"])
     proj = trial["projection"]
     assert proj["missing"] == [] and proj["hours"] > 0
-    assert set(proj["parts_s"]) == {"train_s", "epoch_eval_s", "checkpoints_s", "final_clean_s",
-                                    "fgsm_2eps_s", "pgd4_2eps_s", "aa_s", "lipschitz_s"}
+    assert set(proj["parts_s"]) == {
+        "train_s",
+        "epoch_eval_s",
+        "checkpoints_s",
+        "final_clean_s",
+        "fgsm_2eps_s",
+        "pgd4_2eps_s",
+        "aa_s",
+        "lipschitz_s",
+    }
     assert abs(sum(proj["parts_s"].values()) - proj["total_s"]) < 1.0
 
 
@@ -146,15 +203,23 @@ def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
         sys.path.remove(str(ROOT / "benchmarks"))
     data = json.loads((ROOT / "benchmarks" / "gpu_suite_cpu_quick.json").read_text())
     text = gpu_report.report(data)
-    for heading in ("Train step", "Regularizers", "Per-epoch evaluation", "Attacks",
-                    "Lipschitz estimators", "Trial and projection"):
+    for heading in (
+        "Train step",
+        "Regularizers",
+        "Per-epoch evaluation",
+        "Attacks",
+        "Lipschitz estimators",
+        "Trial and projection",
+    ):
         assert f"### {heading}" in text
     assert "| jasmin_k10_mean |" in text and "| bf16_compile (static graph) | 8 |" in text
     assert f"**{data['trial']['projection']['hours']:.3f} h**" in text
-    partial = {"meta": {"gpu": "H100"}, "errors": ["attacks: RuntimeError: boom"],
-               "train": {"runs": {"bf16_b512": {"mode": "bf16", "batch": 512,
-                                                "step_ms": 90.0}}},
-               "attacks": {"autoattack": {"skipped": "pyautoattack is not importable"}}}
+    partial = {
+        "meta": {"gpu": "H100"},
+        "errors": ["attacks: RuntimeError: boom"],
+        "train": {"runs": {"bf16_b512": {"mode": "bf16", "batch": 512, "step_ms": 90.0}}},
+        "attacks": {"autoattack": {"skipped": "pyautoattack is not importable"}},
+    }
     text = gpu_report.report(partial)
     assert "| bf16 | 512 | 90.00 | - |" in text and "Device: **H100**" in text
     assert "AutoAttack: skipped" in text and "attacks: RuntimeError: boom" in text
@@ -196,18 +261,23 @@ def test_guard_records_one_failure_and_the_suite_goes_on(tmp_path: Path) -> None
 def test_projection_arithmetic() -> None:
     """One paper trial = 40 x 97 steps + 41 clean passes + 40 checkpoints + attacks + Lipschitz."""
     gs = _suite_module()
-    data = {"train": {"runs": {"bf16_b512": {"step_ms": 100.0}}},
-            "regularizers": {"variants": {"baseline": {"ratio": 1.0}, "j": {"ratio": 1.5}}},
-            "checkpoint": {"eval_clean": {"fp32_s_per_10k": 2.0}, "save": {"save_s": 1.0}},
-            "attacks": {"pgd4": {"fp32_images_per_s": 909.0}, "fgsm": {"fp32_images_per_s": 1818.0},
-                        "autoattack": {st: {"s_per_1000": 10.0} for st in gs.AA_STAGES}},
-            "lipschitz": {"summary_c100": {"seconds": 5.0, "images": 500}}}
+    data = {
+        "train": {"runs": {"bf16_b512": {"step_ms": 100.0}}},
+        "regularizers": {"variants": {"baseline": {"ratio": 1.0}, "j": {"ratio": 1.5}}},
+        "checkpoint": {"eval_clean": {"fp32_s_per_10k": 2.0}, "save": {"save_s": 1.0}},
+        "attacks": {
+            "pgd4": {"fp32_images_per_s": 909.0},
+            "fgsm": {"fp32_images_per_s": 1818.0},
+            "autoattack": {st: {"s_per_1000": 10.0} for st in gs.AA_STAGES},
+        },
+        "lipschitz": {"summary_c100": {"seconds": 5.0, "images": 500}},
+    }
     proj = gs.project_paper_trial(data, "cuda", 512)
     parts = proj["parts_s"]
-    assert parts["train_s"] == 388.0                                 # 40 x 97 x 0.1 s
+    assert parts["train_s"] == 388.0  # 40 x 97 x 0.1 s
     assert parts["epoch_eval_s"] == 80.0 and parts["final_clean_s"] == 2.0
     assert parts["checkpoints_s"] == 40.0 and parts["lipschitz_s"] == 5.0
-    assert parts["pgd4_2eps_s"] == 20.0 and parts["fgsm_2eps_s"] == 10.0   # 2 x 9090 images
+    assert parts["pgd4_2eps_s"] == 20.0 and parts["fgsm_2eps_s"] == 10.0  # 2 x 9090 images
     assert parts["aa_s"] == round(1e4 * 0.01 * (0.909 + 0.2685 + 2 * 0.0212), 1)
     assert proj["missing"] == [] and proj["total_s"] == round(sum(parts.values()), 1)
     assert proj["hours_slowest_regularizer"] == round((proj["total_s"] + 194.0) / 3600, 4)

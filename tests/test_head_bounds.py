@@ -1,4 +1,5 @@
 """Softmax Jacobian (Thm 4) and per-head Lipschitz bounds (Thm 1-3) against exact linear algebra."""
+
 from __future__ import annotations
 
 import math
@@ -6,22 +7,34 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_model_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import tiny_model_config
-from lipsweep.attention import QKRecorder, attention_probs
-from lipsweep.lipschitz import (HeadLinearization, HeadWeights, g1, head_bounds_at,
-                                head_exact_norm, head_forward, head_probs, head_weights,
-                                measure_head_bounds, softmax_jacobian_matrix,
-                                softmax_jacobian_norm, softmax_jacobian_stats, softmax_ratio)
+from lipsweep.lipschitz import (
+    HeadLinearization,
+    HeadWeights,
+    g1,
+    head_bounds_at,
+    head_exact_norm,
+    head_forward,
+    head_probs,
+    head_weights,
+    measure_head_bounds,
+    softmax_jacobian_matrix,
+    softmax_jacobian_norm,
+    softmax_jacobian_stats,
+    softmax_ratio,
+)
 from lipsweep.lipschitz.head_bounds import AttentionInputs
-from lipsweep.models import attention_modules, create_model
+from lipsweep.trial.attention import QKRecorder, attention_probs
+from lipsweep.trial.models import attention_modules, create_model
 
-RATIO_TOL = 1e-12        # float64 rounding allowed below 1 in bound / exact
+RATIO_TOL = 1e-12  # float64 rounding allowed below 1 in bound / exact
 
 
 # --- softmax Jacobian: exact norm and g_1 (Thm 4, Cor. 1) -------------------------------------
+
 
 def _rows(scale: float, n: int = 65, count: int = 600, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
@@ -33,10 +46,8 @@ def test_secular_norm_matches_eigvalsh(scale):
     """Dense eigvalsh is accurate to ~eps * ||M|| in absolute terms, hence the atol."""
     p = _rows(scale)
     dense = torch.linalg.eigvalsh(torch.diag_embed(p) - p[:, :, None] * p[:, None, :])[:, -1]
-    torch.testing.assert_close(softmax_jacobian_norm(p, "secular"), dense, rtol=1e-9,
-                               atol=1e-15)
-    torch.testing.assert_close(softmax_jacobian_norm(p, "eigvalsh"), dense, rtol=1e-9,
-                               atol=1e-15)
+    torch.testing.assert_close(softmax_jacobian_norm(p, "secular"), dense, rtol=1e-9, atol=1e-15)
+    torch.testing.assert_close(softmax_jacobian_norm(p, "eigvalsh"), dense, rtol=1e-9, atol=1e-15)
 
 
 def test_secular_norm_on_peaked_rows_matches_high_precision():
@@ -49,8 +60,9 @@ def test_secular_norm_on_peaked_rows_matches_high_precision():
         v = [mpmath.mpf(float(t)) for t in row]
         s = sum(v)
         v = [t / s for t in v]
-        m = mpmath.matrix([[(v[i] if i == j else 0) - v[i] * v[j] for j in range(12)]
-                           for i in range(12)])
+        m = mpmath.matrix(
+            [[(v[i] if i == j else 0) - v[i] * v[j] for j in range(12)] for i in range(12)]
+        )
         ref = float(max(mpmath.eigsy(m)[0]))
         assert abs(float(val) - ref) <= 1e-10 * ref + 1e-300, (float(val), ref)
 
@@ -62,23 +74,28 @@ def test_closed_forms():
     one_hot = torch.tensor([[0.0, 1.0, 0.0]], dtype=torch.float64)
     tied = torch.tensor([[0.4, 0.4, 0.2]], dtype=torch.float64)
     for method in ("secular", "eigvalsh"):
-        torch.testing.assert_close(softmax_jacobian_norm(uniform, method),
-                                   torch.tensor([1 / n], dtype=torch.float64))
-        torch.testing.assert_close(softmax_jacobian_norm(two, method),
-                                   torch.tensor([2 * 0.7 * 0.3], dtype=torch.float64))
+        torch.testing.assert_close(
+            softmax_jacobian_norm(uniform, method), torch.tensor([1 / n], dtype=torch.float64)
+        )
+        torch.testing.assert_close(
+            softmax_jacobian_norm(two, method), torch.tensor([2 * 0.7 * 0.3], dtype=torch.float64)
+        )
         assert softmax_jacobian_norm(one_hot, method).item() == pytest.approx(0, abs=1e-15)
-        torch.testing.assert_close(softmax_jacobian_norm(tied, method),
-                                   torch.tensor([0.4], dtype=torch.float64))
+        torch.testing.assert_close(
+            softmax_jacobian_norm(tied, method), torch.tensor([0.4], dtype=torch.float64)
+        )
     assert g1(uniform).item() == pytest.approx(1 / n)
-    assert g1(two).item() == pytest.approx(2 * 0.7 * 0.3)        # tight for 2-point rows
+    assert g1(two).item() == pytest.approx(2 * 0.7 * 0.3)  # tight for 2-point rows
     assert g1(one_hot).item() == 0.0
     m = softmax_jacobian_matrix(two)[0]
     torch.testing.assert_close(m, torch.diag(two[0]) - torch.outer(two[0], two[0]))
 
 
 @settings(max_examples=60, deadline=None)
-@given(logits=st.lists(st.floats(-40, 40, allow_nan=False), min_size=2, max_size=40),
-       temp=st.sampled_from([0.01, 0.3, 1.0, 5.0]))
+@given(
+    logits=st.lists(st.floats(-40, 40, allow_nan=False), min_size=2, max_size=40),
+    temp=st.sampled_from([0.01, 0.3, 1.0, 5.0]),
+)
 def test_interlacing_bound_on_arbitrary_rows(logits, temp):
     """p_(2) <= ||M(p)|| <= g_1(p) <= min(p_(1), 1/2) for any softmax row (Thm 4, Cor. 1)."""
     p = (torch.tensor([logits], dtype=torch.float64) / temp).softmax(-1)
@@ -90,30 +107,31 @@ def test_interlacing_bound_on_arbitrary_rows(logits, temp):
     assert bound <= min(top[0].item(), 0.5) + 1e-15
 
 
-def test_ratio_is_at_least_one_and_close_to_one_on_a_trained_vit(trained_tiny_model,
-                                                                 cifar_sample):
+def test_ratio_is_at_least_one_and_close_to_one_on_a_trained_vit(trained_tiny_model, cifar_sample):
     stats = softmax_jacobian_stats(trained_tiny_model, cifar_sample["x_test"][:16])
     assert stats["softmax_norm"].shape == (16, 4, 4, 65)
     ratio = softmax_ratio(stats["softmax_norm"], stats["softmax_g1"])
     assert ratio.numel() > 0.99 * 16 * 4 * 4 * 65
     assert ratio.min() >= 1 - RATIO_TOL
-    assert ratio.median() < 1.1                                   # paper Fig. 3: close to 1
+    assert ratio.median() < 1.1  # paper Fig. 3: close to 1
     # The row maxima of ||M|| and g_1 are what Thm 3 consumes; both <= 1/2.
     assert stats["softmax_g1"].max() <= 0.5
 
 
 # --- head slicing and linearisation -----------------------------------------------------------
 
+
 @pytest.fixture(scope="module", params=[False, True], ids=["no_bias", "qkv_bias"])
 def small_model(request):
     torch.manual_seed(0)
-    cfg = tiny_model_config(img_size=16, patch_size=4, depth=2, embed_dim=32, num_heads=2,
-                            qkv_bias=request.param)
+    cfg = tiny_model_config(
+        img_size=16, patch_size=4, depth=2, embed_dim=32, num_heads=2, qkv_bias=request.param
+    )
     model = create_model(cfg).double().eval()
     if request.param:
         with torch.no_grad():
             for a in attention_modules(model):
-                a.qkv.bias.normal_(0, 0.5)                          # biases that matter
+                a.qkv.bias.normal_(0, 0.5)  # biases that matter
     return model
 
 
@@ -124,9 +142,8 @@ def test_head_slices_reproduce_the_attention_module(small_model):
         small_model(x)
     for attn, (q, k, s), xl in zip(attention_modules(small_model), rec.records, inp.inputs):
         w = head_weights(attn)
-        torch.testing.assert_close(head_probs(xl, w), attention_probs(q, k, s), rtol=0,
-                                   atol=1e-13)
-        heads = head_forward(xl, w)                                  # (B, H, N, d)
+        torch.testing.assert_close(head_probs(xl, w), attention_probs(q, k, s), rtol=0, atol=1e-13)
+        heads = head_forward(xl, w)  # (B, H, N, d)
         concat = heads.transpose(1, 2).reshape(xl.shape[0], xl.shape[1], -1)
         torch.testing.assert_close(attn.proj(concat), attn(xl), rtol=0, atol=1e-12)
 
@@ -163,17 +180,19 @@ def test_qk_norm_blocks_are_refused():
 
 # --- every bound is a bound (Thm 1-3) ---------------------------------------------------------
 
-def _random_head(seed: int, dim: int = 16, d: int = 8, heads: int = 3, w_scale: float = 1.0,
-                 bias: bool = False) -> HeadWeights:
+
+def _random_head(
+    seed: int, dim: int = 16, d: int = 8, heads: int = 3, w_scale: float = 1.0, bias: bool = False
+) -> HeadWeights:
     g = torch.Generator().manual_seed(seed)
 
     def mat() -> torch.Tensor:
-        return torch.randn(heads, dim, d, generator=g, dtype=torch.float64) * w_scale / dim ** 0.5
+        return torch.randn(heads, dim, d, generator=g, dtype=torch.float64) * w_scale / dim**0.5
 
     def vec():
         return torch.randn(heads, d, generator=g, dtype=torch.float64) if bias else None
 
-    return HeadWeights(mat(), mat(), mat(), vec(), vec(), vec(), d ** -0.5)
+    return HeadWeights(mat(), mat(), mat(), vec(), vec(), vec(), d**-0.5)
 
 
 def _inputs(kind: str, seed: int, n: int = 9, dim: int = 16, scale: float = 1.0) -> torch.Tensor:
@@ -182,9 +201,9 @@ def _inputs(kind: str, seed: int, n: int = 9, dim: int = 16, scale: float = 1.0)
     x = torch.randn(2, n, dim, generator=g, dtype=torch.float64)
     if kind == "layernorm":
         x = (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)
-    elif kind == "rank_one":                                  # all tokens equal
+    elif kind == "rank_one":  # all tokens equal
         x = x[:, :1].expand(-1, n, -1).clone()
-    elif kind == "two_clusters":                              # Castin et al.'s heuristic
+    elif kind == "two_clusters":  # Castin et al.'s heuristic
         x[:, 1:] = x[:, 1:2]
     elif kind == "one_large":
         x[:, 0] *= 10
@@ -200,8 +219,7 @@ def _check_all_bounds(x: torch.Tensor, w: HeadWeights) -> dict[str, torch.Tensor
     return bounds | {"exact": exact}
 
 
-@pytest.mark.parametrize("kind", ["gaussian", "layernorm", "rank_one", "two_clusters",
-                                  "one_large"])
+@pytest.mark.parametrize("kind", ["gaussian", "layernorm", "rank_one", "two_clusters", "one_large"])
 @pytest.mark.parametrize("scale", [0.3, 3.0])
 @pytest.mark.parametrize("bias", [False, True])
 def test_bounds_hold_on_random_and_structured_inputs(kind, scale, bias):
@@ -227,8 +245,10 @@ def test_thm3_is_tight_and_thm1_fails_at_zero_input():
     assert (bounds["thm1"] == 0).all() and (exact > 0).all()
     # Sufficient condition (via Thm 3) under which Thm 1 does hold: N(N+1)||X||_F^2 >= sqrt(N).
     n = 9
-    tiny = torch.full((1, n, 16), (math.sqrt(n) / (n * (n + 1) * n * 16)) ** 0.5,
-                      dtype=torch.float64) * 1.0001
+    tiny = (
+        torch.full((1, n, 16), (math.sqrt(n) / (n * (n + 1) * n * 16)) ** 0.5, dtype=torch.float64)
+        * 1.0001
+    )
     assert n * (n + 1) * tiny.square().sum() >= math.sqrt(n)
     assert (head_bounds_at(tiny, w)["thm1"] >= head_exact_norm(tiny, w, "full")).all()
 
@@ -251,17 +271,30 @@ def test_bounds_hold_on_a_trained_vit(trained_tiny_model, cifar_sample):
         trained_tiny_model(x[:2])
     w = head_weights(next(attention_modules(trained_tiny_model)))
     real = inp.inputs[0][:, :17].double()
-    torch.testing.assert_close(head_exact_norm(real, w, "lanczos", iters=400, tol=1e-10),
-                               head_exact_norm(real, w, "full"), rtol=1e-8, atol=0)
+    torch.testing.assert_close(
+        head_exact_norm(real, w, "lanczos", iters=400, tol=1e-10),
+        head_exact_norm(real, w, "full"),
+        rtol=1e-8,
+        atol=0,
+    )
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs CUDA"))])
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+        ),
+    ],
+)
 def test_linalg_placement_keeps_the_bounds(device):
     """The small SVDs may run on the CPU for CUDA inputs (issue 17); the bounds stay the same."""
     x, w = _inputs("layernorm", seed=3).to(device), _random_head(6)
-    w = HeadWeights(*(t.to(device) if t is not None else None
-                      for t in (w.wq, w.wk, w.wv, w.bq, w.bk, w.bv)), w.scale)
+    w = HeadWeights(
+        *(t.to(device) if t is not None else None for t in (w.wq, w.wk, w.wv, w.bq, w.bk, w.bv)),
+        w.scale,
+    )
     on_cpu = head_bounds_at(x, w, linalg_placement="cpu")
     on_same = head_bounds_at(x, w, linalg_placement="same")
     assert on_cpu.keys() == on_same.keys()
@@ -272,26 +305,28 @@ def test_linalg_placement_keeps_the_bounds(device):
         head_bounds_at(x, w, linalg_placement="gpu")
 
 
-# --- each bound's VALUE, against the paper's formulas written out here (SPEC §2.4) ------------
+# --- each bound's VALUE, against the paper's formulas written out here (docs/science.md §1.4) -----
 
-def _paper_bounds(x: np.ndarray, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray,
-                  scale: float) -> dict[str, float]:
+
+def _paper_bounds(
+    x: np.ndarray, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray, scale: float
+) -> dict[str, float]:
     """Thm 1, 2, 3 and 3-with-g_1 of ONE head at X (N x D), from the paper's statements, in
     numpy (independent of lipsweep): spectral norms by SVD, M(p) = diag(p) - p p^T dense."""
-    spec = lambda m: float(np.linalg.norm(m, 2))                       # noqa: E731
+    spec = lambda m: float(np.linalg.norm(m, 2))  # noqa: E731
     n = x.shape[0]
-    a = wq @ wk.T * scale                                              # A = W_Q W_K^T / sqrt(d)
+    a = wq @ wk.T * scale  # A = W_Q W_K^T / sqrt(d)
     s = x @ a @ x.T
     p = np.exp(s - s.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)                                       # P, row-wise softmax
-    m_norm = max(spec(np.diag(r) - np.outer(r, r)) for r in p)         # max_i ||M(P_i)||
+    p /= p.sum(1, keepdims=True)  # P, row-wise softmax
+    m_norm = max(spec(np.diag(r) - np.outer(r, r)) for r in p)  # max_i ||M(P_i)||
     top2 = np.sort(p, 1)[:, ::-1][:, :2]
-    g_1 = float((top2[:, 0] * (1 - top2[:, 0] + top2[:, 1])).max())   # max_i g_1(P_i)
+    g_1 = float((top2[:, 0] * (1 - top2[:, 0] + top2[:, 1])).max())  # max_i g_1(P_i)
     x_f = float(np.linalg.norm(x, "fro"))
-    r = float(np.linalg.norm(x, axis=1).max())                        # max_i ||X_i||
+    r = float(np.linalg.norm(x, axis=1).max())  # max_i ||X_i||
     return {
-        "thm1": n * (n + 1) * x_f ** 2 * (spec(wv) * spec(wq) * spec(wk) + spec(wv)),
-        "thm2": math.sqrt(3) * spec(wv) * math.sqrt(spec(a) ** 2 * r ** 4 * (4 * n + 1) + n),
+        "thm1": n * (n + 1) * x_f**2 * (spec(wv) * spec(wq) * spec(wk) + spec(wv)),
+        "thm2": math.sqrt(3) * spec(wv) * math.sqrt(spec(a) ** 2 * r**4 * (4 * n + 1) + n),
         "thm3": spec(wv) * (spec(p) + 2 * spec(x) ** 2 * spec(a) * m_norm),
         "thm3_g1": spec(wv) * (spec(p) + 2 * spec(x) ** 2 * spec(a) * g_1),
     }
@@ -304,7 +339,7 @@ def test_each_bound_equals_the_papers_formula(seed, scale, bias):
     a Thm 3 without its factor 2 (or a Thm 1 without its (N + 1)) fails here. With q/k/v biases
     the formulas take Remark 2's [X 1] and [W; b]."""
     w = _random_head(seed, heads=2, bias=bias)
-    x = _inputs("gaussian", seed + 10, scale=scale)                    # (2, 9, 16)
+    x = _inputs("gaussian", seed + 10, scale=scale)  # (2, 9, 16)
     got = head_bounds_at(x, w)
     for i in range(x.shape[0]):
         for h in range(w.num_heads):
@@ -312,8 +347,10 @@ def test_each_bound_equals_the_papers_formula(seed, scale, bias):
             mats = [m[h].numpy() for m in (w.wq, w.wk, w.wv)]
             if bias:
                 xi = np.concatenate([xi, np.ones((xi.shape[0], 1))], 1)
-                mats = [np.concatenate([m, b[h].numpy()[None]], 0)
-                        for m, b in zip(mats, (w.bq, w.bk, w.bv))]
+                mats = [
+                    np.concatenate([m, b[h].numpy()[None]], 0)
+                    for m, b in zip(mats, (w.bq, w.bk, w.bv))
+                ]
             want = _paper_bounds(xi, *mats, w.scale)
             for name, value in want.items():
                 assert got[name][i, h].item() == pytest.approx(value, rel=1e-9), (name, i, h)
@@ -333,16 +370,25 @@ def test_thm1_as_stated_is_not_an_upper_bound_near_zero():
         assert (bounds["thm1"] < exact).all(), (scale, bounds["thm1"], exact)
         for name in ("thm2", "thm3", "thm3_g1"):
             assert (bounds[name] >= exact * (1 - RATIO_TOL)).all(), (name, scale)
-    torch.testing.assert_close(head_exact_norm(base * 0, w, "full")[0],
-                               torch.linalg.matrix_norm(w.wv, 2), rtol=1e-10, atol=0)
+    torch.testing.assert_close(
+        head_exact_norm(base * 0, w, "full")[0],
+        torch.linalg.matrix_norm(w.wv, 2),
+        rtol=1e-10,
+        atol=0,
+    )
 
 
 def test_summary_counts_where_thm1_as_stated_falls_below_the_exact_norm():
     from lipsweep.lipschitz.summary import _head_metrics
 
-    exact = np.array([[[1.0, 2.0], [3.0, 4.0]]])                       # (image, layer, head)
-    arrays = {"head_exact": exact, "head_thm1": exact * np.array([[[0.5, 2], [2, 2]]]),
-              "head_thm2": exact * 3, "head_thm3": exact * 2, "head_thm3_g1": exact * 2}
+    exact = np.array([[[1.0, 2.0], [3.0, 4.0]]])  # (image, layer, head)
+    arrays = {
+        "head_exact": exact,
+        "head_thm1": exact * np.array([[[0.5, 2], [2, 2]]]),
+        "head_thm2": exact * 3,
+        "head_thm3": exact * 2,
+        "head_thm3_g1": exact * 2,
+    }
     metrics = _head_metrics(arrays)
     assert metrics["lip_head_thm1_below_exact_frac"] == 0.25
     assert metrics["lip_head_thm1_ratio_min"] == 0.5

@@ -1,7 +1,8 @@
 """JaSMin math against independent truth: exact eigenvalues, a plain Python loop, gradcheck.
 
-SPEC §2.1-2.2; paper Thm 4 / Cor 1 and eqs. 8-9.
+docs/science.md §1.1-1.2; paper Thm 4 / Cor 1 and eqs. 8-9.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,9 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lipsweep.attention import attention_probs
 from lipsweep.regularizers import JASMIN_EPS, g_k, jasmin_penalty, jasmin_penalty_from_qk
 from lipsweep.regularizers._ranked_softmax import ranked_softmax_probs
+from lipsweep.trial.attention import attention_probs
 
 TOL = 1e-12
 
@@ -41,6 +42,7 @@ def assert_interlacing(p: torch.Tensor) -> None:
 
 
 # ----------------------------------------------------------------------------- g_k, Thm 4
+
 
 @pytest.mark.parametrize("n", [2, 3, 5, 17, 65])
 @pytest.mark.parametrize("alpha", [0.02, 0.3, 1.0, 5.0, 100.0])
@@ -79,8 +81,11 @@ def test_interlacing_with_ties():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_size=12)
-       .filter(lambda w: sum(w) > 1e-6))
+@given(
+    st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_size=12).filter(
+        lambda w: sum(w) > 1e-6
+    )
+)
 def test_interlacing_on_arbitrary_simplex_points(w):
     p = torch.tensor(w, dtype=torch.float64)
     assert_interlacing(p / p.sum())
@@ -131,6 +136,7 @@ def test_g_k_sequence_and_validation():
 
 # ------------------------------------------------------------------ jasmin_penalty vs a loop
 
+
 def loop_penalty(maps: list[torch.Tensor], k: int, aggregation: str) -> float:
     """Paper eqs. 8-9 written as plain loops over layers, samples, heads and rows."""
     eps = 1e-6
@@ -156,8 +162,10 @@ def loop_penalty(maps: list[torch.Tensor], k: int, aggregation: str) -> float:
 
 def random_maps(n: int = 37, layers: int = 2, seed: int = 0) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(2, 3, n, n, generator=g, dtype=torch.float64) * s).softmax(-1)
-            for s in (1.0, 4.0)[:layers]]
+    return [
+        (torch.randn(2, 3, n, n, generator=g, dtype=torch.float64) * s).softmax(-1)
+        for s in (1.0, 4.0)[:layers]
+    ]
 
 
 def test_eps_is_the_documented_floor():
@@ -189,6 +197,7 @@ def test_jasmin_penalty_validation():
 
 
 # ------------------------------------------------------------- fast q/k path and gradients
+
 
 def qk(b=2, h=3, n=33, d=8, seed=0, dtype=torch.float64, spread=1.0):
     g = torch.Generator().manual_seed(seed)
@@ -247,8 +256,7 @@ def test_gradcheck_public_function():
     g = torch.Generator().manual_seed(1)
     for k, agg in ((0, "mean"), (2, "max"), (3, "mean")):
         logits = torch.randn(2, 2, 5, 5, generator=g, dtype=torch.float64, requires_grad=True)
-        assert torch.autograd.gradcheck(
-            lambda z: jasmin_penalty(z.softmax(-1), k, agg), (logits,))
+        assert torch.autograd.gradcheck(lambda z: jasmin_penalty(z.softmax(-1), k, agg), (logits,))
     p = torch.rand(3, 6, generator=g, dtype=torch.float64)
     p = (p / p.sum(-1, keepdim=True)).requires_grad_()
     assert torch.autograd.gradcheck(lambda x: g_k(x, [1, 2, 5]), (p,))
@@ -259,7 +267,8 @@ def test_gradcheck_fast_path(ranks):
     q, kk = qk(b=1, h=2, n=5, d=2, seed=2)
     assert torch.autograd.gradcheck(lambda a, b: ranked_softmax_probs(a, b, 0.7, ranks), (q, kk))
     assert torch.autograd.gradcheck(
-        lambda a, b: jasmin_penalty_from_qk([(a, b, 0.7)], 2, "max"), (q, kk))
+        lambda a, b: jasmin_penalty_from_qk([(a, b, 0.7)], 2, "max"), (q, kk)
+    )
 
 
 @pytest.mark.parametrize("pattern", ["two rows", "one row per (b, h)", "one per (b, h) + 1"])
@@ -274,8 +283,11 @@ def test_sparse_and_dense_backward_agree(pattern):
         upstream[1, 2, 16] = torch.tensor([0.0, 1.0, 0.0, -1.0])
     else:  # what max aggregation produces (and a tie: two rows in one (b, h))
         rows = torch.randint(0, 17, (2, 3), generator=g)
-        upstream.scatter_(2, rows[..., None, None].expand(2, 3, 1, 4),
-                          torch.randn(2, 3, 1, 4, generator=g, dtype=torch.float64))
+        upstream.scatter_(
+            2,
+            rows[..., None, None].expand(2, 3, 1, 4),
+            torch.randn(2, 3, 1, 4, generator=g, dtype=torch.float64),
+        )
         if pattern.endswith("+ 1"):
             upstream[1, 0, (int(rows[1, 0]) + 1) % 17] = 0.5
     fast = ranked_softmax_probs(q, kk, 0.6, ranks)
@@ -288,6 +300,7 @@ def test_sparse_and_dense_backward_agree(pattern):
 
 
 # ------------------------------------------------------------------ finiteness at the edges
+
 
 def _finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t).all())

@@ -1,18 +1,23 @@
-"""||J_f(x)||_2 per sample against the exact SVD of the full Jacobian (SPEC §2.5)."""
+"""||J_f(x)||_2 per sample against the exact SVD of the full Jacobian (docs/science.md §1.5)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_model_config
 from torch import nn
 
-from conftest import tiny_model_config
-from lipsweep.attention import set_fused_attention
-from lipsweep.lipschitz import (EXACT_MAX_CLASSES, jacobian_norm_result, jacobian_spectral_norm,
-                                resolve_route)
+from lipsweep.lipschitz import (
+    EXACT_MAX_CLASSES,
+    jacobian_norm_result,
+    jacobian_spectral_norm,
+    resolve_route,
+)
 from lipsweep.lipschitz._krylov import lanczos_top_eigenvalue, power_top_eigenvalue
-from lipsweep.models import attention_modules, create_model
+from lipsweep.trial.attention import set_fused_attention
+from lipsweep.trial.models import attention_modules, create_model
 
-ITERATIVE_RTOL = 1e-2   # the brief: iterative routes within 1% at their default tolerance
+ITERATIVE_RTOL = 1e-2  # the brief: iterative routes within 1% at their default tolerance
 
 
 def _full_jacobian_norms(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -27,14 +32,16 @@ def _full_jacobian_norms(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def small_vit() -> nn.Module:
     torch.manual_seed(0)
-    return create_model(tiny_model_config(img_size=16, patch_size=4, depth=2,
-                                          embed_dim=64)).double().eval()
+    return (
+        create_model(tiny_model_config(img_size=16, patch_size=4, depth=2, embed_dim=64))
+        .double()
+        .eval()
+    )
 
 
 @pytest.fixture(scope="module")
 def small_batch() -> torch.Tensor:
-    return torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(1),
-                      dtype=torch.float64)
+    return torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +57,7 @@ def test_exact_route_matches_svd_of_full_jacobian(small_vit, small_batch, refere
 
 
 @pytest.mark.parametrize("route", ["lanczos", "power"])
-def test_iterative_routes_match_svd_at_default_tolerance(small_vit, small_batch, reference,
-                                                         route):
+def test_iterative_routes_match_svd_at_default_tolerance(small_vit, small_batch, reference, route):
     res = jacobian_norm_result(small_vit, small_batch, iters=100, route=route)
     assert res.route == route and res.converged.all()
     rel = (res.values - reference).abs() / reference
@@ -86,7 +92,7 @@ class _Linear(nn.Module):
 def test_linear_model_gives_weight_spectral_norm(route, classes):
     g = torch.Generator().manual_seed(classes)
     w = torch.randn(classes, 3 * 4 * 4, generator=g, dtype=torch.float64)
-    w[0] *= 3                                          # a clear top singular value
+    w[0] *= 3  # a clear top singular value
     model = _Linear(w)
     x = torch.rand(5, 3, 4, 4, generator=g, dtype=torch.float64)
     res = jacobian_norm_result(model, x, iters=200, route=route)
@@ -112,16 +118,15 @@ def test_plain_timm_vit_fused_flag_and_modes_restored(route):
     blocks = list(attention_modules(model))
     assert all(a.fused_attn for a in blocks), "timm default should be the fused path"
     model.train()
-    model.net.blocks[0].eval()                         # a mixed state must survive too
+    model.net.blocks[0].eval()  # a mixed state must survive too
     seen = []
-    hook = blocks[0].register_forward_pre_hook(lambda m, a: seen.append((m.training,
-                                                                         m.fused_attn)))
+    hook = blocks[0].register_forward_pre_hook(lambda m, a: seen.append((m.training, m.fused_attn)))
     vals = jacobian_spectral_norm(model, torch.rand(3, 3, 16, 16), 50, route=route)
     hook.remove()
     assert torch.isfinite(vals).all() and (vals > 0).all()
-    assert all(not training for training, _ in seen)   # measured in eval mode
+    assert all(not training for training, _ in seen)  # measured in eval mode
     if route == "lanczos":
-        assert any(not fused for _, fused in seen)     # JVPs ran with the fused path off
+        assert any(not fused for _, fused in seen)  # JVPs ran with the fused path off
     assert model.training and not model.net.blocks[0].training
     assert model.net.blocks[1].training
     assert all(a.fused_attn for a in blocks)
@@ -148,9 +153,16 @@ def test_batch_size_chunks_do_not_change_results(small_vit, small_batch):
     torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(iters=0), "iters"), (dict(iters=2.5), "iters"), (dict(route="svd"), "route"),
-    (dict(tol=0.0), "tol"), (dict(batch_size=0), "batch_size")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(iters=0), "iters"),
+        (dict(iters=2.5), "iters"),
+        (dict(route="svd"), "route"),
+        (dict(tol=0.0), "tol"),
+        (dict(batch_size=0), "batch_size"),
+    ],
+)
 def test_bad_arguments_name_the_argument(kwargs, match):
     model = _Linear(torch.randn(3, 12, dtype=torch.float64))
     args = dict(iters=10) | kwargs
@@ -192,16 +204,16 @@ def test_token_jacobian_matches_autograd_jacobian_of_the_blocks_and_head(small_v
     net = small_vit.net
     x_norm = (small_batch - small_vit.mean) / small_vit.std
     with torch.no_grad():
-        tokens = _reference_tokens(net, x_norm)                           # (B, 17, 64)
+        tokens = _reference_tokens(net, x_norm)  # (B, 17, 64)
     assert tokens.shape == (4, 17, 64)
     torch.testing.assert_close(token_embeddings(small_vit, small_batch), tokens)
 
-    def rest(t: torch.Tensor) -> torch.Tensor:                            # (17, 64) -> (C,)
+    def rest(t: torch.Tensor) -> torch.Tensor:  # (17, 64) -> (C,)
         return net.forward_head(net.norm(net.blocks(t.unsqueeze(0))))[0]
 
     ref = []
     for t in tokens:
-        jac = torch.autograd.functional.jacobian(rest, t)                 # (C, 17, 64)
+        jac = torch.autograd.functional.jacobian(rest, t)  # (C, 17, 64)
         ref.append(torch.linalg.matrix_norm(jac.reshape(jac.shape[0], -1), 2))
     ref = torch.stack(ref)
     exact = token_jacobian_norm_result(small_vit, small_batch, 10, route="exact")
@@ -213,8 +225,9 @@ def test_token_jacobian_matches_autograd_jacobian_of_the_blocks_and_head(small_v
     assert ((pixel - ref).abs() / ref).min() > 1e-3
 
 
-def test_summary_reports_token_jacobian_metrics_beside_the_pixel_ones(small_vit, small_batch,
-                                                                      tmp_path):
+def test_summary_reports_token_jacobian_metrics_beside_the_pixel_ones(
+    small_vit, small_batch, tmp_path
+):
     from lipsweep.lipschitz import LipschitzConfig, lipschitz_summary
 
     cfg = LipschitzConfig(lip_softmax=False, lip_head_bounds=False, lip_route="exact")
@@ -223,6 +236,11 @@ def test_summary_reports_token_jacobian_metrics_beside_the_pixel_ones(small_vit,
         assert f"lip_jacobian_{stat}" in metrics and f"lip_jacobian_tokens_{stat}" in metrics
     assert metrics["lip_jacobian_tokens_converged_frac"] == 1.0
     assert (tmp_path / "lipschitz_jacobian_tokens_hist.png").is_file()
-    off = lipschitz_summary(small_vit, small_batch, LipschitzConfig(
-        lip_softmax=False, lip_head_bounds=False, lip_tokens=False, lip_figures=False))
+    off = lipschitz_summary(
+        small_vit,
+        small_batch,
+        LipschitzConfig(
+            lip_softmax=False, lip_head_bounds=False, lip_tokens=False, lip_figures=False
+        ),
+    )
     assert not any(k.startswith("lip_jacobian_tokens") for k in off)

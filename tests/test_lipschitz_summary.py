@@ -1,26 +1,38 @@
 """The estimator registry (batch invariance, restored state), LipschitzConfig and the trial-level
-summary: metric names (SPEC §3), consistency with the raw arrays, files written."""
+summary: metric names (docs/contract.md), consistency with the raw arrays, files written."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_model_config
-from lipsweep.attention import set_fused_attention
-from lipsweep.config_base import ConfigError, from_mapping
-from lipsweep.lipschitz import (LipschitzConfig, create_estimator, is_estimator,
-                                jacobian_spectral_norm, lipschitz_summary, list_estimators)
-from lipsweep.lipschitz.summary import FIGURES, NPZ_NAME
-from lipsweep.models import attention_modules, create_model
 
-SPEC_METRICS = ("lip_jacobian_mean", "lip_jacobian_median", "lip_jacobian_p90",
-                "lip_jacobian_p99", "lip_jacobian_max")
+from lipsweep.core.config_base import ConfigError, from_mapping
+from lipsweep.lipschitz import (
+    LipschitzConfig,
+    create_estimator,
+    is_estimator,
+    jacobian_spectral_norm,
+    lipschitz_summary,
+    list_estimators,
+)
+from lipsweep.lipschitz.summary import FIGURES, NPZ_NAME
+from lipsweep.trial.attention import set_fused_attention
+from lipsweep.trial.models import attention_modules, create_model
+
+SPEC_METRICS = (
+    "lip_jacobian_mean",
+    "lip_jacobian_median",
+    "lip_jacobian_p90",
+    "lip_jacobian_p99",
+    "lip_jacobian_max",
+)
 # Per-estimator tolerance of batch invariance: exact arithmetic paths agree to rounding; the
 # iterative ones freeze each sample at its own convergence, so rounding can at most move a
 # sample by one check, within the solver tolerance.
 INVARIANCE_RTOL = {"jacobian_lanczos": 1e-3, "jacobian_power": 2e-3}
-SETTINGS = {"head_bounds": dict(route="lanczos")}   # 'full' is checked in test_head_bounds
+SETTINGS = {"head_bounds": dict(route="lanczos")}  # 'full' is checked in test_head_bounds
 
 
 @pytest.fixture(scope="module")
@@ -32,17 +44,20 @@ def model():
 
 @pytest.fixture(scope="module")
 def images() -> torch.Tensor:
-    return torch.rand(6, 3, 16, 16, generator=torch.Generator().manual_seed(0),
-                      dtype=torch.float64)
+    return torch.rand(6, 3, 16, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
 
 def test_registry_lists_the_estimators():
     names = list_estimators()
-    for name in ("jacobian_exact", "jacobian_lanczos", "jacobian_power", "softmax_jacobian",
-                 "head_bounds"):
+    for name in (
+        "jacobian_exact",
+        "jacobian_lanczos",
+        "jacobian_power",
+        "softmax_jacobian",
+        "head_bounds",
+    ):
         assert name in names and is_estimator(name)
-    assert list_estimators("jacobian_*") == ["jacobian_exact", "jacobian_lanczos",
-                                             "jacobian_power"]
+    assert list_estimators("jacobian_*") == ["jacobian_exact", "jacobian_lanczos", "jacobian_power"]
     with pytest.raises(ValueError, match="known estimators"):
         create_estimator("nope")
 
@@ -55,16 +70,27 @@ def test_estimator_is_invariant_to_batching(name, model, images):
     whole = est(model, images)
     assert set(whole) == set(est.outputs)
     chunks = [est(model, images[i:j]) for i, j in ((0, 1), (1, 4), (4, 6))]
-    others = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(9),
-                        dtype=torch.float64)
+    others = torch.rand(
+        3, 3, 16, 16, generator=torch.Generator().manual_seed(9), dtype=torch.float64
+    )
     mixed = est(model, torch.cat([others, images[:3]]))
     for key, val in whole.items():
         assert val.shape[0] == 6
         joined = torch.cat([c[key] for c in chunks])
-        torch.testing.assert_close(joined.double(), val.double(), rtol=rtol, atol=1e-12,
-                                   msg=f"{name}/{key} depends on the batch split")
-        torch.testing.assert_close(mixed[key][3:].double(), val[:3].double(), rtol=rtol,
-                                   atol=1e-12, msg=f"{name}/{key} depends on other samples")
+        torch.testing.assert_close(
+            joined.double(),
+            val.double(),
+            rtol=rtol,
+            atol=1e-12,
+            msg=f"{name}/{key} depends on the batch split",
+        )
+        torch.testing.assert_close(
+            mixed[key][3:].double(),
+            val[:3].double(),
+            rtol=rtol,
+            atol=1e-12,
+            msg=f"{name}/{key} depends on other samples",
+        )
     # The estimate describes the samples: different images give different values.
     main = est.outputs[0]
     assert not torch.allclose(mixed[main][:3].double(), whole[main][:3].double())
@@ -88,11 +114,23 @@ def test_config_defaults_validate_and_round_trip():
     assert from_mapping(LipschitzConfig, {"lip_tol": "1e-4"}).lip_tol == 1e-4
 
 
-@pytest.mark.parametrize("field, value", [
-    ("lip_route", "svd"), ("lip_iters", 0), ("lip_tol", 0.0), ("lip_tol", 1.5),
-    ("lip_batch_size", 0), ("lip_images", -1), ("lip_head_images", 2.5),
-    ("lip_head_route", "power"), ("lip_softmax_method", "qr"), ("lip_head_tol", -1.0),
-    ("lip_figures", "yes"), ("lip_iters", True)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("lip_route", "svd"),
+        ("lip_iters", 0),
+        ("lip_tol", 0.0),
+        ("lip_tol", 1.5),
+        ("lip_batch_size", 0),
+        ("lip_images", -1),
+        ("lip_head_images", 2.5),
+        ("lip_head_route", "power"),
+        ("lip_softmax_method", "qr"),
+        ("lip_head_tol", -1.0),
+        ("lip_figures", "yes"),
+        ("lip_iters", True),
+    ],
+)
 def test_config_rejects_bad_values_naming_the_field(field, value):
     with pytest.raises(ConfigError) as err:
         LipschitzConfig(**{field: value})
@@ -127,13 +165,14 @@ def test_summary_metrics_arrays_and_figures(model, images, tmp_path):
     assert metrics["lip_softmax_rows"] <= 4 * 2 * 2 * 17
     for fname in FIGURES.values():
         assert (tmp_path / fname).stat().st_size > 1000
-    assert not list(tmp_path.glob(".*tmp"))                         # atomic writes finished
+    assert not list(tmp_path.glob(".*tmp"))  # atomic writes finished
     assert not model.training and all(a.fused_attn for a in attention_modules(model))
 
 
 def test_summary_parts_can_be_switched_off(model, images, tmp_path):
-    cfg = _small_cfg(lip_softmax=False, lip_head_bounds=False, lip_figures=False,
-                     lip_route="lanczos")
+    cfg = _small_cfg(
+        lip_softmax=False, lip_head_bounds=False, lip_figures=False, lip_route="lanczos"
+    )
     metrics = lipschitz_summary(model, images, cfg, out_dir=tmp_path)
     assert set(SPEC_METRICS) <= set(metrics)
     assert not any(k.startswith(("lip_softmax", "lip_head")) for k in metrics)

@@ -1,12 +1,13 @@
 """The ViT builder: one code path for ViT-B and tiny ViTs, pixel-space wrapper, resampling."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import tiny_model_config
-from lipsweep.config_base import ConfigError
-from lipsweep.models import ModelConfig, PixelModel, attention_modules, create_model
+
+from lipsweep.core.config_base import ConfigError
+from lipsweep.trial.models import ModelConfig, PixelModel, attention_modules, create_model
 
 
 def test_tiny_vit_maps_pixels_to_logits():
@@ -39,8 +40,13 @@ def test_vit_b16_224_checkpoint_resamples_to_32px_patch4(tmp_path):
         src.patch_embed.proj.weight.copy_(torch.randn(768, 3, 1, 1).expand(-1, -1, 16, 16))
     path = tmp_path / "vit_b16_224.safetensors"
     save_file({k: v.contiguous() for k, v in src.state_dict().items()}, str(path))
-    cfg = ModelConfig(model="vit_base_patch16_224", img_size=32, patch_size=4, num_classes=10,
-                      pretrained=str(path))
+    cfg = ModelConfig(
+        model="vit_base_patch16_224",
+        img_size=32,
+        patch_size=4,
+        num_classes=10,
+        pretrained=str(path),
+    )
     model = create_model(cfg)
     net = model.net
     assert net.patch_embed.proj.weight.shape == (768, 3, 4, 4)
@@ -53,8 +59,8 @@ def test_vit_b16_224_checkpoint_resamples_to_32px_patch4(tmp_path):
     # PI-resize (FlexiViT) keeps a patch's response: a constant 16x16 patch through the old
     # kernel and the same constant 4x4 patch through the new one agree (bicubic antialiasing
     # at the borders costs a few percent), and the new kernel is nearly constant as well.
-    old = src.patch_embed.proj.weight.sum(dim=(2, 3))            # response to ones(16, 16)
-    new = net.patch_embed.proj.weight.sum(dim=(2, 3))            # response to ones(4, 4)
+    old = src.patch_embed.proj.weight.sum(dim=(2, 3))  # response to ones(16, 16)
+    new = net.patch_embed.proj.weight.sum(dim=(2, 3))  # response to ones(4, 4)
     assert ((new - old).abs() / old.abs()).max() < 0.05
     w = net.patch_embed.proj.weight
     assert (w.amax(dim=(2, 3)) / w.amin(dim=(2, 3)) - 1).abs().max() < 0.05
@@ -62,15 +68,18 @@ def test_vit_b16_224_checkpoint_resamples_to_32px_patch4(tmp_path):
     assert model(torch.rand(1, 3, 32, 32)).shape == (1, 10)
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    (dict(model="resnet50"), "model"),
-    (dict(patch_size=5), "patch_size"),
-    (dict(img_size=0), "img_size"),
-    (dict(num_classes=-1), "num_classes"),
-    (dict(embed_dim=130, num_heads=4), "num_heads"),
-    (dict(pretrained="/no/such/file.safetensors"), "pretrained"),
-    (dict(drop_path=1.5), "drop_path"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(model="resnet50"), "model"),
+        (dict(patch_size=5), "patch_size"),
+        (dict(img_size=0), "img_size"),
+        (dict(num_classes=-1), "num_classes"),
+        (dict(embed_dim=130, num_heads=4), "num_heads"),
+        (dict(pretrained="/no/such/file.safetensors"), "pretrained"),
+        (dict(drop_path=1.5), "drop_path"),
+    ],
+)
 def test_bad_model_config_names_the_field(kwargs, field):
     with pytest.raises(ConfigError) as exc:
         ModelConfig(**kwargs)

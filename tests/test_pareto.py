@@ -1,4 +1,5 @@
-"""lipsweep.pareto and lipsweep.pareto_plots against brute-force references written here."""
+"""lipsweep.decide.pareto and lipsweep.decide.plots against brute-force references written here."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lipsweep.config_base import ConfigError
-from lipsweep.pareto import (DEFAULT_OBJECTIVES, Objective, config_label, front_table,
-                             non_dominated_ranks, parse_objective, pareto_json, pareto_rank,
-                             resolve_objectives)
-from lipsweep.selection import DEFAULT_SELECT_RULE, parse_selection_rule, select_from_front
-from lipsweep.pareto_plots import parallel_coordinates, scatter_front
+from lipsweep.core.config_base import ConfigError
+from lipsweep.decide.pareto import (
+    DEFAULT_OBJECTIVES,
+    Objective,
+    config_label,
+    front_table,
+    non_dominated_ranks,
+    pareto_json,
+    pareto_rank,
+    parse_objective,
+    resolve_objectives,
+)
+from lipsweep.decide.plots import parallel_coordinates, scatter_front
+from lipsweep.decide.selection import DEFAULT_SELECT_RULE, parse_selection_rule, select_from_front
 
 # ---------------------------------------------------------------------------- references
 
@@ -36,8 +45,11 @@ def brute_ranks(values, dirs) -> list[int]:
     r = 0
     while remaining:
         r += 1
-        front = {i for i in remaining
-                 if not any(dominates(values[j], values[i], dirs) for j in remaining)}
+        front = {
+            i
+            for i in remaining
+            if not any(dominates(values[j], values[i], dirs) for j in remaining)
+        }
         for i in front:
             ranks[i] = r
         remaining -= front
@@ -50,16 +62,26 @@ def check_rank_properties(values, dirs, ranks) -> None:
     for i, ri in enumerate(ranks):
         if ri == 0:
             continue
-        doms = [ranks[j] for j in range(len(values)) if ranks[j] and
-                dominates(values[j], values[i], dirs)]
+        doms = [
+            ranks[j]
+            for j in range(len(values))
+            if ranks[j] and dominates(values[j], values[i], dirs)
+        ]
         assert all(rj < ri for rj in doms)
         if ri > 1:
             assert ri - 1 in doms
 
 
 def rec(run_id, regularizer="jasmin", name="", **metrics):
-    params = {"regularizer": regularizer, "k": "10", "lam": "0.001", "aggregation": "max",
-              "lam_q": "0.01", "lam_k": "0.0", "lam_v": "0.001"}
+    params = {
+        "regularizer": regularizer,
+        "k": "10",
+        "lam": "0.001",
+        "aggregation": "max",
+        "lam_q": "0.01",
+        "lam_k": "0.0",
+        "lam_v": "0.001",
+    }
     return {"run_id": run_id, "run_name": name, "metrics": metrics, "params": params}
 
 
@@ -89,15 +111,28 @@ ACC = ["acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_a
 def paper_records():
     out = []
     for i, (reg, cfg, *acc) in enumerate(PAPER):
-        params = {"regularizer": reg, "k": "0", "lam": "0.0", "aggregation": "max",
-                  "lam_q": "0.0", "lam_k": "0.0", "lam_v": "0.0"}
+        params = {
+            "regularizer": reg,
+            "k": "0",
+            "lam": "0.0",
+            "aggregation": "max",
+            "lam_q": "0.0",
+            "lam_k": "0.0",
+            "lam_v": "0.0",
+        }
         if reg == "jasmin":
             params.update(k=str(cfg[0]), lam=str(cfg[1]), aggregation=cfg[2])
         elif reg == "specformer":
             params.update(lam_q=str(cfg[0]), lam_k=str(cfg[1]), lam_v=str(cfg[2]))
         metrics = dict(zip(ACC, acc), lip_jacobian_median=60.0 - 2 * acc[4] + (i % 5) * 0.7)
-        out.append({"run_id": f"run{i:02d}", "run_name": f"trial_{i:02d}",
-                    "metrics": metrics, "params": params})
+        out.append(
+            {
+                "run_id": f"run{i:02d}",
+                "run_name": f"trial_{i:02d}",
+                "metrics": metrics,
+                "params": params,
+            }
+        )
     return out
 
 
@@ -110,8 +145,13 @@ dirs_st = st.lists(st.sampled_from(["max", "min"]), min_size=1, max_size=4)
 @given(data=st.data(), dirs=dirs_st)
 def test_ranks_match_brute_force_with_ties(data, dirs):
     n = data.draw(st.integers(0, 30))
-    rows = data.draw(st.lists(st.lists(st.integers(0, 3), min_size=len(dirs),
-                                       max_size=len(dirs)), min_size=n, max_size=n))
+    rows = data.draw(
+        st.lists(
+            st.lists(st.integers(0, 3), min_size=len(dirs), max_size=len(dirs)),
+            min_size=n,
+            max_size=n,
+        )
+    )
     values = np.array(rows, dtype=float).reshape(n, len(dirs))
     ranks = non_dominated_ranks(values, dirs)
     assert ranks.tolist() == brute_ranks(values.tolist(), dirs)
@@ -123,8 +163,9 @@ def test_ranks_match_brute_force_across_chunks(seed):
     # 600 rows > the 512-row chunk of the dominance matrix; floats and integer ties mixed
     rng = np.random.default_rng(seed)
     m = 3
-    values = np.where(rng.random((600, m)) < 0.5, rng.integers(0, 6, (600, m)),
-                      rng.normal(size=(600, m)).round(1))
+    values = np.where(
+        rng.random((600, m)) < 0.5, rng.integers(0, 6, (600, m)), rng.normal(size=(600, m)).round(1)
+    )
     dirs = ["max", "min", "max"]
     ranks = non_dominated_ranks(values, dirs)
     assert ranks.tolist() == brute_ranks(values.tolist(), dirs)
@@ -153,24 +194,31 @@ def test_identical_points_share_rank_and_nan_rows_are_left_out():
     assert non_dominated_ranks(inf, ["max"]).tolist() == [1, 2, 3]
 
 
-@pytest.mark.parametrize("values,dirs,match", [
-    (np.zeros(3), ["max"], "2-D"),
-    (np.zeros((3, 2)), ["max"], "one of"),
-    (np.zeros((3, 0)), [], "one of"),
-    (np.zeros((3, 1)), ["up"], "'up'"),
-])
+@pytest.mark.parametrize(
+    "values,dirs,match",
+    [
+        (np.zeros(3), ["max"], "2-D"),
+        (np.zeros((3, 2)), ["max"], "one of"),
+        (np.zeros((3, 0)), [], "one of"),
+        (np.zeros((3, 1)), ["up"], "'up'"),
+    ],
+)
 def test_ranks_reject_bad_arguments(values, dirs, match):
     with pytest.raises(ValueError, match=match):
         non_dominated_ranks(values, dirs)
 
 
 def test_pareto_rank_excludes_missing_and_non_finite_with_reasons():
-    good = [rec(f"g{i}", acc_clean=90 - i, acc_pgd_4=10 + i, acc_aa_2=2.0,
-                lip_jacobian_median=5.0) for i in range(4)]
-    bad = [rec("m", acc_clean=99, acc_pgd_4=99, acc_aa_2=9),                       # missing lip
-           rec("n", acc_clean=99, acc_pgd_4=float("nan"), acc_aa_2=9, lip_jacobian_median=0),
-           rec("i", acc_clean=99, acc_pgd_4=99, acc_aa_2=9, lip_jacobian_median=-math.inf),
-           rec("s", acc_clean="ninety", acc_pgd_4=99, acc_aa_2=9, lip_jacobian_median=0)]
+    good = [
+        rec(f"g{i}", acc_clean=90 - i, acc_pgd_4=10 + i, acc_aa_2=2.0, lip_jacobian_median=5.0)
+        for i in range(4)
+    ]
+    bad = [
+        rec("m", acc_clean=99, acc_pgd_4=99, acc_aa_2=9),  # missing lip
+        rec("n", acc_clean=99, acc_pgd_4=float("nan"), acc_aa_2=9, lip_jacobian_median=0),
+        rec("i", acc_clean=99, acc_pgd_4=99, acc_aa_2=9, lip_jacobian_median=-math.inf),
+        rec("s", acc_clean="ninety", acc_pgd_4=99, acc_aa_2=9, lip_jacobian_median=0),
+    ]
     res = pareto_rank(bad[:2] + good + bad[2:])
     assert res.ranks.tolist() == [0, 0, 1, 1, 1, 1, 0, 0]
     assert "lip_jacobian_median" in res.excluded["m"] and "missing" in res.excluded["m"]
@@ -179,16 +227,20 @@ def test_pareto_rank_excludes_missing_and_non_finite_with_reasons():
     assert "not a number" in res.excluded["s"]
     assert [t.run_id for t in res.front] == ["g0", "g1", "g2", "g3"]
     # numeric strings (as some stores return them) are read as numbers
-    assert pareto_rank([rec("x", acc_clean="90.5", acc_pgd_4=1, acc_aa_2=1,
-                            lip_jacobian_median=1)]).ranks.tolist() == [1]
+    assert pareto_rank(
+        [rec("x", acc_clean="90.5", acc_pgd_4=1, acc_aa_2=1, lip_jacobian_median=1)]
+    ).ranks.tolist() == [1]
 
 
-@pytest.mark.parametrize("records,match", [
-    ([{"metrics": {}}], "run_id"),
-    ([rec("a"), rec("a")], "more than once"),
-    (["a"], "mapping"),
-    ([{"run_id": "a", "metrics": [1, 2]}], "mappings"),
-])
+@pytest.mark.parametrize(
+    "records,match",
+    [
+        ([{"metrics": {}}], "run_id"),
+        ([rec("a"), rec("a")], "more than once"),
+        (["a"], "mapping"),
+        ([{"run_id": "a", "metrics": [1, 2]}], "mappings"),
+    ],
+)
 def test_bad_records_raise(records, match):
     with pytest.raises(ValueError, match=match):
         pareto_rank(records)
@@ -204,13 +256,25 @@ def test_parse_objective_accepts_both_directions():
     assert resolve_objectives(None) == DEFAULT_OBJECTIVES
     assert resolve_objectives("acc_clean:min") == (Objective("acc_clean", "min"),)
     assert [str(o) for o in DEFAULT_OBJECTIVES] == [
-        "acc_clean:max", "acc_pgd_4:max", "acc_aa_2:max", "lip_jacobian_median:min"]
+        "acc_clean:max",
+        "acc_pgd_4:max",
+        "acc_aa_2:max",
+        "lip_jacobian_median:min",
+    ]
 
 
-@pytest.mark.parametrize("spec,part", [
-    ("acc_pgd_4", "no direction"), (":max", "no metric name"), ("acc:best", "'best'"),
-    ("a:b:max", "more than one ':'"), ("bad,name:max", "'bad,name'"), (5, "5"), ("", "''"),
-])
+@pytest.mark.parametrize(
+    "spec,part",
+    [
+        ("acc_pgd_4", "no direction"),
+        (":max", "no metric name"),
+        ("acc:best", "'best'"),
+        ("a:b:max", "more than one ':'"),
+        ("bad,name:max", "'bad,name'"),
+        (5, "5"),
+        ("", "''"),
+    ],
+)
 def test_parse_objective_errors_name_the_bad_part(spec, part):
     with pytest.raises(ConfigError) as err:
         parse_objective(spec)
@@ -233,8 +297,15 @@ def brute_select(records, ranks, goal, within):
         best = max(r["metrics"][name] for r in front)
         cands = [r for r in cands if r["metrics"][name] >= best - x - 1e-9]
     sign = -1 if goal[0] == "max" else 1
-    return sorted(cands, key=lambda r: (sign * r["metrics"][goal[1]], -r["metrics"]["acc_aa_2"],
-                                        r["metrics"]["lip_jacobian_median"], r["run_id"]))[0]
+    return sorted(
+        cands,
+        key=lambda r: (
+            sign * r["metrics"][goal[1]],
+            -r["metrics"]["acc_aa_2"],
+            r["metrics"]["lip_jacobian_median"],
+            r["run_id"],
+        ),
+    )[0]
 
 
 def test_default_rule_picks_the_papers_highlighted_jasmin_row():
@@ -253,15 +324,23 @@ def test_default_rule_picks_the_papers_highlighted_jasmin_row():
 @pytest.mark.parametrize("seed", range(20))
 def test_selection_matches_reference_on_tied_integer_data(seed):
     rng = random.Random(seed)
-    records = [rec(f"r{i:02d}", acc_clean=rng.randint(0, 4), acc_pgd_4=rng.randint(0, 4),
-                   acc_aa_2=rng.randint(0, 2), lip_jacobian_median=rng.randint(0, 2))
-               for i in range(rng.randint(1, 25))]
+    records = [
+        rec(
+            f"r{i:02d}",
+            acc_clean=rng.randint(0, 4),
+            acc_pgd_4=rng.randint(0, 4),
+            acc_aa_2=rng.randint(0, 2),
+            lip_jacobian_median=rng.randint(0, 2),
+        )
+        for i in range(rng.randint(1, 25))
+    ]
     res = pareto_rank(records)
-    for text, goal, within in [(DEFAULT_SELECT_RULE, ("max", "acc_pgd_4"), [("acc_clean", 1)]),
-                               ("max:acc_pgd_4", ("max", "acc_pgd_4"), []),
-                               ("min:lip_jacobian_median", ("min", "lip_jacobian_median"), []),
-                               ("max:acc_aa_2,within:acc_clean:0", ("max", "acc_aa_2"),
-                                [("acc_clean", 0)])]:
+    for text, goal, within in [
+        (DEFAULT_SELECT_RULE, ("max", "acc_pgd_4"), [("acc_clean", 1)]),
+        ("max:acc_pgd_4", ("max", "acc_pgd_4"), []),
+        ("min:lip_jacobian_median", ("min", "lip_jacobian_median"), []),
+        ("max:acc_aa_2,within:acc_clean:0", ("max", "acc_aa_2"), [("acc_clean", 0)]),
+    ]:
         want = brute_select(records, res.ranks, goal, within)
         assert select_from_front(records, res.ranks, text).run_id == want["run_id"]
         shuffled = list(zip(records, res.ranks))
@@ -272,37 +351,50 @@ def test_selection_matches_reference_on_tied_integer_data(seed):
 
 def test_tie_break_chain():
     base = dict(acc_clean=90, acc_pgd_4=15)
-    records = [rec("b", acc_aa_2=2, lip_jacobian_median=3, **base),
-               rec("a", acc_aa_2=2, lip_jacobian_median=3, **base),
-               rec("c", acc_aa_2=2, lip_jacobian_median=2, **base),
-               rec("d", acc_aa_2=3, lip_jacobian_median=9, **base)]
+    records = [
+        rec("b", acc_aa_2=2, lip_jacobian_median=3, **base),
+        rec("a", acc_aa_2=2, lip_jacobian_median=3, **base),
+        rec("c", acc_aa_2=2, lip_jacobian_median=2, **base),
+        rec("d", acc_aa_2=3, lip_jacobian_median=9, **base),
+    ]
     objs = [Objective("acc_clean", "max"), Objective("acc_pgd_4", "max")]
     ranks = pareto_rank(records, objs).ranks  # all four share the front
-    assert select_from_front(records, ranks).run_id == "d"           # higher AA first
-    assert select_from_front(records[:3], ranks[:3]).run_id == "c"   # then lower Lipschitz
-    assert select_from_front(records[:2], ranks[:2]).run_id == "a"   # then run_id
+    assert select_from_front(records, ranks).run_id == "d"  # higher AA first
+    assert select_from_front(records[:3], ranks[:3]).run_id == "c"  # then lower Lipschitz
+    assert select_from_front(records[:2], ranks[:2]).run_id == "a"  # then run_id
 
 
 def test_within_min_constraint_and_shorthand_expansion():
-    records = [rec("a", acc_clean=90, acc_pgd_4=20, acc_aa_2=1, lip_jacobian_median=9),
-               rec("b", acc_clean=80, acc_pgd_4=10, acc_aa_2=1, lip_jacobian_median=1)]
+    records = [
+        rec("a", acc_clean=90, acc_pgd_4=20, acc_aa_2=1, lip_jacobian_median=9),
+        rec("b", acc_clean=80, acc_pgd_4=10, acc_aa_2=1, lip_jacobian_median=1),
+    ]
     ranks = pareto_rank(records).ranks
     assert ranks.tolist() == [1, 1]
     rule = "max:acc_pgd_4,within:min:lip_jacobian_median:0.5"
     assert select_from_front(records, ranks, rule).run_id == "b"
-    a, b = parse_selection_rule("pgd4-within-clean:2"), parse_selection_rule(
-        "max:acc_pgd_4,within:acc_clean:2")
+    a, b = (
+        parse_selection_rule("pgd4-within-clean:2"),
+        parse_selection_rule("max:acc_pgd_4,within:acc_clean:2"),
+    )
     assert (a.goal, a.within) == (b.goal, b.within)
     assert parse_selection_rule("pgd4-within-clean").within[0][1] == 1.0
 
 
-@pytest.mark.parametrize("rule,part", [
-    ("", "non-empty"), ("best:acc_pgd_4", "'best:acc_pgd_4'"), ("max", "goal 'max'"),
-    ("max:acc_pgd_4,near:acc_clean:1", "'near:acc_clean:1'"), ("pgd4-within-clean:-1", "'-1'"),
-    ("pgd4-within-clean:abc", "'abc'"), ("max:acc_pgd_4,within:acc_clean", "within:METRIC:X"),
-    ("max:acc_pgd_4,within:up:acc_clean:1", "'within:up:acc_clean:1'"),
-    ("max:bad!name", "bad!name"),
-])
+@pytest.mark.parametrize(
+    "rule,part",
+    [
+        ("", "non-empty"),
+        ("best:acc_pgd_4", "'best:acc_pgd_4'"),
+        ("max", "goal 'max'"),
+        ("max:acc_pgd_4,near:acc_clean:1", "'near:acc_clean:1'"),
+        ("pgd4-within-clean:-1", "'-1'"),
+        ("pgd4-within-clean:abc", "'abc'"),
+        ("max:acc_pgd_4,within:acc_clean", "within:METRIC:X"),
+        ("max:acc_pgd_4,within:up:acc_clean:1", "'within:up:acc_clean:1'"),
+        ("max:bad!name", "bad!name"),
+    ],
+)
 def test_rule_parse_errors_name_the_rule(rule, part):
     with pytest.raises(ConfigError) as err:
         parse_selection_rule(rule)
@@ -317,11 +409,14 @@ def test_selection_runtime_errors():
         select_from_front(records, [1], "max:acc_fgsm_2")
     with pytest.raises(ValueError, match="acc_pgd_2"):
         select_from_front(records, [1], "max:acc_pgd_4,within:acc_pgd_2:1")
-    two = [rec("a", acc_clean=9, acc_pgd_4=1, acc_aa_2=1, lip_jacobian_median=9),
-           rec("b", acc_clean=1, acc_pgd_4=1, acc_aa_2=1, lip_jacobian_median=1)]
+    two = [
+        rec("a", acc_clean=9, acc_pgd_4=1, acc_aa_2=1, lip_jacobian_median=9),
+        rec("b", acc_clean=1, acc_pgd_4=1, acc_aa_2=1, lip_jacobian_median=1),
+    ]
     with pytest.raises(ValueError, match="meets all"):  # each constraint keeps a different run
-        select_from_front(two, [1, 1], "max:acc_pgd_4,within:acc_clean:1,"
-                                       "within:min:lip_jacobian_median:1")
+        select_from_front(
+            two, [1, 1], "max:acc_pgd_4,within:acc_clean:1,within:min:lip_jacobian_median:1"
+        )
     with pytest.raises(ValueError, match=r"per record \(1\)"):
         select_from_front(records, [1, 1])
 
@@ -361,7 +456,8 @@ def test_front_table_lists_the_front_with_applicable_params():
 def test_pareto_json_is_strict_json_and_order_independent():
     records = paper_records() + [
         rec("nan-run", acc_clean=float("nan"), acc_pgd_4=1, acc_aa_2=1, lip_jacobian_median=1),
-        rec("inf-run", acc_clean=1, acc_pgd_4=1, acc_aa_2=1, lip_jacobian_median=math.inf)]
+        rec("inf-run", acc_clean=1, acc_pgd_4=1, acc_aa_2=1, lip_jacobian_median=math.inf),
+    ]
     res = pareto_rank(records)
     sel = select_from_front(records, res.ranks)
     doc = pareto_json(records, res.ranks, res.objectives, selection=sel)
@@ -370,24 +466,30 @@ def test_pareto_json_is_strict_json_and_order_independent():
     random.Random(0).shuffle(perm)
     recs2 = [records[i] for i in perm]
     res2 = pareto_rank(recs2)
-    doc2 = pareto_json(recs2, res2.ranks, res2.objectives,
-                       selection=select_from_front(recs2, res2.ranks))
+    doc2 = pareto_json(
+        recs2, res2.ranks, res2.objectives, selection=select_from_front(recs2, res2.ranks)
+    )
     assert json.dumps(doc2, allow_nan=False, sort_keys=True) == text
     assert doc["front"] == sorted(t.run_id for t in res.front)
-    assert doc["counts"] == {"runs": len(records), "ranked": len(records) - 2,
-                             "front": len(res.front), "excluded": 2}
+    assert doc["counts"] == {
+        "runs": len(records),
+        "ranked": len(records) - 2,
+        "front": len(res.front),
+        "excluded": 2,
+    }
     assert {e["run_id"] for e in doc["excluded"]} == {"nan-run", "inf-run"}
     assert doc["selection"]["run_id"] == sel.run_id
     assert [r["rank"] for r in doc["runs"]][-2:] == [0, 0]
 
 
 def test_config_labels():
-    p = {"regularizer": "specformer", "lam_q": "0.01", "lam_k": "0.0", "lam_v": "0.001",
-         "k": "10"}
+    p = {"regularizer": "specformer", "lam_q": "0.01", "lam_k": "0.0", "lam_v": "0.001", "k": "10"}
     assert config_label(p) == "Specformer (1e-2, 0, 1e-3)"
     assert config_label({"regularizer": "none", "k": "3"}) == "baseline"
-    assert config_label({"regularizer": "jasmin", "k": 0, "lam": 0.0001,
-                         "aggregation": "mean"}) == "JaSMin k=0 λ=1e-4 mean"
+    assert (
+        config_label({"regularizer": "jasmin", "k": 0, "lam": 0.0001, "aggregation": "mean"})
+        == "JaSMin k=0 λ=1e-4 mean"
+    )
 
 
 # ---------------------------------------------------------------------------- figures
@@ -402,7 +504,7 @@ def _png(path):
 
 
 def _has_colour(img, hex_colour, tol=0.03, min_pixels=20) -> bool:
-    rgb = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    rgb = np.array([int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
     return int((np.abs(img - rgb).max(axis=-1) < tol).sum()) >= min_pixels
 
 
@@ -410,27 +512,42 @@ def test_figures_for_a_typical_sweep(tmp_path):
     records = paper_records()
     res = pareto_rank(records)
     sel = select_from_front(records, res.ranks)
-    out = scatter_front(records, res.ranks, path=tmp_path / "sub" / "scatter.png",
-                        selected=sel.run_id, objectives=res.objectives)
+    out = scatter_front(
+        records,
+        res.ranks,
+        path=tmp_path / "sub" / "scatter.png",
+        selected=sel.run_id,
+        objectives=res.objectives,
+    )
     img = _png(out)
     assert img.shape[1] > 1000
     for colour in ("#0072B2", "#E69F00", "#D55E00"):  # JaSMin, Specformer, the selected star
         assert _has_colour(img, colour)
-    out = parallel_coordinates(records, res.ranks, res.objectives, tmp_path / "par.png",
-                               selected=sel.run_id)
+    out = parallel_coordinates(
+        records, res.ranks, res.objectives, tmp_path / "par.png", selected=sel.run_id
+    )
     assert _png(out).shape[1] > 1000
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["par.png", "scatter.png", "sub"]
 
 
 @pytest.mark.parametrize("case", ["single", "identical", "no_regularizer", "none_ranked"])
 def test_figures_for_degenerate_sweeps(tmp_path, case):
-    m = dict(acc_clean=90.0, acc_fgsm_2=40.0, acc_fgsm_4=30.0, acc_pgd_2=20.0, acc_pgd_4=10.0,
-             acc_aa_2=2.0, lip_jacobian_median=5.0)
+    m = dict(
+        acc_clean=90.0,
+        acc_fgsm_2=40.0,
+        acc_fgsm_4=30.0,
+        acc_pgd_2=20.0,
+        acc_pgd_4=10.0,
+        acc_aa_2=2.0,
+        lip_jacobian_median=5.0,
+    )
     records = {
         "single": [rec("only", **m)],
         "identical": [rec(f"r{i}", **m) for i in range(3)],
-        "no_regularizer": [{"run_id": "r0", "metrics": m}, {"run_id": "r1", "metrics": m,
-                                                             "params": {"regularizer": "new"}}],
+        "no_regularizer": [
+            {"run_id": "r0", "metrics": m},
+            {"run_id": "r1", "metrics": m, "params": {"regularizer": "new"}},
+        ],
         "none_ranked": [rec("r0", acc_clean=90.0)],
     }[case]
     res = pareto_rank(records)

@@ -1,13 +1,23 @@
 """The sweep status block, driven by fake trial events (no Ray)."""
+
 from __future__ import annotations
 
 import pytest
 
-from lipsweep.progress import FAILED, FINISHED, STOPPED, SweepProgress, format_duration
+from lipsweep.sweep.progress import FAILED, FINISHED, STOPPED, SweepProgress, format_duration
 
 
-@pytest.mark.parametrize("seconds,text", [(0, "0s"), (45, "45s"), (60, "1m"), (719, "11m"),
-                                          (3 * 3600 + 10 * 60, "3h10m"), (50 * 3600, "2d2h")])
+@pytest.mark.parametrize(
+    "seconds,text",
+    [
+        (0, "0s"),
+        (45, "45s"),
+        (60, "1m"),
+        (719, "11m"),
+        (3 * 3600 + 10 * 60, "3h10m"),
+        (50 * 3600, "2d2h"),
+    ],
+)
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
 
@@ -27,8 +37,7 @@ def _sweep() -> SweepProgress:
 def test_counts_eta_and_best_line():
     p = _sweep()
     # now = 1260: each running trial has 420 s left; (2 * 420 + 27 * 840) / 2 slots = 11760 s
-    assert p.counts_line(1260) == ("running 2 · pending 27 · finished 2 · failed 0 · "
-                                   "ETA 3h16m")
+    assert p.counts_line(1260) == ("running 2 · pending 27 · finished 2 · failed 0 · ETA 3h16m")
     assert p.best_line() == "best acc_clean (max): t1 [jasmin k=10] 25.00"
 
 
@@ -64,8 +73,10 @@ def test_restarted_trial_is_not_counted_twice_and_resumed_ones_are_done():
 def test_block_is_framed_on_a_terminal_and_one_plain_line_in_a_log():
     p = _sweep()
     plain = p.status_lines(1260, tty=False)
-    assert plain == ["status: running 2 · pending 27 · finished 2 · failed 0 · ETA 3h16m · "
-                     "best acc_clean (max): t1 [jasmin k=10] 25.00"]
+    assert plain == [
+        "status: running 2 · pending 27 · finished 2 · failed 0 · ETA 3h16m · "
+        "best acc_clean (max): t1 [jasmin k=10] 25.00"
+    ]
     block = p.status_lines(1260, tty=True)
     assert len(block) == 4 and "sweep status" in block[0] and block[1].startswith("running 2")
 
@@ -85,8 +96,12 @@ def test_console_progress_feeds_the_block_at_each_trial_end():
 
     out = io.StringIO()
     cb = ConsoleProgress(3, ("acc_clean", "max"), status_every=0, stream=out)
-    trial = SimpleNamespace(trial_id="t0", config={"regularizer": "none", "seed": 0},
-                            last_result={FINAL_KEY: True, "acc_clean": 21.5}, status="RUNNING")
+    trial = SimpleNamespace(
+        trial_id="t0",
+        config={"regularizer": "none", "seed": 0},
+        last_result={FINAL_KEY: True, "acc_clean": 21.5},
+        status="RUNNING",
+    )
     cb.on_step_end(0, [trial])
     cb.on_trial_start(0, [trial], trial)
     assert out.getvalue() == ""  # status_every=0: nothing until a trial ends

@@ -1,4 +1,5 @@
 """The README is the front door: its commands are the tested ones."""
+
 from __future__ import annotations
 
 import re

@@ -1,10 +1,12 @@
 """Issue 19: the paper spaces run the published recipe, each setting with its source.
 
-The paper (jasmin_full_text.txt L258, L267, L282) states batch 512, SGD, wd 1e-4, momentum 0.9,
+The paper (JaSMin paper, Sec. 5: L258, L267, L282 of its text) states batch 512, SGD, wd 1e-4,
+momentum 0.9,
 40 epochs, no q/k/v bias, cosine, flips, CutMix + MixUp, ImageNet-pretrained ViT-B, patch 4;
 where it is silent the values are Specformer's CIFAR recipe (its public code). The new
 settings keep today's defaults, so earlier runs keep their meaning.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,27 +17,52 @@ import numpy as np
 import pytest
 import torch
 
-from lipsweep.config import TrialConfig
-from lipsweep.config_base import ConfigError
-from lipsweep.engine import build_optimizer
-from lipsweep.models import ModelConfig, create_model, model_normalization
+from lipsweep.core.config_base import ConfigError
+from lipsweep.settings.config import TrialConfig
 from lipsweep.sweep.space import load_space
+from lipsweep.trial.engine import build_optimizer
+from lipsweep.trial.models import ModelConfig, create_model, model_normalization
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = ROOT / "search_spaces"
-CIFAR_STATS = {"cifar10": ((0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616)),
-               "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761))}
+CIFAR_STATS = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+}
 
 # issue 19's table, "paper / Specformer" column, plus the paper's own stated values
 EXPECTED = {
-    "batch_size": 512, "warmup_epochs": 0.0, "min_lr": 1e-4, "weight_decay_scope": "all",
-    "mix_prob": 0.3, "mixup": 0.8, "cutmix": 1.0,
+    "batch_size": 512,
+    "warmup_epochs": 0.0,
+    "min_lr": 1e-4,
+    "weight_decay_scope": "all",
+    "mix_prob": 0.3,
+    "mixup": 0.8,
+    "cutmix": 1.0,
     "model": "vit_base_patch16_224.orig_in21k_ft_in1k",
-    "patch_resample": "sum_pool", "pgd_step_size": 2 / 255, "eval_size": 0, "attack_images": 0,
-    "epochs": 40, "optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
-    "qkv_bias": False, "patch_size": 4, "img_size": 32, "hflip": True, "crop_padding": 4,
-    "clip_grad": 1.0, "label_smoothing": 0.0, "pgd_steps": 4, "pgd_random_start": True,
-    "fgsm_eps": [2, 4], "pgd_eps": [2, 4], "aa_eps": [2], "aa_iters": 10, "lip_images": 0,
+    "patch_resample": "sum_pool",
+    "pgd_step_size": 2 / 255,
+    "eval_size": 0,
+    "attack_images": 0,
+    "epochs": 40,
+    "optimizer": "sgd",
+    "lr": 0.1,
+    "momentum": 0.9,
+    "weight_decay": 1e-4,
+    "qkv_bias": False,
+    "patch_size": 4,
+    "img_size": 32,
+    "hflip": True,
+    "crop_padding": 4,
+    "clip_grad": 1.0,
+    "label_smoothing": 0.0,
+    "pgd_steps": 4,
+    "pgd_random_start": True,
+    "fgsm_eps": [2, 4],
+    "pgd_eps": [2, 4],
+    "aa_eps": [2],
+    "aa_iters": 10,
+    "lip_images": 0,
 }
 # lines another helper owns (data source), and settings without a recipe value
 NOT_RECIPE = {"dataset", "data_dir", "download", "pretrained", "device"}
@@ -86,18 +113,22 @@ def test_specformer_recipe_space_differs_only_in_batch(dataset):
 def test_new_settings_keep_todays_defaults():
     cfg = TrialConfig()
     assert (cfg.model.normalization, cfg.model.patch_resample) == ("pretrained", "timm")
-    assert (cfg.optim.weight_decay_scope, cfg.optim.min_lr, cfg.optim.warmup_epochs) == \
-        ("weights", 0.0, 0.0)
+    assert (cfg.optim.weight_decay_scope, cfg.optim.min_lr, cfg.optim.warmup_epochs) == (
+        "weights",
+        0.0,
+        0.0,
+    )
     assert cfg.data.mix_prob == 1.0 and cfg.robustness.pgd_step_size is None
     assert model_normalization(cfg.model) == ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 
 
 def test_bad_recipe_values_name_their_field():
-    for kw, field in ((dict(normalization="imagenet"), "normalization"),
-                      (dict(patch_resample="bicubic"), "patch_resample"),
-                      (dict(weight_decay_scope="some"), "weight_decay_scope"),
-                      (dict(normalization="cifar100", dataset="cifar10", download=True),
-                       "normalization")):
+    for kw, field in (
+        (dict(normalization="imagenet"), "normalization"),
+        (dict(patch_resample="bicubic"), "patch_resample"),
+        (dict(weight_decay_scope="some"), "weight_decay_scope"),
+        (dict(normalization="cifar100", dataset="cifar10", download=True), "normalization"),
+    ):
         with pytest.raises(ConfigError) as err:
             TrialConfig.from_flat(kw)
         assert err.value.field == field
@@ -129,8 +160,9 @@ def _hand_bilinear(grid: np.ndarray, new: int) -> np.ndarray:
         y0, y1, fy = taps(i)
         for j in range(new):
             x0, x1, fx = taps(j)
-            out[i, j] = ((1 - fy) * ((1 - fx) * grid[y0, x0] + fx * grid[y0, x1])
-                         + fy * ((1 - fx) * grid[y1, x0] + fx * grid[y1, x1]))
+            out[i, j] = (1 - fy) * ((1 - fx) * grid[y0, x0] + fx * grid[y0, x1]) + fy * (
+                (1 - fx) * grid[y1, x0] + fx * grid[y1, x1]
+            )
     return out
 
 
@@ -170,12 +202,21 @@ def test_sum_pool_matches_a_hand_computed_16_to_4_kernel(tiny_checkpoint):
 def test_normalisation_travels_into_the_export(tiny_checkpoint, tmp_path):
     """cifar100 mean/std sit in the wrapper and in config.json; load_exported gives the same
     logits (the export path builds its config with model_normalization)."""
-    from lipsweep.export import build_config_json, load_exported, write_export
+    from lipsweep.decide.export import build_config_json, load_exported, write_export
 
     _, path = tiny_checkpoint
-    cfg = TrialConfig.from_flat(dict(model="vit_tiny_patch16_224", depth=1, num_classes=100,
-                                     dataset="cifar100", download=True, normalization="cifar100",
-                                     pretrained=str(path), patch_resample="sum_pool"))
+    cfg = TrialConfig.from_flat(
+        dict(
+            model="vit_tiny_patch16_224",
+            depth=1,
+            num_classes=100,
+            dataset="cifar100",
+            download=True,
+            normalization="cifar100",
+            pretrained=str(path),
+            patch_resample="sum_pool",
+        )
+    )
     model = create_model(cfg.model).eval()
     mean, std = CIFAR_STATS["cifar100"]
     assert torch.allclose(model.mean.flatten(), torch.tensor(mean))
@@ -207,9 +248,9 @@ def test_paper_schedule_is_cosine_per_step_to_min_lr_without_warmup():
     cfg = TrialConfig.from_flat(optim).optim
     steps = 97
     lrs = [cfg.lr_at(s, steps) for s in range(cfg.epochs * steps)]
-    assert lrs[0] == pytest.approx(0.1, rel=1e-6)                  # no warm-up
-    assert lrs[-1] == pytest.approx(1e-4, abs=1e-6)                # down to min_lr
-    assert all(a > b for a, b in zip(lrs, lrs[1:]))                # decays every step
+    assert lrs[0] == pytest.approx(0.1, rel=1e-6)  # no warm-up
+    assert lrs[-1] == pytest.approx(1e-4, abs=1e-6)  # down to min_lr
+    assert all(a > b for a, b in zip(lrs, lrs[1:]))  # decays every step
     mid = cfg.lr_at(cfg.epochs * steps // 2, steps)
     assert mid == pytest.approx(1e-4 + 0.5 * (0.1 - 1e-4), rel=1e-6)
 
@@ -220,8 +261,9 @@ def test_paper_pgd_step_is_2_over_255_for_every_eps():
     cfg = TrialConfig.from_flat(load_space(SPACES / "paper_cifar10.yaml").trials[0])
     net = torch.nn.Linear(1, 1)
     for eps in (2, 4):
-        assert PGD.from_config(net, eps / 255, cfg.robustness).step_size == \
-            pytest.approx(2 / 255, rel=1e-12)
+        assert PGD.from_config(net, eps / 255, cfg.robustness).step_size == pytest.approx(
+            2 / 255, rel=1e-12
+        )
     default = TrialConfig().robustness
     assert PGD.from_config(net, 4 / 255, default).step_size == pytest.approx(2.5 * 4 / 255 / 4)
 
@@ -233,7 +275,7 @@ def test_dry_run_prints_the_recipe_before_the_trials(capsys):
     out = capsys.readouterr().out.splitlines()
     start = next(i for i, ln in enumerate(out) if ln.startswith("recipe"))
     first_trial = next(i for i, ln in enumerate(out) if re.match(r"\s+0\s+none", ln))
-    block = out[start + 1:first_trial]
+    block = out[start + 1 : first_trial]
     assert start < first_trial and all(ln.startswith("  ") for ln in block)
     rows = dict(ln.split(None, 1) for ln in block)
     assert rows["batch_size"] == "512" and rows["pgd_step_size"] == "2/255"
@@ -250,11 +292,13 @@ def test_dry_run_recipe_of_a_sampled_space_marks_nothing_it_cannot_know(tmp_path
     from lipsweep.sweep.driver import dry_run_lines
 
     path = tmp_path / "space.yaml"
-    path.write_text("fixed: {epochs: 1, batch_size: 32, pgd_step_size: 0.0156862745098039}\n"
-                    "search:\n  algorithm: optuna\n  num_samples: 2\n  metric: acc_pgd_4\n"
-                    "  mode: max\n  space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}\n")
+    path.write_text(
+        "fixed: {epochs: 1, batch_size: 32, pgd_step_size: 0.0156862745098039}\n"
+        "search:\n  algorithm: optuna\n  num_samples: 2\n  metric: acc_pgd_4\n"
+        "  mode: max\n  space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}\n"
+    )
     lines = dry_run_lines(load_space(path))
     start = next(i for i, ln in enumerate(lines) if ln.startswith("recipe"))
-    rows = dict(ln.split(None, 1) for ln in lines[start + 1:start + 1 + 30])
+    rows = dict(ln.split(None, 1) for ln in lines[start + 1 : start + 1 + 30])
     assert rows["batch_size"] == "32" and rows["pgd_step_size"] == "4/255"
     assert rows["normalization"] == "pretrained" and "optuna samples" in lines[-1]

@@ -1,4 +1,5 @@
 """The regularizer family: registry, config validation, the trainer-facing interface."""
+
 from __future__ import annotations
 
 import math
@@ -8,9 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model_config
 
-from lipsweep.attention import QKRecorder, attention_probs
-from lipsweep.config_base import ConfigError, from_mapping
-from lipsweep.models import attention_modules, create_model
+from lipsweep.core.config_base import ConfigError, from_mapping
 from lipsweep.regularizers import (
     JasminRegularizer,
     Regularizer,
@@ -23,6 +22,8 @@ from lipsweep.regularizers import (
     jasmin_penalty,
     list_regularizers,
 )
+from lipsweep.trial.attention import QKRecorder, attention_probs
+from lipsweep.trial.models import attention_modules, create_model
 
 
 @pytest.fixture()
@@ -41,6 +42,7 @@ def hook_count(model) -> int:
 
 
 # ------------------------------------------------------------------------------ registry
+
 
 def test_registry_lists_the_three_regularizers():
     assert {"none", "jasmin", "specformer"} <= set(list_regularizers())
@@ -159,8 +161,11 @@ def mean_log_g1(model, x) -> float:
 def train(lam: float, cifar_sample, steps: int = 6) -> float:
     torch.manual_seed(0)
     model = create_model(tiny_model_config()).train()
-    reg = create_regularizer("jasmin", k=0, lam=lam, aggregation="mean") if lam else \
-        create_regularizer("none")
+    reg = (
+        create_regularizer("jasmin", k=0, lam=lam, aggregation="mean")
+        if lam
+        else create_regularizer("none")
+    )
     reg.attach(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = cifar_sample["x_train"], cifar_sample["y_train"]
@@ -169,8 +174,7 @@ def train(lam: float, cifar_sample, steps: int = 6) -> float:
         idx = torch.randint(0, len(x), (16,), generator=g)
         logits = model(x[idx])
         terms = reg.terms()
-        loss = F.cross_entropy(logits, y[idx]) + sum(reg.weights[n] * t
-                                                     for n, t in terms.items())
+        loss = F.cross_entropy(logits, y[idx]) + sum(reg.weights[n] * t for n, t in terms.items())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -190,27 +194,35 @@ def test_optimiser_lowers_log_g1(cifar_sample):
 
 # ------------------------------------------------------------------------------ config
 
+
 def test_defaults_and_flat_dict():
     assert RegularizerConfig().to_flat() == {"regularizer": "none"}
     jas = RegularizerConfig(regularizer="jasmin")
     assert (jas.k, jas.lam, jas.aggregation) == (0, 1e-2, "mean")
-    assert jas.to_flat() == {"regularizer": "jasmin", "k": 0, "lam": 1e-2,
-                             "aggregation": "mean"}
+    assert jas.to_flat() == {"regularizer": "jasmin", "k": 0, "lam": 1e-2, "aggregation": "mean"}
     spec = RegularizerConfig(regularizer="specformer")
     assert (spec.lam_q, spec.lam_k, spec.lam_v, spec.spec_power_iters) == (1e-2, 1e-2, 1e-2, 1)
     one = RegularizerConfig(regularizer="specformer", lam_v=1e-3)
     assert (one.lam_q, one.lam_k, one.lam_v) == (0.0, 0.0, 1e-3)
     reg = create_regularizer_from_config(one)
     assert reg.weights == {"spec_q": 0.0, "spec_k": 0.0, "spec_v": 1e-3}
-    jreg = create_regularizer_from_config(RegularizerConfig(regularizer="jasmin", k=10,
-                                                            lam=1e-3, aggregation="max"))
+    jreg = create_regularizer_from_config(
+        RegularizerConfig(regularizer="jasmin", k=10, lam=1e-3, aggregation="max")
+    )
     assert isinstance(jreg, JasminRegularizer) and (jreg.k, jreg.aggregation) == (10, "max")
     assert jreg.weights == {"jasmin": 1e-3}
 
 
 def test_from_flat_reads_its_own_keys_and_coerces_yaml_strings():
-    cfg = RegularizerConfig.from_flat({"regularizer": "jasmin", "lam": "1e-3", "k": 10.0,
-                                       "lr": 0.1, "model": "vit_base_patch16_224"})
+    cfg = RegularizerConfig.from_flat(
+        {
+            "regularizer": "jasmin",
+            "lam": "1e-3",
+            "k": 10.0,
+            "lr": 0.1,
+            "model": "vit_base_patch16_224",
+        }
+    )
     assert (cfg.k, cfg.lam) == (10, 1e-3) and isinstance(cfg.k, int)
 
 

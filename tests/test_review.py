@@ -1,4 +1,5 @@
 """pareto + export on a real (tiny) sweep: tags, artifacts, idempotence, exact round trip."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,13 @@ max_concurrent_trials: 2
 
 
 def cli(cwd: Path, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "lipsweep", *argv], cwd=cwd,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lipsweep", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     return proc
@@ -59,14 +65,19 @@ def _client(d: Path):
 def _state(d: Path):
     c = _client(d)
     rs = c.runs()
-    kids = sorted((r for r in rs if r.data.tags.get("lipsweep.kind") == "trial"),
-                  key=lambda r: r.info.run_id)
+    kids = sorted(
+        (r for r in rs if r.data.tags.get("lipsweep.kind") == "trial"), key=lambda r: r.info.run_id
+    )
     parent = next(r for r in rs if r.data.tags.get("lipsweep.kind") == "sweep")
-    tags = [(r.info.run_id, r.data.tags.get("pareto"), r.data.tags.get("pareto_rank"))
-            for r in kids]
+    tags = [
+        (r.info.run_id, r.data.tags.get("pareto"), r.data.tags.get("pareto_rank")) for r in kids
+    ]
     arts = sorted(a.path for a in c.list_artifacts(parent.info.run_id, "pareto"))
-    doc = json.loads(Path(c.download_artifacts(parent.info.run_id, "pareto/pareto.json",
-                                               str(d / "dl"))).read_text())
+    doc = json.loads(
+        Path(
+            c.download_artifacts(parent.info.run_id, "pareto/pareto.json", str(d / "dl"))
+        ).read_text()
+    )
     return tags, arts, doc
 
 
@@ -78,8 +89,9 @@ def test_pareto_tags_runs_logs_artifacts_and_is_idempotent(swept):
     assert first == second and out1 == out2
     tags, arts, doc = first
     assert all(t[1] in ("true", "false") for t in tags) and any(t[1] == "true" for t in tags)
-    assert {"pareto/pareto.json", "pareto/pareto_scatter.png",
-            "pareto/pareto_parallel.png"} <= set(arts)
+    assert {"pareto/pareto.json", "pareto/pareto_scatter.png", "pareto/pareto_parallel.png"} <= set(
+        arts
+    )
     assert doc["counts"]["runs"] == 3
     assert "rank" in out1 and "acc_pgd_4" in out1
 
@@ -88,15 +100,19 @@ def test_export_round_trip_is_exact(swept):
     from safetensors.torch import load_file
 
     import lipsweep
-    from lipsweep.config import TrialConfig
-    from lipsweep.data import load_splits
-    from lipsweep.engine import evaluate_clean
-    from lipsweep.models import create_model
+    from lipsweep.settings.config import TrialConfig
+    from lipsweep.trial.data import load_splits
+    from lipsweep.trial.engine import evaluate_clean
+    from lipsweep.trial.models import create_model
 
     out = swept / "export"
     cli(swept, "export", "--experiment", "rv", "--out", str(out))
-    assert {p.name for p in out.iterdir()} >= {"model.safetensors", "config.json",
-                                               "metrics.json", "README.md"}
+    assert {p.name for p in out.iterdir()} >= {
+        "model.safetensors",
+        "config.json",
+        "metrics.json",
+        "README.md",
+    }
     config = json.loads((out / "config.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
     model = lipsweep.load_exported(out)
@@ -131,8 +147,17 @@ def test_bad_review_input_exits_2(swept):
     assert p.returncode == 2 and "available metrics" in p.stderr and "acc_pgd_4" in p.stderr
     p = cli(swept, "pareto", "--experiment", "rv", "--objective", "acc_clean:up", check=False)
     assert p.returncode == 2
-    p = cli(swept, "export", "--experiment", "rv", "--out", str(swept / "x"), "--select",
-            "best:acc", check=False)
+    p = cli(
+        swept,
+        "export",
+        "--experiment",
+        "rv",
+        "--out",
+        str(swept / "x"),
+        "--select",
+        "best:acc",
+        check=False,
+    )
     assert p.returncode == 2 and not (swept / "x").exists()
 
 

@@ -3,6 +3,7 @@
 A run is made through the real writer (:class:`lipsweep.tracking.Tracker`), given a tiny
 model's checkpoint artifacts, and exported with ``lipsweep.decide.commands.export_run``: no sweep.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,30 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from lipsweep.config import TrialConfig
-from lipsweep.models import create_model
-from lipsweep.tracking import (EXPERIMENT_KIND, TAG_EXPERIMENT_KIND, TAG_GIT_COMMIT,
-                               TAG_VERSION, Tracker)
+from lipsweep.settings.config import TrialConfig
+from lipsweep.tracking import (
+    EXPERIMENT_KIND,
+    TAG_EXPERIMENT_KIND,
+    TAG_GIT_COMMIT,
+    TAG_VERSION,
+    Tracker,
+)
+from lipsweep.trial.models import create_model
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(model="vit_tiny_patch16_224", img_size=32, patch_size=4, num_classes=10, depth=1,
-            embed_dim=32, num_heads=2, normalization="cifar10", dataset="embedded",
-            train_size=64, eval_size=16)
+TINY = dict(
+    model="vit_tiny_patch16_224",
+    img_size=32,
+    patch_size=4,
+    num_classes=10,
+    depth=1,
+    embed_dim=32,
+    num_heads=2,
+    normalization="cifar10",
+    dataset="embedded",
+    train_size=64,
+    eval_size=16,
+)
 
 
 def _tracked_run(tmp: Path) -> tuple[Tracker, str, str, torch.nn.Module, dict]:
@@ -38,13 +54,16 @@ def _tracked_run(tmp: Path) -> tuple[Tracker, str, str, torch.nn.Module, dict]:
     torch.manual_seed(0)
     original = create_model(cfg.model).eval()
     tracker = Tracker(f"sqlite:///{tmp / 'mlflow.db'}", "serve", retries=0)
-    parent = tracker.open_parent(str(tmp / "ray" / "serve"), "serve", {"num_trials": 2},
-                                 datasets=[flat, flat])  # the sweep's trials: one dataset
+    parent = tracker.open_parent(
+        str(tmp / "ray" / "serve"), "serve", {"num_trials": 2}, datasets=[flat, flat]
+    )  # the sweep's trials: one dataset
     child = tracker.open_child(parent, "t0", "t0 tiny", flat)
     ckpt = tmp / "ckpt"
     ckpt.mkdir()
-    save_file({k: v.contiguous() for k, v in original.net.state_dict().items()},
-              str(ckpt / "model.safetensors"))
+    save_file(
+        {k: v.contiguous() for k, v in original.net.state_dict().items()},
+        str(ckpt / "model.safetensors"),
+    )
     (ckpt / "config.json").write_text(json.dumps(flat))
     tracker.log_artifacts(child, ckpt, "checkpoint")
     tracker.log_metrics(child, {"acc_clean": 12.5, "acc_pgd_4": 3.0}, step=1)
@@ -83,9 +102,14 @@ def test_writer_tags_kind_version_commit_and_dataset_input(tracked):
     tracker, parent, child, _, flat = tracked
     client = tracker  # the tracking reader API
     assert tracker.experiment == "serve"
-    assert tracker.experiment_tags()[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND == "custom_model_development"
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                          text=True)
+    assert (
+        tracker.experiment_tags()[TAG_EXPERIMENT_KIND]
+        == EXPERIMENT_KIND
+        == "custom_model_development"
+    )
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
     for run_id in (parent, child):
         run = client.get_run(run_id)
         assert run.data.tags[TAG_VERSION] == lipsweep.__version__
@@ -147,13 +171,34 @@ def test_mlflow_models_serve_answers_on_loopback(registered):
     tracker, out, _ = registered
     port = _free_port()
     bindir = str(Path(sys.executable).parent)  # mlflow execs `uvicorn` from PATH
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracker.tracking_uri,
-           "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m",
-                             "models:/tiny-vit@champion", "--env-manager", "local", "--host",
-                             "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": tracker.tracking_uri,
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "serve",
+            "-m",
+            "models:/tiny-vit@champion",
+            "--env-manager",
+            "local",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     x = _images(2)
     body = json.dumps({"inputs": x.tolist()}).encode()
     try:
@@ -161,8 +206,11 @@ def test_mlflow_models_serve_answers_on_loopback(registered):
         while answer is None and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             try:
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
-                                             headers={"Content-Type": "application/json"})
+                req = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/invocations",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                )
                 with urllib.request.urlopen(req, timeout=30) as resp:
                     answer = json.loads(resp.read())
             except OSError:
@@ -187,10 +235,20 @@ def test_pareto_table_is_an_mlflow_table_announced_once():
 
     from lipsweep.tracking.table import logged_artifacts_tag, pareto_table
 
-    recs = [{"run_id": "b", "run_name": "b", "params": {"regularizer": "jasmin", "k": "0"},
-             "metrics": {"acc_clean": 50.0, "acc_pgd_4": float("nan")}},
-            {"run_id": "a", "run_name": "a", "params": {"regularizer": "none"},
-             "metrics": {"acc_clean": 40.0, "acc_pgd_4": 9.0}}]
+    recs = [
+        {
+            "run_id": "b",
+            "run_name": "b",
+            "params": {"regularizer": "jasmin", "k": "0"},
+            "metrics": {"acc_clean": 50.0, "acc_pgd_4": float("nan")},
+        },
+        {
+            "run_id": "a",
+            "run_name": "a",
+            "params": {"regularizer": "none"},
+            "metrics": {"acc_clean": 40.0, "acc_pgd_4": 9.0},
+        },
+    ]
     table = pareto_table(recs, [2, 1], ["acc_clean", "acc_pgd_4"])
     df = pd.read_json(__import__("io").StringIO(json.dumps(table)), orient="split")
     assert list(df["run_id"]) == ["a", "b"] and list(df["pareto"]) == [True, False]

@@ -6,6 +6,7 @@ prefix: the binary plus links to every stdlib entry). pip refuses `--user` insta
 as on Debian, and the Makefile must bootstrap uv anyway. Needs PyPI for the uv wheel; the
 pinned stack comes from uv's warm cache (hard links on the same filesystem).
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def _marked_python(dest: Path, with_ensurepip: bool = True) -> Path:
     """A python3 whose stdlib carries EXTERNALLY-MANAGED (optionally without ensurepip)."""
     real = Path(os.path.realpath(sys.executable))
-    stdlib = Path(sysconfig.get_paths(vars={"base": sys.base_prefix,
-                                            "installed_base": sys.base_prefix})["stdlib"])
+    stdlib = Path(
+        sysconfig.get_paths(vars={"base": sys.base_prefix, "installed_base": sys.base_prefix})[
+            "stdlib"
+        ]
+    )
     lib = dest / "lib" / stdlib.name
     lib.mkdir(parents=True)
     for entry in stdlib.iterdir():
@@ -32,7 +36,8 @@ def _marked_python(dest: Path, with_ensurepip: bool = True) -> Path:
             continue
         (lib / entry.name).symlink_to(entry)
     (lib / "EXTERNALLY-MANAGED").write_text(
-        "[externally-managed]\nError=Use apt or a venv (test marker).\n")
+        "[externally-managed]\nError=Use apt or a venv (test marker).\n"
+    )
     (dest / "bin").mkdir()
     py = dest / "bin" / real.name
     shutil.copy2(real, py)
@@ -42,9 +47,16 @@ def _marked_python(dest: Path, with_ensurepip: bool = True) -> Path:
 
 def _clone(dest: Path) -> Path:
     """The working tree's tracked and unignored files, as a fresh clone would have them."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                            "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, files):
         src = ROOT / name
         if src.is_file():
@@ -59,23 +71,38 @@ def _env(bin_dir: Path, **extra: str) -> dict[str, str]:
         pytest.skip("uv is installed system-wide; cannot test a PATH without uv")
     # `uv run` (CI's `make test`) sets UV to its own binary and make passes MAKEFLAGS down:
     # neither may tell the Makefile under test where a uv is.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "VIRTUAL_ENV"))
-           and k not in ("UV", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("UV_", "VIRTUAL_ENV"))
+        and k not in ("UV", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")
+    }
     # a new user: no ~/.local/bin/uv from an earlier pip --user; uv's cache stays the warm one
     home = bin_dir.parent.parent / "home"
     home.mkdir(exist_ok=True)
     cache = os.environ.get("UV_CACHE_DIR") or str(Path.home() / ".cache" / "uv")
-    env.update(PATH=path, HOME=str(home), UV_CACHE_DIR=cache, PIP_DISABLE_PIP_VERSION_CHECK="1",
-               **extra)
+    env.update(
+        PATH=path, HOME=str(home), UV_CACHE_DIR=cache, PIP_DISABLE_PIP_VERSION_CHECK="1", **extra
+    )
     return env
 
 
 def _assert_marker_refuses_pip(py: Path, env: dict[str, str]) -> None:
-    stdlib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
-                            env=env, capture_output=True, text=True, check=True).stdout.strip()
+    stdlib = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert (Path(stdlib) / "EXTERNALLY-MANAGED").is_file(), stdlib
-    refused = subprocess.run([py, "-m", "pip", "install", "--user", "uv"], env=env,
-                             capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [py, "-m", "pip", "install", "--user", "uv"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode != 0 and "externally-managed" in refused.stderr, refused.stderr
 
 
@@ -86,15 +113,21 @@ def test_make_setup_on_externally_managed_python_without_uv(tmp_path):
     env = _env(py.parent, VIRTUAL_ENV=str(tmp_path / "someone-elses-venv"))
     _assert_marker_refuses_pip(py, env)
     clone = _clone(tmp_path / "clone")
-    proc = subprocess.run(["make", "setup"], cwd=clone, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        ["make", "setup"], cwd=clone, env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (clone / ".tools" / "bin" / "uv").is_file()
     assert not (tmp_path / "home" / ".local").exists()
     assert "does not match the project environment" not in proc.stderr
-    version = subprocess.run([clone / ".tools" / "bin" / "uv", "run", "--frozen", "lipsweep",
-                              "--version"], cwd=clone, env={**env, "VIRTUAL_ENV": ""},
-                             capture_output=True, text=True, timeout=300)
+    version = subprocess.run(
+        [clone / ".tools" / "bin" / "uv", "run", "--frozen", "lipsweep", "--version"],
+        cwd=clone,
+        env={**env, "VIRTUAL_ENV": ""},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert version.returncode == 0, version.stderr
     assert version.stdout.startswith("lipsweep "), version.stdout
 
@@ -106,8 +139,9 @@ def test_uv_bootstrap_without_python3_venv(tmp_path):
     env = _env(py.parent)
     clone = _clone(tmp_path / "clone")
     uv = clone / ".tools" / "bin" / "uv"
-    proc = subprocess.run(["make", str(uv)], cwd=clone, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        ["make", str(uv)], cwd=clone, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = subprocess.run([uv, "--version"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("uv ")
@@ -144,10 +178,17 @@ def test_sweep_dashboard_listens_on_loopback(tmp_path):
         "_init_ray(SweepOptions('x', 'x', '', num_cpus=1, dashboard=True))\n"
         "url = ray._private.worker.global_worker.node.address_info['webui_url']\n"
         "print('URL', url, urllib.request.urlopen('http://' + url + '/', timeout=60).status)\n"
-        "ray.shutdown()\n")
+        "ray.shutdown()\n"
+    )
     with ray_sandbox() as box:
-        proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=box.env(),
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=tmp_path,
+            env=box.env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     url, status = proc.stdout.split("URL ", 1)[1].split()
     assert url.startswith("127.0.0.1:") and status == "200"

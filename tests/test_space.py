@@ -1,4 +1,5 @@
 """Search spaces: every shipped YAML validates; the paper grids are exactly Tables 3/4."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lipsweep.config import TrialConfig
-from lipsweep.config_base import ConfigError
+from lipsweep.core.config_base import ConfigError
+from lipsweep.settings.config import TrialConfig
 from lipsweep.sweep.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,13 +41,20 @@ def test_paper_grids_are_exactly_the_tables(name, classes):
     lams = (1e-2, 1e-3, 1e-4)
     expected = {("none",)}
     for lam in lams:
-        expected |= {("specformer", lam, lam, lam), ("specformer", lam, 0.0, 0.0),
-                     ("specformer", 0.0, lam, 0.0), ("specformer", 0.0, 0.0, lam)}
+        expected |= {
+            ("specformer", lam, lam, lam),
+            ("specformer", lam, 0.0, 0.0),
+            ("specformer", 0.0, lam, 0.0),
+            ("specformer", 0.0, 0.0, lam),
+        }
         expected |= {("jasmin", k, lam, agg) for k in (0, 10, 30) for agg in ("mean", "max")}
     assert set(keys) == expected
     cfg = TrialConfig.from_flat(spec.trials[0])
-    assert (cfg.model.model, cfg.model.img_size, cfg.model.patch_size) == \
-        ("vit_base_patch16_224.orig_in21k_ft_in1k", 32, 4)
+    assert (cfg.model.model, cfg.model.img_size, cfg.model.patch_size) == (
+        "vit_base_patch16_224.orig_in21k_ft_in1k",
+        32,
+        4,
+    )
     assert cfg.model.num_tokens == 65 and cfg.model.qkv_bias is False
     assert cfg.model.num_classes == classes and cfg.optim.epochs == 40
     assert (cfg.optim.optimizer, cfg.optim.momentum, cfg.optim.weight_decay) == ("sgd", 0.9, 1e-4)
@@ -62,26 +70,40 @@ def _space(tmp_path, text):
 BASE = "fixed: {epochs: 1}\n"
 
 
-@pytest.mark.parametrize("body,field", [
-    (BASE + "grid: [{regularizer: jasmin, k: [0, 1]}]\n", "k"),
-    (BASE + "grid: [{regularizer: jasmin, lam: -0.01}]\n", "lam"),
-    (BASE + "grid: [{regularizer: jasmin, kk: 3}]\n", "grid[0].kk"),
-    (BASE + "grid: [{regularizer: specformer, k: 10}]\n", "k"),
-    (BASE + "grid: [{regularizer: none}]\nbogus: 1\n", "bogus"),
-    ("fixed: {epochs: ten}\ngrid: [{regularizer: none}]\n", "epochs"),
-    (BASE + "grid: [{regularizer: none}]\nresources: {gpu: -1}\n", "resources.gpu"),
-    (BASE + "search: {algorithm: grid, num_samples: 2, space: {lr: 1}}\n", "search.algorithm"),
-    (BASE + "grid: [{regularizer: none}]\nscheduler: {type: asha, mode: up}\n", "scheduler.mode"),
-    (BASE, "grid"),
-    # ASHA compares trials every epoch, and only acc_clean and the losses are reported then.
-    (BASE + "grid: [{regularizer: none}]\nscheduler: {type: asha, metric: acc_pgd_4}\n",
-     "scheduler.metric"),
-    # An Optuna objective no trial reports would only surface after the first trial ran.
-    (BASE + "search: {algorithm: optuna, num_samples: 2, metric: acc_pgd4, "
-     "space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n", "search.metric"),
-    (BASE + "search: {algorithm: optuna, num_samples: 2, metric: [acc_clean, acc_aa_8], "
-     "mode: [max, max], space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n", "search.metric"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        (BASE + "grid: [{regularizer: jasmin, k: [0, 1]}]\n", "k"),
+        (BASE + "grid: [{regularizer: jasmin, lam: -0.01}]\n", "lam"),
+        (BASE + "grid: [{regularizer: jasmin, kk: 3}]\n", "grid[0].kk"),
+        (BASE + "grid: [{regularizer: specformer, k: 10}]\n", "k"),
+        (BASE + "grid: [{regularizer: none}]\nbogus: 1\n", "bogus"),
+        ("fixed: {epochs: ten}\ngrid: [{regularizer: none}]\n", "epochs"),
+        (BASE + "grid: [{regularizer: none}]\nresources: {gpu: -1}\n", "resources.gpu"),
+        (BASE + "search: {algorithm: grid, num_samples: 2, space: {lr: 1}}\n", "search.algorithm"),
+        (
+            BASE + "grid: [{regularizer: none}]\nscheduler: {type: asha, mode: up}\n",
+            "scheduler.mode",
+        ),
+        (BASE, "grid"),
+        # ASHA compares trials every epoch, and only acc_clean and the losses are reported then.
+        (
+            BASE + "grid: [{regularizer: none}]\nscheduler: {type: asha, metric: acc_pgd_4}\n",
+            "scheduler.metric",
+        ),
+        # An Optuna objective no trial reports would only surface after the first trial ran.
+        (
+            BASE + "search: {algorithm: optuna, num_samples: 2, metric: acc_pgd4, "
+            "space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n",
+            "search.metric",
+        ),
+        (
+            BASE + "search: {algorithm: optuna, num_samples: 2, metric: [acc_clean, acc_aa_8], "
+            "mode: [max, max], space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n",
+            "search.metric",
+        ),
+    ],
+)
 def test_bad_spaces_name_the_key_and_file(tmp_path, body, field):
     path = _space(tmp_path, body)
     with pytest.raises(ConfigError) as exc:
@@ -90,7 +112,10 @@ def test_bad_spaces_name_the_key_and_file(tmp_path, body, field):
 
 
 def test_random_search_is_seeded_and_conditional(tmp_path):
-    path = _space(tmp_path, BASE + """search:
+    path = _space(
+        tmp_path,
+        BASE
+        + """search:
   algorithm: random
   num_samples: 12
   seed: 3
@@ -99,7 +124,8 @@ def test_random_search_is_seeded_and_conditional(tmp_path):
     regularizer: {choice: [jasmin, specformer]}
     jasmin: {k: {choice: [0, 10]}, lam: {loguniform: [1.0e-4, 1.0e-2]}}
     specformer: {lam_v: {uniform: [0.001, 0.01]}}
-""")
+""",
+    )
     a, b = load_space(path), load_space(path)
     assert a.trials == b.trials and len(a.trials) == 12
     for t in a.trials:
@@ -111,42 +137,62 @@ def test_random_search_is_seeded_and_conditional(tmp_path):
 
 
 def test_repeat_crosses_every_grid_point(tmp_path):
-    path = _space(tmp_path, BASE + "grid: [{regularizer: none}, {regularizer: jasmin, k: [0, 10]}]\n"
-                  "repeat: {seed: [0, 1, 2]}\n")
+    path = _space(
+        tmp_path,
+        BASE + "grid: [{regularizer: none}, {regularizer: jasmin, k: [0, 10]}]\n"
+        "repeat: {seed: [0, 1, 2]}\n",
+    )
     spec = load_space(path)
     assert len(spec.trials) == 9 and {t["seed"] for t in spec.trials} == {0, 1, 2}
 
 
 def test_cli_bad_space_exits_2_before_ray(tmp_path):
     path = _space(tmp_path, BASE + "grid: [{regularizer: jasmin, k: 1}]\n")
-    code = ("import sys; from lipsweep.__main__ import main; rc = main(['sweep', sys.argv[1]]); "
-            "assert 'ray' not in sys.modules, 'ray was imported'; sys.exit(rc)")
-    proc = subprocess.run([sys.executable, "-c", code, str(path)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys; from lipsweep.__main__ import main; rc = main(['sweep', sys.argv[1]]); "
+        "assert 'ray' not in sys.modules, 'ray was imported'; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert str(path) in proc.stderr and "k:" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "ray_results").exists() and not (tmp_path / "mlflow.db").exists()
 
 
 def test_dry_run_lists_trials_without_ray(tmp_path):
-    code = ("import sys; from lipsweep.__main__ import main; rc = main(['sweep', sys.argv[1], "
-            "'--dry-run']); assert 'ray' not in sys.modules; sys.exit(rc)")
-    proc = subprocess.run([sys.executable, "-c", code,
-                           str(ROOT / "search_spaces" / "paper_cifar100.yaml")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys; from lipsweep.__main__ import main; rc = main(['sweep', sys.argv[1], "
+        "'--dry-run']); assert 'ray' not in sys.modules; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "search_spaces" / "paper_cifar100.yaml")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "31 trials" in proc.stdout and "jasmin k=30 lam=0.0001 max" in proc.stdout
 
 
 def test_optuna_objectives_may_be_any_reported_final_metric(tmp_path):
-    path = _space(tmp_path, BASE + """search:
+    path = _space(
+        tmp_path,
+        BASE
+        + """search:
   algorithm: optuna
   num_samples: 4
   metric: [acc_pgd_4, lip_jacobian_median]
   mode: [max, min]
   space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}
 scheduler: {type: asha, metric: acc_clean, mode: max}
-""")
+""",
+    )
     spec = load_space(path)
     assert spec.search.metric == ["acc_pgd_4", "lip_jacobian_median"]
     assert spec.scheduler.metric == "acc_clean"
@@ -170,10 +216,18 @@ sys.exit(rc)
 
 def test_dry_run_imports_no_torch(tmp_path):
     space = ROOT / "search_spaces" / "paper_cifar10.yaml"
-    proc = subprocess.run([sys.executable, "-c", _NO_TORCH, str(space)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    importers = [ln.strip() for ln in proc.stderr.splitlines()
-                 if ln.strip().startswith("File ") and "<frozen" not in ln and "<string>" not in ln]
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH, str(space)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    importers = [
+        ln.strip()
+        for ln in proc.stderr.splitlines()
+        if ln.strip().startswith("File ") and "<frozen" not in ln and "<string>" not in ln
+    ]
     if proc.returncode and importers and "lipsweep/regularizers/" in importers[-1]:
         # Until the regularizer vocabulary split (issue 14, the "vocab" branch) is merged,
         # lipsweep.regularizers still imports torch; everything else here is torch-free.
@@ -190,28 +244,32 @@ def _optuna_trial(seed: int):
 
 
 @pytest.mark.parametrize("algorithm", ["random", "optuna"])
-@pytest.mark.parametrize("dist", ["{normal: [0, 1]}", "{loguniform: [1.0e-4, 1.0e-2], x: 1}",
-                                  "{}"])
-def test_a_mapping_that_is_no_distribution_is_refused_by_both_searchers(tmp_path, algorithm,
-                                                                       dist):
+@pytest.mark.parametrize("dist", ["{normal: [0, 1]}", "{loguniform: [1.0e-4, 1.0e-2], x: 1}", "{}"])
+def test_a_mapping_that_is_no_distribution_is_refused_by_both_searchers(tmp_path, algorithm, dist):
     """Once, an unknown one-key mapping was a constant to the random sampler and a
     suggest_int to Optuna; now one parser refuses it, naming the key."""
-    path = _space(tmp_path, BASE + f"search: {{algorithm: {algorithm}, num_samples: 2, "
-                  f"metric: acc_clean, space: {{regularizer: {{choice: [none, jasmin]}}, "
-                  f"jasmin: {{lam: {dist}}}}}}}\n")
+    path = _space(
+        tmp_path,
+        BASE + f"search: {{algorithm: {algorithm}, num_samples: 2, "
+        f"metric: acc_clean, space: {{regularizer: {{choice: [none, jasmin]}}, "
+        f"jasmin: {{lam: {dist}}}}}}}\n",
+    )
     with pytest.raises(ConfigError) as exc:
         load_space(path)
     assert exc.value.field == "search.space.jasmin.lam", exc.value.format()
     assert "distribution" in exc.value.message
 
 
-@pytest.mark.parametrize("raw,allowed", [
-    ({"quniform": [32, 64, 8]}, {32, 40, 48, 56, 64}),
-    ({"quniform": [0.0, 1.0, 0.25]}, {0.0, 0.25, 0.5, 0.75, 1.0}),
-    ({"quniform": [1, 4]}, {1, 2, 3, 4}),
-    ({"randint": [0, 3]}, {0, 1, 2}),
-    ({"choice": [[2], [2, 4]]}, {(2,), (2, 4)}),
-])
+@pytest.mark.parametrize(
+    "raw,allowed",
+    [
+        ({"quniform": [32, 64, 8]}, {32, 40, 48, 56, 64}),
+        ({"quniform": [0.0, 1.0, 0.25]}, {0.0, 0.25, 0.5, 0.75, 1.0}),
+        ({"quniform": [1, 4]}, {1, 2, 3, 4}),
+        ({"randint": [0, 3]}, {0, 1, 2}),
+        ({"choice": [[2], [2, 4]]}, {(2,), (2, 4)}),
+    ],
+)
 def test_random_and_optuna_draw_the_same_values(raw, allowed):
     """quniform quantises to q; both searchers draw from one set, with the same types."""
     import random
@@ -220,18 +278,27 @@ def test_random_and_optuna_draw_the_same_values(raw, allowed):
 
     dist = parse_distribution(raw, "search.space.x", "s.yaml")
     rng = random.Random(0)
-    drawn = {"random": [dist.sample(rng) for _ in range(30)],
-             "optuna": [dist.suggest(_optuna_trial(i), "x") for i in range(30)]}
+    drawn = {
+        "random": [dist.sample(rng) for _ in range(30)],
+        "optuna": [dist.suggest(_optuna_trial(i), "x") for i in range(30)],
+    }
     for name, values in drawn.items():
         keyed = {tuple(v) if isinstance(v, list) else v for v in values}
         assert keyed <= allowed and len(keyed) >= 2, (name, keyed)
-        assert {type(v) for v in values} == {type(next(iter(allowed)))
-                                              if not isinstance(next(iter(allowed)), tuple)
-                                              else list}, name
+        assert {type(v) for v in values} == {
+            type(next(iter(allowed))) if not isinstance(next(iter(allowed)), tuple) else list
+        }, name
 
 
-@pytest.mark.parametrize("raw", [{"quniform": [0, 1, 0.3]}, {"quniform": [0, 1, 0]},
-                                 {"quniform": [0, 1, 2, 3]}, {"uniform": [1, "x"]}])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"quniform": [0, 1, 0.3]},
+        {"quniform": [0, 1, 0]},
+        {"quniform": [0, 1, 2, 3]},
+        {"uniform": [1, "x"]},
+    ],
+)
 def test_bad_quniform_and_bounds_name_the_key(raw):
     from lipsweep.sweep.space import parse_distribution
 
@@ -253,16 +320,21 @@ def test_optuna_mlflow_params_are_the_normalised_config(tmp_path):
     from lipsweep.sweep.trainable import flat_config
     from lipsweep.tracking import Tracker
 
-    path = _space(tmp_path, BASE + """search:
+    path = _space(
+        tmp_path,
+        BASE
+        + """search:
   algorithm: optuna
   num_samples: 1
   metric: acc_clean
   space: {batch_size: {quniform: [32, 64, 32]}, regularizer: jasmin,
           jasmin: {lam: {loguniform: [1.0e-4, 1.0e-2]}}}
-""")
+""",
+    )
     spec = load_space(path)
-    searcher = FinalResultOptuna(space=OptunaSpace(spec.fixed, spec.search.space),
-                                 metric="acc_clean", mode="max")
+    searcher = FinalResultOptuna(
+        space=OptunaSpace(spec.fixed, spec.search.space), metric="acc_clean", mode="max"
+    )
     config = searcher.suggest("t1")
     uri = sqlite_uri(tmp_path)
     tracker = Tracker(uri, "exp")

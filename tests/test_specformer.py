@@ -1,13 +1,14 @@
-"""Specformer against exact spectral norms of the right weight slices (SPEC §2.3)."""
+"""Specformer against exact spectral norms of the right weight slices (docs/science.md §1.3)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 from conftest import tiny_model_config
 
-from lipsweep.models import attention_modules, create_model
 from lipsweep.regularizers import SpecformerRegularizer, create_regularizer
 from lipsweep.regularizers.specformer import head_weights
+from lipsweep.trial.models import attention_modules, create_model
 
 
 @pytest.fixture()
@@ -19,13 +20,14 @@ def model():
 def row_slice(attn, which: int, h: int) -> torch.Tensor:
     """Head h's W_Q (which=0), W_K (1) or W_V (2): its rows of the fused qkv weight."""
     d, dim = attn.head_dim, attn.num_heads * attn.head_dim
-    return attn.qkv.weight[which * dim + h * d: which * dim + (h + 1) * d]
+    return attn.qkv.weight[which * dim + h * d : which * dim + (h + 1) * d]
 
 
 def column_slice(attn, which: int, h: int) -> torch.Tensor:
-    """What the authors' public code takes instead (the bug SPEC §2.3 warns about)."""
+    """What the authors' public code takes instead (the slicing docs/science.md §1.3 warns
+    about)."""
     d, dim = attn.head_dim, attn.num_heads * attn.head_dim
-    return attn.qkv.weight[which * dim:(which + 1) * dim, h * d:(h + 1) * d]
+    return attn.qkv.weight[which * dim : (which + 1) * dim, h * d : (h + 1) * d]
 
 
 @torch.no_grad()
@@ -38,7 +40,7 @@ def set_structured_weights(model, seed: int = 0) -> None:
     """
     g = torch.Generator().manual_seed(seed)
     for attn in attention_modules(model):
-        w = head_weights(attn)                                   # (3H, d, D) view
+        w = head_weights(attn)  # (3H, d, D) view
         n, d, dim = w.shape
         u = torch.linalg.qr(torch.randn(n, d, d, generator=g))[0]
         v = torch.linalg.qr(torch.randn(n, dim, d, generator=g))[0]
@@ -49,10 +51,22 @@ def set_structured_weights(model, seed: int = 0) -> None:
 
 def exact_sigmas(model, slicer) -> torch.Tensor:
     """(L, 3, H) exact largest singular values of the slices."""
-    return torch.stack([
-        torch.stack([torch.stack([torch.linalg.matrix_norm(slicer(a, w, h).detach(), 2)
-                                  for h in range(a.num_heads)]) for w in range(3)])
-        for a in attention_modules(model)])
+    return torch.stack(
+        [
+            torch.stack(
+                [
+                    torch.stack(
+                        [
+                            torch.linalg.matrix_norm(slicer(a, w, h).detach(), 2)
+                            for h in range(a.num_heads)
+                        ]
+                    )
+                    for w in range(3)
+                ]
+            )
+            for a in attention_modules(model)
+        ]
+    )
 
 
 def test_sigma_per_head_matches_exact_norm_of_row_slice(model):
@@ -76,13 +90,13 @@ def test_row_slicing_not_column_slicing(model):
         row_slice(attn, 0, 1).mul_(20.0)
     reg = SpecformerRegularizer(power_iters=60)
     reg.attach(model)
-    est_q = reg.sigmas()[0, 0].detach()                       # layer 0, W_Q of each head
+    est_q = reg.sigmas()[0, 0].detach()  # layer 0, W_Q of each head
     rows = exact_sigmas(model, row_slice)[0, 0]
     cols = exact_sigmas(model, column_slice)[0, 0]
     torch.testing.assert_close(est_q, rows, rtol=1e-3, atol=0)
     assert int(est_q.argmax()) == 1 and float(est_q[1] / est_q[0]) > 10
-    assert not torch.allclose(est_q, cols, rtol=0.1)           # would pass with the bug
-    assert float(cols.max() / cols.min()) < 3                  # columns mix every head's rows
+    assert not torch.allclose(est_q, cols, rtol=0.1)  # would pass with the bug
+    assert float(cols.max() / cols.min()) < 3  # columns mix every head's rows
 
 
 def test_gradient_touches_only_the_penalised_rows(model):
@@ -99,8 +113,9 @@ def test_gradient_touches_only_the_penalised_rows(model):
     # d sigma_1^2 / dW = 2 sigma_1 u v^T: compare with autograd of the exact norm
     w0 = row_slice(attn, 0, 2).detach().clone().requires_grad_()
     torch.linalg.matrix_norm(w0, 2).square().backward()
-    torch.testing.assert_close(grad[2 * attn.head_dim:3 * attn.head_dim], w0.grad,
-                               rtol=1e-3, atol=1e-5)
+    torch.testing.assert_close(
+        grad[2 * attn.head_dim : 3 * attn.head_dim], w0.grad, rtol=1e-3, atol=1e-5
+    )
 
 
 def test_power_vectors_persist_and_round_trip(model):
@@ -113,7 +128,7 @@ def test_power_vectors_persist_and_round_trip(model):
     values = [reg.terms()["spec_q"].item() for _ in range(30)]
     after = reg.state_dict()
     assert any(not torch.equal(first[n], after[n]) for n in first)  # vectors moved
-    assert values[-1] >= values[0] - 1e-6                     # power iteration converges up
+    assert values[-1] >= values[0] - 1e-6  # power iteration converges up
     assert values[-1] == pytest.approx(values[-2], rel=1e-3)
     twin = create_regularizer("specformer", lam_q=1e-2, lam_k=1e-3, lam_v=1e-4)
     twin.attach(model)

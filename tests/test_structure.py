@@ -3,13 +3,12 @@ through :mod:`lipsweep.tracking` only, and ``demo`` calls functions, not the par
 
 Static checks (``ast`` and text), no Ray and no MLflow: each test takes well under a second.
 """
+
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "lipsweep"
@@ -38,7 +37,7 @@ def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                up = package[:len(package) - node.level + 1]
+                up = package[: len(package) - node.level + 1]
                 base = ".".join(up + ([node.module] if node.module else []))
             for a in node.names:
                 sub = f"{base}.{a.name}"
@@ -102,8 +101,13 @@ def test_no_import_cycles():
 
 
 def _sources() -> list[Path]:
-    files = [*PKG.rglob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT / "docs").glob("*.py"),
-             *(ROOT / "benchmarks").glob("*.py"), *(ROOT / "deploy").glob("*.py")]
+    files = [
+        *PKG.rglob("*.py"),
+        *(ROOT / "tests").glob("*.py"),
+        *(ROOT / "docs").glob("*.py"),
+        *(ROOT / "benchmarks").glob("*.py"),
+        *(ROOT / "deploy").glob("*.py"),
+    ]
     return [p for p in files if PKG / "tracking" not in p.parents and p != Path(__file__)]
 
 
@@ -111,28 +115,38 @@ def test_mlflow_is_reached_through_the_tracking_package_only():
     """Nothing outside lipsweep/tracking/ uses a tracker's ``.client`` or its retrying
     ``_call``; no lipsweep module outside it imports mlflow."""
     private = re.compile(r"\.client\b|\._call\(")
-    hits = [f"{p.relative_to(ROOT)}:{i}" for p in _sources()
-            for i, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in _sources()
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if private.search(line)
+    ]
     assert hits == []
     mlflow = re.compile(r"^\s*(import mlflow|from mlflow\b)|MlflowClient", re.M)
-    assert [str(p.relative_to(ROOT)) for p in _sources()
-            if PKG in p.parents and mlflow.search(p.read_text())] == []
+    assert [
+        str(p.relative_to(ROOT))
+        for p in _sources()
+        if PKG in p.parents and mlflow.search(p.read_text())
+    ] == []
 
 
 def test_demo_calls_functions_with_the_parsers_defaults(monkeypatch):
     """``demo`` builds each command's options itself (no ``__main__`` import); they are
     exactly what the parser makes of the same command line, every other flag at its default."""
     from lipsweep.__main__ import build_parser
-    from lipsweep.demo import export_args, pareto_args, sweep_args
+    from lipsweep.sweep.demo import export_args, pareto_args, sweep_args
 
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     parse = build_parser().parse_args
     common = ["--experiment", "e", "--tracking-uri", "sqlite:///m.db"]
-    assert vars(sweep_args("s.yaml", "e", "/st", "sqlite:///m.db", True, 2)) == vars(parse(
-        ["sweep", "s.yaml", "--storage", "/st", *common, "--resume", "--num-cpus", "2"]))
-    assert vars(sweep_args("s.yaml", "e", "/st", "sqlite:///m.db", False, None)) == vars(parse(
-        ["sweep", "s.yaml", "--storage", "/st", *common]))
+    assert vars(sweep_args("s.yaml", "e", "/st", "sqlite:///m.db", True, 2)) == vars(
+        parse(["sweep", "s.yaml", "--storage", "/st", *common, "--resume", "--num-cpus", "2"])
+    )
+    assert vars(sweep_args("s.yaml", "e", "/st", "sqlite:///m.db", False, None)) == vars(
+        parse(["sweep", "s.yaml", "--storage", "/st", *common])
+    )
     assert vars(pareto_args("e", "sqlite:///m.db")) == vars(parse(["pareto", *common]))
-    assert vars(export_args("e", "sqlite:///m.db", "out")) == vars(parse(
-        ["export", *common, "--out", "out", "--force"]))
-    assert "lipsweep.__main__" not in import_graph()["lipsweep.demo"]
+    assert vars(export_args("e", "sqlite:///m.db", "out")) == vars(
+        parse(["export", *common, "--out", "out", "--force"])
+    )
+    assert "lipsweep.__main__" not in import_graph()["lipsweep.sweep.demo"]

@@ -1,19 +1,43 @@
 """The sweep service for real: local Ray (num_cpus fixed) + SQLite MLflow in a temp folder."""
+
 from __future__ import annotations
 
 import signal
 import subprocess
 
 import pytest
-from _sweep_helpers import (FIXED, children, client, epochs_logged, parents, runs, sqlite_uri,
-                            sweep_cmd, wait_for, write_space)
+from _sweep_helpers import (
+    FIXED,
+    children,
+    client,
+    epochs_logged,
+    parents,
+    runs,
+    sqlite_uri,
+    sweep_cmd,
+    wait_for,
+    write_space,
+)
 
 pytestmark = pytest.mark.slow
-SPEC_METRICS = ("acc_clean", "acc_fgsm_2", "acc_fgsm_4", "acc_pgd_2", "acc_pgd_4", "acc_aa_2",
-                "lip_jacobian_mean", "lip_jacobian_median", "lip_jacobian_p90",
-                "lip_jacobian_p99", "lip_jacobian_max", "lip_jacobian_tokens_mean",
-                "lip_jacobian_tokens_median", "lip_jacobian_tokens_p90",
-                "lip_jacobian_tokens_p99", "lip_jacobian_tokens_max")
+SPEC_METRICS = (
+    "acc_clean",
+    "acc_fgsm_2",
+    "acc_fgsm_4",
+    "acc_pgd_2",
+    "acc_pgd_4",
+    "acc_aa_2",
+    "lip_jacobian_mean",
+    "lip_jacobian_median",
+    "lip_jacobian_p90",
+    "lip_jacobian_p99",
+    "lip_jacobian_max",
+    "lip_jacobian_tokens_mean",
+    "lip_jacobian_tokens_median",
+    "lip_jacobian_tokens_p90",
+    "lip_jacobian_tokens_p99",
+    "lip_jacobian_tokens_max",
+)
 
 FOUR = """  - regularizer: none
   - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
@@ -24,8 +48,9 @@ FOUR = """  - regularizer: none
 
 def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
     space = write_space(tmp_path, FOUR)
-    proc = subprocess.run(sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     uri = sqlite_uri(tmp_path)
     (parent,) = parents(uri)
@@ -43,12 +68,11 @@ def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
         assert [m.step for m in c.get_metric_history(r.info.run_id, "loss")] == [1, 2]
         # the held-out accuracy per epoch has its own name, so MLflow's latest acc_clean
         # (what the UI and `lipsweep pareto` read) is the final evaluation's
-        assert [m.step for m in c.get_metric_history(r.info.run_id, "epoch_acc_clean")] == \
-            [1, 2]
+        assert [m.step for m in c.get_metric_history(r.info.run_id, "epoch_acc_clean")] == [1, 2]
         assert [m.step for m in c.get_metric_history(r.info.run_id, "acc_clean")] == [0]
         arts = {a.path for a in c.list_artifacts(r.info.run_id)}
         assert {"checkpoint", "lipschitz"} <= arts
-        assert "lipsweep.checkpoint" in r.data.tags
+        assert "lipsweep.trial.checkpoint" in r.data.tags
     regs = sorted(r.data.params["regularizer"] for r in kids)
     assert regs == ["jasmin", "jasmin", "none", "specformer"]
     assert "jasmin k=10" in proc.stderr  # one console line per trial event
@@ -61,8 +85,9 @@ def test_nan_trial_fails_with_reason_and_others_finish(tmp_path):
   - regularizer: none
 """
     space = write_space(tmp_path, grid, epochs=1)
-    proc = subprocess.run(sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "1 failed" in proc.stdout and "loss became" in proc.stdout
     kids = {r.data.params["lr"]: r for r in children(sqlite_uri(tmp_path))}
@@ -74,19 +99,30 @@ def test_nan_trial_fails_with_reason_and_others_finish(tmp_path):
 def test_existing_sweep_needs_resume_and_resume_needs_a_sweep(tmp_path):
     space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
     (tmp_path / "ray_results" / "exp").mkdir(parents=True)
-    proc = subprocess.run(sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2 and "--resume" in proc.stderr
-    proc = subprocess.run(sweep_cmd(tmp_path, space, "--resume", "--experiment", "other"),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        sweep_cmd(tmp_path, space, "--resume", "--experiment", "other"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "no sweep" in proc.stderr
 
 
 def test_sigint_then_resume_finishes_each_trial_exactly_once(tmp_path):
     space = write_space(tmp_path, FOUR, epochs=3)
     uri = sqlite_uri(tmp_path)
-    proc = subprocess.Popen(sweep_cmd(tmp_path, space), cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        sweep_cmd(tmp_path, space),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_for(lambda: epochs_logged(uri) >= 2, 600, "two epochs logged")
         proc.send_signal(signal.SIGINT)
@@ -96,8 +132,13 @@ def test_sigint_then_resume_finishes_each_trial_exactly_once(tmp_path):
             proc.kill()
     assert proc.returncode == 130, out[-3000:]
     assert all(r.info.status != "RUNNING" for r in runs(uri))
-    proc2 = subprocess.run(sweep_cmd(tmp_path, space, "--resume"), cwd=tmp_path,
-                           capture_output=True, text=True, timeout=900)
+    proc2 = subprocess.run(
+        sweep_cmd(tmp_path, space, "--resume"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc2.returncode == 0, proc2.stdout + proc2.stderr[-4000:]
     kids = children(uri)
     assert len(kids) == 4 and len({r.data.tags["lipsweep.trial_id"] for r in kids}) == 4
@@ -114,7 +155,10 @@ def test_optuna_multi_objective_with_asha_learns_from_final_reports(tmp_path):
     stop some on the per-epoch acc_clean: Tune must not reject the per-epoch reports that lack
     the final metrics, and every trial ends FINISHED with the objectives or KILLED + tagged."""
     space = tmp_path / "space.yaml"
-    space.write_text("name: t\n" + FIXED.format(epochs=3) + """search:
+    space.write_text(
+        "name: t\n"
+        + FIXED.format(epochs=3)
+        + """search:
   algorithm: optuna
   num_samples: 4
   seed: 1
@@ -127,9 +171,11 @@ def test_optuna_multi_objective_with_asha_learns_from_final_reports(tmp_path):
 scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 1, reduction_factor: 2}
 resources: {cpu: 1, gpu: 0}
 max_concurrent_trials: 1
-""")
-    proc = subprocess.run(sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900)
+"""
+    )
+    proc = subprocess.run(
+        sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "did not include the specified metric" not in out

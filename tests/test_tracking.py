@@ -1,5 +1,6 @@
 """lipsweep.tracking's two halves on one real SQLite MLflow store: what the writer writes,
 the reader (the one read API) reads back; the model registry call is idempotent on the name."""
+
 from __future__ import annotations
 
 import time
@@ -33,10 +34,11 @@ def test_the_reader_reads_what_the_writer_wrote(tmp_path: Path) -> None:
     assert [r.info.run_id for r in reader.finished_trials()] == [done]
     assert reader.find_child(new, "t1").info.run_id == stopped
     assert len(reader.runs()) == 4 and reader.get_run(done).data.params == {"lr": "0.1"}
-    assert [(m.step, m.value) for m in reader.get_metric_history(done, "loss")] == \
-        [(1, 1.0), (2, 0.5)]
-    assert [a.path for a in reader.list_artifacts(done, "checkpoint")] == \
-        ["checkpoint/model.txt"]
+    assert [(m.step, m.value) for m in reader.get_metric_history(done, "loss")] == [
+        (1, 1.0),
+        (2, 0.5),
+    ]
+    assert [a.path for a in reader.list_artifacts(done, "checkpoint")] == ["checkpoint/model.txt"]
     local = reader.download_artifacts(done, "checkpoint", tmp_path / "dl")
     assert (local / "model.txt").read_text() == "weights"
     assert TrackingReader(uri, "nope").runs() == []

@@ -1,5 +1,6 @@
 """Each regularizer owns its vocabulary (issue 14): one spec, registered from anywhere, reaches
 the config, --help-settings, --dry-run labels, the Pareto table, plots and the export card."""
+
 from __future__ import annotations
 
 import re
@@ -9,9 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from lipsweep.config_base import ConfigError, check_choice, check_positive
-from lipsweep.regularizers import (RegularizerSpec, Setting, register_regularizer,
-                                   unregister_regularizer)
+from lipsweep.core.config_base import ConfigError, check_choice, check_positive
+from lipsweep.regularizers import (
+    RegularizerSpec,
+    Setting,
+    register_regularizer,
+    unregister_regularizer,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,13 +28,28 @@ class ToyRegularizer:
 
 
 TOY = RegularizerSpec(
-    name="toy_reg", impl=ToyRegularizer, doc="test only", title="Toy", short="T",
+    name="toy_reg",
+    impl=ToyRegularizer,
+    doc="test only",
+    title="Toy",
+    short="T",
     settings=(
-        Setting("toy_alpha", float, "Toy: strength (> 0). Default 0.5.", 0.5,
-                lambda v: check_positive("toy_alpha", v)),
-        Setting("toy_mode", str, "Toy: 'a' or 'b'. Default 'a'.", "a",
-                lambda v: check_choice("toy_mode", v, ("a", "b"))),
-    ))
+        Setting(
+            "toy_alpha",
+            float,
+            "Toy: strength (> 0). Default 0.5.",
+            0.5,
+            lambda v: check_positive("toy_alpha", v),
+        ),
+        Setting(
+            "toy_mode",
+            str,
+            "Toy: 'a' or 'b'. Default 'a'.",
+            "a",
+            lambda v: check_choice("toy_mode", v, ("a", "b")),
+        ),
+    ),
+)
 
 
 @pytest.fixture()
@@ -41,17 +61,18 @@ def toy():
 
 def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
     from lipsweep.__main__ import main
-    from lipsweep.config import TrialConfig
-    from lipsweep.export import _model_card, build_config_json
-    from lipsweep.pareto import config_label, front_table
-    from lipsweep.pareto_plots import _style
+    from lipsweep.decide.export import _model_card, build_config_json
+    from lipsweep.decide.pareto import config_label, front_table
+    from lipsweep.decide.plots import _style
+    from lipsweep.settings.config import TrialConfig
 
     assert main(["train", "--help-settings"]) == 0
     out = capsys.readouterr().out
     assert "  toy_alpha = None" in out and "'toy_reg' (test only)" in out
     space = tmp_path / "toy.yaml"
-    space.write_text("name: toy\nfixed: {epochs: 1}\n"
-                     "grid:\n  - {regularizer: toy_reg, toy_alpha: [0.5, 2.0]}\n")
+    space.write_text(
+        "name: toy\nfixed: {epochs: 1}\ngrid:\n  - {regularizer: toy_reg, toy_alpha: [0.5, 2.0]}\n"
+    )
     assert main(["sweep", str(space), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "toy_reg toy_alpha=0.5 toy_mode=a" in out and "toy_reg toy_alpha=2.0" in out
@@ -62,8 +83,16 @@ def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
     assert flat["toy_alpha"] == 0.5 and flat["toy_mode"] == "b"
     params = {k: str(v) for k, v in flat.items()}
     assert config_label(params) == "Toy toy_alpha=0.5 toy_mode=b"
-    table = front_table([{"run_id": "r1", "params": params, "metrics": {
-        "acc_clean": 50.0, "acc_pgd_4": 10.0, "acc_aa_2": 5.0}}], [1])
+    table = front_table(
+        [
+            {
+                "run_id": "r1",
+                "params": params,
+                "metrics": {"acc_clean": 50.0, "acc_pgd_4": 10.0, "acc_aa_2": 5.0},
+            }
+        ],
+        [1],
+    )
     assert "toy_alpha" in table.splitlines()[0] and "toy_reg" in table
     assert _style("toy_reg", {})[2] == "Toy"
     card = _model_card(build_config_json(flat, (0.5,) * 3, (0.5,) * 3, {}), {})
@@ -75,22 +104,34 @@ NAMES = re.compile(r"jasmin|specformer|lam_q|lam_k|lam_v|aggregation", re.IGNORE
 
 def test_no_module_outside_regularizers_names_a_regularizer():
     pkg = ROOT / "lipsweep"
-    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
-            for p in sorted(pkg.rglob("*.py")) if "regularizers" not in p.relative_to(pkg).parts
-            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-            if NAMES.search(line)]
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in sorted(pkg.rglob("*.py"))
+        if "regularizers" not in p.relative_to(pkg).parts
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if NAMES.search(line)
+    ]
     assert not hits, "\n".join(hits)
 
 
 def test_declaration_layer_is_torch_free():
-    code = ("import sys; import lipsweep.regularizers as r, lipsweep.core.metric_names; "
-            "from lipsweep.regularizers import RegularizerConfig, create_regularizer; "
-            "import dataclasses; print([f.name for f in dataclasses.fields(RegularizerConfig)]); "
-            "print(RegularizerConfig(regularizer='jasmin', k=10).to_flat()); "
-            "print(r.list_regularizers(), 'torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=60, check=True).stdout.splitlines()
-    assert out == ["['regularizer', 'k', 'lam', 'aggregation', 'lam_q', 'lam_k', 'lam_v', "
-                   "'spec_power_iters']",
-                   "{'regularizer': 'jasmin', 'k': 10, 'lam': 0.01, 'aggregation': 'mean'}",
-                   "['jasmin', 'none', 'specformer'] False"]
+    code = (
+        "import sys; import lipsweep.regularizers as r, lipsweep.core.metric_names; "
+        "from lipsweep.regularizers import RegularizerConfig, create_regularizer; "
+        "import dataclasses; print([f.name for f in dataclasses.fields(RegularizerConfig)]); "
+        "print(RegularizerConfig(regularizer='jasmin', k=10).to_flat()); "
+        "print(r.list_regularizers(), 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    assert out == [
+        "['regularizer', 'k', 'lam', 'aggregation', 'lam_q', 'lam_k', 'lam_v', 'spec_power_iters']",
+        "{'regularizer': 'jasmin', 'k': 10, 'lam': 0.01, 'aggregation': 'mean'}",
+        "['jasmin', 'none', 'specformer'] False",
+    ]

@@ -1,6 +1,7 @@
-"""Adversarial evaluation (SPEC §2.6): FGSM, PGD and AutoAttack, L-infinity on [0, 1] pixels.
+"""Adversarial evaluation (docs/science.md §1.6): FGSM, PGD and AutoAttack, L-infinity on [0, 1]
+pixels.
 
-Public functions (SPEC §3): :func:`fgsm`, :func:`pgd` return adversarial images in [0, 1];
+Public functions (docs/contract.md): :func:`fgsm`, :func:`pgd` return adversarial images in [0, 1];
 :func:`evaluate_robustness` runs a :class:`RobustnessConfig` suite and returns the
 ``acc_*`` metrics. Attacks are registered classes (:func:`create_attack`,
 :func:`list_attacks`); :mod:`lipsweep.attacks.checks` holds the sanity checks.
@@ -9,21 +10,34 @@ FGSM and PGD live in the private modules ``_fgsm`` / ``_pgd``: a public submodul
 ``pgd`` would be shadowed by the function ``pgd`` of the same name here (then
 ``import lipsweep.attacks.pgd as m`` silently gives the function).
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from lipsweep.attacks._registry import (create_attack, get_attack_class, is_attack,
-                                        list_attacks, register_attack)
+from lipsweep.attacks._registry import (
+    create_attack,
+    get_attack_class,
+    is_attack,
+    list_attacks,
+    register_attack,
+)
 from lipsweep.attacks.config import RobustnessConfig
 
 # PEP 562: the torch-backed names load on first use, so a config (and `lipsweep sweep
 # --dry-run`) validates without importing torch.
 _LAZY = {
-    "Attack": "base", "attack_mode": "base", "FGSM": "_fgsm", "fgsm": "_fgsm", "PGD": "_pgd",
-    "pgd": "_pgd", "AutoAttack": "autoattack", "AutoAttackResult": "autoattack",
-    "AttackStage": "autoattack", "evaluate_robustness": "evaluate",
+    "Attack": "base",
+    "attack_mode": "base",
+    "FGSM": "_fgsm",
+    "fgsm": "_fgsm",
+    "PGD": "_pgd",
+    "pgd": "_pgd",
+    "AutoAttack": "autoattack",
+    "AutoAttackResult": "autoattack",
+    "AttackStage": "autoattack",
+    "evaluate_robustness": "evaluate",
 }
 
 
@@ -40,7 +54,20 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "Attack", "AttackStage", "AutoAttack", "AutoAttackResult", "FGSM", "PGD",
-    "RobustnessConfig", "attack_mode", "create_attack", "evaluate_robustness", "fgsm",
-    "get_attack_class", "is_attack", "list_attacks", "pgd", "register_attack",
+    "Attack",
+    "AttackStage",
+    "AutoAttack",
+    "AutoAttackResult",
+    "FGSM",
+    "PGD",
+    "RobustnessConfig",
+    "attack_mode",
+    "create_attack",
+    "evaluate_robustness",
+    "fgsm",
+    "get_attack_class",
+    "is_attack",
+    "list_attacks",
+    "pgd",
+    "register_attack",
 ]

@@ -5,6 +5,7 @@ backward pass with respect to the input only. The loss is summed over the batch 
 so that each image's gradient does not depend on what else is in the batch; the sign is the
 same as with torchattacks' mean (a positive rescaling).
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,5 +46,5 @@ class FGSM(Attack):
 
 
 def fgsm(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float) -> torch.Tensor:
-    """FGSM adversarial images in [0, 1] (SPEC §3); see :class:`FGSM`."""
+    """FGSM adversarial images in [0, 1] (docs/contract.md); see :class:`FGSM`."""
     return FGSM(model, eps)(x, y)

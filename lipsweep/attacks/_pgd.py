@@ -19,6 +19,7 @@ Speed: gradients via ``torch.autograd.grad`` with respect to the input only (par
 frozen by :class:`~lipsweep.attacks.base.Attack`), the box ``[max(x-eps,0), min(x+eps,1)]`` is
 computed once and the step and projection are in place; no host syncs inside the loop.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -29,7 +30,7 @@ from torch import nn
 
 from lipsweep.attacks._registry import register_attack
 from lipsweep.attacks.base import Attack, check_eps
-from lipsweep.config_base import check_int
+from lipsweep.core.config_base import check_int
 
 DEFAULT_STEP_FACTOR = 2.5
 """alpha = DEFAULT_STEP_FACTOR * eps / steps when no step size is given."""
@@ -60,10 +61,17 @@ class PGD(Attack):
         >>> adv = PGD(model, eps=4/255, steps=4)(x, y)
     """
 
-    def __init__(self, model: nn.Module, eps: float, steps: int = 4,
-                 step_size: Optional[float] = None, random_start: bool = True,
-                 restarts: int = 1, seed: Optional[int] = None,
-                 precision: str = "fp32") -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        eps: float,
+        steps: int = 4,
+        step_size: Optional[float] = None,
+        random_start: bool = True,
+        restarts: int = 1,
+        seed: Optional[int] = None,
+        precision: str = "fp32",
+    ) -> None:
         super().__init__(model, eps, precision)
         self.steps = check_int("steps", steps, 1)
         self.restarts = check_int("restarts", restarts, 1)
@@ -74,31 +82,48 @@ class PGD(Attack):
         self.step_size = float(step_size)
         self.random_start = bool(random_start)
         if not self.random_start and self.restarts > 1:
-            raise ValueError(f"restarts={restarts} needs random_start=True (without it "
-                             "every restart is the same)")
+            raise ValueError(
+                f"restarts={restarts} needs random_start=True (without it "
+                "every restart is the same)"
+            )
         self._gen = None if seed is None else torch.Generator().manual_seed(int(seed))
 
     @classmethod
     def from_config(cls, model: nn.Module, eps: float, cfg) -> "PGD":
-        return cls(model, eps, steps=cfg.pgd_steps, step_size=cfg.pgd_step_size,
-                   random_start=cfg.pgd_random_start, restarts=cfg.pgd_restarts,
-                   seed=cfg.attack_seed, precision=cfg.attack_precision)
+        return cls(
+            model,
+            eps,
+            steps=cfg.pgd_steps,
+            step_size=cfg.pgd_step_size,
+            random_start=cfg.pgd_random_start,
+            restarts=cfg.pgd_restarts,
+            seed=cfg.attack_seed,
+            precision=cfg.attack_precision,
+        )
 
     def _starts(self, x: torch.Tensor) -> torch.Tensor:
         """Uniform noise in [-eps, eps], (restarts, B, C, H, W) (drawn as torchattacks does)."""
         r, b = self.restarts, x.shape[0]
         if self._gen is None:
-            return torch.empty((r, *x.shape), device=x.device, dtype=x.dtype) \
-                .uniform_(-self.eps, self.eps)
+            return torch.empty((r, *x.shape), device=x.device, dtype=x.dtype).uniform_(
+                -self.eps, self.eps
+            )
         # one draw per image: the same images get the same starts however they are batched
-        per_image = [torch.empty((r, *x.shape[1:])).uniform_(-self.eps, self.eps,
-                                                              generator=self._gen)
-                     for _ in range(b)]
+        per_image = [
+            torch.empty((r, *x.shape[1:])).uniform_(-self.eps, self.eps, generator=self._gen)
+            for _ in range(b)
+        ]
         u = torch.stack(per_image, dim=1) if b else torch.empty((r, *x.shape))
         return u.to(device=x.device, dtype=x.dtype)
 
-    def _descend(self, x: torch.Tensor, y: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
-                 delta0: Optional[torch.Tensor]) -> torch.Tensor:
+    def _descend(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        lo: torch.Tensor,
+        hi: torch.Tensor,
+        delta0: Optional[torch.Tensor],
+    ) -> torch.Tensor:
         adv = x.clone() if delta0 is None else torch.clamp(x + delta0, min=lo, max=hi)
         for _ in range(self.steps):
             adv.requires_grad_(True)
@@ -128,9 +153,16 @@ class PGD(Attack):
         return best
 
 
-def pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, steps: int,
-        step_size: Optional[float] = None, random_start: bool = True) -> torch.Tensor:
-    """PGD adversarial images in [0, 1] (SPEC §3); see :class:`PGD` for the defaults.
+def pgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    eps: float,
+    steps: int,
+    step_size: Optional[float] = None,
+    random_start: bool = True,
+) -> torch.Tensor:
+    """PGD adversarial images in [0, 1] (docs/contract.md); see :class:`PGD` for the defaults.
 
     The random start draws from torch's global RNG (seed it with ``torch.manual_seed``).
     """

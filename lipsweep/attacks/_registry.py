@@ -7,6 +7,7 @@ The built-in attacks are declared here by name with their :class:`AttackVocab` (
 and metric stem) and the module that defines them, so configs validate without importing torch;
 the class module is imported on the first :func:`get_attack_class`.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -14,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from lipsweep.registry import Registry
+from lipsweep.core.registry import Registry
 
 _ATTACKS: Registry[type] = Registry("attack")
 
@@ -28,7 +29,7 @@ class AttackVocab:
     eps_field: str
     """The :class:`RobustnessConfig` field that lists its eps numerators."""
     metric_prefix: str
-    """Metric name stem: ``acc_<metric_prefix>_<eps*255>`` (SPEC §3)."""
+    """Metric name stem: ``acc_<metric_prefix>_<eps*255>`` (docs/contract.md)."""
 
 
 _BUILTIN: dict[str, tuple[str, AttackVocab]] = {

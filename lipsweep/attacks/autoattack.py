@@ -27,6 +27,7 @@ points; the clean image otherwise), not an accuracy: the robust accuracy here is
 from those images with one more forward pass. The package reseeds torch's global RNG; the
 adapter restores the caller's RNG state afterwards.
 """
+
 from __future__ import annotations
 
 import logging
@@ -116,10 +117,19 @@ class AutoAttack(Attack):
         >>> res.robust_accuracy, [(s.attack, s.n_attacked, s.seconds) for s in res.stages]
     """
 
-    def __init__(self, model: nn.Module, eps: float, version: str = "custom",
-                 attacks: Optional[Sequence[str]] = None, iters: Optional[int] = None,
-                 restarts: Optional[int] = None, n_target_classes: int = 9, seed: int = 0,
-                 batch_size: int = 256, precision: str = "fp32") -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        eps: float,
+        version: str = "custom",
+        attacks: Optional[Sequence[str]] = None,
+        iters: Optional[int] = None,
+        restarts: Optional[int] = None,
+        n_target_classes: int = 9,
+        seed: int = 0,
+        batch_size: int = 256,
+        precision: str = "fp32",
+    ) -> None:
         super().__init__(model, eps, precision)
         if version not in ("custom", "standard"):
             raise ValueError(f"version must be 'custom' or 'standard', got {version!r}")
@@ -127,27 +137,43 @@ class AutoAttack(Attack):
         attacks = list(STANDARD_ATTACKS if attacks is None else attacks)
         bad = [a for a in attacks if a not in AA_ATTACKS]
         if bad or not attacks or len(set(attacks)) != len(attacks):
-            raise ValueError(f"attacks must be distinct names from {list(AA_ATTACKS)}, got "
-                             f"{attacks!r}")
+            raise ValueError(
+                f"attacks must be distinct names from {list(AA_ATTACKS)}, got {attacks!r}"
+            )
         iters = (STANDARD_ITERS if standard else DEFAULT_ITERS) if iters is None else iters
         restarts = 1 if restarts is None else restarts
-        for name, value in (("iters", iters), ("restarts", restarts),
-                            ("n_target_classes", n_target_classes), ("batch_size", batch_size)):
+        for name, value in (
+            ("iters", iters),
+            ("restarts", restarts),
+            ("n_target_classes", n_target_classes),
+            ("batch_size", batch_size),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if standard and (attacks != list(STANDARD_ATTACKS) or iters != STANDARD_ITERS
-                         or restarts != 1):
-            raise ValueError(f"version='standard' runs {list(STANDARD_ATTACKS)} with "
-                             f"{STANDARD_ITERS} iterations and 1 restart; leave attacks/iters/"
-                             "restarts unset, or use version='custom'")
+        if standard and (
+            attacks != list(STANDARD_ATTACKS) or iters != STANDARD_ITERS or restarts != 1
+        ):
+            raise ValueError(
+                f"version='standard' runs {list(STANDARD_ATTACKS)} with "
+                f"{STANDARD_ITERS} iterations and 1 restart; leave attacks/iters/"
+                "restarts unset, or use version='custom'"
+            )
         self.version, self.attacks, self.iters, self.restarts = version, attacks, iters, restarts
         self.n_target_classes, self.seed, self.batch_size = n_target_classes, seed, batch_size
 
     @classmethod
     def from_config(cls, model: nn.Module, eps: float, cfg) -> "AutoAttack":
-        return cls(model, eps, version=cfg.aa_version, attacks=cfg.aa_attacks,
-                   iters=cfg.aa_iters, restarts=cfg.aa_restarts, seed=cfg.attack_seed,
-                   batch_size=cfg.attack_batch_size, precision=cfg.attack_precision)
+        return cls(
+            model,
+            eps,
+            version=cfg.aa_version,
+            attacks=cfg.aa_attacks,
+            iters=cfg.aa_iters,
+            restarts=cfg.aa_restarts,
+            seed=cfg.attack_seed,
+            batch_size=cfg.attack_batch_size,
+            precision=cfg.attack_precision,
+        )
 
     def describe(self) -> dict[str, Any]:
         """What this attack runs, as recorded next to its metrics (issue 18): version, attacks,
@@ -166,20 +192,47 @@ class AutoAttack(Attack):
         if self.version == "standard":
             aa = PackageAutoAttack(self.logits, version="standard", **common)
         else:
-            aa = PackageAutoAttack(self.logits, version="custom", attacks=list(self.attacks),
-                                   **common)
-            aa.apgd = APGDAttack(self.logits, n_iter=self.iters, n_restarts=self.restarts,
-                                 eot_iter=1, rho=0.75, verbose=False, logger=aa.logger,
-                                 **common)
+            aa = PackageAutoAttack(
+                self.logits, version="custom", attacks=list(self.attacks), **common
+            )
+            aa.apgd = APGDAttack(
+                self.logits,
+                n_iter=self.iters,
+                n_restarts=self.restarts,
+                eot_iter=1,
+                rho=0.75,
+                verbose=False,
+                logger=aa.logger,
+                **common,
+            )
             aa.apgd_targeted = APGDAttack_targeted(
-                self.logits, n_iter=self.iters, n_restarts=self.restarts, eot_iter=1,
-                rho=0.75, n_target_classes=n_targets, verbose=False, logger=aa.logger,
-                **common)
-            aa.fab = FABAttack_PT(self.logits, n_iter=self.iters, n_restarts=self.restarts,
-                                  n_target_classes=n_targets, verbose=False, **common)
-            aa.square = SquareAttack(self.logits, n_queries=self.iters, p_init=0.8,
-                                     n_restarts=1, verbose=False, resc_schedule=False,
-                                     **common)
+                self.logits,
+                n_iter=self.iters,
+                n_restarts=self.restarts,
+                eot_iter=1,
+                rho=0.75,
+                n_target_classes=n_targets,
+                verbose=False,
+                logger=aa.logger,
+                **common,
+            )
+            aa.fab = FABAttack_PT(
+                self.logits,
+                n_iter=self.iters,
+                n_restarts=self.restarts,
+                n_target_classes=n_targets,
+                verbose=False,
+                **common,
+            )
+            aa.square = SquareAttack(
+                self.logits,
+                n_queries=self.iters,
+                p_init=0.8,
+                n_restarts=1,
+                verbose=False,
+                resc_schedule=False,
+                **common,
+            )
         aa.apgd_targeted.n_target_classes = n_targets
         aa.fab.n_target_classes = n_targets
         return aa
@@ -248,24 +301,36 @@ class AutoAttack(Attack):
         return self.run(x, y).x_adv
 
 
-def describe(version: str, attacks: Sequence[str], iters: int, restarts: int
-             ) -> dict[str, Any]:
+def describe(version: str, attacks: Sequence[str], iters: int, restarts: int) -> dict[str, Any]:
     """The settings that define an AutoAttack run (see :meth:`AutoAttack.describe`)."""
     standard = version == "standard"
-    return {"version": version, "attacks": ",".join(attacks), "iters": iters,
-            "restarts": restarts,
-            "square_queries": STANDARD_SQUARE_QUERIES if standard else iters}
+    return {
+        "version": version,
+        "attacks": ",".join(attacks),
+        "iters": iters,
+        "restarts": restarts,
+        "square_queries": STANDARD_SQUARE_QUERIES if standard else iters,
+    }
 
 
 def describe_config(cfg) -> dict[str, Any]:
     """:func:`describe` of a :class:`~lipsweep.attacks.config.RobustnessConfig`'s AutoAttack."""
     standard = cfg.aa_version == "standard"
-    return describe(cfg.aa_version, STANDARD_ATTACKS if standard else cfg.aa_attacks,
-                    cfg.aa_iters, cfg.aa_restarts)
+    return describe(
+        cfg.aa_version,
+        STANDARD_ATTACKS if standard else cfg.aa_attacks,
+        cfg.aa_iters,
+        cfg.aa_restarts,
+    )
 
 
-def autoattack_tags(metric: str, description: dict[str, Any], n_images: Optional[int],
-                    eps: Optional[int] = None, prefix: str = "aa") -> dict[str, str]:
+def autoattack_tags(
+    metric: str,
+    description: dict[str, Any],
+    n_images: Optional[int],
+    eps: Optional[int] = None,
+    prefix: str = "aa",
+) -> dict[str, str]:
     """MLflow tags saying which AutoAttack produced ``metric`` (issue 18: every AutoAttack
     metric says which attack it is).
 
@@ -282,5 +347,6 @@ def autoattack_tags(metric: str, description: dict[str, Any], n_images: Optional
     tags[f"attack.{metric}"] = (
         f"AutoAttack version={description['version']} ({description['attacks']}; "
         f"{description['iters']} iterations, {description['restarts']} restart(s), Square "
-        f"{description['square_queries']} queries){at}{on}")
+        f"{description['square_queries']} queries){at}{on}"
+    )
     return tags

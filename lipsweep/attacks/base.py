@@ -10,9 +10,10 @@ with ``torch.autograd.grad`` with respect to the input only, and with frozen par
 forward pass stores no activations for weight gradients, and attacks that call
 ``.backward()`` (AutoAttack's FAB) cannot accumulate into ``param.grad``.
 
-All attacks are L-infinity on pixels in [0, 1] (SPEC §2.6); the model maps [0, 1] pixels to
-logits (:class:`lipsweep.models.PixelModel`).
+All attacks are L-infinity on pixels in [0, 1] (docs/science.md §1.6); the model maps [0, 1] pixels
+to logits (:class:`lipsweep.trial.models.PixelModel`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,13 +47,15 @@ def attack_mode(model: nn.Module) -> Iterator[nn.Module]:
 def check_eps(eps: float, name: str = "eps") -> float:
     """Validate an L-infinity radius in pixel units: a finite number in [0, 1]."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps):
-        raise ValueError(f"{name} must be a number in [0, 1] (pixel units, e.g. 4/255), "
-                         f"got {eps!r}")
+        raise ValueError(
+            f"{name} must be a number in [0, 1] (pixel units, e.g. 4/255), got {eps!r}"
+        )
     if eps < 0:
         raise ValueError(f"{name} must be >= 0, got {eps!r}")
     if eps > 1:
-        raise ValueError(f"{name} must be <= 1 (pixels are in [0, 1]; did you mean "
-                         f"{eps}/255?), got {eps!r}")
+        raise ValueError(
+            f"{name} must be <= 1 (pixels are in [0, 1]; did you mean {eps}/255?), got {eps!r}"
+        )
     return float(eps)
 
 
@@ -62,19 +65,29 @@ def check_images(x: torch.Tensor, y: torch.Tensor) -> None:
     One host sync (``aminmax``), outside any attack loop.
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point():
-        raise ValueError(f"x must be a float tensor (B, C, H, W), got "
-                         f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
-    if not isinstance(y, torch.Tensor) or y.dim() != 1 or y.is_floating_point() \
-            or y.shape[0] != x.shape[0]:
-        raise ValueError(f"y must be an integer label tensor of shape ({x.shape[0]},), got "
-                         f"{tuple(getattr(y, 'shape', ()))}")
+        raise ValueError(
+            f"x must be a float tensor (B, C, H, W), got "
+            f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}"
+        )
+    if (
+        not isinstance(y, torch.Tensor)
+        or y.dim() != 1
+        or y.is_floating_point()
+        or y.shape[0] != x.shape[0]
+    ):
+        raise ValueError(
+            f"y must be an integer label tensor of shape ({x.shape[0]},), got "
+            f"{tuple(getattr(y, 'shape', ()))}"
+        )
     if x.numel() == 0:
         return
     lo, hi = torch.aminmax(x.detach())
     lo, hi = float(lo), float(hi)
     if not (lo >= 0.0 and hi <= 1.0):  # also catches NaN
-        raise ValueError(f"x must hold pixels in [0, 1] (normalisation belongs inside the "
-                         f"model), got values in [{lo:.4g}, {hi:.4g}]")
+        raise ValueError(
+            f"x must hold pixels in [0, 1] (normalisation belongs inside the "
+            f"model), got values in [{lo:.4g}, {hi:.4g}]"
+        )
 
 
 def logits_fn(model: nn.Module, precision: str = "fp32"):
@@ -106,7 +119,7 @@ class Attack:
 
     name: str = ""
     metric_prefix: str = ""
-    """Metric name stem: ``acc_<metric_prefix>_<eps*255>`` (SPEC §3)."""
+    """Metric name stem: ``acc_<metric_prefix>_<eps*255>`` (docs/contract.md)."""
     eps_field: str = ""
     """The :class:`RobustnessConfig` field that lists this attack's eps numerators."""
 

@@ -19,6 +19,7 @@ logs each warning with ``logging.warning``; the driver puts them in its result u
 - ``non-monotone-accuracy``: a stronger attack (larger eps, PGD vs FGSM, AutoAttack vs PGD)
   leaves more accuracy than a weaker one by more than the slack: a sign of gradient masking.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,8 +38,7 @@ PERTURBATION_TOL = 1e-6
 
 
 def _warn(kind: str, message: str) -> list[str]:
-    text = (f"[{kind}] {message} (see lipsweep/attacks/checks.py; robustness numbers may be "
-            "invalid)")
+    text = f"[{kind}] {message} (see lipsweep/attacks/checks.py; robustness numbers may be invalid)"
     _log.warning("%s", text)
     return [text]
 
@@ -49,8 +49,11 @@ def check_logits(logits: torch.Tensor, tol: float = 1e-5) -> list[str]:
     in_unit = bool((out.min() > -tol) & (out.max() < 1 + tol))
     sums_one = bool(((out.sum(-1) - 1).abs() < tol).all())
     if in_unit and sums_one:
-        return _warn("outputs-are-probabilities", "every output row is in [0, 1] and sums to "
-                     "1: the model seems to return probabilities; attacks need logits")
+        return _warn(
+            "outputs-are-probabilities",
+            "every output row is in [0, 1] and sums to "
+            "1: the model seems to return probabilities; attacks need logits",
+        )
     return []
 
 
@@ -65,16 +68,22 @@ def check_input_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
             other = logits.scatter(1, y.view(-1, 1), float("-inf")).amax(1)
             margin = (true - other).sum()
             if not margin.requires_grad:
-                return _warn("zero-input-gradient", "the logits do not depend differentiably "
-                             f"on the input for all {x.shape[0]} checked images")
+                return _warn(
+                    "zero-input-gradient",
+                    "the logits do not depend differentiably "
+                    f"on the input for all {x.shape[0]} checked images",
+                )
             (grad,) = torch.autograd.grad(margin, xg, allow_unused=True)
     if grad is None:
         n_zero = x.shape[0]
     else:
         n_zero = int((grad.flatten(1).abs().sum(1) == 0).sum())
     if n_zero:
-        return _warn("zero-input-gradient", f"{n_zero} of {x.shape[0]} checked images have an "
-                     "all-zero input gradient; gradient attacks cannot move them")
+        return _warn(
+            "zero-input-gradient",
+            f"{n_zero} of {x.shape[0]} checked images have an "
+            "all-zero input gradient; gradient attacks cannot move them",
+        )
     return []
 
 
@@ -84,13 +93,21 @@ def check_deterministic(model: nn.Module, x: torch.Tensor, rtol: float = 1e-4) -
         a, b = model(x).float(), model(x).float()
     diff = (a - b).flatten(1).norm(dim=1) / (a.flatten(1).norm(dim=1) + 1e-12)
     if bool((diff > rtol).any()) or bool((a.argmax(1) != b.argmax(1)).any()):
-        return _warn("nondeterministic", f"two eval-mode forward passes differ (max relative "
-                     f"difference {float(diff.max()):.3g}): randomness is on at evaluation")
+        return _warn(
+            "nondeterministic",
+            f"two eval-mode forward passes differ (max relative "
+            f"difference {float(diff.max()):.3g}): randomness is on at evaluation",
+        )
     return []
 
 
-def check_perturbation(x_adv: torch.Tensor, x: torch.Tensor, eps: float, attack: str = "",
-                       tol: float = PERTURBATION_TOL) -> list[str]:
+def check_perturbation(
+    x_adv: torch.Tensor,
+    x: torch.Tensor,
+    eps: float,
+    attack: str = "",
+    tol: float = PERTURBATION_TOL,
+) -> list[str]:
     """Warn unless every ``x_adv`` is within eps of ``x`` (L-infinity) and inside [0, 1]."""
     if x.numel() == 0:
         return []
@@ -99,8 +116,11 @@ def check_perturbation(x_adv: torch.Tensor, x: torch.Tensor, eps: float, attack:
     lo, hi = float(lo), float(hi)
     ok = dist <= eps + tol and lo >= -tol and hi <= 1 + tol
     if not ok:  # NaN fails every comparison above, so lands here too
-        return _warn("perturbation-out-of-bounds", f"{attack or 'attack'}: max |x_adv - x|_inf "
-                     f"= {dist:.6g} for eps = {eps:.6g}; x_adv in [{lo:.6g}, {hi:.6g}]")
+        return _warn(
+            "perturbation-out-of-bounds",
+            f"{attack or 'attack'}: max |x_adv - x|_inf "
+            f"= {dist:.6g} for eps = {eps:.6g}; x_adv in [{lo:.6g}, {hi:.6g}]",
+        )
     return []
 
 
@@ -108,8 +128,7 @@ def run_model_checks(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list
     """The model checks (logits, gradients, determinism) on one batch."""
     with attack_mode(model), torch.no_grad():
         logits = model(x)
-    return (check_logits(logits) + check_input_gradients(model, x, y)
-            + check_deterministic(model, x))
+    return check_logits(logits) + check_input_gradients(model, x, y) + check_deterministic(model, x)
 
 
 _METRIC = re.compile(r"^acc_(?P<attack>[a-z0-9]+)_(?P<eps>\d+)$")
@@ -128,15 +147,21 @@ def check_monotone(metrics: Mapping[str, float], slack: float = 1.0) -> list[str
     pairs = []
     if "acc_clean" in metrics:
         pairs += [("acc_clean", f"acc_{a}_{e}") for a, e in acc]
-    for (a, e) in acc:
+    for a, e in acc:
         pairs += [(f"acc_{a}_{e}", f"acc_{a}_{e2}") for (a2, e2) in acc if a2 == a and e2 > e]
     for weak, strong in zip(_STRENGTH, _STRENGTH[1:]):
-        pairs += [(f"acc_{weak}_{e}", f"acc_{strong}_{e}") for (a, e) in acc
-                  if a == strong and (weak, e) in acc]
+        pairs += [
+            (f"acc_{weak}_{e}", f"acc_{strong}_{e}")
+            for (a, e) in acc
+            if a == strong and (weak, e) in acc
+        ]
     out: list[str] = []
     for weak, strong in pairs:
         if metrics[strong] > metrics[weak] + slack:
-            out += _warn("non-monotone-accuracy", f"{strong} = {metrics[strong]:.2f} > {weak} "
-                         f"= {metrics[weak]:.2f} + {slack:g}: the stronger attack is weaker "
-                         "(gradient masking?)")
+            out += _warn(
+                "non-monotone-accuracy",
+                f"{strong} = {metrics[strong]:.2f} > {weak} "
+                f"= {metrics[weak]:.2f} + {slack:g}: the stronger attack is weaker "
+                "(gradient masking?)",
+            )
     return out

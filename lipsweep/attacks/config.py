@@ -2,17 +2,25 @@
 
 Defaults are the paper's (Sec. 5): FGSM and 4-step PGD at eps 2/255 and 4/255, AutoAttack at
 2/255 with 10 iterations per attack. eps values are integers, numerators over 255, which is
-also how metric names carry them (``acc_pgd_4``; SPEC §3).
+also how metric names carry them (``acc_pgd_4``; docs/contract.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
 from lipsweep.attacks._registry import attack_vocab, list_attacks
+from lipsweep.core.config_base import (
+    ConfigError,
+    check_choice,
+    check_int,
+    check_max,
+    check_positive,
+    check_range,
+    show,
+)
 from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
-from lipsweep.config_base import (ConfigError, check_choice, check_int, check_max, check_positive,
-                                  check_range, show)
 
 # Torch-free: configs (and `lipsweep sweep --dry-run`) validate without importing torch.
 PRECISIONS = ("fp32", "bf16")
@@ -24,22 +32,28 @@ STANDARD_ATTACKS = ("apgd-ce", "apgd-t", "fab-t", "square")
 STANDARD_ITERS = 100
 
 # Upper bounds; the reason goes into the error (a typo such as aa_iters 1e9 would run forever).
-_MAX = {"pgd_steps": (10_000, "the paper runs 4"),
-        "pgd_restarts": (100, "each restart is a full PGD run"),
-        "aa_iters": (10_000, "standard AutoAttack runs 100"),
-        "aa_restarts": (100, "each restart is a full APGD/FAB run"),
-        "attack_images": (1_000_000, "more than any evaluation set (CIFAR test: 10,000)"),
-        "attack_batch_size": (65_536, "a batch is held in memory at once")}
+_MAX = {
+    "pgd_steps": (10_000, "the paper runs 4"),
+    "pgd_restarts": (100, "each restart is a full PGD run"),
+    "aa_iters": (10_000, "standard AutoAttack runs 100"),
+    "aa_restarts": (100, "each restart is a full APGD/FAB run"),
+    "attack_images": (1_000_000, "more than any evaluation set (CIFAR test: 10,000)"),
+    "attack_batch_size": (65_536, "a batch is held in memory at once"),
+}
 
 
 def _check_eps_list(name: str, values: list[int]) -> None:
     if not isinstance(values, (list, tuple)):
-        raise ConfigError(name, f"must be a list of integers (eps numerators over 255), got "
-                          f"{show(values)}")
+        raise ConfigError(
+            name, f"must be a list of integers (eps numerators over 255), got {show(values)}"
+        )
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 255:
-            raise ConfigError(name, f"entries are eps numerators over 255, integers in "
-                              f"[1, 255] (4 means 4/255); got {show(v)}")
+            raise ConfigError(
+                name,
+                f"entries are eps numerators over 255, integers in "
+                f"[1, 255] (4 means 4/255); got {show(v)}",
+            )
     if len(set(values)) != len(values):
         raise ConfigError(name, f"has duplicates: {show(list(values))}")
 
@@ -52,7 +66,8 @@ def _check_int(name: str, value: int, minimum: int) -> None:
 
 @dataclass
 class RobustnessConfig:
-    """Adversarial evaluation suite (SPEC §2.6); all attacks L-infinity on [0, 1] pixels."""
+    """Adversarial evaluation suite (docs/science.md §1.6); all attacks L-infinity on [0, 1]
+    pixels."""
 
     attacks: list[str] = field(default_factory=lambda: ["fgsm", "pgd", "autoattack"])
     """Attacks to run (registry names, see ``lipsweep.attacks.list_attacks()``)."""
@@ -92,8 +107,9 @@ class RobustnessConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.attacks, (list, tuple)) or not self.attacks:
-            raise ConfigError("attacks", f"must be a non-empty list of {list_attacks()}, got "
-                              f"{show(self.attacks)}")
+            raise ConfigError(
+                "attacks", f"must be a non-empty list of {list_attacks()}, got {show(self.attacks)}"
+            )
         for name in self.attacks:
             check_choice("attacks", name, list_attacks())
         if len(set(self.attacks)) != len(self.attacks):
@@ -102,19 +118,26 @@ class RobustnessConfig:
             eps_field = attack_vocab(name).eps_field
             _check_eps_list(eps_field, getattr(self, eps_field))
             if name in self.attacks and not getattr(self, eps_field):
-                raise ConfigError(eps_field, f"is empty but attacks includes {name!r}; give at "
-                                  f"least one eps or drop {name!r} from attacks")
+                raise ConfigError(
+                    eps_field,
+                    f"is empty but attacks includes {name!r}; give at "
+                    f"least one eps or drop {name!r} from attacks",
+                )
         _check_int("pgd_steps", self.pgd_steps, 1)
         if self.pgd_step_size is not None:
             check_positive("pgd_step_size", self.pgd_step_size)
             check_range("pgd_step_size", self.pgd_step_size, 0.0, 1.0)
         if not isinstance(self.pgd_random_start, bool):
-            raise ConfigError("pgd_random_start", f"must be true or false, got "
-                              f"{show(self.pgd_random_start)}")
+            raise ConfigError(
+                "pgd_random_start", f"must be true or false, got {show(self.pgd_random_start)}"
+            )
         _check_int("pgd_restarts", self.pgd_restarts, 1)
         if self.pgd_restarts > 1 and not self.pgd_random_start:
-            raise ConfigError("pgd_restarts", f"{self.pgd_restarts} restarts need "
-                              "pgd_random_start=true (otherwise every restart is the same)")
+            raise ConfigError(
+                "pgd_restarts",
+                f"{self.pgd_restarts} restarts need "
+                "pgd_random_start=true (otherwise every restart is the same)",
+            )
         check_choice("aa_version", self.aa_version, ("custom", "standard"))
         if not isinstance(self.aa_attacks, (list, tuple)) or not self.aa_attacks:
             raise ConfigError("aa_attacks", f"must be a non-empty list of {list(AA_ATTACKS)}")
@@ -126,13 +149,19 @@ class RobustnessConfig:
         _check_int("aa_restarts", self.aa_restarts, 1)
         if self.aa_version == "standard":
             if self.aa_iters != STANDARD_ITERS:
-                raise ConfigError("aa_iters", f"aa_version='standard' runs {STANDARD_ITERS} "
-                                  f"iterations; set aa_iters={STANDARD_ITERS} or use "
-                                  "aa_version='custom'")
+                raise ConfigError(
+                    "aa_iters",
+                    f"aa_version='standard' runs {STANDARD_ITERS} "
+                    f"iterations; set aa_iters={STANDARD_ITERS} or use "
+                    "aa_version='custom'",
+                )
             if list(self.aa_attacks) != list(STANDARD_ATTACKS) or self.aa_restarts != 1:
-                raise ConfigError("aa_attacks", f"aa_version='standard' runs "
-                                  f"{list(STANDARD_ATTACKS)} with aa_restarts=1; use "
-                                  "aa_version='custom' for other settings")
+                raise ConfigError(
+                    "aa_attacks",
+                    f"aa_version='standard' runs "
+                    f"{list(STANDARD_ATTACKS)} with aa_restarts=1; use "
+                    "aa_version='custom' for other settings",
+                )
         _check_int("attack_images", self.attack_images, 0)
         _check_int("attack_batch_size", self.attack_batch_size, 1)
         check_choice("attack_precision", self.attack_precision, PRECISIONS)

@@ -2,7 +2,7 @@
 
 ``evaluate_robustness`` takes the first ``attack_images`` images of the evaluation data, runs
 the model sanity checks (:mod:`lipsweep.attacks.checks`) on one batch, then every attack of
-the suite at every eps on the same images, and returns the SPEC §3 metrics in percent.
+the suite at every eps on the same images, and returns the docs/contract.md metrics in percent.
 
 Robust accuracy follows AutoAttack's definition: an image counts as robust when it is
 classified correctly clean *and* under the attack. Attacks therefore run only on the images
@@ -18,6 +18,7 @@ Example::
     >>> res = evaluate_robustness(model, (x_test, y_test), RobustnessConfig(attack_images=500))
     >>> res["acc_clean"], res["acc_pgd_4"], res["warnings"]
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,7 +36,7 @@ from lipsweep.attacks.autoattack import AutoAttack
 from lipsweep.attacks.base import attack_mode, check_images
 from lipsweep.attacks.checks import check_monotone, check_perturbation, run_model_checks
 from lipsweep.attacks.config import RobustnessConfig
-from lipsweep.config_base import from_mapping
+from lipsweep.core.config_base import from_mapping
 from lipsweep.core.metric_names import attack_metric
 
 _log = logging.getLogger(__name__)
@@ -48,8 +49,11 @@ Data = Union[tuple[torch.Tensor, torch.Tensor], Iterable]
 
 def _collect(data: Data, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``limit`` (0: all) images and labels of ``data`` as CPU tensors."""
-    if isinstance(data, (tuple, list)) and len(data) == 2 \
-            and all(isinstance(t, torch.Tensor) for t in data):
+    if (
+        isinstance(data, (tuple, list))
+        and len(data) == 2
+        and all(isinstance(t, torch.Tensor) for t in data)
+    ):
         x, y = data
         if limit:
             x, y = x[:limit], y[:limit]
@@ -64,7 +68,7 @@ def _collect(data: Data, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
                 break
         if not xs:
             raise ValueError("data: no images")
-        x, y = torch.cat(xs)[:limit or None], torch.cat(ys)[:limit or None]
+        x, y = torch.cat(xs)[: limit or None], torch.cat(ys)[: limit or None]
     x, y = x.detach().cpu().float(), y.detach().cpu().long()
     if x.shape[0] == 0:
         raise ValueError("data: no images")
@@ -120,10 +124,14 @@ def _percent(flags: torch.Tensor, n: int) -> float:
     return 100.0 * float(flags.sum()) / n
 
 
-def evaluate_robustness(model: nn.Module, data: Data,
-                        suite: Union[RobustnessConfig, Mapping[str, Any]],
-                        device: Optional[Union[str, torch.device]] = None,
-                        progress: bool = True, allow_tf32: bool = True) -> dict[str, Any]:
+def evaluate_robustness(
+    model: nn.Module,
+    data: Data,
+    suite: Union[RobustnessConfig, Mapping[str, Any]],
+    device: Optional[Union[str, torch.device]] = None,
+    progress: bool = True,
+    allow_tf32: bool = True,
+) -> dict[str, Any]:
     """Clean and adversarial accuracy (percent) of ``model`` on the same images for every attack.
 
     Args:
@@ -161,12 +169,23 @@ def evaluate_robustness(model: nn.Module, data: Data,
         model.to(home)
 
 
-def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: RobustnessConfig,
-              dev: torch.device, n: int, bs: int, progress: bool,
-              allow_tf32: bool = True) -> dict[str, Any]:
+def _evaluate(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    suite: RobustnessConfig,
+    dev: torch.device,
+    n: int,
+    bs: int,
+    progress: bool,
+    allow_tf32: bool = True,
+) -> dict[str, Any]:
     warnings = run_model_checks(model, x[:CHECK_IMAGES].to(dev), y[:CHECK_IMAGES].to(dev))
-    plan = [(get_attack_class(a), e) for a in suite.attacks
-            for e in getattr(suite, get_attack_class(a).eps_field)]
+    plan = [
+        (get_attack_class(a), e)
+        for a in suite.attacks
+        for e in getattr(suite, get_attack_class(a).eps_field)
+    ]
     metrics: dict[str, Any] = {}
     seconds: dict[str, float] = {}
     stages: dict[str, list[dict]] = {}
@@ -185,8 +204,12 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Robustn
     ok_batches = _batches(x_ok.shape[0], bs)
     if bar.bar is not None:
         bar.bar.total += sum(1 if cls is AutoAttack else len(ok_batches) for cls, _ in plan)
-    _log.info("clean accuracy %.2f%% on %d images; attacking the %d correct ones",
-              metrics["acc_clean"], n, x_ok.shape[0])
+    _log.info(
+        "clean accuracy %.2f%% on %d images; attacking the %d correct ones",
+        metrics["acc_clean"],
+        n,
+        x_ok.shape[0],
+    )
 
     for cls, num in plan:
         eps, key = num / 255, f"{cls.metric_prefix}_{num}"
@@ -221,9 +244,14 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, suite: Robustn
                 bar.step(key)
         metrics[metric] = _percent(robust, n)
         seconds[key] = time.perf_counter() - t0
-        _log.info("%s = %.2f%% (%d images, %.1f s)", metric, metrics[metric], n,
-                  seconds[key])
+        _log.info("%s = %.2f%% (%d images, %.1f s)", metric, metrics[metric], n, seconds[key])
     bar.close()
     warnings += check_monotone(metrics)
-    return {**metrics, "attack_images": n, "attack_warnings": len(warnings),
-            "attack_seconds": seconds, "aa_stages": stages, "warnings": warnings}
+    return {
+        **metrics,
+        "attack_images": n,
+        "attack_warnings": len(warnings),
+        "attack_seconds": seconds,
+        "aa_stages": stages,
+        "warnings": warnings,
+    }

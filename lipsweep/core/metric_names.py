@@ -1,10 +1,11 @@
-"""Every metric name lipsweep reports, defined once (torch-free; SPEC §3 names).
+"""Every metric name lipsweep reports, defined once (torch-free; docs/contract.md names).
 
 Attacks name their accuracies ``acc_<metric_prefix>_<n>`` (eps = n/255, :func:`attack_metric`;
 each attack class declares its ``metric_prefix``); the Lipschitz estimates name theirs
 ``<prefix>_<stat>`` (:func:`lip_metric`). Presenters (export card, plots, summaries, the
 scheduler's check) import the tuples below instead of listing names.
 """
+
 from __future__ import annotations
 
 ACC_CLEAN = "acc_clean"
@@ -24,9 +25,10 @@ def attack_metric(prefix: str, eps_255: int) -> str:
     return f"acc_{prefix}_{eps_255}"
 
 
-ATTACK_METRICS = tuple(attack_metric(p, e) for p, e in
-                       (("fgsm", 2), ("fgsm", 4), ("pgd", 2), ("pgd", 4), ("aa", 2)))
-"""The default robustness suite's accuracies (SPEC §3)."""
+ATTACK_METRICS = tuple(
+    attack_metric(p, e) for p, e in (("fgsm", 2), ("fgsm", 4), ("pgd", 2), ("pgd", 4), ("aa", 2))
+)
+"""The default robustness suite's accuracies (docs/contract.md)."""
 
 LIP_JACOBIAN = "lip_jacobian"
 LIP_JACOBIAN_TOKENS = "lip_jacobian_tokens"
@@ -38,17 +40,23 @@ def lip_metric(prefix: str, stat: str) -> str:
     return f"{prefix}_{stat}"
 
 
-LIP_METRICS = tuple(lip_metric(p, s) for p in (LIP_JACOBIAN, LIP_JACOBIAN_TOKENS)
-                    for s in LIP_STATS)
+LIP_METRICS = tuple(
+    lip_metric(p, s) for p in (LIP_JACOBIAN, LIP_JACOBIAN_TOKENS) for s in LIP_STATS
+)
 """Distribution of ||J_f(x)||_2 over the images, w.r.t. the pixels and the tokens (Fig. 4)."""
 LIP_JACOBIAN_MEDIAN = lip_metric(LIP_JACOBIAN, "median")
 
 SPEC_METRICS = (ACC_CLEAN, *ATTACK_METRICS, *LIP_METRICS)
-"""The final metrics of a trial (SPEC §3), in display order."""
+"""The final metrics of a trial (docs/contract.md), in display order."""
 SUMMARY_METRICS = (ACC_CLEAN, *ATTACK_METRICS, LIP_JACOBIAN_MEDIAN)
 """The metrics a one-line summary of a finished trial shows (those present)."""
-HEADLINE_METRICS = (ACC_CLEAN, attack_metric("fgsm", 4), attack_metric("pgd", 4),
-                    attack_metric("aa", 2), LIP_JACOBIAN_MEDIAN)
+HEADLINE_METRICS = (
+    ACC_CLEAN,
+    attack_metric("fgsm", 4),
+    attack_metric("pgd", 4),
+    attack_metric("aa", 2),
+    LIP_JACOBIAN_MEDIAN,
+)
 """The shorter line a sweep logs per finished trial."""
 
 

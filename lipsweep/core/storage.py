@@ -4,13 +4,14 @@ The one home of the storage rules: the default, how a path is resolved and check
 whether it is remote (no lock file or spill file there), where an experiment lives in it and
 where undelivered MLflow writes are spilled. Torch-, Ray- and MLflow-free.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Optional
 
-from lipsweep.config_base import ConfigError, show
+from lipsweep.core.config_base import ConfigError, show
 
 SPILL_FILE = "lipsweep_mlflow_pending.jsonl"
 
@@ -23,8 +24,9 @@ def default_storage() -> str:
 def check_storage(storage: str) -> None:
     """A --storage path that MLflow filters (quoted) and Tune can hold."""
     if any(c in storage for c in "'\"`") or not storage.isprintable():
-        raise ConfigError("--storage", f"must not contain quotes or control characters, got "
-                          f"{show(storage)}")
+        raise ConfigError(
+            "--storage", f"must not contain quotes or control characters, got {show(storage)}"
+        )
 
 
 def resolve_storage(raw: Optional[str]) -> str:

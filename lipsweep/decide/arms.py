@@ -1,8 +1,8 @@
 """Arms: trials whose flat configs differ only in ``seed``, and their statistics over seeds.
 
 An *arm* is one configuration run under several seeds. Its key is the run's flat config (the
-MLflow params, SPEC §3) without ``seed``, each value normalised (numbers compared as floats,
-``None``/``null``/empty as one value), so ``lam=0.01`` and ``lam=1e-2`` are one arm.
+MLflow params, docs/contract.md) without ``seed``, each value normalised (numbers compared as
+floats, ``None``/``null``/empty as one value), so ``lam=0.01`` and ``lam=1e-2`` are one arm.
 
 Statistics (Student 1908; any statistics text, e.g. Wasserman, *All of Statistics*, §10.3):
 
@@ -14,9 +14,10 @@ Statistics (Student 1908; any statistics text, e.g. Wasserman, *All of Statistic
   ``2 * P(T_{n-1} > |mean / (std / sqrt(n))|)``.
 
 Ranking arms (``lipsweep pareto``): :func:`arm_records` turns each arm into a pareto record
-whose metrics are the arm's means, so :func:`lipsweep.pareto.pareto_rank` ranks arms exactly as
-it ranks runs.
+whose metrics are the arm's means, so :func:`lipsweep.decide.pareto.pareto_rank` ranks arms exactly
+as it ranks runs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from lipsweep.pareto import Objective, Trial, _as_float, as_trials, config_label, fmt_value
+from lipsweep.decide.pareto import Objective, Trial, _as_float, as_trials, config_label, fmt_value
 
 SEED_PARAM = "seed"
 LEVEL = 0.95
@@ -98,8 +99,10 @@ def group_arms(records: Sequence[Mapping[str, Any] | Trial]) -> list[Arm]:
         if len(same) == 1:
             names[k] = label
             continue
-        differ = sorted({n for k2 in same for n, v in k2 if dict(k).get(n) != v}
-                        | {n for k2 in same for n, _ in k2 if n not in dict(k)})
+        differ = sorted(
+            {n for k2 in same for n, v in k2 if dict(k).get(n) != v}
+            | {n for k2 in same for n, _ in k2 if n not in dict(k)}
+        )
         mine = dict(k)
         extra = ", ".join(f"{n}={mine.get(n, '')}" for n in differ)
         names[k] = f"{label} ({extra})"
@@ -191,9 +194,15 @@ def paired_difference(arm: Arm, base: Arm, metric: str) -> Stats:
 def arm_records(arms: Sequence[Arm], metrics: Sequence[str]) -> list[dict[str, Any]]:
     """One pareto record per arm: run_id = arm_id, run_name = ``n=<runs>`` (figures label a
     point with its config and run_name), metrics = the means."""
-    return [{"run_id": a.arm_id, "run_name": f"n={len(a.runs)}", "params": dict(a.params),
-             "metrics": {m: arm_stats(a, m).mean for m in metrics if a.values(m)}}
-            for a in arms]
+    return [
+        {
+            "run_id": a.arm_id,
+            "run_name": f"n={len(a.runs)}",
+            "params": dict(a.params),
+            "metrics": {m: arm_stats(a, m).mean for m in metrics if a.values(m)},
+        }
+        for a in arms
+    ]
 
 
 def fmt_stats(name: str, s: Stats) -> str:
@@ -205,29 +214,40 @@ def fmt_stats(name: str, s: Stats) -> str:
     return f"{fmt_value(name, s.mean)} [{fmt_value(name, s.lo)}, {fmt_value(name, s.hi)}]"
 
 
-def arm_table(arms: Sequence[Arm], ranks: Sequence[int] | np.ndarray,
-              objectives: Sequence[Objective], max_rank: int = 1) -> str:
+def arm_table(
+    arms: Sequence[Arm],
+    ranks: Sequence[int] | np.ndarray,
+    objectives: Sequence[Objective],
+    max_rank: int = 1,
+) -> str:
     """Plain-text table of the arms with rank <= ``max_rank``: rank, arm, n, and per objective
     the mean with its 95% t-interval; then a count line and the arms not ranked."""
     r = [int(x) for x in ranks]
     s0 = 1.0 if objectives[0].direction == "max" else -1.0
-    shown = sorted((i for i in range(len(arms)) if 0 < r[i] <= max_rank),
-                   key=lambda i: (r[i], -s0 * arm_stats(arms[i], objectives[0].name).mean,
-                                  arms[i].arm_id))
+    shown = sorted(
+        (i for i in range(len(arms)) if 0 < r[i] <= max_rank),
+        key=lambda i: (r[i], -s0 * arm_stats(arms[i], objectives[0].name).mean, arms[i].arm_id),
+    )
     head = ["rank", "arm", "n"] + [f"{o.name}({o.direction}) mean [95% CI]" for o in objectives]
-    rows = [[str(r[i]), arms[i].name, str(len(arms[i].runs))]
-            + [fmt_stats(o.name, arm_stats(arms[i], o.name)) for o in objectives] for i in shown]
+    rows = [
+        [str(r[i]), arms[i].name, str(len(arms[i].runs))]
+        + [fmt_stats(o.name, arm_stats(arms[i], o.name)) for o in objectives]
+        for i in shown
+    ]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     right = [True, False, True] + [True] * len(objectives)
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if rt else c.ljust(w)
-                         for c, w, rt in zip(cells, widths, right)).rstrip()
+        return "  ".join(
+            c.rjust(w) if rt else c.ljust(w) for c, w, rt in zip(cells, widths, right)
+        ).rstrip()
 
     out = [line(head), line(["-" * w for w in widths])] + [line(row) for row in rows]
     n_runs = sum(len(a.runs) for a in arms)
-    out.append(f"{sum(x == 1 for x in r)} of {sum(x > 0 for x in r)} ranked arms on the front "
-               f"({n_runs} runs in {len(arms)} arms, ranked by their means over seeds)")
+    out.append(
+        f"{sum(x == 1 for x in r)} of {sum(x > 0 for x in r)} ranked arms on the front "
+        f"({n_runs} runs in {len(arms)} arms, ranked by their means over seeds)"
+    )
     for a, rk in zip(arms, r):
         if rk == 0:
             out.append(f"  not ranked: {a.name} (no finite mean for every objective)")

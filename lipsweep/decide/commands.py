@@ -1,16 +1,17 @@
 """``lipsweep pareto`` and ``lipsweep export``: decide on a finished sweep, in MLflow.
 
 Both read the FINISHED child runs of the experiment's sweep (runs stopped early by ASHA end
-KILLED and are left out). ``pareto`` ranks them (:mod:`lipsweep.pareto`): over arms (configs
+KILLED and are left out). ``pareto`` ranks them (:mod:`lipsweep.decide.pareto`): over arms (configs
 that differ only in seed, :mod:`lipsweep.decide.arms`, ranked by their means) when an arm has
 two or more seeds, over single runs otherwise or with ``--per-run``. It prints the front, tags
 every run ``pareto=true|false`` and ``pareto_rank=N`` (its arm's, over arms), ``arm``,
 ``arm_id``, ``arm_rank`` and ``arm_front=true|false``, and logs ``pareto/pareto.json`` and the
 figures to the parent run; running it twice gives the same tags and artifacts.
 ``export`` picks a run (``--run-id`` or the ``--select`` rule on the front: over arms, the
-rule chooses an arm, then its most typical run, :mod:`lipsweep.selection`), downloads its
-``checkpoint/`` artifacts and writes a self-describing folder (:mod:`lipsweep.export`).
+rule chooses an arm, then its most typical run, :mod:`lipsweep.decide.selection`), downloads its
+``checkpoint/`` artifacts and writes a self-describing folder (:mod:`lipsweep.decide.export`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from lipsweep.tracking import (READ_RETRIES, Tracker, TrackingError, check_tracking_uri,
-                               redact_uri)
+from lipsweep.tracking import READ_RETRIES, Tracker, TrackingError, check_tracking_uri, redact_uri
 
 _log = logging.getLogger("lipsweep.decide.commands")
 
@@ -37,7 +37,7 @@ class SweepRuns:
 
 
 def _usage(msg: str) -> Exception:
-    from lipsweep.config_base import UsageError
+    from lipsweep.core.config_base import UsageError
 
     return UsageError(msg)
 
@@ -50,9 +50,9 @@ def read_tracker(tracking_uri: str, experiment: str) -> Tracker:
     return Tracker(tracking_uri, experiment, retries=READ_RETRIES, reader=True)
 
 
-def _read_command(fn: Callable[[argparse.Namespace], int]
-                  ) -> Callable[[argparse.Namespace], int]:
+def _read_command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """MLflow failing under a read command is a --tracking-uri problem: exit 2, one line."""
+
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> int:
         try:
@@ -61,6 +61,7 @@ def _read_command(fn: Callable[[argparse.Namespace], int]
             shown = redact_uri(args.tracking_uri)
             text = str(err).replace(f" at {shown}", "")
             raise _usage(f"--tracking-uri {shown}: {text}") from None
+
     return run
 
 
@@ -69,30 +70,44 @@ def load_sweep_runs(tracker: Tracker) -> SweepRuns:
     exp_id = tracker.existing_experiment_id()
     if exp_id is None:
         names = tracker.experiment_names()
-        raise _usage(f"--experiment {tracker.experiment}: no experiment "
-                     f"{tracker.experiment!r} at {tracker.shown_uri} (nothing created); "
-                     f"experiments there: {names or 'none'}")
+        raise _usage(
+            f"--experiment {tracker.experiment}: no experiment "
+            f"{tracker.experiment!r} at {tracker.shown_uri} (nothing created); "
+            f"experiments there: {names or 'none'}"
+        )
     runs = tracker.finished_trials(exp_id)
     if not runs:
-        raise _usage(f"experiment {tracker.experiment!r} has no FINISHED trial runs yet; "
-                     "wait for the sweep to finish or check `lipsweep sweep` output")
+        raise _usage(
+            f"experiment {tracker.experiment!r} has no FINISHED trial runs yet; "
+            "wait for the sweep to finish or check `lipsweep sweep` output"
+        )
     parents = tracker.sweep_parents(exp_id)
-    records = [{"run_id": r.info.run_id, "run_name": r.info.run_name or "",
-                "metrics": dict(r.data.metrics), "params": dict(r.data.params)} for r in runs]
-    return SweepRuns(parents[0].info.run_id if parents else None, records,
-                     {r.info.run_id: r for r in runs})
+    records = [
+        {
+            "run_id": r.info.run_id,
+            "run_name": r.info.run_name or "",
+            "metrics": dict(r.data.metrics),
+            "params": dict(r.data.params),
+        }
+        for r in runs
+    ]
+    return SweepRuns(
+        parents[0].info.run_id if parents else None, records, {r.info.run_id: r for r in runs}
+    )
 
 
 def _check_objectives(objectives, records: list[dict[str, Any]]) -> None:
     available = sorted({m for r in records for m in r["metrics"]})
     for o in objectives:
         if not any(o.name in r["metrics"] for r in records):
-            raise _usage(f"--objective {o}: no run has metric {o.name!r}; available metrics: "
-                         f"{', '.join(available)}")
+            raise _usage(
+                f"--objective {o}: no run has metric {o.name!r}; available metrics: "
+                f"{', '.join(available)}"
+            )
 
 
 def rank_sweep(tracker: Tracker, objective_specs: Optional[list[str]]):
-    from lipsweep.pareto import pareto_rank, resolve_objectives
+    from lipsweep.decide.pareto import pareto_rank, resolve_objectives
 
     objectives = resolve_objectives(objective_specs)
     sweep = load_sweep_runs(tracker)
@@ -119,7 +134,7 @@ def rank_runs_or_arms(records: list[dict[str, Any]], result: Any, per_run: bool)
     """Rank the arms by their means (always: every run is tagged with its arm's rank) and decide
     whether the front is over arms (an arm with >= 2 seeds, no ``--per-run``) or over runs."""
     from lipsweep.decide.arms import arm_records, group_arms, max_seeds
-    from lipsweep.pareto import pareto_rank
+    from lipsweep.decide.pareto import pareto_rank
 
     arms = group_arms(records)
     objs = result.objectives
@@ -127,14 +142,17 @@ def rank_runs_or_arms(records: list[dict[str, Any]], result: Any, per_run: bool)
     arm_ranks = [int(r) for r in arm_res.ranks]
     arm_of = {t.run_id: i for i, a in enumerate(arms) for t in a.runs}
     by_arms = not per_run and max_seeds(arms) >= 2
-    ranks = ([arm_ranks[arm_of[r["run_id"]]] for r in records] if by_arms
-             else [int(r) for r in result.ranks])
+    ranks = (
+        [arm_ranks[arm_of[r["run_id"]]] for r in records]
+        if by_arms
+        else [int(r) for r in result.ranks]
+    )
     return Ranking(by_arms, ranks, arms, arm_ranks, arm_of)
 
 
 def select_export(records: list[dict[str, Any]], rk: Ranking, rule: str):
     """The export pick: over arms (then the arm's most typical run) or over runs."""
-    from lipsweep.selection import select_from_arm_front, select_from_front
+    from lipsweep.decide.selection import select_from_arm_front, select_from_front
 
     if rk.by_arms:
         return select_from_arm_front(records, rk.arms, rk.arm_ranks, rule)
@@ -149,22 +167,37 @@ def arms_json(rk: Ranking, objectives) -> list[dict[str, Any]]:
         return float(x) if x == x and abs(x) != float("inf") else None
 
     out = []
-    for a, r in sorted(zip(rk.arms, rk.arm_ranks), key=lambda ar: (ar[1] == 0, ar[1],
-                                                                    ar[0].arm_id)):
+    for a, r in sorted(
+        zip(rk.arms, rk.arm_ranks), key=lambda ar: (ar[1] == 0, ar[1], ar[0].arm_id)
+    ):
         stats = {o.name: arm_stats(a, o.name) for o in objectives}
-        out.append({"arm_id": a.arm_id, "name": a.name, "rank": r,
-                    "runs": [t.run_id for t in a.runs], "seeds": [str(s) for s in a.seeds],
-                    "stats": {k: {"n": s.n, "mean": num(s.mean), "std": num(s.std),
-                                  "ci95": [num(s.lo), num(s.hi)]} for k, s in stats.items()}})
+        out.append(
+            {
+                "arm_id": a.arm_id,
+                "name": a.name,
+                "rank": r,
+                "runs": [t.run_id for t in a.runs],
+                "seeds": [str(s) for s in a.seeds],
+                "stats": {
+                    k: {
+                        "n": s.n,
+                        "mean": num(s.mean),
+                        "std": num(s.std),
+                        "ci95": [num(s.lo), num(s.hi)],
+                    }
+                    for k, s in stats.items()
+                },
+            }
+        )
     return out
 
 
 @_read_command
 def run_pareto_command(args: argparse.Namespace) -> int:
     from lipsweep.decide.arms import arm_records, arm_table
-    from lipsweep.pareto import front_table, pareto_json
-    from lipsweep.selection import DEFAULT_SELECT_RULE
-    from lipsweep.pareto_plots import parallel_coordinates, scatter_front
+    from lipsweep.decide.pareto import front_table, pareto_json
+    from lipsweep.decide.plots import parallel_coordinates, scatter_front
+    from lipsweep.decide.selection import DEFAULT_SELECT_RULE
 
     tracker = read_tracker(args.tracking_uri, args.experiment)
     sweep, result = rank_sweep(tracker, args.objective)
@@ -176,12 +209,17 @@ def run_pareto_command(args: argparse.Namespace) -> int:
         selection = None
     for rec, rank in zip(sweep.records, ranks):
         i = rk.arm_of[rec["run_id"]]
-        tracker.set_tags(rec["run_id"], {"pareto": "true" if rank == 1 else "false",
-                                         "pareto_rank": rank, "arm": rk.arms[i].name,
-                                         "arm_id": rk.arms[i].arm_id,
-                                         "arm_rank": rk.arm_ranks[i],
-                                         "arm_front": "true" if rk.arm_ranks[i] == 1
-                                         else "false"})
+        tracker.set_tags(
+            rec["run_id"],
+            {
+                "pareto": "true" if rank == 1 else "false",
+                "pareto_rank": rank,
+                "arm": rk.arms[i].name,
+                "arm_id": rk.arms[i].arm_id,
+                "arm_rank": rk.arm_ranks[i],
+                "arm_front": "true" if rk.arm_ranks[i] == 1 else "false",
+            },
+        )
     doc = pareto_json(sweep.records, ranks, result.objectives, selection=selection)
     doc["ranked_by"] = "arms" if rk.by_arms else "runs"
     doc["arms"] = arms_json(rk, result.objectives)
@@ -200,31 +238,53 @@ def run_pareto_command(args: argparse.Namespace) -> int:
             out.mkdir()
             (out / "pareto.json").write_text(json.dumps(doc, indent=2, sort_keys=True))
             what = "arm means over seeds" if rk.by_arms else "clean vs robust accuracy"
-            scatter_front(fig_recs, fig_ranks, path=out / "pareto_scatter.png",
-                          selected=sel_id, objectives=result.objectives,
-                          title=f"{args.experiment}: {what}")
-            parallel_coordinates(fig_recs, fig_ranks, result.objectives,
-                                 path=out / "pareto_parallel.png", selected=sel_id)
+            scatter_front(
+                fig_recs,
+                fig_ranks,
+                path=out / "pareto_scatter.png",
+                selected=sel_id,
+                objectives=result.objectives,
+                title=f"{args.experiment}: {what}",
+            )
+            parallel_coordinates(
+                fig_recs,
+                fig_ranks,
+                result.objectives,
+                path=out / "pareto_parallel.png",
+                selected=sel_id,
+            )
             (out / "pareto_front.txt").write_text(table)
-            _write_pareto_table(tracker, sweep.parent_id, out, sweep.records, ranks,
-                                result.objectives)
+            _write_pareto_table(
+                tracker, sweep.parent_id, out, sweep.records, ranks, result.objectives
+            )
             tracker.log_artifacts(sweep.parent_id, out, "pareto")
-        tracker.set_tags(sweep.parent_id, {"pareto_front_size": sum(r == 1 for r in ranks),
-                                           "pareto_ranked_by": doc["ranked_by"]})
+        tracker.set_tags(
+            sweep.parent_id,
+            {"pareto_front_size": sum(r == 1 for r in ranks), "pareto_ranked_by": doc["ranked_by"]},
+        )
     sys.stdout.write(table + "\n")
     if selection is not None:
-        sys.stdout.write(f"export pick ({DEFAULT_SELECT_RULE}): {selection.run_id} — "
-                         f"{selection.explanation}\n")
-    sys.stdout.write(f"tagged {len(ranks)} runs (pareto=true on {sum(r == 1 for r in ranks)});"
-                     f" artifacts under pareto/ of parent run {sweep.parent_id}\n")
+        sys.stdout.write(
+            f"export pick ({DEFAULT_SELECT_RULE}): {selection.run_id} — {selection.explanation}\n"
+        )
+    sys.stdout.write(
+        f"tagged {len(ranks)} runs (pareto=true on {sum(r == 1 for r in ranks)});"
+        f" artifacts under pareto/ of parent run {sweep.parent_id}\n"
+    )
     return 0
 
 
-def _write_pareto_table(tracker: Tracker, parent_id: str, out: Path, records: list,
-                        ranks: list[int], objectives: Any) -> None:
+def _write_pareto_table(
+    tracker: Tracker, parent_id: str, out: Path, records: list, ranks: list[int], objectives: Any
+) -> None:
     """pareto/pareto_table.json: the ranking as an MLflow table artifact, tagged as one."""
-    from lipsweep.tracking.table import (LOGGED_ARTIFACTS_TAG, TABLE_FILE,
-                                              logged_artifacts_tag, pareto_table, write_table)
+    from lipsweep.tracking.table import (
+        LOGGED_ARTIFACTS_TAG,
+        TABLE_FILE,
+        logged_artifacts_tag,
+        pareto_table,
+        write_table,
+    )
 
     write_table(out, pareto_table(records, ranks, objectives))
     run = tracker.get_run(parent_id)
@@ -235,9 +295,8 @@ def _write_pareto_table(tracker: Tracker, parent_id: str, out: Path, records: li
 
 @_read_command
 def run_export_command(args: argparse.Namespace) -> int:
-    from lipsweep.selection import DEFAULT_SELECT_RULE, parse_selection_rule
-
-    from lipsweep.export import check_out
+    from lipsweep.decide.export import check_out
+    from lipsweep.decide.selection import DEFAULT_SELECT_RULE, parse_selection_rule
 
     out = Path(args.out)
     check_out(out, args.force)  # --force replaces only a previous export (issue 16)
@@ -247,8 +306,10 @@ def run_export_command(args: argparse.Namespace) -> int:
     if args.run_id:
         sweep = load_sweep_runs(tracker)
         if args.run_id not in sweep.runs:
-            raise _usage(f"--run-id {args.run_id} is not a FINISHED trial run of experiment "
-                         f"{args.experiment!r}")
+            raise _usage(
+                f"--run-id {args.run_id} is not a FINISHED trial run of experiment "
+                f"{args.experiment!r}"
+            )
         run_id, how = args.run_id, "--run-id"
     else:
         sweep, result = rank_sweep(tracker, args.objective)
@@ -262,22 +323,28 @@ def run_export_command(args: argparse.Namespace) -> int:
     version = register_export(tracker, run_id, path, args.register) if args.register else None
     metrics = json.loads((path / "metrics.json").read_text())
     keys = ("acc_clean", "acc_pgd_4", "acc_aa_2", "lip_jacobian_median")
-    sys.stdout.write(f"exported run {run_id} ({how}) to {path}\n  " + "  ".join(
-        f"{k}={metrics[k]:.2f}" for k in keys if k in metrics) + "\n")
+    sys.stdout.write(
+        f"exported run {run_id} ({how}) to {path}\n  "
+        + "  ".join(f"{k}={metrics[k]:.2f}" for k in keys if k in metrics)
+        + "\n"
+    )
     if version is not None:
-        sys.stdout.write(f"registered models:/{args.register}/{version} (alias {CHAMPION}): "
-                         "mlflow.pyfunc.load_model(...).predict([0, 1] images) -> logits\n")
+        sys.stdout.write(
+            f"registered models:/{args.register}/{version} (alias {CHAMPION}): "
+            "mlflow.pyfunc.load_model(...).predict([0, 1] images) -> logits\n"
+        )
     return 0
 
 
-def export_run(tracker: Tracker, run_id: str, out: Path, selected_by: str,
-               force: bool = False) -> Path:
+def export_run(
+    tracker: Tracker, run_id: str, out: Path, selected_by: str, force: bool = False
+) -> Path:
     """Download a run's checkpoint artifacts and write the export folder."""
     from safetensors.torch import load_file
 
-    from lipsweep.config import TrialConfig
-    from lipsweep.export import SPEC_METRICS, build_config_json, write_export
-    from lipsweep.models import model_normalization
+    from lipsweep.decide.export import SPEC_METRICS, build_config_json, write_export
+    from lipsweep.settings.config import TrialConfig
+    from lipsweep.trial.models import model_normalization
 
     run = tracker.get_run(run_id)
     with tempfile.TemporaryDirectory() as tmp:
@@ -288,10 +355,14 @@ def export_run(tracker: Tracker, run_id: str, out: Path, selected_by: str,
         cfg = TrialConfig.from_flat(flat)
         state = load_file(str(local / "model.safetensors"))
         metrics = {k: v for k, v in run.data.metrics.items()}
-        source = {"tracking_uri": tracker.shown_uri, "experiment": tracker.experiment,
-                  "run_id": run_id, "run_name": run.info.run_name,
-                  "checkpoint": run.data.tags.get("lipsweep.checkpoint"),
-                  "selected_by": selected_by}
+        source = {
+            "tracking_uri": tracker.shown_uri,
+            "experiment": tracker.experiment,
+            "run_id": run_id,
+            "run_name": run.info.run_name,
+            "checkpoint": run.data.tags.get("lipsweep.trial.checkpoint"),
+            "selected_by": selected_by,
+        }
         mean, std = model_normalization(cfg.model)
         config = build_config_json(flat, mean, std, source)
         ordered = {k: metrics[k] for k in SPEC_METRICS if k in metrics}
@@ -308,17 +379,17 @@ def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> s
     :func:`lipsweep.tracking.model.save_pyfunc_model`) and register it as a new version of ``name``,
     aliased :data:`CHAMPION`, with the export's model card as its description. Returns the
     version: ``mlflow.pyfunc.load_model("models:/NAME@champion")`` predicts logits."""
-    from lipsweep.export import model_io
+    from lipsweep.decide.export import model_io
     from lipsweep.tracking.model import save_pyfunc_model
 
     io = model_io(folder)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = save_pyfunc_model(folder, Path(tmp) / "model", io["img_size"],
-                                      io["num_classes"], io["format"])
+        model_dir = save_pyfunc_model(
+            folder, Path(tmp) / "model", io["img_size"], io["num_classes"], io["format"]
+        )
         tracker.log_artifacts(run_id, model_dir, "model")
     source = f"runs:/{run_id}/model"
     card = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""
-    version = tracker.register_model_version(name, source, run_id, description=card,
-                                             alias=CHAMPION)
+    version = tracker.register_model_version(name, source, run_id, description=card, alias=CHAMPION)
     _log.info("registered %s version %s (alias %s) from %s", name, version, CHAMPION, source)
     return version

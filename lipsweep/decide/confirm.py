@@ -1,8 +1,8 @@
 """``lipsweep confirm``: re-check a sweep's front with standard AutoAttack (issue 18, item 3).
 
 The sweep ranks its runs by a cheap AutoAttack (``acc_aa_2``: version 'custom', 10
-iterations; SPEC §2.6). ``confirm`` re-evaluates the front's runs (``--top N``: the N best by
-Pareto rank), or the named ones (``--run-id``), from their final checkpoints (the
+iterations; docs/science.md §1.6). ``confirm`` re-evaluates the front's runs (``--top N``: the N
+best by Pareto rank), or the named ones (``--run-id``), from their final checkpoints (the
 ``checkpoint/`` artifacts the driver logs, which ``lipsweep export`` also reads) with the
 *standard* AutoAttack of Croce & Hein (ICML 2020): APGD-CE, APGD-T and FAB-T with 100
 iterations and Square with 5000 queries, through pyautoattack unchanged
@@ -29,6 +29,7 @@ argument of :func:`evaluate_standard`) runs the same four attacks with that many
 and Square queries (version 'custom', tagged as such), because the standard attack takes
 minutes per image batch on a CPU. It is not for results.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,14 +81,13 @@ class ConfirmJob:
 
 def budget_iters(env: Optional[dict[str, str]] = None) -> Optional[int]:
     """The test-only reduced budget from :data:`ITERS_ENV`, or None (standard AutoAttack)."""
-    from lipsweep.config_base import UsageError
+    from lipsweep.core.config_base import UsageError
 
     raw = (os.environ if env is None else env).get(ITERS_ENV, "").strip()
     if not raw:
         return None
     if not raw.isdigit() or int(raw) < 1:
-        raise UsageError(f"${ITERS_ENV}: must be an integer >= 1 (test-only budget), got "
-                         f"{raw!r}")
+        raise UsageError(f"${ITERS_ENV}: must be an integer >= 1 (test-only budget), got {raw!r}")
     return int(raw)
 
 
@@ -101,7 +101,7 @@ def request_key(images: int, iters: Optional[int]) -> str:
 
 
 def _trial_config(flat: dict[str, Any]):
-    from lipsweep.config import TrialConfig
+    from lipsweep.settings.config import TrialConfig
 
     # the weights come from the checkpoint: never load (or download) the pretrained ones
     return TrialConfig.from_flat({**flat, "pretrained": ""})
@@ -113,8 +113,8 @@ def build_model(flat: dict[str, Any], weights: bytes):
     import timm
     from safetensors.torch import load as load_safetensors
 
-    from lipsweep.export import timm_spec
-    from lipsweep.models import PixelModel, model_normalization
+    from lipsweep.decide.export import timm_spec
+    from lipsweep.trial.models import PixelModel, model_normalization
 
     cfg = _trial_config(flat)
     spec = timm_spec(flat)
@@ -125,8 +125,8 @@ def build_model(flat: dict[str, Any], weights: bytes):
 
 def load_images(flat: dict[str, Any], images: int):
     """(x in [0, 1], y) of the run's test split: all of it (``images`` 0) or its seeded,
-    sorted subset of ``images`` images (:func:`lipsweep.data.eval_subset_indices`)."""
-    from lipsweep.data import load_splits, to_unit
+    sorted subset of ``images`` images (:func:`lipsweep.trial.data.eval_subset_indices`)."""
+    from lipsweep.trial.data import load_splits, to_unit
 
     cfg = _trial_config(flat)
     data = dataclasses.replace(cfg.data, eval_size=images, train_size=1)
@@ -137,17 +137,32 @@ def load_images(flat: dict[str, Any], images: int):
 def _attack(model, eps: float, robustness, iters: Optional[int]):
     from lipsweep.attacks.autoattack import STANDARD_ATTACKS, AutoAttack
 
-    common = dict(seed=robustness.attack_seed, batch_size=robustness.attack_batch_size,
-                  precision="fp32")
+    common = dict(
+        seed=robustness.attack_seed, batch_size=robustness.attack_batch_size, precision="fp32"
+    )
     if iters is None:
         return AutoAttack(model, eps, version="standard", **common)
-    return AutoAttack(model, eps, version="custom", attacks=list(STANDARD_ATTACKS),
-                      iters=iters, restarts=1, **common)
+    return AutoAttack(
+        model,
+        eps,
+        version="custom",
+        attacks=list(STANDARD_ATTACKS),
+        iters=iters,
+        restarts=1,
+        **common,
+    )
 
 
-def evaluate_standard(flat: dict[str, Any], weights: bytes, eps: list[int], images: int = 0,
-                      iters: Optional[int] = None, device: Optional[str] = None,
-                      label: str = "", chunk: int = CHUNK_IMAGES) -> ConfirmOutcome:
+def evaluate_standard(
+    flat: dict[str, Any],
+    weights: bytes,
+    eps: list[int],
+    images: int = 0,
+    iters: Optional[int] = None,
+    device: Optional[str] = None,
+    label: str = "",
+    chunk: int = CHUNK_IMAGES,
+) -> ConfirmOutcome:
     """Standard AutoAttack accuracy of one trial's checkpoint at each eps (numerators / 255).
 
     Args:
@@ -175,25 +190,38 @@ def evaluate_standard(flat: dict[str, Any], weights: bytes, eps: list[int], imag
     metrics: dict[str, float] = {}
     tags = {TAG_REQUEST: request_key(images, iters)}
     with torch.no_grad(), tf32_matmuls(False):
-        clean = torch.cat([(model(x[i:i + chunk].to(dev)).argmax(1).cpu() == y[i:i + chunk])
-                           for i in range(0, n, chunk)])
+        clean = torch.cat(
+            [
+                (model(x[i : i + chunk].to(dev)).argmax(1).cpu() == y[i : i + chunk])
+                for i in range(0, n, chunk)
+            ]
+        )
     tags[f"{TAG_PREFIX}.acc_clean"] = f"{100.0 * float(clean.float().mean()):.2f}"
     for e in eps:
         name, attack = confirm_metric(e), _attack(model, e / 255, robustness, iters)
         robust = torch.zeros(n, dtype=torch.bool)
         for i in range(0, n, chunk):
-            xb, yb = x[i:i + chunk].to(dev), y[i:i + chunk].to(dev)
+            xb, yb = x[i : i + chunk].to(dev), y[i : i + chunk].to(dev)
             with tf32_matmuls(False):  # the confirmation is strict fp32 throughout
                 res = attack.run(xb, yb)
             for msg in check_perturbation(res.x_adv, xb, e / 255, name) + res.warnings:
                 _log.warning("%s %s: %s", label, name, msg)
-            robust[i:i + xb.shape[0]] = res.robust
+            robust[i : i + xb.shape[0]] = res.robust
             done += xb.shape[0]
             elapsed = time.perf_counter() - t0
-            _log.info("%s %s: %d/%d images (%d/%d over all eps), robust so far %.2f%%, "
-                      "%.0f s elapsed, ETA %.0f s", label, name, i + xb.shape[0], n, done,
-                      total, 100.0 * float(robust[:i + xb.shape[0]].float().mean()), elapsed,
-                      elapsed / done * (total - done))
+            _log.info(
+                "%s %s: %d/%d images (%d/%d over all eps), robust so far %.2f%%, "
+                "%.0f s elapsed, ETA %.0f s",
+                label,
+                name,
+                i + xb.shape[0],
+                n,
+                done,
+                total,
+                100.0 * float(robust[: i + xb.shape[0]].float().mean()),
+                elapsed,
+                elapsed / done * (total - done),
+            )
         metrics[name] = 100.0 * float(robust.float().mean())
         tags.update(autoattack_tags(name, attack.describe(), n, e, prefix=TAG_PREFIX))
     seconds = time.perf_counter() - t0
@@ -217,21 +245,23 @@ def run_eps(params: dict[str, str]) -> list[int]:
 def is_confirmed(run, eps: list[int], request: str) -> bool:
     """The run holds ``acc_aa_std_<eps>`` for every eps from the same request."""
     return run.data.tags.get(TAG_REQUEST) == request and all(
-        confirm_metric(e) in run.data.metrics for e in eps)
+        confirm_metric(e) in run.data.metrics for e in eps
+    )
 
 
 def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
     """Run ids to confirm: ``--run-id``s, or the ``--top`` N by Pareto rank (default: the
-    front), in rank order (ties: by :func:`lipsweep.pareto.front_table`'s display order)."""
-    from lipsweep.config_base import UsageError
+    front), in rank order (ties: by :func:`lipsweep.decide.pareto.front_table`'s display order)."""
+    from lipsweep.core.config_base import UsageError
     from lipsweep.decide.commands import load_sweep_runs, rank_sweep
 
     if args.run_id:
         sweep = load_sweep_runs(tracker)
         for rid in args.run_id:
             if rid not in sweep.runs:
-                raise UsageError(f"--run-id {rid} is not a FINISHED trial run of experiment "
-                                 f"{args.experiment!r}")
+                raise UsageError(
+                    f"--run-id {rid} is not a FINISHED trial run of experiment {args.experiment!r}"
+                )
         return list(dict.fromkeys(args.run_id))
     sweep, result = rank_sweep(tracker, None)
     ranks = [int(r) for r in result.ranks]
@@ -246,12 +276,12 @@ def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
     if args.top is None:
         order = [i for i in order if ranks[i] == 1]
     else:
-        order = order[:args.top]
+        order = order[: args.top]
     return [sweep.records[i]["run_id"] for i in order]
 
 
 def _download_checkpoint(tracker, run_id: str) -> tuple[dict[str, Any], bytes]:
-    from lipsweep.config_base import UsageError
+    from lipsweep.core.config_base import UsageError
 
     with tempfile.TemporaryDirectory() as tmp:
         local = tracker.download_artifacts(run_id, "checkpoint", tmp)
@@ -262,8 +292,9 @@ def _download_checkpoint(tracker, run_id: str) -> tuple[dict[str, Any], bytes]:
         return json.loads(files[0].read_text()), files[1].read_bytes()
 
 
-def _run_local(tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int]
-               ) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome], Optional[BaseException]]]:
+def _run_local(
+    tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int]
+) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome], Optional[BaseException]]]:
     """Evaluate the jobs one after the other in this process (checkpoints fetched lazily)."""
     for job in jobs:
         try:
@@ -281,17 +312,18 @@ def _evaluate_task(*args: Any, **kwargs: Any) -> ConfirmOutcome:
     logger = logging.getLogger("lipsweep.confirm")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
-                                               "%(message)s", "%H:%M:%S"))
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+        )
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
     return evaluate_standard(*args, **kwargs)
 
 
-def _run_ray(tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int],
-             address: str) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome],
-                                             Optional[BaseException]]]:
+def _run_ray(
+    tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int], address: str
+) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome], Optional[BaseException]]]:
     """Evaluate each job as a Ray task on the cluster at ``address``; yields as they end."""
     import ray
 
@@ -299,8 +331,12 @@ def _run_ray(tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int],
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
         task = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(_evaluate_task)
-        _log.info("confirm on Ray at %s: %d tasks, one %s each", address, len(jobs),
-                  "GPU" if gpus else "CPU")
+        _log.info(
+            "confirm on Ray at %s: %d tasks, one %s each",
+            address,
+            len(jobs),
+            "GPU" if gpus else "CPU",
+        )
         refs = {}
         for job in jobs:
             try:
@@ -308,8 +344,7 @@ def _run_ray(tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int],
             except Exception as exc:  # noqa: BLE001
                 yield job, None, exc
                 continue
-            refs[task.remote(flat, ray.put(weights), job.eps, images, iters,
-                             label=job.label)] = job
+            refs[task.remote(flat, ray.put(weights), job.eps, images, iters, label=job.label)] = job
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
@@ -328,16 +363,18 @@ def _log_outcome(tracker, run_id: str, out: ConfirmOutcome) -> None:
 
 def std_objectives():
     """The default objectives with ``acc_aa_<eps>`` replaced by ``acc_aa_std_<eps>``."""
-    from lipsweep.pareto import DEFAULT_OBJECTIVES, Objective
+    from lipsweep.decide.pareto import DEFAULT_OBJECTIVES, Objective
 
-    return tuple(Objective(re.sub(r"^acc_aa_(\d+)$", r"acc_aa_std_\1", o.name), o.direction)
-                 for o in DEFAULT_OBJECTIVES)
+    return tuple(
+        Objective(re.sub(r"^acc_aa_(\d+)$", r"acc_aa_std_\1", o.name), o.direction)
+        for o in DEFAULT_OBJECTIVES
+    )
 
 
 def reranked_table(tracker) -> str:
     """The front of the experiment ranked with the standard AutoAttack accuracy."""
-    from lipsweep.pareto import front_table, pareto_rank
     from lipsweep.decide.commands import load_sweep_runs
+    from lipsweep.decide.pareto import front_table, pareto_rank
 
     sweep = load_sweep_runs(tracker)
     result = pareto_rank(sweep.records, std_objectives())
@@ -352,7 +389,7 @@ def run_confirm_command(args: argparse.Namespace) -> int:
 
 
 def _confirm(args: argparse.Namespace) -> int:
-    from lipsweep.config_base import UsageError
+    from lipsweep.core.config_base import UsageError
     from lipsweep.decide.commands import read_tracker
 
     if args.top is not None and args.run_id:
@@ -372,26 +409,50 @@ def _confirm(args: argparse.Namespace) -> int:
         label = f"run {rid[:8]} ({run.info.run_name or rid})"
         if is_confirmed(run, eps, request):
             skipped += 1
-            _log.info("%s: skipped, already confirmed (%s: %s)", label, request, ", ".join(
-                f"{confirm_metric(e)}={run.data.metrics[confirm_metric(e)]:.2f}" for e in eps))
+            _log.info(
+                "%s: skipped, already confirmed (%s: %s)",
+                label,
+                request,
+                ", ".join(
+                    f"{confirm_metric(e)}={run.data.metrics[confirm_metric(e)]:.2f}" for e in eps
+                ),
+            )
             continue
         jobs.append(ConfirmJob(rid, label, eps))
-    _log.info("confirming %d runs with %s AutoAttack (%s), %d already confirmed", len(jobs),
-              "standard" if iters is None else f"REDUCED test-only ({ITERS_ENV}={iters})",
-              request, skipped)
-    runner = (_run_ray(tracker, jobs, args.images, iters, args.address) if args.address
-              else _run_local(tracker, jobs, args.images, iters))
+    _log.info(
+        "confirming %d runs with %s AutoAttack (%s), %d already confirmed",
+        len(jobs),
+        "standard" if iters is None else f"REDUCED test-only ({ITERS_ENV}={iters})",
+        request,
+        skipped,
+    )
+    runner = (
+        _run_ray(tracker, jobs, args.images, iters, args.address)
+        if args.address
+        else _run_local(tracker, jobs, args.images, iters)
+    )
     failed = 0
     for job, out, err in runner:
         if err is not None or out is None:
             failed += 1
-            _log.error("%s: confirm failed: %s: %s (the other runs go on; rerun confirm to "
-                       "retry it)", job.label, type(err).__name__, err)
+            _log.error(
+                "%s: confirm failed: %s: %s (the other runs go on; rerun confirm to retry it)",
+                job.label,
+                type(err).__name__,
+                err,
+            )
             continue
         _log_outcome(tracker, job.run_id, out)
-        _log.info("%s: %s on %d images in %.0f s", job.label, ", ".join(
-            f"{k}={v:.2f}" for k, v in out.metrics.items()), out.n_images, out.seconds)
+        _log.info(
+            "%s: %s on %d images in %.0f s",
+            job.label,
+            ", ".join(f"{k}={v:.2f}" for k, v in out.metrics.items()),
+            out.n_images,
+            out.seconds,
+        )
     sys.stdout.write(reranked_table(tracker) + "\n")
-    sys.stdout.write(f"confirmed {len(jobs) - failed} runs, skipped {skipped} already "
-                     f"confirmed, {failed} failed ({request})\n")
+    sys.stdout.write(
+        f"confirmed {len(jobs) - failed} runs, skipped {skipped} already "
+        f"confirmed, {failed} failed ({request})\n"
+    )
     return 1 if failed else 0

@@ -9,12 +9,13 @@ into arms (:mod:`lipsweep.decide.arms`) and writes to ``--out`` (default
   95% t-interval and the two-sided paired t-test p-value;
 - ``pareto_scatter.png``: clean vs robust accuracy (arm means when an arm has >= 2 seeds);
 - ``jacobian_by_arm.png``: the per-image ||J_f(x)||_2 of every arm, pooled over seeds, overlaid
-  (from each run's ``lipschitz/lipschitz.npz`` artifact, SPEC §2.5, paper Fig. 4);
+  (from each run's ``lipschitz/lipschitz.npz`` artifact, docs/science.md §1.5, paper Fig. 4);
 - ``jacobian_per_margin_by_arm.png``: the same divided by each image's logit margin
   (:mod:`lipsweep.lipschitz.margin`), the scale-free view of the same quantity.
 
 The folder is then logged to the sweep's parent run under ``report/``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,23 +29,34 @@ from typing import Any, Sequence
 import numpy as np
 
 from lipsweep.decide.arms import Arm, arm_stats, baseline_arm, max_seeds, paired_difference
-from lipsweep.pareto import fmt_value
+from lipsweep.decide.pareto import fmt_value
 
 _log = logging.getLogger(__name__)
 
 REPORT_NAME = "report.md"
-FIGURES = {"pareto": "pareto_scatter.png", "jacobian": "jacobian_by_arm.png",
-           "per_margin": "jacobian_per_margin_by_arm.png"}
+FIGURES = {
+    "pareto": "pareto_scatter.png",
+    "jacobian": "jacobian_by_arm.png",
+    "per_margin": "jacobian_per_margin_by_arm.png",
+}
 ARM_METRICS: tuple[tuple[str, str], ...] = (
-    ("acc_clean", "clean"), ("acc_fgsm_2", "FGSM 2"), ("acc_fgsm_4", "FGSM 4"),
-    ("acc_pgd_2", "PGD 2"), ("acc_pgd_4", "PGD 4"), ("acc_aa_2", "AA 2"),
+    ("acc_clean", "clean"),
+    ("acc_fgsm_2", "FGSM 2"),
+    ("acc_fgsm_4", "FGSM 4"),
+    ("acc_pgd_2", "PGD 2"),
+    ("acc_pgd_4", "PGD 4"),
+    ("acc_aa_2", "AA 2"),
     ("lip_jacobian_median", "median ‖J_f‖"),
-    ("lip_jacobian_per_margin_median", "median ‖J_f‖/margin"))
+    ("lip_jacobian_per_margin_median", "median ‖J_f‖/margin"),
+)
 """Columns of the arm table (those no run logged are left out)."""
 PAIRED_METRICS: tuple[tuple[str, str], ...] = (
-    ("acc_clean", "Δ clean"), ("acc_pgd_4", "Δ PGD 4"), ("acc_aa_2", "Δ AA 2"),
+    ("acc_clean", "Δ clean"),
+    ("acc_pgd_4", "Δ PGD 4"),
+    ("acc_aa_2", "Δ AA 2"),
     ("lip_jacobian_median", "Δ median ‖J_f‖"),
-    ("lip_jacobian_per_margin_median", "Δ median ‖J_f‖/margin"))
+    ("lip_jacobian_per_margin_median", "Δ median ‖J_f‖/margin"),
+)
 NPZ_PATH = "lipschitz/lipschitz.npz"
 
 
@@ -81,33 +93,44 @@ def _paired_cell(arm: Arm, base: Arm, metric: str) -> str:
 def arm_markdown(arms: Sequence[Arm], arm_ranks: Sequence[int]) -> str:
     """The arm table: arm, runs, seeds, Pareto rank of its means, mean ± std per metric."""
     cols = _present(arms, ARM_METRICS)
-    lines = ["| arm | n | seeds | rank | " + " | ".join(h for _, h in cols) + " |",
-             "|---|---:|---|---:|" + "---:|" * len(cols)]
+    lines = [
+        "| arm | n | seeds | rank | " + " | ".join(h for _, h in cols) + " |",
+        "|---|---:|---|---:|" + "---:|" * len(cols),
+    ]
     for a, r in zip(arms, arm_ranks):
         seeds = ", ".join(str(s) for s in a.seeds)
-        lines.append(f"| {a.name} | {len(a.runs)} | {seeds} | {r or '-'} | "
-                     + " | ".join(_mean_std(a, m) for m, _ in cols) + " |")
+        lines.append(
+            f"| {a.name} | {len(a.runs)} | {seeds} | {r or '-'} | "
+            + " | ".join(_mean_std(a, m) for m, _ in cols)
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def paired_markdown(arms: Sequence[Arm], base: Arm) -> str:
     """Paired differences to ``base``: per arm and metric, mean [95% CI] and the p-value."""
     cols = _present(arms, PAIRED_METRICS)
-    lines = ["| arm | pairs | " + " | ".join(h for _, h in cols) + " |",
-             "|---|---:|" + "---:|" * len(cols)]
+    lines = [
+        "| arm | pairs | " + " | ".join(h for _, h in cols) + " |",
+        "|---|---:|" + "---:|" * len(cols),
+    ]
     for a in arms:
         if a is base:
             continue
         pairs = len(set(a.seeds) & set(base.seeds))
-        lines.append(f"| {a.name} | {pairs} | "
-                     + " | ".join(_paired_cell(a, base, m) for m, _ in cols) + " |")
+        lines.append(
+            f"| {a.name} | {pairs} | "
+            + " | ".join(_paired_cell(a, base, m) for m, _ in cols)
+            + " |"
+        )
     return "\n".join(lines)
 
 
-def _hist_figure(data: dict[str, np.ndarray], path: Path, xlabel: str, title: str,
-                 log_x: bool) -> None:
+def _hist_figure(
+    data: dict[str, np.ndarray], path: Path, xlabel: str, title: str, log_x: bool
+) -> None:
     """Step histograms (density) of every arm's pooled per-image values, overlaid."""
-    from lipsweep.pareto_plots import _new_figure, _save
+    from lipsweep.decide.plots import _new_figure, _save
 
     fig = _new_figure(8, 4.5)
     ax = fig.subplots()
@@ -116,9 +139,14 @@ def _hist_figure(data: dict[str, np.ndarray], path: Path, xlabel: str, title: st
     lo, hi = np.percentile(pooled, 0.5), np.percentile(pooled, 99.5)
     bins = np.geomspace(lo, hi, 50) if log_x else np.linspace(lo, hi, 50)
     for name, v in data.items():
-        ax.hist(v, bins=bins, histtype="step", density=True,
-                linewidth=1.8 if name.startswith("baseline") else 1.1,
-                label=f"{name} (median {fmt_value('x', float(np.median(v)))}, n={len(v)})")
+        ax.hist(
+            v,
+            bins=bins,
+            histtype="step",
+            density=True,
+            linewidth=1.8 if name.startswith("baseline") else 1.1,
+            label=f"{name} (median {fmt_value('x', float(np.median(v)))}, n={len(v)})",
+        )
     if log_x:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)
@@ -128,46 +156,76 @@ def _hist_figure(data: dict[str, np.ndarray], path: Path, xlabel: str, title: st
     _save(fig, path)
 
 
-def write_report(records: list[dict[str, Any]], arms: Sequence[Arm], arm_ranks: Sequence[int],
-                 run_ranks: Sequence[int], objectives: Sequence[Any], by_arms: bool,
-                 npz: dict[str, Path], out: Path, experiment: str, source: str) -> Path:
+def write_report(
+    records: list[dict[str, Any]],
+    arms: Sequence[Arm],
+    arm_ranks: Sequence[int],
+    run_ranks: Sequence[int],
+    objectives: Sequence[Any],
+    by_arms: bool,
+    npz: dict[str, Path],
+    out: Path,
+    experiment: str,
+    source: str,
+) -> Path:
     """Write ``report.md`` and its figures into ``out``; ``npz``: run_id -> its local
     ``lipschitz.npz`` (runs without one are left out of the distribution figures)."""
     from lipsweep import __version__
     from lipsweep.decide.arms import arm_records
-    from lipsweep.pareto_plots import scatter_front
+    from lipsweep.decide.plots import scatter_front
 
     out.mkdir(parents=True, exist_ok=True)
     base = baseline_arm(arms)
     n_runs = sum(len(a.runs) for a in arms)
     objs = ", ".join(str(o) for o in objectives)
-    md = [f"# Sweep report: `{experiment}`", "",
-          f"_{n_runs} FINISHED trial runs in {len(arms)} arms (configs that differ only in "
-          f"seed; at most {max_seeds(arms)} seeds). Written by `lipsweep report` (lipsweep "
-          f"{__version__}) from {source}._", "", "## Arms", "",
-          f"Mean ± sample std over the arm's seeds; n = runs. Rank: Pareto rank of the arm's "
-          f"means over {objs} (1 = front). Accuracies in percent.", "",
-          arm_markdown(arms, arm_ranks), ""]
+    md = [
+        f"# Sweep report: `{experiment}`",
+        "",
+        f"_{n_runs} FINISHED trial runs in {len(arms)} arms (configs that differ only in "
+        f"seed; at most {max_seeds(arms)} seeds). Written by `lipsweep report` (lipsweep "
+        f"{__version__}) from {source}._",
+        "",
+        "## Arms",
+        "",
+        f"Mean ± sample std over the arm's seeds; n = runs. Rank: Pareto rank of the arm's "
+        f"means over {objs} (1 = front). Accuracies in percent.",
+        "",
+        arm_markdown(arms, arm_ranks),
+        "",
+    ]
     md += ["## Paired differences to the baseline", ""]
     if base is None:
         md += ["No baseline arm (`regularizer: none`) in this sweep: nothing to pair with.", ""]
     else:
-        md += [f"Arm minus **{base.name}** on the same seed (same initialisation, batch order and "
-               "augmentation): mean difference, its 95% t-interval and the two-sided paired "
-               "t-test p-value (H0: no difference; bold where p < 0.05). With n pairs the test "
-               "has n - 1 degrees of freedom, so a few seeds detect only large effects; the "
-               "p-values are not corrected for the number of comparisons in this table.", "",
-               paired_markdown(arms, base), ""]
+        md += [
+            f"Arm minus **{base.name}** on the same seed (same initialisation, batch order and "
+            "augmentation): mean difference, its 95% t-interval and the two-sided paired "
+            "t-test p-value (H0: no difference; bold where p < 0.05). With n pairs the test "
+            "has n - 1 degrees of freedom, so a few seeds detect only large effects; the "
+            "p-values are not corrected for the number of comparisons in this table.",
+            "",
+            paired_markdown(arms, base),
+            "",
+        ]
     md += ["## Figures", ""]
     if by_arms:
         fig_recs = arm_records(arms, sorted({m for r in records for m in r["metrics"]}))
         fig_ranks, what = list(arm_ranks), "arm means over seeds"
     else:
         fig_recs, fig_ranks, what = records, list(run_ranks), "single runs"
-    scatter_front(fig_recs, fig_ranks, path=out / FIGURES["pareto"], objectives=objectives,
-                  title=f"{experiment}: {what}")
-    md += [f"Clean vs robust accuracy ({what}; the front ringed):", "",
-           f"![Pareto scatter]({FIGURES['pareto']})", ""]
+    scatter_front(
+        fig_recs,
+        fig_ranks,
+        path=out / FIGURES["pareto"],
+        objectives=objectives,
+        title=f"{experiment}: {what}",
+    )
+    md += [
+        f"Clean vs robust accuracy ({what}; the front ringed):",
+        "",
+        f"![Pareto scatter]({FIGURES['pareto']})",
+        "",
+    ]
     jac, ratio = {}, {}
     for a in arms:
         arrays = [np.load(npz[t.run_id], allow_pickle=False) for t in a.runs if t.run_id in npz]
@@ -176,24 +234,45 @@ def write_report(records: list[dict[str, Any]], arms: Sequence[Arm], arm_ranks: 
             if all("jacobian_per_margin" in z for z in arrays):
                 ratio[a.name] = np.concatenate([z["jacobian_per_margin"] for z in arrays])
     if jac:
-        _hist_figure(jac, out / FIGURES["jacobian"], "‖J_f(x)‖₂ per evaluation image "
-                     "(logits w.r.t. [0, 1] pixels)", "Local Lipschitz constants by arm", False)
-        md += ["The per-image ‖J_f(x)‖₂ of every arm (pooled over seeds), from each run's "
-               f"`{NPZ_PATH}`:", "", f"![J_f by arm]({FIGURES['jacobian']})", ""]
+        _hist_figure(
+            jac,
+            out / FIGURES["jacobian"],
+            "‖J_f(x)‖₂ per evaluation image (logits w.r.t. [0, 1] pixels)",
+            "Local Lipschitz constants by arm",
+            False,
+        )
+        md += [
+            "The per-image ‖J_f(x)‖₂ of every arm (pooled over seeds), from each run's "
+            f"`{NPZ_PATH}`:",
+            "",
+            f"![J_f by arm]({FIGURES['jacobian']})",
+            "",
+        ]
     else:
         md += [f"No run logged `{NPZ_PATH}`: no ‖J_f‖ distributions.", ""]
     if ratio:
-        _hist_figure(ratio, out / FIGURES["per_margin"], "‖J_f(x)‖₂ / logit margin "
-                     "(top logit - runner-up), per image", "Lipschitz constant at the logits' "
-                     "own scale", True)
-        md += ["The same divided by each image's logit margin (top logit minus the runner-up; "
-               "log scale). Shrinking the logits lowers ‖J_f‖ but not this ratio, so an arm "
-               "that is lower here is smoother, not just smaller; 1/ratio is, to first order "
-               "and up to √2, the L2 distance to a change of prediction:", "",
-               f"![J_f per margin by arm]({FIGURES['per_margin']})", ""]
+        _hist_figure(
+            ratio,
+            out / FIGURES["per_margin"],
+            "‖J_f(x)‖₂ / logit margin (top logit - runner-up), per image",
+            "Lipschitz constant at the logits' own scale",
+            True,
+        )
+        md += [
+            "The same divided by each image's logit margin (top logit minus the runner-up; "
+            "log scale). Shrinking the logits lowers ‖J_f‖ but not this ratio, so an arm "
+            "that is lower here is smoother, not just smaller; 1/ratio is, to first order "
+            "and up to √2, the L2 distance to a change of prediction:",
+            "",
+            f"![J_f per margin by arm]({FIGURES['per_margin']})",
+            "",
+        ]
     else:
-        md += ["No run logged per-image logit margins (`jacobian_per_margin` in "
-               f"`{NPZ_PATH}`, lipsweep >= this version): no normalised figure.", ""]
+        md += [
+            "No run logged per-image logit margins (`jacobian_per_margin` in "
+            f"`{NPZ_PATH}`, lipsweep >= this version): no normalised figure.",
+            "",
+        ]
     path = out / REPORT_NAME
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("\n".join(md))
@@ -202,7 +281,7 @@ def write_report(records: list[dict[str, Any]], arms: Sequence[Arm], arm_ranks: 
 
 
 def _check_out(out: Path) -> None:
-    from lipsweep.config_base import UsageError
+    from lipsweep.core.config_base import UsageError
 
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a folder; choose another --out")
@@ -234,16 +313,27 @@ def run_report_command(args: argparse.Namespace) -> int:
         rk = rank_runs_or_arms(sweep.records, result, per_run=False)
         with tempfile.TemporaryDirectory() as tmp:
             npz = _download_npz(tracker, [r["run_id"] for r in sweep.records], Path(tmp))
-            path = write_report(sweep.records, rk.arms, rk.arm_ranks, rk.ranks,
-                                result.objectives, rk.by_arms, npz, out, args.experiment,
-                                redact_uri(args.tracking_uri))
+            path = write_report(
+                sweep.records,
+                rk.arms,
+                rk.arm_ranks,
+                rk.ranks,
+                result.objectives,
+                rk.by_arms,
+                npz,
+                out,
+                args.experiment,
+                redact_uri(args.tracking_uri),
+            )
         logged = ""
         if sweep.parent_id is not None:
             tracker.log_artifacts(sweep.parent_id, out, "report")
             logged = f"; logged under report/ of parent run {sweep.parent_id}"
         figs = sorted(p.name for p in out.glob("*.png"))
-        sys.stdout.write(f"wrote {path} ({len(rk.arms)} arms, {len(sweep.records)} runs; "
-                         f"figures: {', '.join(figs)}){logged}\n")
+        sys.stdout.write(
+            f"wrote {path} ({len(rk.arms)} arms, {len(sweep.records)} runs; "
+            f"figures: {', '.join(figs)}){logged}\n"
+        )
         return 0
 
     return run(args)

@@ -1,9 +1,10 @@
-"""What each trial measures about its own smoothness (SPEC §2.1, 2.4, 2.5; paper Fig. 3, 4, 6).
+"""What each trial measures about its own smoothness (docs/science.md §1.1, 1.4, 1.5; paper Fig. 3,
+4, 6).
 
 Public API:
 
-- :func:`jacobian_spectral_norm` (SPEC §3) and :func:`jacobian_norm_result`: ||J_f(x)||_2 of
-  the logits w.r.t. the pixels, one value per sample, by the exact, Lanczos or power route.
+- :func:`jacobian_spectral_norm` (docs/contract.md) and :func:`jacobian_norm_result`: ||J_f(x)||_2
+  of the logits w.r.t. the pixels, one value per sample, by the exact, Lanczos or power route.
 - :func:`token_jacobian_spectral_norm` and :func:`token_jacobian_norm_result`: ||d f / d T||_2
   of the logits w.r.t. the token embeddings entering the first block (paper Fig. 4).
 - :func:`softmax_jacobian_norm`, :func:`g1`, :func:`softmax_jacobian_stats`: exact norm of the
@@ -16,6 +17,7 @@ Public API:
 - The estimator registry: :func:`create_estimator`, :func:`list_estimators`,
   :func:`is_estimator`, :func:`register_estimator`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,15 +29,39 @@ from lipsweep.lipschitz.config import LipschitzConfig
 # --dry-run`) validates without importing torch. The first one loads every module below, the
 # built-in estimators' registration included.
 _MODULES = {
-    "_registry": ("Estimator", "create_estimator", "is_estimator", "list_estimators",
-                  "register_estimator"),
-    "head_bounds": ("BOUNDS", "HeadLinearization", "HeadWeights", "head_bounds_at",
-                    "head_exact_norm", "head_forward", "head_probs", "head_weights",
-                    "measure_head_bounds"),
-    "jacobian": ("EXACT_MAX_CLASSES", "ROUTES", "JacobianNormResult", "jacobian_norm_result",
-                 "jacobian_spectral_norm", "resolve_route"),
-    "softmax_jacobian": ("g1", "softmax_jacobian_matrix", "softmax_jacobian_norm",
-                         "softmax_jacobian_stats", "softmax_ratio"),
+    "_registry": (
+        "Estimator",
+        "create_estimator",
+        "is_estimator",
+        "list_estimators",
+        "register_estimator",
+    ),
+    "head_bounds": (
+        "BOUNDS",
+        "HeadLinearization",
+        "HeadWeights",
+        "head_bounds_at",
+        "head_exact_norm",
+        "head_forward",
+        "head_probs",
+        "head_weights",
+        "measure_head_bounds",
+    ),
+    "jacobian": (
+        "EXACT_MAX_CLASSES",
+        "ROUTES",
+        "JacobianNormResult",
+        "jacobian_norm_result",
+        "jacobian_spectral_norm",
+        "resolve_route",
+    ),
+    "softmax_jacobian": (
+        "g1",
+        "softmax_jacobian_matrix",
+        "softmax_jacobian_norm",
+        "softmax_jacobian_stats",
+        "softmax_ratio",
+    ),
     "token_jacobian": ("token_jacobian_norm_result", "token_jacobian_spectral_norm"),
     "estimators": (),  # registers the built-in estimators
     "summary": ("lipschitz_summary",),
@@ -57,11 +83,33 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "BOUNDS", "EXACT_MAX_CLASSES", "Estimator", "HeadLinearization", "HeadWeights",
-    "JacobianNormResult", "LipschitzConfig", "ROUTES", "create_estimator", "g1",
-    "head_bounds_at", "head_exact_norm", "head_forward", "head_probs", "head_weights",
-    "is_estimator", "jacobian_norm_result", "jacobian_spectral_norm", "lipschitz_summary",
-    "list_estimators", "measure_head_bounds", "register_estimator", "resolve_route",
-    "softmax_jacobian_matrix", "softmax_jacobian_norm", "softmax_jacobian_stats",
-    "softmax_ratio", "token_jacobian_norm_result", "token_jacobian_spectral_norm",
+    "BOUNDS",
+    "EXACT_MAX_CLASSES",
+    "Estimator",
+    "HeadLinearization",
+    "HeadWeights",
+    "JacobianNormResult",
+    "LipschitzConfig",
+    "ROUTES",
+    "create_estimator",
+    "g1",
+    "head_bounds_at",
+    "head_exact_norm",
+    "head_forward",
+    "head_probs",
+    "head_weights",
+    "is_estimator",
+    "jacobian_norm_result",
+    "jacobian_spectral_norm",
+    "lipschitz_summary",
+    "list_estimators",
+    "measure_head_bounds",
+    "register_estimator",
+    "resolve_route",
+    "softmax_jacobian_matrix",
+    "softmax_jacobian_norm",
+    "softmax_jacobian_stats",
+    "softmax_ratio",
+    "token_jacobian_norm_result",
+    "token_jacobian_spectral_norm",
 ]

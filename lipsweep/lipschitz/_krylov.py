@@ -13,6 +13,7 @@ the other rows in the batch (up to floating-point rounding in ``op``).
 - Power iteration: v <- op(v) / ||op(v)||, Rayleigh quotient theta = v^T op(v); the row stops
   when |theta_t - theta_{t-1}| <= tol * theta_t.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,8 +59,7 @@ def _check_due(j: int) -> bool:
     return j < 16 or j % 4 == 3
 
 
-def lanczos_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int,
-                           tol: float) -> KrylovResult:
+def lanczos_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int, tol: float) -> KrylovResult:
     """lambda_max of each row's operator by Lanczos; ``iters`` caps the operator applications."""
     _check(iters, tol)
     m, n = v0.shape
@@ -76,7 +76,7 @@ def lanczos_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int,
         w = op(q)
         alpha = (w * q).sum(1)
         w = w - alpha[:, None] * q - beta_prev[:, None] * q_prev
-        w = w - (w * q).sum(1, keepdim=True) * q                  # local re-orthogonalisation
+        w = w - (w * q).sum(1, keepdim=True) * q  # local re-orthogonalisation
         beta = w.norm(dim=1)
         alphas.append(alpha.double())
         betas.append(beta.double())
@@ -97,11 +97,12 @@ def lanczos_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int,
     return KrylovResult(value.to(v0.dtype), used, done)
 
 
-def _top_ritz(alphas: list[torch.Tensor], betas: list[torch.Tensor]
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+def _top_ritz(
+    alphas: list[torch.Tensor], betas: list[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Top eigenvalue of T_j (m, j, j) and its residual estimate beta_j |s_j|."""
-    a = torch.stack(alphas, 1)                                    # (m, j)
-    b = torch.stack(betas, 1)                                     # (m, j)
+    a = torch.stack(alphas, 1)  # (m, j)
+    b = torch.stack(betas, 1)  # (m, j)
     t = torch.diag_embed(a)
     if a.shape[1] > 1:
         off = torch.diag_embed(b[:, :-1], offset=1)
@@ -112,8 +113,7 @@ def _top_ritz(alphas: list[torch.Tensor], betas: list[torch.Tensor]
     return theta, resid
 
 
-def power_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int,
-                         tol: float) -> KrylovResult:
+def power_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int, tol: float) -> KrylovResult:
     """lambda_max of each row's PSD operator by power iteration (Rayleigh quotient)."""
     _check(iters, tol)
     m, _ = v0.shape

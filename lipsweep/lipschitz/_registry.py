@@ -5,6 +5,7 @@ named per-sample arrays (leading dimension B), so results concatenate over batch
 depend on how the evaluation set is split (the registry-parametrized tests check this).
 Registering an estimator is what gets it into those tests.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Protocol
@@ -12,7 +13,7 @@ from typing import Callable, Protocol
 import torch
 from torch import nn
 
-from lipsweep.registry import Registry
+from lipsweep.core.registry import Registry
 
 
 class Estimator(Protocol):
@@ -27,8 +28,7 @@ class Estimator(Protocol):
 _ESTIMATORS: Registry[Callable[..., Estimator]] = Registry("estimator")
 
 
-def register_estimator(name: str) -> Callable[[Callable[..., Estimator]],
-                                              Callable[..., Estimator]]:
+def register_estimator(name: str) -> Callable[[Callable[..., Estimator]], Callable[..., Estimator]]:
     """Decorator: register a class or factory returning an :class:`Estimator` under ``name``."""
 
     def deco(factory: Callable[..., Estimator]) -> Callable[..., Estimator]:

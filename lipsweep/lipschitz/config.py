@@ -1,22 +1,25 @@
-"""Settings of the trial-level Lipschitz summary (SPEC §2.1, 2.4, 2.5).
+"""Settings of the trial-level Lipschitz summary (docs/science.md §1.1, 1.4, 1.5).
 
 Every field starts with ``lip_`` so the flat trial config stays unambiguous. "images" counts
 are the first that-many images of the evaluation set; 0 means all of them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lipsweep.config_base import ConfigError, check_choice, check_int, check_max, show
+from lipsweep.core.config_base import ConfigError, check_choice, check_int, check_max, show
 
 _ROUTES = ("auto", "exact", "lanczos", "power")
 _HEAD_ROUTES = ("auto", "lanczos", "full")
 _SOFTMAX_METHODS = ("secular", "eigvalsh")
 
 
-_MAX = {"lip_iters": (10_000, "Lanczos converges in far fewer steps"),
-        "lip_head_iters": (100_000, "Lanczos converges in far fewer steps"),
-        "lip_batch_size": (65_536, "a batch is held in memory at once")}
+_MAX = {
+    "lip_iters": (10_000, "Lanczos converges in far fewer steps"),
+    "lip_head_iters": (100_000, "Lanczos converges in far fewer steps"),
+    "lip_batch_size": (65_536, "a batch is held in memory at once"),
+}
 _MAX_IMAGES = (1_000_000, "more than any evaluation set (CIFAR test: 10,000)")
 
 

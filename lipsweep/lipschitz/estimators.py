@@ -1,6 +1,7 @@
 """The registered estimators: whole-network Jacobian norm (three routes) with respect to the
 pixels and to the token embeddings, softmax Jacobian norms and bounds per attention row, and
 per-head Lipschitz bounds against the exact norm."""
+
 from __future__ import annotations
 
 import torch
@@ -14,7 +15,7 @@ from lipsweep.lipschitz.token_jacobian import token_jacobian_norm_result
 
 
 class JacobianNorm:
-    """||J_f(x)||_2 per sample by a fixed route (SPEC §2.5): ``jacobian_norm`` (B,),
+    """||J_f(x)||_2 per sample by a fixed route (docs/science.md §1.5): ``jacobian_norm`` (B,),
     ``jacobian_iterations`` (B,) and ``jacobian_converged`` (B,)."""
 
     name = "jacobian"
@@ -25,8 +26,11 @@ class JacobianNorm:
 
     def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
         res = jacobian_norm_result(model, x, self.iters, route=self.route, tol=self.tol)
-        return {"jacobian_norm": res.values, "jacobian_iterations": res.iterations,
-                "jacobian_converged": res.converged}
+        return {
+            "jacobian_norm": res.values,
+            "jacobian_iterations": res.iterations,
+            "jacobian_converged": res.converged,
+        }
 
 
 @register_estimator("jacobian_exact")
@@ -58,8 +62,11 @@ class TokenJacobianNorm:
 
     def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
         res = token_jacobian_norm_result(model, x, self.iters, route=self.route, tol=self.tol)
-        return {"token_jacobian_norm": res.values, "token_jacobian_iterations": res.iterations,
-                "token_jacobian_converged": res.converged}
+        return {
+            "token_jacobian_norm": res.values,
+            "token_jacobian_iterations": res.iterations,
+            "token_jacobian_converged": res.converged,
+        }
 
 
 @register_estimator("softmax_jacobian")

@@ -5,6 +5,7 @@ g_1 / ||M|| histogram (Fig. 3) and the per-head bound heatmaps in log10 (Fig. 6)
 matplotlib is imported inside each function and only its object-oriented ``Figure`` is used,
 so no pyplot backend or global state is touched.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,9 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-HEAD_PANELS = (("head_exact", "Exact"), ("head_thm1", "Thm 1 as stated (Hu et al.; not a bound)"),
-               ("head_thm2", "Thm 2 (Castin et al.)"), ("head_thm3", "Thm 3"),
-               ("head_thm3_g1", "Thm 3 with g_1"))
+HEAD_PANELS = (
+    ("head_exact", "Exact"),
+    ("head_thm1", "Thm 1 as stated (Hu et al.; not a bound)"),
+    ("head_thm2", "Thm 2 (Castin et al.)"),
+    ("head_thm3", "Thm 3"),
+    ("head_thm3_g1", "Thm 3 with g_1"),
+)
 """(array name, panel title) of the head-bound heatmaps, in the paper's order."""
 
 
@@ -38,10 +43,14 @@ def plot_jacobian_histogram(values: np.ndarray, path: Path, wrt: str = "pixels")
     ax = fig.add_subplot()
     ax.hist(values, bins=min(50, max(10, values.size // 10)), color="tab:blue", alpha=0.8)
     ax.axvline(np.mean(values), color="k", ls="--", lw=1, label=f"mean {np.mean(values):.3g}")
-    ax.axvline(np.median(values), color="tab:red", ls=":", lw=1.2,
-               label=f"median {np.median(values):.3g}")
-    ax.set_xlabel(r"$\|J_f(x)\|_2$ (logits w.r.t. pixels)" if wrt == "pixels" else
-                  r"$\|\partial f / \partial T\|_2$ (logits w.r.t. token embeddings; Fig. 4)")
+    ax.axvline(
+        np.median(values), color="tab:red", ls=":", lw=1.2, label=f"median {np.median(values):.3g}"
+    )
+    ax.set_xlabel(
+        r"$\|J_f(x)\|_2$ (logits w.r.t. pixels)"
+        if wrt == "pixels"
+        else r"$\|\partial f / \partial T\|_2$ (logits w.r.t. token embeddings; Fig. 4)"
+    )
     ax.set_ylabel("images")
     ax.set_title(f"Local Lipschitz constant, {values.size} images")
     ax.legend(fontsize=8)
@@ -77,8 +86,15 @@ def plot_head_bounds(arrays: dict[str, np.ndarray], path: Path) -> Path:
         layers, heads = means[key].shape
         for li in range(layers):
             for hi in range(heads):
-                ax.text(hi, li, f"{means[key][li, hi]:.2f}", ha="center", va="center",
-                        fontsize=7, color="w")
+                ax.text(
+                    hi,
+                    li,
+                    f"{means[key][li, hi]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="w",
+                )
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
@@ -86,6 +102,9 @@ def plot_head_bounds(arrays: dict[str, np.ndarray], path: Path) -> Path:
         ax.set_yticks(range(layers))
         fig.colorbar(img, ax=ax, shrink=0.85)
     n_img = np.asarray(arrays[panels[0][0]]).shape[0]
-    fig.suptitle(f"log10 local Lipschitz constant of each attention head (mean over {n_img} "
-                 f"images; one colour scale per panel)", fontsize=10)
+    fig.suptitle(
+        f"log10 local Lipschitz constant of each attention head (mean over {n_img} "
+        f"images; one colour scale per panel)",
+        fontsize=10,
+    )
     return _save(fig, path)

@@ -1,5 +1,5 @@
 """Local Lipschitz bounds of one attention head against its exact Jacobian norm (paper Thm 1-3,
-Fig. 6; SPEC §2.4).
+Fig. 6; docs/science.md §1.4).
 
 A head of layer l is the map Attn(X) = softmax(X A X^T) X W_V from the LayerNorm output X
 (N x D) to N x d (paper eq. 2), with A = W_Q W_K^T / sqrt(d) and W_Q, W_K, W_V (D x d) the
@@ -24,6 +24,7 @@ With q/k/v biases (the paper removes them), the bounds use the paper's Remark 2:
 and W -> [W; b]; the Jacobian w.r.t. X is a block of the one w.r.t. [X 1], so they stay bounds.
 All quantities are computed in float64.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,10 +34,10 @@ from typing import Optional
 import torch
 from torch import nn
 
-from lipsweep.attention import attention_probs
 from lipsweep.lipschitz._krylov import lanczos_top_eigenvalue, start_vector
 from lipsweep.lipschitz.softmax_jacobian import g1, softmax_jacobian_norm
-from lipsweep.models import attention_modules
+from lipsweep.trial.attention import attention_probs
+from lipsweep.trial.models import attention_modules
 
 BOUNDS = ("thm1", "thm2", "thm3", "thm3_g1")
 """Names of the bounds, in the paper's order (Fig. 6 columns after 'exact')."""
@@ -77,13 +78,16 @@ def head_weights(attn: nn.Module, dtype: torch.dtype = torch.float64) -> HeadWei
     """Slice timm's fused ``qkv`` into per-head W_Q, W_K, W_V (D x d each) and biases."""
     for name in ("q_norm", "k_norm"):
         if not isinstance(getattr(attn, name, None), nn.Identity):
-            raise ValueError(f"head bounds need plain dot-product attention; this block has "
-                             f"a non-identity {name} (qk_norm=True is not covered by Thm 1-3)")
+            raise ValueError(
+                f"head bounds need plain dot-product attention; this block has "
+                f"a non-identity {name} (qk_norm=True is not covered by Thm 1-3)"
+            )
     h, d = attn.num_heads, attn.head_dim
-    w = attn.qkv.weight.detach().to(dtype)                          # (3 H d, D)
+    w = attn.qkv.weight.detach().to(dtype)  # (3 H d, D)
     dim = w.shape[1]
-    wq, wk, wv = (w[i * h * d:(i + 1) * h * d].reshape(h, d, dim).transpose(1, 2)
-                  for i in range(3))                                 # (H, D, d) each
+    wq, wk, wv = (
+        w[i * h * d : (i + 1) * h * d].reshape(h, d, dim).transpose(1, 2) for i in range(3)
+    )  # (H, D, d) each
     b = attn.qkv.bias
     if b is None:
         bq = bk = bv = None
@@ -114,21 +118,24 @@ def head_forward(x: torch.Tensor, w: HeadWeights) -> torch.Tensor:
     return head_probs(x, w) @ _proj(_per_head(x, w.num_heads), w.wv, w.bv)
 
 
-def _augmented(x: torch.Tensor, w: HeadWeights
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _augmented(
+    x: torch.Tensor, w: HeadWeights
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(X, W_Q, W_K, W_V), with Remark 2's [X 1], [W; b] when the block has biases."""
     if w.bq is None:
         return x, w.wq, w.wk, w.wv
     x = torch.cat([x, x.new_ones(*x.shape[:-1], 1)], -1)
-    return x, *(torch.cat([m, b[:, None, :]], 1) for m, b in
-                ((w.wq, w.bq), (w.wk, w.bk), (w.wv, w.bv)))
+    return x, *(
+        torch.cat([m, b[:, None, :]], 1) for m, b in ((w.wq, w.bq), (w.wk, w.bk), (w.wv, w.bv))
+    )
 
 
 def linalg_device(device: torch.device, placement: str = "auto") -> torch.device:
     """The device of the small decompositions for inputs on ``device`` (LINALG_DEVICES)."""
     if placement not in LINALG_DEVICES:
-        raise ValueError(f"linalg_placement must be one of {list(LINALG_DEVICES)}, got "
-                         f"{placement!r}")
+        raise ValueError(
+            f"linalg_placement must be one of {list(LINALG_DEVICES)}, got {placement!r}"
+        )
     if placement == "cpu" or (placement == "auto" and device.type == "cuda"):
         return torch.device("cpu")
     return device
@@ -139,9 +146,13 @@ def _spec_norm(m: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return torch.linalg.matrix_norm(m.to(dev), 2).to(m.device)
 
 
-def head_bounds_at(x: torch.Tensor, w: HeadWeights, radius: float = 0.0,
-                   softmax_method: str = "secular",
-                   linalg_placement: str = "auto") -> dict[str, torch.Tensor]:
+def head_bounds_at(
+    x: torch.Tensor,
+    w: HeadWeights,
+    radius: float = 0.0,
+    softmax_method: str = "secular",
+    linalg_placement: str = "auto",
+) -> dict[str, torch.Tensor]:
     """Thm 1, 2, 3 and 3-with-g_1 for every image and head at inputs ``x`` (B, N, D).
 
     ``radius`` is Thm 1's R (0: at X). ``linalg_placement`` picks where the SVDs (and the
@@ -151,21 +162,21 @@ def head_bounds_at(x: torch.Tensor, w: HeadWeights, radius: float = 0.0,
     x = x.double()
     n = x.shape[1]
     dev = linalg_device(x.device, linalg_placement)
-    p = head_probs(x, w)                                             # (B, H, N, N)
+    p = head_probs(x, w)  # (B, H, N, N)
     xa, wq, wk, wv = _augmented(x, w)
-    nq, nk, nv = (_spec_norm(m, dev) for m in (wq, wk, wv))           # (H,)
+    nq, nk, nv = (_spec_norm(m, dev) for m in (wq, wk, wv))  # (H,)
     a_norm = _spec_norm(wq @ wk.transpose(1, 2) * w.scale, dev)
-    x_fro = torch.linalg.matrix_norm(xa, "fro")[:, None]              # (B, 1)
+    x_fro = torch.linalg.matrix_norm(xa, "fro")[:, None]  # (B, 1)
     x_spec = _spec_norm(xa, dev)[:, None]
-    r_tok = xa.norm(dim=-1).amax(-1)[:, None]                         # max_i ||X_i||
-    p_spec = _spec_norm(p, dev)                                       # (B, H)
+    r_tok = xa.norm(dim=-1).amax(-1)[:, None]  # max_i ||X_i||
+    p_spec = _spec_norm(p, dev)  # (B, H)
     p_m = p.to(dev) if softmax_method == "eigvalsh" else p
     m_max = softmax_jacobian_norm(p_m, softmax_method).amax(-1).to(x.device)  # max ||M(P_i)||
     g_max = g1(p).amax(-1)
     thm1 = n * (n + 1) * (x_fro + radius) ** 2 * (nv * nq * nk + nv)
-    thm2 = math.sqrt(3) * nv * (a_norm ** 2 * r_tok ** 4 * (4 * n + 1) + n).sqrt()
-    thm3 = nv * (p_spec + 2 * x_spec ** 2 * a_norm * m_max)
-    thm3_g1 = nv * (p_spec + 2 * x_spec ** 2 * a_norm * g_max)
+    thm2 = math.sqrt(3) * nv * (a_norm**2 * r_tok**4 * (4 * n + 1) + n).sqrt()
+    thm3 = nv * (p_spec + 2 * x_spec**2 * a_norm * m_max)
+    thm3_g1 = nv * (p_spec + 2 * x_spec**2 * a_norm * g_max)
     return {"thm1": thm1, "thm2": thm2, "thm3": thm3, "thm3_g1": thm3_g1}
 
 
@@ -174,8 +185,13 @@ def _full_norm(x: torch.Tensor, w: HeadWeights) -> torch.Tensor:
     b, n, dim = x.shape
     out = torch.empty(b, w.num_heads, dtype=x.dtype)
     for h in range(w.num_heads):
-        wh = HeadWeights(*(t[h:h + 1] if t is not None else None
-                           for t in (w.wq, w.wk, w.wv, w.bq, w.bk, w.bv)), w.scale)
+        wh = HeadWeights(
+            *(
+                t[h : h + 1] if t is not None else None
+                for t in (w.wq, w.wk, w.wv, w.bq, w.bk, w.bv)
+            ),
+            w.scale,
+        )
         for i in range(b):
             jac = torch.func.jacrev(lambda z: head_forward(z[None], wh)[0, 0])(x[i])
             out[i, h] = torch.linalg.matrix_norm(jac.reshape(-1, n * dim).cpu(), 2)
@@ -199,9 +215,10 @@ class HeadLinearization:
 
     def __init__(self, x: torch.Tensor, w: HeadWeights) -> None:
         self.w = w
-        xh = x.unsqueeze(1)                                          # (B, 1, N, D)
-        self.q, self.k, self.v = (_proj(xh, m, b) for m, b in
-                                  ((w.wq, w.bq), (w.wk, w.bk), (w.wv, w.bv)))  # (B, H, N, d)
+        xh = x.unsqueeze(1)  # (B, 1, N, D)
+        self.q, self.k, self.v = (
+            _proj(xh, m, b) for m, b in ((w.wq, w.bq), (w.wk, w.bk), (w.wv, w.bv))
+        )  # (B, H, N, d)
         self.p = ((self.q * w.scale) @ self.k.transpose(-2, -1)).softmax(-1)  # (B, H, N, N)
 
     def _softmax_t(self, ds: torch.Tensor) -> torch.Tensor:
@@ -220,8 +237,7 @@ class HeadLinearization:
         dv = self.p.transpose(-2, -1) @ g
         ds = self._softmax_t(g @ self.v.transpose(-2, -1)) * w.scale
         dq, dk = ds @ self.k, ds.transpose(-2, -1) @ self.q
-        return (dq @ w.wq.transpose(1, 2) + dk @ w.wk.transpose(1, 2)
-                + dv @ w.wv.transpose(1, 2))
+        return dq @ w.wq.transpose(1, 2) + dk @ w.wk.transpose(1, 2) + dv @ w.wv.transpose(1, 2)
 
 
 def _lanczos_norm(x: torch.Tensor, w: HeadWeights, iters: int, tol: float) -> torch.Tensor:
@@ -238,8 +254,9 @@ def _lanczos_norm(x: torch.Tensor, w: HeadWeights, iters: int, tol: float) -> to
     return res.value.clamp_min(0).sqrt().reshape(b, heads)
 
 
-def head_exact_norm(x: torch.Tensor, w: HeadWeights, route: str = "auto", iters: int = 300,
-                    tol: float = 1e-8) -> torch.Tensor:
+def head_exact_norm(
+    x: torch.Tensor, w: HeadWeights, route: str = "auto", iters: int = 300, tol: float = 1e-8
+) -> torch.Tensor:
     """||J_Attn(X)||_2 of every head at every input ``x`` (B, N, D) -> (B, H), float64."""
     if route not in HEAD_ROUTES:
         raise ValueError(f"route must be one of {list(HEAD_ROUTES)}, got {route!r}")
@@ -275,16 +292,23 @@ class AttentionInputs:
 
 
 @torch.no_grad()
-def _inputs_and_weights(model: nn.Module, x: torch.Tensor
-                        ) -> tuple[list[torch.Tensor], list[HeadWeights]]:
+def _inputs_and_weights(
+    model: nn.Module, x: torch.Tensor
+) -> tuple[list[torch.Tensor], list[HeadWeights]]:
     with AttentionInputs(model) as rec:
         model(x)
     return rec.inputs, [head_weights(a) for a in rec.blocks]
 
 
-def measure_head_bounds(model: nn.Module, x: torch.Tensor, route: str = "auto", iters: int = 300,
-                tol: float = 1e-8, softmax_method: str = "secular",
-                linalg_placement: str = "auto") -> dict[str, torch.Tensor]:
+def measure_head_bounds(
+    model: nn.Module,
+    x: torch.Tensor,
+    route: str = "auto",
+    iters: int = 300,
+    tol: float = 1e-8,
+    softmax_method: str = "secular",
+    linalg_placement: str = "auto",
+) -> dict[str, torch.Tensor]:
     """Exact head norms and Thm 1-3 bounds for every image, layer and head of ``model``.
 
     ``linalg_placement``: where the bounds' small SVDs run (LINALG_DEVICES; the GPU suite
@@ -299,9 +323,11 @@ def measure_head_bounds(model: nn.Module, x: torch.Tensor, route: str = "auto", 
         inputs, weights = _inputs_and_weights(model, x)
     per_layer = []
     for xl, wl in zip(inputs, weights):
-        row = {f"head_{k}": v for k, v in head_bounds_at(xl, wl, 0.0, softmax_method,
-                                                         linalg_placement).items()}
-        with torch.enable_grad():                                    # jacrev for 'full'
+        row = {
+            f"head_{k}": v
+            for k, v in head_bounds_at(xl, wl, 0.0, softmax_method, linalg_placement).items()
+        }
+        with torch.enable_grad():  # jacrev for 'full'
             row["head_exact"] = head_exact_norm(xl, wl, route, iters, tol).to(xl.device)
         per_layer.append(row)
     return {k: torch.stack([r[k] for r in per_layer], 1) for k in per_layer[0]}

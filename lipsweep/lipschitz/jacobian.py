@@ -1,4 +1,5 @@
-"""Whole-network local Lipschitz constant ||J_f(x)||_2 of every sample (SPEC §2.5, paper Fig. 4).
+"""Whole-network local Lipschitz constant ||J_f(x)||_2 of every sample (docs/science.md §1.5, paper
+Fig. 4).
 
 For a classifier f: [0, 1]^n -> R^C and each image x_b of a batch, J_b = d f(x_b) / d x_b is
 C x n. The samples are independent (eval mode), so one forward of the batch gives every J_b at
@@ -19,8 +20,8 @@ forward+backward passes, one Lanczos step about 1.3, and Lanczos takes about 8 s
 default tolerance, so the routes cross near C = 40-50).
 
 timm's fused attention kernel has no forward-mode derivative, so the iterative routes switch it
-off (:func:`lipsweep.attention.set_fused_attention`) around their JVPs and restore it after; the
-exact route keeps it (first-order VJPs only). The model is put in eval mode for the measurement
+off (:func:`lipsweep.trial.attention.set_fused_attention`) around their JVPs and restore it after;
+the exact route keeps it (first-order VJPs only). The model is put in eval mode for the measurement
 and every submodule's mode is restored after.
 
 Example::
@@ -30,6 +31,7 @@ Example::
     >>> res.route, res.values.shape
     ('lanczos', torch.Size([64]))
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,9 +41,13 @@ from typing import Iterator, Optional
 import torch
 from torch import nn
 
-from lipsweep.attention import restore_fused_attention, set_fused_attention
-from lipsweep.lipschitz._krylov import (KrylovResult, lanczos_top_eigenvalue,
-                                        power_top_eigenvalue, start_vector)
+from lipsweep.lipschitz._krylov import (
+    KrylovResult,
+    lanczos_top_eigenvalue,
+    power_top_eigenvalue,
+    start_vector,
+)
+from lipsweep.trial.attention import restore_fused_attention, set_fused_attention
 
 ROUTES = ("auto", "exact", "lanczos", "power")
 """Accepted values of ``route``."""
@@ -118,26 +124,31 @@ def _exact(xg: torch.Tensor, out: torch.Tensor) -> JacobianNormResult:
     b, c = out.shape
     rows = []
     for k in range(c):
-        g, = torch.autograd.grad(out[:, k].sum(), xg, retain_graph=k < c - 1)
-        rows.append(g.reshape(b, -1))                             # row k of every J_b
-    jac = torch.stack(rows, 1).double()                           # (B, C, n)
-    gram = jac @ jac.transpose(1, 2)                              # (B, C, C)
+        (g,) = torch.autograd.grad(out[:, k].sum(), xg, retain_graph=k < c - 1)
+        rows.append(g.reshape(b, -1))  # row k of every J_b
+    jac = torch.stack(rows, 1).double()  # (B, C, n)
+    gram = jac @ jac.transpose(1, 2)  # (B, C, C)
     top = torch.linalg.eigvalsh(gram)[:, -1].clamp_min(0)
-    return JacobianNormResult(top.sqrt().to(xg.dtype), "exact",
-                              torch.full((b,), c, dtype=torch.int64), torch.ones(b, dtype=bool))
+    return JacobianNormResult(
+        top.sqrt().to(xg.dtype),
+        "exact",
+        torch.full((b,), c, dtype=torch.int64),
+        torch.ones(b, dtype=bool),
+    )
 
 
-def _iterative(model: nn.Module, xg: torch.Tensor, out: torch.Tensor, iters: int, tol: float,
-               route: str) -> JacobianNormResult:
+def _iterative(
+    model: nn.Module, xg: torch.Tensor, out: torch.Tensor, iters: int, tol: float, route: str
+) -> JacobianNormResult:
     """Lanczos / power on u -> J J^T u in logit space: one VJP (retained graph) + one JVP."""
     b, c = out.shape
     xd = xg.detach()
 
     def op(u: torch.Tensor) -> torch.Tensor:
-        vt, = torch.autograd.grad(out, xg, u.to(out.dtype), retain_graph=True)   # J^T u
-        flags = set_fused_attention(model, False)     # the fused kernel has no forward AD
+        (vt,) = torch.autograd.grad(out, xg, u.to(out.dtype), retain_graph=True)  # J^T u
+        flags = set_fused_attention(model, False)  # the fused kernel has no forward AD
         try:
-            _, ju = torch.func.jvp(model, (xd,), (vt,))                        # J J^T u
+            _, ju = torch.func.jvp(model, (xd,), (vt,))  # J J^T u
         finally:
             restore_fused_attention(model, flags)
         return ju.detach()
@@ -145,14 +156,19 @@ def _iterative(model: nn.Module, xg: torch.Tensor, out: torch.Tensor, iters: int
     u0 = start_vector(b, c, out.dtype, out.device)
     solver = lanczos_top_eigenvalue if route == "lanczos" else power_top_eigenvalue
     res: KrylovResult = solver(op, u0, iters, tol)
-    return JacobianNormResult(res.value.clamp_min(0).sqrt(), route, res.iterations,
-                              res.converged)
+    return JacobianNormResult(res.value.clamp_min(0).sqrt(), route, res.iterations, res.converged)
 
 
-def jacobian_norm_result(model: nn.Module, x: torch.Tensor, iters: int, *,
-                         route: str = "auto", tol: float = DEFAULT_TOL,
-                         batch_size: Optional[int] = None) -> JacobianNormResult:
-    """||J_f(x_b)||_2 for every sample, with the route that ran (SPEC §2.5).
+def jacobian_norm_result(
+    model: nn.Module,
+    x: torch.Tensor,
+    iters: int,
+    *,
+    route: str = "auto",
+    tol: float = DEFAULT_TOL,
+    batch_size: Optional[int] = None,
+) -> JacobianNormResult:
+    """||J_f(x_b)||_2 for every sample, with the route that ran (docs/science.md §1.5).
 
     Args:
         model: maps a batch (B, ...) to logits (B, C); samples must be independent in eval mode.
@@ -165,29 +181,42 @@ def jacobian_norm_result(model: nn.Module, x: torch.Tensor, iters: int, *,
     _check_args(model, x, iters, tol)
     if route not in ROUTES:
         raise ValueError(f"route must be one of {list(ROUTES)}, got {route!r}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                   or batch_size < 1):
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
         raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
     step = batch_size or x.shape[0]
     parts = []
     with measurement_mode(model):
         for i in range(0, x.shape[0], step):
-            xg, out = _forward(model, x[i:i + step])
+            xg, out = _forward(model, x[i : i + step])
             route_b = resolve_route(route, out.shape[1])
-            parts.append(_exact(xg, out) if route_b == "exact"
-                         else _iterative(model, xg, out, iters, tol, route_b))
+            parts.append(
+                _exact(xg, out)
+                if route_b == "exact"
+                else _iterative(model, xg, out, iters, tol, route_b)
+            )
             del xg, out
-    return JacobianNormResult(torch.cat([p.values for p in parts]), parts[0].route,
-                              torch.cat([p.iterations for p in parts]).cpu(),
-                              torch.cat([p.converged for p in parts]).cpu())
+    return JacobianNormResult(
+        torch.cat([p.values for p in parts]),
+        parts[0].route,
+        torch.cat([p.iterations for p in parts]).cpu(),
+        torch.cat([p.converged for p in parts]).cpu(),
+    )
 
 
-def jacobian_spectral_norm(model: nn.Module, x: torch.Tensor, iters: int, *,
-                           route: str = "auto", tol: float = DEFAULT_TOL,
-                           batch_size: Optional[int] = None) -> torch.Tensor:
+def jacobian_spectral_norm(
+    model: nn.Module,
+    x: torch.Tensor,
+    iters: int,
+    *,
+    route: str = "auto",
+    tol: float = DEFAULT_TOL,
+    batch_size: Optional[int] = None,
+) -> torch.Tensor:
     """||J_f(x_b)||_2 of the logits w.r.t. the input, one value per sample: shape (B,).
 
-    SPEC §3 contract. See :func:`jacobian_norm_result` for the arguments and for the route used.
+    contract (docs/contract.md). See :func:`jacobian_norm_result` for the arguments and for the
+    route used.
     """
-    return jacobian_norm_result(model, x, iters, route=route, tol=tol,
-                                batch_size=batch_size).values
+    return jacobian_norm_result(model, x, iters, route=route, tol=tol, batch_size=batch_size).values

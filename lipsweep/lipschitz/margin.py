@@ -1,7 +1,7 @@
 """||J_f(x)||_2 normalised by the logit margin, so "lower Lipschitz" cannot mean "smaller logits".
 
-Scaling the logits by c > 0 scales ||J_f(x)||_2 (SPEC §2.5, paper Fig. 4) by c and leaves the
-prediction unchanged, so a regularizer could lower ||J_f|| by shrinking the logits alone. The
+Scaling the logits by c > 0 scales ||J_f(x)||_2 (docs/science.md §1.5, paper Fig. 4) by c and leaves
+the prediction unchanged, so a regularizer could lower ||J_f|| by shrinking the logits alone. The
 margin m(x) = f_(1)(x) - f_(2)(x) (top logit minus the runner-up) scales by the same c, so the
 ratio r(x) = ||J_f(x)||_2 / m(x) is scale-free. To first order, a perturbation must have an L2
 norm of at least m(x) / (sqrt(2) ||J_f(x)||_2) to change the prediction (the margin difference
@@ -12,6 +12,7 @@ up to sqrt(2).
     >>> jacobian_per_margin(torch.tensor([4.0]), logit_margin(logits))
     tensor([2.])
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,7 @@ def logit_margin(logits: torch.Tensor) -> torch.Tensor:
     """Top logit minus the second one, per row: (B, C) -> (B,), >= 0. Needs C >= 2."""
     if logits.dim() != 2 or logits.shape[1] < 2:
         raise ValueError(f"logits must be (B, C) with C >= 2, got {tuple(logits.shape)}")
-    top2 = logits.topk(2, dim=1).values                  # (B, 2)
+    top2 = logits.topk(2, dim=1).values  # (B, 2)
     return top2[:, 0] - top2[:, 1]
 
 
@@ -38,6 +39,8 @@ def jacobian_per_margin(norms: torch.Tensor, margins: torch.Tensor) -> torch.Ten
 
 def per_margin_metrics(ratio: np.ndarray) -> dict[str, float]:
     """``lip_jacobian_per_margin_{mean,median,p90}`` of the per-sample ratios."""
-    return {"lip_jacobian_per_margin_mean": float(np.mean(ratio)),
-            "lip_jacobian_per_margin_median": float(np.median(ratio)),
-            "lip_jacobian_per_margin_p90": float(np.percentile(ratio, 90))}
+    return {
+        "lip_jacobian_per_margin_mean": float(np.mean(ratio)),
+        "lip_jacobian_per_margin_median": float(np.median(ratio)),
+        "lip_jacobian_per_margin_p90": float(np.percentile(ratio, 90)),
+    }

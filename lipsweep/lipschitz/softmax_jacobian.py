@@ -1,5 +1,5 @@
 """The softmax Jacobian of every attention row, its exact norm and the bound g_1 (paper Thm 4,
-Cor. 1, Fig. 3; SPEC §2.1).
+Cor. 1, Fig. 3; docs/science.md §1.1).
 
 For a probability row p (N entries), M(p) = diag(p) - p p^T is symmetric PSD and
 ||M(p)||_2 <= g_1(p) = p_(1) (1 - p_(1) + p_(2)) <= 1/2. Fig. 3 of the paper is the histogram
@@ -19,6 +19,7 @@ Two exact routes for ||M(p)||_2 = lambda_max(M(p)):
 Peaked rows need care in floating point: p_(1) rounds towards 1, so 1 - p_(1) is taken as the
 sum of the other entries (exact identity for a probability row), in g_1 and in M(p) alike.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -26,7 +27,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from lipsweep.attention import QKRecorder, attention_probs
+from lipsweep.trial.attention import QKRecorder, attention_probs
 
 METHODS = ("secular", "eigvalsh")
 """Routes for :func:`softmax_jacobian_norm`."""
@@ -102,10 +103,10 @@ def _secular_top(p: torch.Tensor) -> torch.Tensor:
     idx = torch.nonzero((p1 > p2) & (p2 > 0)).squeeze(1)
     a1, lo, c, o = p1[idx], p2[idx].clone(), c1[idx], others[idx]
     hi, o2 = a1.clone(), o * o
-    lam = a1 * (c + lo)                                           # g_1: a start, not a bracket
+    lam = a1 * (c + lo)  # g_1: a start, not a bracket
     lam = torch.where((lam > lo) & (lam <= hi), lam, (lo + hi) / 2)
     for _ in range(_NEWTON_STEPS):
-        inv = 1 / (lam.unsqueeze(-1) - o)                         # zero entries add 0 below
+        inv = 1 / (lam.unsqueeze(-1) - o)  # zero entries add 0 below
         t = o2 * inv
         r, dr = t.sum(-1), -(t * inv).sum(-1)
         big_g = lam - a1 * (c + r) / (1 + r)
@@ -117,27 +118,28 @@ def _secular_top(p: torch.Tensor) -> torch.Tensor:
         lam = nxt
         if not bool(moving.all()):
             out[idx[~moving]] = lam[~moving]
-            idx, a1, lo, hi, c, o, o2, lam = (v[moving] for v in (idx, a1, lo, hi, c, o, o2,
-                                                                   lam))
+            idx, a1, lo, hi, c, o, o2, lam = (v[moving] for v in (idx, a1, lo, hi, c, o, o2, lam))
             if idx.numel() == 0:
                 break
     out[idx] = lam
     return out.reshape(shape)
 
 
-def softmax_norms_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float,
-                          method: str = "secular") -> tuple[torch.Tensor, torch.Tensor]:
+def softmax_norms_from_qk(
+    q: torch.Tensor, k: torch.Tensor, scale: float, method: str = "secular"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(||M(P_i)||_2, g_1(P_i)) of every row of one block's maps, from its q and k (B, H, N, d).
 
     P is recomputed in float64 from q and k, so both numbers describe the same rows.
     """
-    p = attention_probs(q.detach().double(), k.detach().double(), scale)   # (B, H, N, N)
+    p = attention_probs(q.detach().double(), k.detach().double(), scale)  # (B, H, N, N)
     return softmax_jacobian_norm(p, method), g1(p)
 
 
 @torch.no_grad()
-def softmax_jacobian_stats(model: nn.Module, x: torch.Tensor, method: str = "secular",
-                           batch_size: Optional[int] = None) -> dict[str, torch.Tensor]:
+def softmax_jacobian_stats(
+    model: nn.Module, x: torch.Tensor, method: str = "secular", batch_size: Optional[int] = None
+) -> dict[str, torch.Tensor]:
     """Exact ||M(P_i)||_2 and g_1(P_i) for every image, layer, head and query row.
 
     Returns ``{"softmax_norm": (B, L, H, N), "softmax_g1": (B, L, H, N)}`` in float64. The
@@ -151,16 +153,15 @@ def softmax_jacobian_stats(model: nn.Module, x: torch.Tensor, method: str = "sec
     norms, bounds = [], []
     with measurement_mode(model), QKRecorder(model) as rec:
         for i in range(0, x.shape[0], step):
-            model(x[i:i + step])
+            model(x[i : i + step])
             per_layer = [softmax_norms_from_qk(q, k, s, method) for q, k, s in rec.records]
-            norms.append(torch.stack([n for n, _ in per_layer], 1))   # (b, L, H, N)
+            norms.append(torch.stack([n for n, _ in per_layer], 1))  # (b, L, H, N)
             bounds.append(torch.stack([g for _, g in per_layer], 1))
             rec.clear()
     return {"softmax_norm": torch.cat(norms), "softmax_g1": torch.cat(bounds)}
 
 
-def softmax_ratio(norm: torch.Tensor, bound: torch.Tensor,
-                  floor: float = 1e-12) -> torch.Tensor:
+def softmax_ratio(norm: torch.Tensor, bound: torch.Tensor, floor: float = 1e-12) -> torch.Tensor:
     """g_1 / ||M||_2 over the rows where ||M||_2 > ``floor`` (one-hot rows have 0/0), flattened."""
     keep = norm > floor
     return (bound[keep] / norm[keep]).flatten()

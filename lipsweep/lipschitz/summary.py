@@ -2,8 +2,8 @@
 
 Metrics (all floats; names start with ``lip_``):
 
-- ``lip_jacobian_{mean,median,p90,p99,max}`` (SPEC §3): distribution of ||J_f(x)||_2 over the
-  first ``lip_images`` images; ``lip_jacobian_converged_frac``: share of images whose
+- ``lip_jacobian_{mean,median,p90,p99,max}`` (docs/contract.md): distribution of ||J_f(x)||_2 over
+the first ``lip_images`` images; ``lip_jacobian_converged_frac``: share of images whose
   iterative estimate met ``lip_tol`` (1 for the exact route).
 - ``lip_jacobian_per_margin_{mean,median,p90}``: ||J_f(x)||_2 / (top logit - runner-up) per
   image (:mod:`lipsweep.lipschitz.margin`): the Lipschitz constant at the logits' own scale.
@@ -30,6 +30,7 @@ Files in ``out_dir`` (when given): ``lipschitz.npz`` (every raw array, plus ``ja
 and, with ``lip_figures``, ``lipschitz_jacobian_hist.png``, ``lipschitz_softmax_ratio.png``,
 ``lipschitz_head_bounds.png``. Writes are atomic (temporary file, then rename).
 """
+
 from __future__ import annotations
 
 import logging
@@ -51,10 +52,12 @@ from lipsweep.lipschitz.softmax_jacobian import softmax_ratio
 _log = logging.getLogger(__name__)
 
 NPZ_NAME = "lipschitz.npz"
-FIGURES = {"jacobian": "lipschitz_jacobian_hist.png",
-           "tokens": "lipschitz_jacobian_tokens_hist.png",
-           "softmax": "lipschitz_softmax_ratio.png",
-           "heads": "lipschitz_head_bounds.png"}
+FIGURES = {
+    "jacobian": "lipschitz_jacobian_hist.png",
+    "tokens": "lipschitz_jacobian_tokens_hist.png",
+    "softmax": "lipschitz_softmax_ratio.png",
+    "heads": "lipschitz_head_bounds.png",
+}
 _HEAD_BOUNDS = ("thm1", "thm2", "thm3", "thm3_g1")
 
 
@@ -62,33 +65,41 @@ def _first(x: torch.Tensor, n: int) -> torch.Tensor:
     return x if n == 0 else x[:n]
 
 
-def _batched(est: Callable, model: nn.Module, x: torch.Tensor, batch_size: int,
-             progress: bool, what: str) -> dict[str, np.ndarray]:
+def _batched(
+    est: Callable, model: nn.Module, x: torch.Tensor, batch_size: int, progress: bool, what: str
+) -> dict[str, np.ndarray]:
     """Run an estimator batch by batch and concatenate its per-sample arrays (on CPU)."""
     parts: dict[str, list[np.ndarray]] = {}
     for i in range(0, x.shape[0], batch_size):
-        for k, v in est(model, x[i:i + batch_size]).items():
+        for k, v in est(model, x[i : i + batch_size]).items():
             parts.setdefault(k, []).append(v.detach().cpu().numpy())
         if progress:
-            _log.info("lipschitz %s: %d/%d images", what, min(i + batch_size, x.shape[0]),
-                      x.shape[0])
+            _log.info(
+                "lipschitz %s: %d/%d images", what, min(i + batch_size, x.shape[0]), x.shape[0]
+            )
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def _jacobian_metrics(v: np.ndarray, converged: np.ndarray,
-                      prefix: str = LIP_JACOBIAN) -> dict[str, float]:
+def _jacobian_metrics(
+    v: np.ndarray, converged: np.ndarray, prefix: str = LIP_JACOBIAN
+) -> dict[str, float]:
     stats = (np.mean(v), np.median(v), np.percentile(v, 90), np.percentile(v, 99), np.max(v))
     out = {lip_metric(prefix, s): float(x) for s, x in zip(LIP_STATS, stats)}
     out[lip_metric(prefix, "converged_frac")] = float(np.mean(converged))
     return out
 
 
-def _margin_arrays(model: nn.Module, x: torch.Tensor, norms: np.ndarray, batch_size: int
-                   ) -> dict[str, np.ndarray]:
+def _margin_arrays(
+    model: nn.Module, x: torch.Tensor, norms: np.ndarray, batch_size: int
+) -> dict[str, np.ndarray]:
     """Per-image logit margin and ||J_f|| / margin (:mod:`lipsweep.lipschitz.margin`)."""
     with measurement_mode(model), torch.no_grad():
-        margins = torch.cat([logit_margin(model(x[i:i + batch_size]).float()).cpu()
-                             for i in range(0, x.shape[0], batch_size)])     # (B,)
+        margins = torch.cat(
+            [
+                logit_margin(model(x[i : i + batch_size]).float()).cpu()
+                for i in range(0, x.shape[0], batch_size)
+            ]
+        )  # (B,)
     ratio = jacobian_per_margin(torch.from_numpy(norms), margins)
     return {"logit_margin": margins.numpy(), "jacobian_per_margin": ratio.numpy()}
 
@@ -97,15 +108,17 @@ def _softmax_metrics(norm: np.ndarray, g1: np.ndarray) -> dict[str, float]:
     ratio = softmax_ratio(torch.from_numpy(norm), torch.from_numpy(g1)).numpy()
     if ratio.size == 0:
         return {"lip_softmax_rows": 0.0}
-    return {"lip_softmax_ratio_mean": float(ratio.mean()),
-            "lip_softmax_ratio_median": float(np.median(ratio)),
-            "lip_softmax_ratio_p99": float(np.percentile(ratio, 99)),
-            "lip_softmax_ratio_max": float(ratio.max()),
-            "lip_softmax_ratio_min": float(ratio.min()),
-            "lip_softmax_norm_mean": float(norm.mean()),
-            "lip_softmax_norm_max": float(norm.max()),
-            "lip_softmax_g1_mean": float(g1.mean()),
-            "lip_softmax_rows": float(ratio.size)}
+    return {
+        "lip_softmax_ratio_mean": float(ratio.mean()),
+        "lip_softmax_ratio_median": float(np.median(ratio)),
+        "lip_softmax_ratio_p99": float(np.percentile(ratio, 99)),
+        "lip_softmax_ratio_max": float(ratio.max()),
+        "lip_softmax_ratio_min": float(ratio.min()),
+        "lip_softmax_norm_mean": float(norm.mean()),
+        "lip_softmax_norm_max": float(norm.max()),
+        "lip_softmax_g1_mean": float(g1.mean()),
+        "lip_softmax_rows": float(ratio.size),
+    }
 
 
 def _head_metrics(arr: dict[str, np.ndarray]) -> dict[str, float]:
@@ -139,20 +152,26 @@ def _write_figures(arrays: dict[str, np.ndarray], out_dir: Path) -> None:
     if "jacobian_norm" in arrays:
         figures.plot_jacobian_histogram(arrays["jacobian_norm"], out_dir / FIGURES["jacobian"])
     if "token_jacobian_norm" in arrays:
-        figures.plot_jacobian_histogram(arrays["token_jacobian_norm"], out_dir / FIGURES["tokens"],
-                                        wrt="tokens")
+        figures.plot_jacobian_histogram(
+            arrays["token_jacobian_norm"], out_dir / FIGURES["tokens"], wrt="tokens"
+        )
     if "softmax_norm" in arrays:
-        ratio = softmax_ratio(torch.from_numpy(arrays["softmax_norm"]),
-                              torch.from_numpy(arrays["softmax_g1"])).numpy()
+        ratio = softmax_ratio(
+            torch.from_numpy(arrays["softmax_norm"]), torch.from_numpy(arrays["softmax_g1"])
+        ).numpy()
         if ratio.size:
             figures.plot_softmax_ratio_histogram(ratio, out_dir / FIGURES["softmax"])
     if "head_exact" in arrays:
         figures.plot_head_bounds(arrays, out_dir / FIGURES["heads"])
 
 
-def lipschitz_summary(model: nn.Module, x: torch.Tensor, cfg: LipschitzConfig,
-                      out_dir: Optional[Path] = None, progress: bool = False
-                      ) -> dict[str, float]:
+def lipschitz_summary(
+    model: nn.Module,
+    x: torch.Tensor,
+    cfg: LipschitzConfig,
+    out_dir: Optional[Path] = None,
+    progress: bool = False,
+) -> dict[str, float]:
     """Measure the model's local Lipschitz behaviour on evaluation images ``x`` (B, 3, H, W).
 
     Runs the whole-network Jacobian norm w.r.t. pixels and (``lip_tokens``) token embeddings
@@ -177,22 +196,42 @@ def lipschitz_summary(model: nn.Module, x: torch.Tensor, cfg: LipschitzConfig,
     arrays.update(_margin_arrays(model, x_jac, arrays["jacobian_norm"], cfg.lip_batch_size))
     metrics.update(per_margin_metrics(arrays["jacobian_per_margin"]))
     if cfg.lip_tokens:
-        est = create_estimator("token_jacobian", route=route, iters=cfg.lip_iters,
-                               tol=cfg.lip_tol)
+        est = create_estimator("token_jacobian", route=route, iters=cfg.lip_iters, tol=cfg.lip_tol)
         arrays.update(_batched(est, model, x_jac, cfg.lip_batch_size, progress, "tokens"))
-        metrics.update(_jacobian_metrics(arrays["token_jacobian_norm"],
-                                         arrays["token_jacobian_converged"],
-                                         LIP_JACOBIAN_TOKENS))
+        metrics.update(
+            _jacobian_metrics(
+                arrays["token_jacobian_norm"],
+                arrays["token_jacobian_converged"],
+                LIP_JACOBIAN_TOKENS,
+            )
+        )
     if cfg.lip_softmax:
         est = create_estimator("softmax_jacobian", method=cfg.lip_softmax_method)
-        arrays.update(_batched(est, model, _first(x_jac, cfg.lip_softmax_images),
-                               cfg.lip_batch_size, progress, "softmax"))
+        arrays.update(
+            _batched(
+                est,
+                model,
+                _first(x_jac, cfg.lip_softmax_images),
+                cfg.lip_batch_size,
+                progress,
+                "softmax",
+            )
+        )
         metrics.update(_softmax_metrics(arrays["softmax_norm"], arrays["softmax_g1"]))
     if cfg.lip_head_bounds:
-        est = create_estimator("head_bounds", route=cfg.lip_head_route,
-                               iters=cfg.lip_head_iters, tol=cfg.lip_head_tol)
-        arrays.update(_batched(est, model, _first(x_jac, cfg.lip_head_images),
-                               cfg.lip_batch_size, progress, "head bounds"))
+        est = create_estimator(
+            "head_bounds", route=cfg.lip_head_route, iters=cfg.lip_head_iters, tol=cfg.lip_head_tol
+        )
+        arrays.update(
+            _batched(
+                est,
+                model,
+                _first(x_jac, cfg.lip_head_images),
+                cfg.lip_batch_size,
+                progress,
+                "head bounds",
+            )
+        )
         metrics.update(_head_metrics(arrays))
     if out_dir is not None:
         out_dir = Path(out_dir)

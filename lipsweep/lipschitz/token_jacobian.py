@@ -26,13 +26,18 @@ Example::
     >>> res.values.shape
     torch.Size([B])
 """
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from lipsweep.lipschitz.jacobian import (DEFAULT_TOL, JacobianNormResult, jacobian_norm_result,
-                                         measurement_mode)
+from lipsweep.lipschitz.jacobian import (
+    DEFAULT_TOL,
+    JacobianNormResult,
+    jacobian_norm_result,
+    measurement_mode,
+)
 
 
 def token_blocks(model: nn.Module) -> nn.Module:
@@ -40,8 +45,10 @@ def token_blocks(model: nn.Module) -> nn.Module:
     for name, module in model.named_modules():
         if name.split(".")[-1] == "blocks":
             return module
-    raise ValueError(f"{type(model).__name__} has no `blocks` module; the token Jacobian needs "
-                     "a timm VisionTransformer (optionally inside PixelModel)")
+    raise ValueError(
+        f"{type(model).__name__} has no `blocks` module; the token Jacobian needs "
+        "a timm VisionTransformer (optionally inside PixelModel)"
+    )
 
 
 def token_embeddings(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -75,8 +82,9 @@ class TokenModel(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.shape[0] != self.images.shape[0]:
-            raise ValueError(f"tokens batch {tokens.shape[0]} != images batch "
-                             f"{self.images.shape[0]}")
+            raise ValueError(
+                f"tokens batch {tokens.shape[0]} != images batch {self.images.shape[0]}"
+            )
 
         def swap(_module: nn.Module, args: tuple) -> tuple:
             return (tokens,) + tuple(args[1:])
@@ -88,16 +96,22 @@ class TokenModel(nn.Module):
             handle.remove()
 
 
-def token_jacobian_norm_result(model: nn.Module, x: torch.Tensor, iters: int, *,
-                               route: str = "auto", tol: float = DEFAULT_TOL
-                               ) -> JacobianNormResult:
+def token_jacobian_norm_result(
+    model: nn.Module, x: torch.Tensor, iters: int, *, route: str = "auto", tol: float = DEFAULT_TOL
+) -> JacobianNormResult:
     """||d f(T) / d T||_2 per image of ``x`` (B, 3, H, W), T the tokens entering the first
     block (paper Fig. 4); routes as :func:`~lipsweep.lipschitz.jacobian.jacobian_norm_result`."""
-    tokens = token_embeddings(model, x)                                    # (B, N, D)
+    tokens = token_embeddings(model, x)  # (B, N, D)
     return jacobian_norm_result(TokenModel(model, x), tokens, iters, route=route, tol=tol)
 
 
-def token_jacobian_spectral_norm(model: nn.Module, x: torch.Tensor, iters: int = 100, *,
-                                 route: str = "auto", tol: float = DEFAULT_TOL) -> torch.Tensor:
+def token_jacobian_spectral_norm(
+    model: nn.Module,
+    x: torch.Tensor,
+    iters: int = 100,
+    *,
+    route: str = "auto",
+    tol: float = DEFAULT_TOL,
+) -> torch.Tensor:
     """One value per image: shape (B,). See :func:`token_jacobian_norm_result`."""
     return token_jacobian_norm_result(model, x, iters, route=route, tol=tol).values

@@ -1,6 +1,6 @@
 """Attention regularizers for ViTs: JaSMin (paper Sec. 4) and Specformer (Hu et al. 2024).
 
-Public API (SPEC §3): :func:`g_k`, :func:`jasmin_penalty`; the registry
+Public API (docs/contract.md): :func:`g_k`, :func:`jasmin_penalty`; the registry
 :func:`create_regularizer` / :func:`list_regularizers` / :func:`is_regularizer`;
 :class:`RegularizerConfig` and :func:`create_regularizer_from_config`.
 
@@ -8,6 +8,7 @@ Importing this package, the registry and the config does not import torch: the s
 (:mod:`.builtin`) name their classes, and the torch-side names below load on first access
 (PEP 562).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -26,14 +27,21 @@ from lipsweep.regularizers._registry import (
     shown_params,
     unregister_regularizer,
 )
-from lipsweep.regularizers.config import (RegularizerConfig, create_regularizer,
-                                          create_regularizer_from_config)
+from lipsweep.regularizers.config import (
+    RegularizerConfig,
+    create_regularizer,
+    create_regularizer_from_config,
+)
 from lipsweep.regularizers.spec import RegularizerSpec, Setting
 
 _LAZY = {
-    "NoRegularizer": "base", "Regularizer": "base",
-    "JASMIN_EPS": "jasmin", "JasminRegularizer": "jasmin", "g_k": "jasmin",
-    "jasmin_penalty": "jasmin", "jasmin_penalty_from_qk": "jasmin",
+    "NoRegularizer": "base",
+    "Regularizer": "base",
+    "JASMIN_EPS": "jasmin",
+    "JasminRegularizer": "jasmin",
+    "g_k": "jasmin",
+    "jasmin_penalty": "jasmin",
+    "jasmin_penalty_from_qk": "jasmin",
     "SpecformerRegularizer": "specformer",
 }
 
@@ -51,10 +59,28 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "JASMIN_EPS", "JasminRegularizer", "NoRegularizer", "Regularizer", "RegularizerConfig",
-    "RegularizerSpec", "Setting", "SpecformerRegularizer", "all_settings", "create_regularizer",
-    "create_regularizer_from_config", "find_spec", "g_k", "get_regularizer_class",
-    "is_regularizer", "jasmin_penalty", "jasmin_penalty_from_qk", "list_regularizers",
-    "on_change", "register_regularizer", "regularizer_spec", "regularizer_specs", "shown_params",
+    "JASMIN_EPS",
+    "JasminRegularizer",
+    "NoRegularizer",
+    "Regularizer",
+    "RegularizerConfig",
+    "RegularizerSpec",
+    "Setting",
+    "SpecformerRegularizer",
+    "all_settings",
+    "create_regularizer",
+    "create_regularizer_from_config",
+    "find_spec",
+    "g_k",
+    "get_regularizer_class",
+    "is_regularizer",
+    "jasmin_penalty",
+    "jasmin_penalty_from_qk",
+    "list_regularizers",
+    "on_change",
+    "register_regularizer",
+    "regularizer_spec",
+    "regularizer_specs",
+    "shown_params",
     "unregister_regularizer",
 ]

@@ -1,6 +1,6 @@
 """Ranked attention probabilities p_(r) straight from q and k, without keeping P for backward.
 
-JaSMin (SPEC §2.2) needs, per attention row, only a few order statistics of the row's
+JaSMin (docs/science.md §1.2) needs, per attention row, only a few order statistics of the row's
 probabilities: p_(1), p_(2) (and p_(k), p_(k+1) for k >= 2). With scores S = scale * q k^T,
 row max m and Z = sum_j exp(s_j - m), p_(j) = exp(s_(j) - m) / Z exactly, so the (B, H, N, N)
 map is needed only transiently. :class:`_RankedSoftmax` computes the ranked probabilities
@@ -33,6 +33,7 @@ ties get distinct positions), taking ``amax`` r times and knocking the winner ou
 its flat index: one vectorised pass per rank (~0.3 ms per rank and layer there).
 Elsewhere (CUDA, float64) ``topk`` on E is used. Both rank p itself, as the paper does.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,8 +61,9 @@ class Workspace:
     def __init__(self) -> None:
         self._bufs: dict[tuple, torch.Tensor] = {}
 
-    def take(self, name: str, shape: Sequence[int], dtype: torch.dtype,
-             device: torch.device) -> torch.Tensor:
+    def take(
+        self, name: str, shape: Sequence[int], dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
         """An uninitialised contiguous tensor of ``shape``, reusing memory across calls."""
         if device.type != "cpu":
             return torch.empty(shape, dtype=dtype, device=device)
@@ -93,14 +95,15 @@ def _top_positions(e: torch.Tensor, m: int, ws: Workspace) -> torch.Tensor:
     offsets = torch.arange(0, key.numel(), n).view(key.shape[:-1] + (1,))
     out = []
     for _ in range(m):
-        pos = key.amax(dim=-1, keepdim=True).bitwise_and_(low)          # (..., N, 1)
-        flat.index_fill_(0, (pos + offsets).view(-1), -1)               # keys are >= 0
+        pos = key.amax(dim=-1, keepdim=True).bitwise_and_(low)  # (..., N, 1)
+        flat.index_fill_(0, (pos + offsets).view(-1), -1)  # keys are >= 0
         out.append(pos)
     return torch.cat(out, -1)
 
 
-def _operands(q: torch.Tensor, k: torch.Tensor, scale: float, dtype: torch.dtype,
-              ws: Workspace) -> tuple[torch.Tensor, torch.Tensor]:
+def _operands(
+    q: torch.Tensor, k: torch.Tensor, scale: float, dtype: torch.dtype, ws: Workspace
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(G, N, d) contiguous copies of scale * q and k in ``dtype`` (G = prod of lead dims)."""
     n, d = q.shape[-2:]
     qs = ws.take("q", q.shape, dtype, q.device).copy_(q).mul_(scale)
@@ -114,16 +117,22 @@ def _scores(qs: torch.Tensor, kc: torch.Tensor, ws: Workspace) -> torch.Tensor:
     return torch.bmm(qs, kc.transpose(1, 2), out=ws.take("s", (g, n, n), qs.dtype, qs.device))
 
 
-def _dense_backward(qs: torch.Tensor, kc: torch.Tensor, scale: float, lse: torch.Tensor,
-                    pos: torch.Tensor, grad: torch.Tensor,
-                    ws: Workspace) -> tuple[torch.Tensor, torch.Tensor]:
+def _dense_backward(
+    qs: torch.Tensor,
+    kc: torch.Tensor,
+    scale: float,
+    lse: torch.Tensor,
+    pos: torch.Tensor,
+    grad: torch.Tensor,
+    ws: Workspace,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """All arguments flattened to (G, N, .). Returns dL/dq, dL/dk as (G, N, d)."""
-    p = _scores(qs, kc, ws).sub_(lse).exp_()                     # (G, N, N) softmax
-    c = grad * p.gather(-1, pos)                                 # (G, N, r)
-    ds = p.mul_(-c.sum(-1, keepdim=True))                        # -p * sum_r c_r
-    ds.scatter_add_(-1, pos, c)                                  # dL/dS
-    dq = torch.bmm(ds, kc).mul_(scale)                           # (G, N, d)
-    dk = torch.bmm(ds.transpose(1, 2), qs)                       # scale is in qs
+    p = _scores(qs, kc, ws).sub_(lse).exp_()  # (G, N, N) softmax
+    c = grad * p.gather(-1, pos)  # (G, N, r)
+    ds = p.mul_(-c.sum(-1, keepdim=True))  # -p * sum_r c_r
+    ds.scatter_add_(-1, pos, c)  # dL/dS
+    dq = torch.bmm(ds, kc).mul_(scale)  # (G, N, d)
+    dk = torch.bmm(ds.transpose(1, 2), qs)  # scale is in qs
     return dq, dk
 
 
@@ -143,12 +152,13 @@ class _RankedSoftmax(torch.autograd.Function):
     """(q, k, scale, ranks, ws) -> softmax(scale q k^T) at the given 0-based ranks, (..., N, r)."""
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, scale: float, ranks: tuple[int, ...],
-                ws: Workspace) -> torch.Tensor:
+    def forward(
+        ctx, q: torch.Tensor, k: torch.Tensor, scale: float, ranks: tuple[int, ...], ws: Workspace
+    ) -> torch.Tensor:
         dtype, (n, r) = _compute_dtype(q.dtype), (q.shape[-2], len(ranks))
         with torch.autocast(q.device.type, enabled=False):
-            s = _scores(*_operands(q, k, scale, dtype, ws), ws)          # (G, N, N)
-            mx = s.amax(-1, keepdim=True)                                # (G, N, 1)
+            s = _scores(*_operands(q, k, scale, dtype, ws), ws)  # (G, N, N)
+            mx = s.amax(-1, keepdim=True)  # (G, N, 1)
             e = s.sub_(mx).exp_()
             z = e.sum(-1, keepdim=True)
             pos = _take_ranks(_top_positions(e, max(ranks) + 1, ws), ranks)  # (G, N, r)
@@ -171,9 +181,13 @@ class _RankedSoftmax(torch.autograd.Function):
         return dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), None, None, None
 
 
-def ranked_softmax_probs(q: torch.Tensor, k: torch.Tensor, scale: float,
-                         ranks: Sequence[int],
-                         workspace: Optional[Workspace] = None) -> torch.Tensor:
+def ranked_softmax_probs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    scale: float,
+    ranks: Sequence[int],
+    workspace: Optional[Workspace] = None,
+) -> torch.Tensor:
     """Probabilities of rank ``ranks`` (0-based, descending order) in each attention row.
 
     Args:
@@ -187,8 +201,10 @@ def ranked_softmax_probs(q: torch.Tensor, k: torch.Tensor, scale: float,
         ranks[r]-th largest entry of softmax(scale * q_i k^T).
     """
     if q.shape != k.shape or q.dim() < 2:
-        raise ValueError(f"q and k must have the same shape (..., N, d), got "
-                         f"{tuple(q.shape)} and {tuple(k.shape)}")
+        raise ValueError(
+            f"q and k must have the same shape (..., N, d), got "
+            f"{tuple(q.shape)} and {tuple(k.shape)}"
+        )
     ranks = tuple(int(r) for r in ranks)
     n = k.shape[-2]
     if not ranks or min(ranks) < 0 or max(ranks) >= n:

@@ -13,21 +13,25 @@ Example::
     >>> reg.weights
     {'jasmin': 0.001}
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from lipsweep.config_base import ConfigError
-from lipsweep.registry import Registry
+from lipsweep.core.config_base import ConfigError
+from lipsweep.core.registry import Registry
 from lipsweep.regularizers.spec import RegularizerSpec, Setting
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.regularizers.base import Regularizer
 
 _REGISTRY: Registry[RegularizerSpec] = Registry(
-    "regularizer", lambda name, known: ConfigError(
-        "regularizer", f"unknown regularizer {name!r}; choose one of {known}"))
+    "regularizer",
+    lambda name, known: ConfigError(
+        "regularizer", f"unknown regularizer {name!r}; choose one of {known}"
+    ),
+)
 _CLASSES: dict[str, type] = {}
 _LISTENERS: list[Callable[[], None]] = []
 
@@ -49,14 +53,21 @@ def register_regularizer(item: Union[RegularizerSpec, type]) -> Any:
     """
     spec = item if isinstance(item, RegularizerSpec) else getattr(item, "spec", None)
     if not isinstance(spec, RegularizerSpec):
-        raise TypeError(f"{getattr(item, '__name__', item)!s} needs a RegularizerSpec `spec` "
-                        "to be registered")
-    taken = {s.name: other.name for other in _REGISTRY.members() if other.name != spec.name
-             for s in other.settings}
+        raise TypeError(
+            f"{getattr(item, '__name__', item)!s} needs a RegularizerSpec `spec` to be registered"
+        )
+    taken = {
+        s.name: other.name
+        for other in _REGISTRY.members()
+        if other.name != spec.name
+        for s in other.settings
+    }
     for s in spec.settings:
         if s.name in taken or s.name == "regularizer":
-            raise ValueError(f"setting {s.name!r} of {spec.name!r} is already a setting of "
-                             f"{taken.get(s.name, 'the config')!r}")
+            raise ValueError(
+                f"setting {s.name!r} of {spec.name!r} is already a setting of "
+                f"{taken.get(s.name, 'the config')!r}"
+            )
     _REGISTRY.add(spec.name, spec)
     if isinstance(item, type):
         _CLASSES[spec.name] = item

@@ -1,7 +1,7 @@
 """The interface every regularizer implements, and the ``none`` regularizer (the baseline).
 
-The trainer uses a regularizer like this (SPEC §2.2, §2.3; STYLE: "the regularizer returns
-its value; the trial applies lambda")::
+The trainer uses a regularizer like this (paper eq. 8-9 and Hu et al.; docs/science.md
+§1.2-1.3: the regularizer returns its value, the trial applies lambda)::
 
     reg = create_regularizer_from_config(cfg)
     reg.attach(model)                          # once, after the model is built
@@ -10,6 +10,7 @@ its value; the trial applies lambda")::
     loss_reg = sum(reg.weights[n] * t for n, t in terms.items())
     loss = F.cross_entropy(logits, y) + loss_reg
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
@@ -58,8 +59,7 @@ class Regularizer:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Restore :meth:`state_dict`; the regularizer must be attached first if stateful."""
         if state:
-            raise ValueError(f"regularizer {self.name!r} has no state, got keys "
-                             f"{sorted(state)}")
+            raise ValueError(f"regularizer {self.name!r} has no state, got keys {sorted(state)}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(weights={self.weights})"

@@ -1,4 +1,5 @@
-"""Regularizer settings: one flat dataclass, part of each trial's flat config (SPEC §3 params).
+"""Regularizer settings: one flat dataclass, part of each trial's flat config (docs/contract.md
+params).
 
 Its fields are ``regularizer`` plus every registered spec's settings (:mod:`.builtin`), in
 registration order; registering a regularizer adds its fields. None means "does not apply to
@@ -15,16 +16,23 @@ this regularizer". Setting a field that belongs to another regularizer is an err
 Each rule lives once, in the spec, and runs here; classes built from this config don't
 re-check.
 """
+
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 import lipsweep.regularizers.builtin  # noqa: F401  (registers the built-in specs)
-from lipsweep.config_base import ConfigError, from_mapping
-from lipsweep.regularizers._registry import (all_settings, find_spec, get_regularizer_class,
-                                             list_regularizers, on_change, regularizer_spec,
-                                             regularizer_specs)
+from lipsweep.core.config_base import ConfigError, from_mapping
+from lipsweep.regularizers._registry import (
+    all_settings,
+    find_spec,
+    get_regularizer_class,
+    list_regularizers,
+    on_change,
+    regularizer_spec,
+    regularizer_specs,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.regularizers.base import Regularizer
@@ -39,17 +47,22 @@ class RegularizerConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.regularizer, str) or self.regularizer not in list_regularizers():
-            raise ConfigError("regularizer", f"must be one of {list_regularizers()}, got "
-                              f"{self.regularizer!r}")
+            raise ConfigError(
+                "regularizer", f"must be one of {list_regularizers()}, got {self.regularizer!r}"
+            )
         spec = regularizer_spec(self.regularizer)
         own = {s.name for s in spec.settings}
         for s in all_settings():
             if getattr(self, s.name) is not None and s.name not in own:
-                owners = [r.name for r in regularizer_specs()
-                          if s.name in {t.name for t in r.settings}]
-                raise ConfigError(s.name, f"does not apply to regularizer {self.regularizer!r} "
-                                  f"(it is a setting of {' / '.join(owners) or 'none'}); "
-                                  "remove it or change `regularizer`")
+                owners = [
+                    r.name for r in regularizer_specs() if s.name in {t.name for t in r.settings}
+                ]
+                raise ConfigError(
+                    s.name,
+                    f"does not apply to regularizer {self.regularizer!r} "
+                    f"(it is a setting of {' / '.join(owners) or 'none'}); "
+                    "remove it or change `regularizer`",
+                )
         for s in spec.settings:
             value = getattr(self, s.name)
             if value is None:
@@ -68,8 +81,11 @@ class RegularizerConfig:
 
     def to_flat(self) -> dict[str, Any]:
         """The set fields as a flat dict (None fields omitted): Tune sample / MLflow params."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
 
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> "RegularizerConfig":
@@ -85,8 +101,14 @@ class RegularizerConfig:
         return docs
 
 
-_GENERATED = ("__init__", "__repr__", "__eq__", "__match_args__", "__dataclass_fields__",
-              "__dataclass_params__")
+_GENERATED = (
+    "__init__",
+    "__repr__",
+    "__eq__",
+    "__match_args__",
+    "__dataclass_fields__",
+    "__dataclass_params__",
+)
 
 
 def _sync_fields(cls: type = RegularizerConfig) -> None:
@@ -115,8 +137,9 @@ def create_regularizer_from_config(cfg: "RegularizerConfig") -> "Regularizer":
     return get_regularizer_class(cfg.regularizer).from_config(cfg)
 
 
-def create_regularizer(name_or_cfg: Union[str, "RegularizerConfig"],
-                       **kwargs: Any) -> "Regularizer":
+def create_regularizer(
+    name_or_cfg: Union[str, "RegularizerConfig"], **kwargs: Any
+) -> "Regularizer":
     """Build a regularizer from its name and config fields, or from a ``RegularizerConfig``.
 
     ``kwargs`` are the regularizer's settings (its spec's ``settings``); they are validated
@@ -124,12 +147,16 @@ def create_regularizer(name_or_cfg: Union[str, "RegularizerConfig"],
     """
     if isinstance(name_or_cfg, RegularizerConfig):
         if kwargs:
-            raise ValueError("pass either a RegularizerConfig or a name with keyword "
-                             f"settings, not both (got {sorted(kwargs)})")
+            raise ValueError(
+                "pass either a RegularizerConfig or a name with keyword "
+                f"settings, not both (got {sorted(kwargs)})"
+            )
         return create_regularizer_from_config(name_or_cfg)
     if not isinstance(name_or_cfg, str):
-        raise TypeError(f"name_or_cfg must be a regularizer name or a RegularizerConfig, "
-                        f"got {type(name_or_cfg).__name__}")
+        raise TypeError(
+            f"name_or_cfg must be a regularizer name or a RegularizerConfig, "
+            f"got {type(name_or_cfg).__name__}"
+        )
     regularizer_spec(name_or_cfg)  # unknown name -> ConfigError naming the field
     if "regularizer" in kwargs:
         raise ValueError("the regularizer is named by the first argument, not by a keyword")

@@ -1,4 +1,4 @@
-"""JaSMin: Jacobian Softmax norm Minimization (paper Sec. 4, eqs. 8-9; SPEC §2.1-2.2).
+"""JaSMin: Jacobian Softmax norm Minimization (paper Sec. 4, eqs. 8-9; docs/science.md §1.1-1.2).
 
 For a probability vector p sorted descending, g_k(p) = p_(k) (1 - p_(k) + p_(k+1)) bounds the
 k-th singular value of the softmax Jacobian M(p) = diag(p) - p p^T (Thm 4), so
@@ -17,7 +17,7 @@ error ~6e-8, below the floor.
 Attention access (the fast path used in training). timm's fused attention never
 materialises P, but p_(j) = exp(s_(j) - lse(s)) for the top k+1 scores s_(j) of a row.
 :class:`JasminRegularizer` records each block's q and k with
-:class:`~lipsweep.attention.QKRecorder` (fused SDPA untouched) and feeds them to
+:class:`~lipsweep.trial.attention.QKRecorder` (fused SDPA untouched) and feeds them to
 :func:`~lipsweep.regularizers._ranked_softmax.ranked_softmax_probs`, a custom autograd
 Function that recomputes S one layer at a time and keeps for backward only per-row
 log-sum-exps and r <= 4 int32 positions (<= 20 bytes per row instead of 4N).
@@ -36,6 +36,7 @@ tensor can avoid (S and exp S in forward; S, exp S, dS k and dS^T q in backward)
 mean) and 1.7% (k=0 max) of the step. ViT-B at batch 512 (12 layers x 12 heads, N = 65):
 materialised maps would hold 1.16 GiB until backward, this design holds <= 91 MiB.
 """
+
 from __future__ import annotations
 
 from typing import ClassVar, Optional, Sequence, Union
@@ -43,11 +44,18 @@ from typing import ClassVar, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from lipsweep.config_base import check_choice, check_int, check_positive
+from lipsweep.core.config_base import check_choice, check_int, check_positive
 from lipsweep.regularizers._ranked_softmax import Workspace, ranked_softmax_probs
 from lipsweep.regularizers.base import Regularizer
-from lipsweep.regularizers.builtin import (AGGREGATIONS, DEFAULT_AGGREGATION, DEFAULT_K,
-                                           DEFAULT_LAM, JASMIN, check_jasmin_k, check_k_tokens)
+from lipsweep.regularizers.builtin import (
+    AGGREGATIONS,
+    DEFAULT_AGGREGATION,
+    DEFAULT_K,
+    DEFAULT_LAM,
+    JASMIN,
+    check_jasmin_k,
+    check_k_tokens,
+)
 
 JASMIN_EPS = 1e-6
 """Floor inside the log of g_1 and g_k (paper Appendix D uses eps ~ 1e-6)."""
@@ -72,7 +80,7 @@ def _g_pair(pk: torch.Tensor, pk1: torch.Tensor) -> torch.Tensor:
 def g_k(p: torch.Tensor, k: Union[int, Sequence[int]]) -> torch.Tensor:
     """g_k(p) = p_(k) (1 - p_(k) + p_(k+1)) of each probability vector along the last dim.
 
-    Paper Definition 5 / Thm 4; SPEC §2.1. Differentiable (through the sort).
+    Paper Definition 5 / Thm 4; docs/science.md §1.1. Differentiable (through the sort).
 
     Args:
         p: (..., N) probability vectors (rows sum to 1).
@@ -93,7 +101,7 @@ def g_k(p: torch.Tensor, k: Union[int, Sequence[int]]) -> torch.Tensor:
     for kk in ks:
         if not 1 <= check_int("k", kk) <= n - 1:
             raise ValueError(f"k must be in [1, N-1] = [1, {n - 1}], got {kk}")
-    top = p.topk(max(ks) + 1, dim=-1).values                   # (..., max_k+1), descending
+    top = p.topk(max(ks) + 1, dim=-1).values  # (..., max_k+1), descending
     out = torch.stack([_g_pair(top[..., kk - 1], top[..., kk]) for kk in ks], -1)
     return out[..., 0] if single else out
 
@@ -103,7 +111,7 @@ def _log_ratio(ranked: torch.Tensor, k: int, eps: float) -> torch.Tensor:
     out = torch.log(_g_pair(ranked[..., 0], ranked[..., 1]) + eps)
     if k >= 2:
         out = out - torch.log(_g_pair(ranked[..., 2], ranked[..., 3]) + eps)
-    return out                                                  # ([L,] B, H, N)
+    return out  # ([L,] B, H, N)
 
 
 def _aggregate(rows: torch.Tensor, aggregation: str) -> torch.Tensor:
@@ -120,8 +128,12 @@ def _check_aggregation(aggregation: object) -> str:
     return aggregation  # type: ignore[return-value]
 
 
-def jasmin_penalty(attn: Union[torch.Tensor, Sequence[torch.Tensor]], k: int,
-                   aggregation: str, eps: float = JASMIN_EPS) -> torch.Tensor:
+def jasmin_penalty(
+    attn: Union[torch.Tensor, Sequence[torch.Tensor]],
+    k: int,
+    aggregation: str,
+    eps: float = JASMIN_EPS,
+) -> torch.Tensor:
     """L_JaSMin (before lambda) from materialised attention maps (paper eqs. 8-9).
 
     Args:
@@ -141,20 +153,26 @@ def jasmin_penalty(attn: Union[torch.Tensor, Sequence[torch.Tensor]], k: int,
     total = None
     for a in maps:
         if not torch.is_tensor(a) or a.dim() != 4:
-            raise ValueError(f"each attention map must be (B, H, N, N), got "
-                             f"{tuple(a.shape) if torch.is_tensor(a) else type(a)}")
+            raise ValueError(
+                f"each attention map must be (B, H, N, N), got "
+                f"{tuple(a.shape) if torch.is_tensor(a) else type(a)}"
+            )
         _check_jasmin_k(k, a.shape[-1])
         a = a if a.dtype == torch.float64 else a.float()
-        top = a.topk(max(jasmin_ranks(k)) + 1, dim=-1).values   # (B, H, N, k+1)
+        top = a.topk(max(jasmin_ranks(k)) + 1, dim=-1).values  # (B, H, N, k+1)
         ranked = top[..., list(jasmin_ranks(k))]
         term = _aggregate(_log_ratio(ranked, k, eps), aggregation)
         total = term if total is None else total + term
     return total
 
 
-def jasmin_penalty_from_qk(records: Sequence[tuple[torch.Tensor, torch.Tensor, float]], k: int,
-                           aggregation: str, eps: float = JASMIN_EPS,
-                           workspace: Optional[Workspace] = None) -> torch.Tensor:
+def jasmin_penalty_from_qk(
+    records: Sequence[tuple[torch.Tensor, torch.Tensor, float]],
+    k: int,
+    aggregation: str,
+    eps: float = JASMIN_EPS,
+    workspace: Optional[Workspace] = None,
+) -> torch.Tensor:
     """L_JaSMin from each layer's (q, k, scale), as recorded by QKRecorder (the fast path).
 
     Equal to ``jasmin_penalty([softmax(scale q k^T) per layer], k, aggregation)``, with
@@ -190,8 +208,13 @@ class JasminRegularizer(Regularizer):
 
     name: ClassVar[str] = JASMIN.name
 
-    def __init__(self, k: int = DEFAULT_K, lam: float = DEFAULT_LAM,
-                 aggregation: str = DEFAULT_AGGREGATION, eps: float = JASMIN_EPS) -> None:
+    def __init__(
+        self,
+        k: int = DEFAULT_K,
+        lam: float = DEFAULT_LAM,
+        aggregation: str = DEFAULT_AGGREGATION,
+        eps: float = JASMIN_EPS,
+    ) -> None:
         check_jasmin_k(k)
         check_positive("lam", lam, allow_zero=True)
         _check_aggregation(aggregation)
@@ -211,12 +234,13 @@ class JasminRegularizer(Regularizer):
         return reg
 
     def attach(self, model: nn.Module) -> None:
-        from lipsweep.attention import QKRecorder
+        from lipsweep.trial.attention import QKRecorder
 
         self.detach()
         self._model = model
         self._recorder = QKRecorder(
-            model, active=lambda: model.training and torch.is_grad_enabled())
+            model, active=lambda: model.training and torch.is_grad_enabled()
+        )
 
     def detach(self) -> None:
         if self._recorder is not None:
@@ -232,17 +256,21 @@ class JasminRegularizer(Regularizer):
             raise RuntimeError("JasminRegularizer.terms() before attach(model)")
         records = self._recorder.records
         if not records:
-            raise RuntimeError("no training forward recorded since the last terms() call: "
-                               "call terms() once after model(x) in train mode with grad "
-                               "enabled")
+            raise RuntimeError(
+                "no training forward recorded since the last terms() call: "
+                "call terms() once after model(x) in train mode with grad "
+                "enabled"
+            )
         self._recorder.clear()  # drop the references: q/k live on only in the autograd graph
-        return {"jasmin": jasmin_penalty_from_qk(records, self.k, self.aggregation, self.eps,
-                                                 self._workspace)}
+        return {
+            "jasmin": jasmin_penalty_from_qk(
+                records, self.k, self.aggregation, self.eps, self._workspace
+            )
+        }
 
     @property
     def weights(self) -> dict[str, float]:
         return {"jasmin": self.lam}
 
     def __repr__(self) -> str:
-        return (f"JasminRegularizer(k={self.k}, lam={self.lam}, "
-                f"aggregation={self.aggregation!r})")
+        return f"JasminRegularizer(k={self.k}, lam={self.lam}, aggregation={self.aggregation!r})"

@@ -6,6 +6,7 @@ and run names, the Pareto table, plot legends and the export card read it from t
 (:func:`~lipsweep.regularizers.regularizer_spec`), so a new regularizer is one spec and one
 class. The class (which needs torch) is named by ``impl`` and imported on first use.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 @dataclass(frozen=True)
 class Setting:
-    """One flat config key a regularizer owns (an MLflow param, SPEC §3).
+    """One flat config key a regularizer owns (an MLflow param, docs/contract.md).
 
     ``check(value)`` raises ConfigError naming the key; it runs once, when the config is
     built, on a value already coerced to ``type``. ``default`` fills the key when left unset

@@ -1,4 +1,4 @@
-"""Specformer (Hu et al., ECCV 2024, cited as [16] in the JaSMin paper; SPEC §2.3).
+"""Specformer (Hu et al., ECCV 2024, cited as [16] in the JaSMin paper; docs/science.md §1.3).
 
 Loss = L_cls + lam_q sum_{l,h} sigma_1(W_Q^{l,h})^2 + lam_k sum sigma_1(W_K^{l,h})^2
        + lam_v sum sigma_1(W_V^{l,h})^2,
@@ -16,6 +16,7 @@ sigma_1 = u^T W v with u, v the (detached) power-iteration vectors, so d sigma_1
 as in torch.nn.utils.spectral_norm. All in float32 with autocast off. Terms whose lambda is 0
 are still reported (for logging) but computed without autograd.
 """
+
 from __future__ import annotations
 
 from typing import ClassVar
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipsweep.config_base import check_positive
+from lipsweep.core.config_base import check_positive
 from lipsweep.regularizers.base import Regularizer
 from lipsweep.regularizers.builtin import SPEC_DEFAULT_LAM as DEFAULT_LAM
 from lipsweep.regularizers.builtin import SPECFORMER, check_power_iters
@@ -40,8 +41,9 @@ def head_weights(attn: nn.Module) -> torch.Tensor:
     """
     qkv = getattr(attn, "qkv", None)
     if not isinstance(qkv, nn.Linear):
-        raise ValueError(f"{type(attn).__name__} has no fused `qkv` Linear; Specformer "
-                         "expects timm's Attention")
+        raise ValueError(
+            f"{type(attn).__name__} has no fused `qkv` Linear; Specformer expects timm's Attention"
+        )
     h, d = attn.num_heads, attn.head_dim
     return qkv.weight.view(3 * h, d, qkv.weight.shape[1])
 
@@ -77,15 +79,20 @@ class SpecformerRegularizer(Regularizer):
 
     name: ClassVar[str] = SPECFORMER.name
 
-    def __init__(self, lam_q: float = DEFAULT_LAM, lam_k: float = DEFAULT_LAM,
-                 lam_v: float = DEFAULT_LAM, power_iters: int = 1, seed: int = 0) -> None:
+    def __init__(
+        self,
+        lam_q: float = DEFAULT_LAM,
+        lam_k: float = DEFAULT_LAM,
+        lam_v: float = DEFAULT_LAM,
+        power_iters: int = 1,
+        seed: int = 0,
+    ) -> None:
         for name, lam in (("lam_q", lam_q), ("lam_k", lam_k), ("lam_v", lam_v)):
             check_positive(name, lam, allow_zero=True)
         check_power_iters(power_iters)
         self._setup(lam_q, lam_k, lam_v, power_iters, seed)
 
-    def _setup(self, lam_q: float, lam_k: float, lam_v: float, power_iters: int,
-               seed: int) -> None:
+    def _setup(self, lam_q: float, lam_k: float, lam_v: float, power_iters: int, seed: int) -> None:
         self.lams = {"spec_q": float(lam_q), "spec_k": float(lam_k), "spec_v": float(lam_v)}
         self.power_iters = power_iters
         self.seed = seed
@@ -101,7 +108,7 @@ class SpecformerRegularizer(Regularizer):
 
     def attach(self, model: nn.Module) -> None:
         """Find the attention blocks and draw unit power vectors (seeded, own generator)."""
-        from lipsweep.models import attention_modules
+        from lipsweep.trial.models import attention_modules
 
         blocks = list(attention_modules(model))
         if not blocks:
@@ -114,8 +121,7 @@ class SpecformerRegularizer(Regularizer):
         gen = torch.Generator().manual_seed(self.seed)
         self._blocks = blocks
         self._u = F.normalize(torch.randn(len(blocks) * n, d, generator=gen), dim=-1).to(w.device)
-        self._v = F.normalize(torch.randn(len(blocks) * n, dim, generator=gen),
-                              dim=-1).to(w.device)
+        self._v = F.normalize(torch.randn(len(blocks) * n, dim, generator=gen), dim=-1).to(w.device)
 
     def detach(self) -> None:
         self._blocks = []
@@ -138,9 +144,10 @@ class SpecformerRegularizer(Regularizer):
 
     def terms(self) -> dict[str, torch.Tensor]:
         """Runs ``power_iters`` power iterations, then {'spec_q', 'spec_k', 'spec_v'}."""
-        sq = self.sigmas(iterate=True).square().sum(dim=(0, 2))     # (3,)
-        return {name: (sq[i] if self.lams[name] > 0 else sq[i].detach())
-                for i, name in enumerate(TERMS)}
+        sq = self.sigmas(iterate=True).square().sum(dim=(0, 2))  # (3,)
+        return {
+            name: (sq[i] if self.lams[name] > 0 else sq[i].detach()) for i, name in enumerate(TERMS)
+        }
 
     @property
     def weights(self) -> dict[str, float]:
@@ -157,11 +164,15 @@ class SpecformerRegularizer(Regularizer):
             raise ValueError(f"Specformer state keys must be ['u', 'v'], got {sorted(state)}")
         for name, dst in (("u", self._u), ("v", self._v)):
             if tuple(state[name].shape) != tuple(dst.shape):
-                raise ValueError(f"{name}: shape {tuple(state[name].shape)} does not match the "
-                                 f"attached model's {tuple(dst.shape)}")
+                raise ValueError(
+                    f"{name}: shape {tuple(state[name].shape)} does not match the "
+                    f"attached model's {tuple(dst.shape)}"
+                )
             dst.copy_(state[name])
 
     def __repr__(self) -> str:
         lam = self.lams
-        return (f"SpecformerRegularizer(lam_q={lam['spec_q']}, lam_k={lam['spec_k']}, "
-                f"lam_v={lam['spec_v']}, power_iters={self.power_iters})")
+        return (
+            f"SpecformerRegularizer(lam_q={lam['spec_q']}, lam_k={lam['spec_k']}, "
+            f"lam_v={lam['spec_v']}, power_iters={self.power_iters})"
+        )

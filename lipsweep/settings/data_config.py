@@ -1,22 +1,28 @@
 """Data settings (torch-free): where a trial's images come from and how they are augmented.
 
-Kept apart from the tensor code in :mod:`lipsweep.data` so that a trial config (and ``lipsweep
+Kept apart from the tensor code in :mod:`lipsweep.trial.data` so that a trial config (and ``lipsweep
 sweep --dry-run``) validates without importing torch (or numpy, unless the source is an npz
 file or an image folder, which are inspected here); the augmentations are the paper's
-recipe (SPEC §2.7).
+recipe (docs/science.md §2).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from lipsweep.config_base import (ConfigError, absolute_path, check_choice, check_positive,
-                                  check_range)
-from lipsweep.data_remote import check_uri, is_prepared, is_uri
+from lipsweep.core.config_base import (
+    ConfigError,
+    absolute_path,
+    check_choice,
+    check_positive,
+    check_range,
+)
+from lipsweep.trial.data_remote import check_uri, is_prepared, is_uri
 
 if TYPE_CHECKING:
-    from lipsweep.data_sources import SourceInfo
+    from lipsweep.trial.data_sources import SourceInfo
 
 
 DATASETS = ("embedded", "embedded_full", "npz", "imagefolder", "cifar10", "cifar100")
@@ -77,38 +83,48 @@ class DataConfig:
         self._source: Optional[SourceInfo] = None
         if is_uri(self.data_dir) and self.dataset != "embedded":
             if self.download:
-                raise ConfigError("download", "a prepared dataset URI needs no download; "
-                                  "set download: false")
+                raise ConfigError(
+                    "download", "a prepared dataset URI needs no download; set download: false"
+                )
         elif self.dataset == "npz":
             if not self.data_dir or not Path(self.data_dir).is_file():
-                raise ConfigError("data_dir", f"dataset 'npz' needs an existing .npz file, got "
-                                  f"{self.data_dir!r}")
-            from lipsweep.data_sources import inspect_npz  # numpy: only for this source
+                raise ConfigError(
+                    "data_dir", f"dataset 'npz' needs an existing .npz file, got {self.data_dir!r}"
+                )
+            from lipsweep.trial.data_sources import inspect_npz  # numpy: only for this source
 
             self._source = inspect_npz(self.data_dir)
         elif self.dataset == "imagefolder":
             if not self.data_dir:
-                raise ConfigError("data_dir", "dataset 'imagefolder' needs the folder holding "
-                                  "train/<class>/ and test/<class>/")
-            from lipsweep.data_sources import inspect_image_folder
+                raise ConfigError(
+                    "data_dir",
+                    "dataset 'imagefolder' needs the folder holding "
+                    "train/<class>/ and test/<class>/",
+                )
+            from lipsweep.trial.data_sources import inspect_image_folder
 
             self._source = inspect_image_folder(self.data_dir)
         elif self.dataset in ("cifar10", "cifar100") and is_prepared(self.data_dir):
             if not Path(self.data_dir).is_file():
-                raise ConfigError("data_dir", f"no such file {self.data_dir!r}; create it "
-                                  "with `lipsweep data prepare`")
+                raise ConfigError(
+                    "data_dir",
+                    f"no such file {self.data_dir!r}; create it with `lipsweep data prepare`",
+                )
         elif self.dataset in ("cifar10", "cifar100") and not self.download:
             if not self.data_dir or not Path(self.data_dir).is_dir():
-                raise ConfigError("data_dir", f"no such folder {self.data_dir!r} for "
-                                  f"{self.dataset}; point it at a torchvision CIFAR root or a "
-                                  "file from `lipsweep data prepare`, or set download: true")
+                raise ConfigError(
+                    "data_dir",
+                    f"no such folder {self.data_dir!r} for "
+                    f"{self.dataset}; point it at a torchvision CIFAR root or a "
+                    "file from `lipsweep data prepare`, or set download: true",
+                )
 
     @property
     def num_classes(self) -> int:
         """Classes of the source: fixed for CIFAR, read from the data for npz/imagefolder.
 
         An npz behind a URI is read only on the node: it must be a prepared CIFAR-10
-        (:func:`lipsweep.data_remote.fetch_prepared` refuses any other), hence 10."""
+        (:func:`lipsweep.trial.data_remote.fetch_prepared` refuses any other), hence 10."""
         if self._source:
             return self._source.num_classes
         return NUM_CLASSES.get(self.dataset, 10)

@@ -1,8 +1,9 @@
-"""Model settings (torch-free): what :func:`lipsweep.models.create_model` builds.
+"""Model settings (torch-free): what :func:`lipsweep.trial.models.create_model` builds.
 
 Kept apart from the ``nn.Module`` code so that a trial config (and ``lipsweep sweep --dry-run``)
 validates without importing torch or timm; the paper's overrides are in Sec. 5.
 """
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lipsweep.config_base import (ConfigError, absolute_path, check_choice, check_max,
-                                  check_positive, show)
+from lipsweep.core.config_base import (
+    ConfigError,
+    absolute_path,
+    check_choice,
+    check_max,
+    check_positive,
+    show,
+)
 
 # Upper bounds (the reason goes into the error): a typo such as embed_dim 1e9 must not reach
 # an allocation. timm's largest ViTs have 48 blocks, width 3,072 and 1-3 billion parameters.
@@ -83,35 +90,52 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.startswith("vit_"):
-            raise ConfigError("model", f"{show(self.model)} is not a timm ViT name (vit_*); "
-                              "see `lipsweep models` for the list")
+            raise ConfigError(
+                "model",
+                f"{show(self.model)} is not a timm ViT name (vit_*); "
+                "see `lipsweep models` for the list",
+            )
         check_positive("img_size", self.img_size)
         check_max("img_size", self.img_size, MAX_IMG_SIZE, _BOUND_WHY["img_size"])
         check_positive("patch_size", self.patch_size)
         check_positive("num_classes", self.num_classes)
         check_max("num_classes", self.num_classes, MAX_CLASSES, _BOUND_WHY["num_classes"])
         if self.img_size % self.patch_size:
-            raise ConfigError("patch_size", f"{self.patch_size} does not divide img_size "
-                              f"{self.img_size}")
+            raise ConfigError(
+                "patch_size", f"{self.patch_size} does not divide img_size {self.img_size}"
+            )
         if self.num_tokens > MAX_TOKENS:
-            raise ConfigError("patch_size", f"{self.img_size // self.patch_size}^2 patches + "
-                              f"CLS = {self.num_tokens:,} tokens exceeds {MAX_TOKENS:,} "
-                              "(attention memory grows with the square of the tokens)")
+            raise ConfigError(
+                "patch_size",
+                f"{self.img_size // self.patch_size}^2 patches + "
+                f"CLS = {self.num_tokens:,} tokens exceeds {MAX_TOKENS:,} "
+                "(attention memory grows with the square of the tokens)",
+            )
         limits = {"depth": MAX_DEPTH, "embed_dim": MAX_EMBED_DIM, "num_heads": MAX_HEADS}
         for name in ("depth", "embed_dim", "num_heads"):
             if getattr(self, name) is not None:
                 check_positive(name, getattr(self, name))
                 check_max(name, getattr(self, name), limits[name], _BOUND_WHY[name])
-        if self.depth is not None and self.embed_dim is not None \
-                and 12 * self.depth * self.embed_dim ** 2 > MAX_BLOCK_PARAMS:
-            raise ConfigError("embed_dim", f"depth {self.depth} x embed_dim {self.embed_dim} "
-                              f"makes about {12 * self.depth * self.embed_dim ** 2:.2g} "
-                              f"parameters, more than {MAX_BLOCK_PARAMS:.0g} (about 3x timm's "
-                              "largest ViT; 32 GB of fp32 weights)")
-        if self.embed_dim is not None and self.num_heads is not None \
-                and self.embed_dim % self.num_heads:
-            raise ConfigError("num_heads", f"{self.num_heads} does not divide embed_dim "
-                              f"{self.embed_dim}")
+        if (
+            self.depth is not None
+            and self.embed_dim is not None
+            and 12 * self.depth * self.embed_dim**2 > MAX_BLOCK_PARAMS
+        ):
+            raise ConfigError(
+                "embed_dim",
+                f"depth {self.depth} x embed_dim {self.embed_dim} "
+                f"makes about {12 * self.depth * self.embed_dim**2:.2g} "
+                f"parameters, more than {MAX_BLOCK_PARAMS:.0g} (about 3x timm's "
+                "largest ViT; 32 GB of fp32 weights)",
+            )
+        if (
+            self.embed_dim is not None
+            and self.num_heads is not None
+            and self.embed_dim % self.num_heads
+        ):
+            raise ConfigError(
+                "num_heads", f"{self.num_heads} does not divide embed_dim {self.embed_dim}"
+            )
         if not 0.0 <= self.drop_path < 1.0:
             raise ConfigError("drop_path", f"must be in [0, 1), got {self.drop_path}")
         check_choice("normalization", self.normalization, tuple(NORMALIZATIONS))
@@ -119,9 +143,12 @@ class ModelConfig:
         if self.pretrained not in ("", "hub"):  # absolute: Tune workers run elsewhere
             self.pretrained = absolute_path("pretrained", self.pretrained)
             if not Path(self.pretrained).is_file():
-                raise ConfigError("pretrained", f"no such weights file: {show(self.pretrained)}"
-                                  ". Use 'hub' to download from the Hugging Face hub, '' for "
-                                  "random init, or a path to a local .safetensors/.pth file")
+                raise ConfigError(
+                    "pretrained",
+                    f"no such weights file: {show(self.pretrained)}"
+                    ". Use 'hub' to download from the Hugging Face hub, '' for "
+                    "random init, or a path to a local .safetensors/.pth file",
+                )
             check_weights_file(self.pretrained)
 
     def validate_name(self) -> None:
@@ -144,7 +171,7 @@ def check_weights_file(path: str) -> None:
     timm with ``torch.load(weights_only=True)`` and must be a ``torch.save`` zip archive."""
     import zipfile
 
-    from lipsweep._safetensors import HeaderError, read_header
+    from lipsweep.trial._safetensors import HeaderError, read_header
 
     try:
         with open(path, "rb") as fh:
@@ -153,10 +180,12 @@ def check_weights_file(path: str) -> None:
                 return
             names = zipfile.ZipFile(fh).namelist() if zipfile.is_zipfile(fh) else []
     except HeaderError as exc:
-        raise ConfigError("pretrained", f"{show(path)} is not a safetensors file ({exc})") \
-            from None
+        raise ConfigError("pretrained", f"{show(path)} is not a safetensors file ({exc})") from None
     except (OSError, zipfile.BadZipFile, ValueError) as exc:
         raise ConfigError("pretrained", f"cannot read {show(path)}: {exc}") from None
     if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-        raise ConfigError("pretrained", f"{show(path)} is neither a .safetensors file nor a "
-                          "torch.save archive (.pth/.pt/.bin); convert the weights to one")
+        raise ConfigError(
+            "pretrained",
+            f"{show(path)} is neither a .safetensors file nor a "
+            "torch.save archive (.pth/.pt/.bin); convert the weights to one",
+        )

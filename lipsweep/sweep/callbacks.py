@@ -3,9 +3,11 @@
 :class:`MlflowSweepCallback` turns Tune's trial events into MLflow child runs under the
 sweep's parent run (see :mod:`lipsweep.tracking` for why the driver, and not the trials,
 writes). :class:`ConsoleProgress` prints one line per trial event with its state and key
-metrics, instead of Tune's full-screen tables, and feeds :class:`lipsweep.progress.SweepProgress`
+metrics, instead of Tune's full-screen tables, and feeds
+:class:`lipsweep.sweep.progress.SweepProgress`
 for the status block (counts, ETA, best trial) on stdout.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,20 +22,34 @@ from typing import Any, Optional, TextIO
 from ray.tune import Callback
 
 from lipsweep.core.metric_names import ACC_CLEAN, EPOCH_ACC_CLEAN, HEADLINE_METRICS
-from lipsweep.progress import FAILED as P_FAILED
-from lipsweep.progress import FINISHED as P_FINISHED
-from lipsweep.progress import STOPPED as P_STOPPED
-from lipsweep.progress import SweepProgress
+from lipsweep.sweep.progress import FAILED as P_FAILED
+from lipsweep.sweep.progress import FINISHED as P_FINISHED
+from lipsweep.sweep.progress import STOPPED as P_STOPPED
+from lipsweep.sweep.progress import SweepProgress
 from lipsweep.sweep.space import SweepSpec, trial_label
 from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY, flat_config
-from lipsweep.tracking import (FAILED, FINISHED, KILLED, TAG_CHECKPOINT, TAG_EARLY_STOPPED,
-                               TAG_FAILURE, Tracker)
+from lipsweep.tracking import (
+    FAILED,
+    FINISHED,
+    KILLED,
+    TAG_CHECKPOINT,
+    TAG_EARLY_STOPPED,
+    TAG_FAILURE,
+    Tracker,
+)
 
 _log = logging.getLogger("lipsweep.sweep")
 
-EPOCH_KEYS = ("loss", "loss_ce", "loss_reg", "acc_clean", "lr", "epoch_seconds",
-              "train_images_per_s")
-# MLflow names of per-epoch values that would collide with a final SPEC metric: the held-out
+EPOCH_KEYS = (
+    "loss",
+    "loss_ce",
+    "loss_reg",
+    "acc_clean",
+    "lr",
+    "epoch_seconds",
+    "train_images_per_s",
+)
+# MLflow names of per-epoch values that would collide with a final contract metric: the held-out
 # accuracy after each epoch (all eval_size images) is not the final acc_clean (the images the
 # attacks use), and MLflow's latest value, which the UI and `lipsweep pareto` read, must be
 # the final one.
@@ -81,16 +97,24 @@ class MlflowSweepCallback(Callback):
             found = self.tracker.find_child(self.parent_id, tid)
             if found is not None and _completed(found):
                 self.completed_before.add(tid)
-                self.outcomes[tid] = TrialOutcome(tid, found.info.run_name or tid,
-                                                  found.info.status,
-                                                  found.data.tags.get(TAG_FAILURE, ""))
-                _log.warning("trial %s already completed in MLflow run %s (%s) before the "
-                             "interruption; Tune runs it again, its re-run is not logged",
-                             tid, found.info.run_id, found.info.status)
+                self.outcomes[tid] = TrialOutcome(
+                    tid,
+                    found.info.run_name or tid,
+                    found.info.status,
+                    found.data.tags.get(TAG_FAILURE, ""),
+                )
+                _log.warning(
+                    "trial %s already completed in MLflow run %s (%s) before the "
+                    "interruption; Tune runs it again, its re-run is not logged",
+                    tid,
+                    found.info.run_id,
+                    found.info.status,
+                )
                 return None
             flat = flat_config(trial.config)
             self.runs[tid] = self.tracker.open_child(
-                self.parent_id, tid, f"{tid} {trial_label(flat)}", flat)
+                self.parent_id, tid, f"{tid} {trial_label(flat)}", flat
+            )
         return self.runs[tid]
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
@@ -99,8 +123,9 @@ class MlflowSweepCallback(Callback):
     def on_trial_restore(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self._run_for(trial)
 
-    def on_trial_result(self, iteration: int, trials: list, trial, result: dict,
-                        **info: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list, trial, result: dict, **info: Any
+    ) -> None:
         if result.get(FINAL_KEY) or ERROR_KEY in result:
             return
         run_id = self._run_for(trial)
@@ -127,15 +152,21 @@ class MlflowSweepCallback(Callback):
         by_epoch = {int(h.get("epoch", 0)): h for h in history}
         missing = [e for e in range(first, epoch) if e not in by_epoch]
         if missing:
-            _log.error("trial %s: epochs %s are missing from MLflow and from its checkpoint",
-                       trial.trial_id, missing)
+            _log.error(
+                "trial %s: epochs %s are missing from MLflow and from its checkpoint",
+                trial.trial_id,
+                missing,
+            )
         found = [e for e in range(first, epoch) if e in by_epoch]
         for e in found:
             metrics = epoch_metrics(by_epoch[e])
             self.tracker.log_metrics(run_id, {**metrics, "epoch": e}, step=e)
         if found:
-            _log.warning("trial %s: logged epochs %s to MLflow from its checkpoint history",
-                         trial.trial_id, found)
+            _log.warning(
+                "trial %s: logged epochs %s to MLflow from its checkpoint history",
+                trial.trial_id,
+                found,
+            )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         run_id = self._run_for(trial)
@@ -146,24 +177,29 @@ class MlflowSweepCallback(Callback):
         if ERROR_KEY in result:
             self.tracker.set_tags(run_id, {TAG_FAILURE: result[ERROR_KEY]})
             self.tracker.end(run_id, FAILED)
-            self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, label, FAILED,
-                                                         result[ERROR_KEY])
+            self.outcomes[trial.trial_id] = TrialOutcome(
+                trial.trial_id, label, FAILED, result[ERROR_KEY]
+            )
             return
         if not result.get(FINAL_KEY):
             self.tracker.set_tags(run_id, {TAG_EARLY_STOPPED: "true"})
             self.tracker.end(run_id, KILLED)
-            self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, label, KILLED,
-                                                         "stopped early by the scheduler")
+            self.outcomes[trial.trial_id] = TrialOutcome(
+                trial.trial_id, label, KILLED, "stopped early by the scheduler"
+            )
             return
-        final = {k: v for k, v in result.items()
-                 if (k.startswith(("acc_", "lip_", "eval_")) or k == "epochs_done")
-                 and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        final = {
+            k: v
+            for k, v in result.items()
+            if (k.startswith(("acc_", "lip_", "eval_")) or k == "epochs_done")
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+        }
         self.tracker.log_metrics(run_id, final, step=0)
         self.tracker.set_tags(run_id, trial_attack_tags(flat_config(trial.config), result))
         self._log_checkpoint(run_id, trial)
         self.tracker.end(run_id, FINISHED)
-        self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, label, FINISHED,
-                                                     metrics=final)
+        self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, label, FINISHED, metrics=final)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         run_id = self._run_for(trial)
@@ -172,9 +208,12 @@ class MlflowSweepCallback(Callback):
         reason = _error_text(trial)
         self.tracker.set_tags(run_id, {TAG_FAILURE: reason[:5000]})
         self.tracker.end(run_id, FAILED)
-        self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, trial_label(
-            flat_config(trial.config)), FAILED, reason.strip().splitlines()[-1][:300]
-            if reason.strip() else "error")
+        self.outcomes[trial.trial_id] = TrialOutcome(
+            trial.trial_id,
+            trial_label(flat_config(trial.config)),
+            FAILED,
+            reason.strip().splitlines()[-1][:300] if reason.strip() else "error",
+        )
 
     def _log_checkpoint(self, run_id: str, trial) -> None:
         ckpt = trial.checkpoint
@@ -198,30 +237,39 @@ def trial_attack_tags(flat: dict[str, Any], result: dict[str, Any]) -> dict[str,
     """Tags saying which AutoAttack made each ``acc_aa_<eps>`` of a trial (issue 18)."""
     from lipsweep.attacks.autoattack import autoattack_tags, describe_config
     from lipsweep.attacks.config import RobustnessConfig
-    from lipsweep.config import FIELD_SECTION
-    from lipsweep.config_base import from_mapping
+    from lipsweep.core.config_base import from_mapping
+    from lipsweep.settings.config import FIELD_SECTION
 
     if "autoattack" not in flat.get("attacks", ["autoattack"]):
         return {}
     try:
-        robust = from_mapping(RobustnessConfig, {k: v for k, v in flat.items()
-                                                 if FIELD_SECTION.get(k) == "robustness"})
+        robust = from_mapping(
+            RobustnessConfig,
+            {k: v for k, v in flat.items() if FIELD_SECTION.get(k) == "robustness"},
+        )
     except ValueError as err:  # never lose the trial's logging over its tags
         _log.warning("no AutoAttack tags: %s", err)
         return {}
     n = result.get("attack_images")
     tags: dict[str, str] = {}
     for eps in robust.aa_eps:
-        tags.update(autoattack_tags(f"acc_aa_{eps}", describe_config(robust),
-                                    int(n) if isinstance(n, (int, float)) else None, eps))
+        tags.update(
+            autoattack_tags(
+                f"acc_aa_{eps}",
+                describe_config(robust),
+                int(n) if isinstance(n, (int, float)) else None,
+                eps,
+            )
+        )
     return tags
 
 
 def _completed(run) -> bool:
     """A child run that ended on its own: FINISHED, or stopped early by the scheduler."""
     status = run.info.status
-    return status == FINISHED or (status == KILLED
-                                  and run.data.tags.get(TAG_EARLY_STOPPED) == "true")
+    return status == FINISHED or (
+        status == KILLED and run.data.tags.get(TAG_EARLY_STOPPED) == "true"
+    )
 
 
 def _error_text(trial) -> str:
@@ -242,8 +290,13 @@ class ConsoleProgress(Callback):
     """One log line per trial event (state, epoch, key metrics), and the status block on
     ``stream`` every ``status_every`` seconds (0: only at trial ends) and at each trial end."""
 
-    def __init__(self, total: int, objective: tuple[str, str] = ("acc_clean", "max"),
-                 status_every: float = 30.0, stream: Optional[TextIO] = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        objective: tuple[str, str] = ("acc_clean", "max"),
+        status_every: float = 30.0,
+        stream: Optional[TextIO] = None,
+    ) -> None:
         self.total = total
         self.done = 0
         self.progress = SweepProgress(total, objective)
@@ -288,16 +341,24 @@ class ConsoleProgress(Callback):
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info: Any) -> None:
         failures = getattr(getattr(trial, "run_metadata", None), "num_failures", "?")
-        _log.warning("%s worker failed (failure %s); RETRYING from its last checkpoint",
-                     self._name(trial), failures)
+        _log.warning(
+            "%s worker failed (failure %s); RETRYING from its last checkpoint",
+            self._name(trial),
+            failures,
+        )
 
-    def on_trial_result(self, iteration: int, trials: list, trial, result: dict,
-                        **info: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list, trial, result: dict, **info: Any
+    ) -> None:
         if result.get(FINAL_KEY) or ERROR_KEY in result:
             return
-        _log.info("%s epoch %s  loss %.3f  acc_clean %.1f%%", self._name(trial),
-                  result.get("epoch"), result.get("loss", float("nan")),
-                  result.get("acc_clean", float("nan")))
+        _log.info(
+            "%s epoch %s  loss %.3f  acc_clean %.1f%%",
+            self._name(trial),
+            result.get("epoch"),
+            result.get("loss", float("nan")),
+            result.get("acc_clean", float("nan")),
+        )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self.done += 1
@@ -306,23 +367,23 @@ class ConsoleProgress(Callback):
             _log.error("%s FAILED: %s", self._name(trial), r[ERROR_KEY])
             state = P_FAILED
         elif not r.get(FINAL_KEY):
-            _log.info("%s STOPPED early (scheduler)  [%d/%d]", self._name(trial), self.done,
-                      self.total)
+            _log.info(
+                "%s STOPPED early (scheduler)  [%d/%d]", self._name(trial), self.done, self.total
+            )
             state = P_STOPPED
         else:
             text = "  ".join(f"{k} {r[k]:.2f}" for k in HEADLINE_METRICS if k in r)
-            _log.info("%s FINISHED  %s  [%d/%d]", self._name(trial), text, self.done,
-                      self.total)
+            _log.info("%s FINISHED  %s  [%d/%d]", self._name(trial), text, self.done, self.total)
             state = P_FINISHED
         self.progress.ended(trial.trial_id, state, time.monotonic(), r, self._name(trial))
         self.show_status()
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self.done += 1
-        _log.error("%s ERROR (retries exhausted)  [%d/%d]", self._name(trial), self.done,
-                   self.total)
-        self.progress.ended(trial.trial_id, P_FAILED, time.monotonic(), None,
-                            self._name(trial))
+        _log.error(
+            "%s ERROR (retries exhausted)  [%d/%d]", self._name(trial), self.done, self.total
+        )
+        self.progress.ended(trial.trial_id, P_FAILED, time.monotonic(), None, self._name(trial))
         self.show_status()
 
 
@@ -331,8 +392,10 @@ def summarize(outcomes: dict[str, TrialOutcome], total: int) -> tuple[bool, str]
     failed = [o for o in outcomes.values() if o.status == FAILED]
     finished = sum(o.status == FINISHED for o in outcomes.values())
     stopped = sum(o.status == KILLED for o in outcomes.values())
-    lines = [f"{finished} finished, {stopped} stopped early, {len(failed)} failed, "
-             f"{max(0, total - len(outcomes))} not run, of {total} trials"]
+    lines = [
+        f"{finished} finished, {stopped} stopped early, {len(failed)} failed, "
+        f"{max(0, total - len(outcomes))} not run, of {total} trials"
+    ]
     lines += [f"  FAILED {o.trial_id} [{o.label}]: {o.reason}" for o in failed]
     ok = not failed and len(outcomes) >= total
     return ok, "\n".join(lines)

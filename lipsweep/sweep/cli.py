@@ -1,4 +1,5 @@
 """``lipsweep sweep``: validate everything first, then start Ray; exit 0 only if all finished."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from lipsweep.config_base import ConfigError, show
+from lipsweep.core.config_base import ConfigError, show
 from lipsweep.core.storage import resolve_storage
 
 if TYPE_CHECKING:
@@ -17,8 +18,8 @@ _log = logging.getLogger("lipsweep.sweep")
 
 def preflight(spec: "SweepSpec") -> None:
     """Data and device checks the driver can make before Ray starts (ConfigError: exit 2)."""
-    from lipsweep.data_remote import check_sweep_download
-    from lipsweep.device import check_sweep_device
+    from lipsweep.trial.data_remote import check_sweep_download
+    from lipsweep.trial.device import check_sweep_device
 
     trials = spec.trials or [spec.fixed]
     check_sweep_download(spec.num_trials, trials)
@@ -38,8 +39,10 @@ def validate_sweep_options(args: argparse.Namespace, experiment: str) -> str:
     from lipsweep.sweep.driver import parse_ray_address
     from lipsweep.tracking import check_tracking_uri
 
-    for flag, value in (("--max-concurrent-trials", args.max_concurrent_trials),
-                        ("--num-cpus", args.num_cpus)):
+    for flag, value in (
+        ("--max-concurrent-trials", args.max_concurrent_trials),
+        ("--num-cpus", args.num_cpus),
+    ):
         if value is not None and value < 1:
             raise ConfigError(flag, f"must be >= 1, got {value}")
     check_experiment_name(experiment)
@@ -51,10 +54,16 @@ def validate_sweep_options(args: argparse.Namespace, experiment: str) -> str:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    from lipsweep.config_base import UsageError
+    from lipsweep.core.config_base import UsageError
     from lipsweep.core.storage import experiment_path, is_remote, storage_exists
-    from lipsweep.sweep.driver import (SweepLock, SweepOptions, check_ray_address,
-                                       dry_run_lines, owner_id, run_sweep)
+    from lipsweep.sweep.driver import (
+        SweepLock,
+        SweepOptions,
+        check_ray_address,
+        dry_run_lines,
+        owner_id,
+        run_sweep,
+    )
     from lipsweep.sweep.space import load_space
     from lipsweep.tracking import redact_uri
 
@@ -75,30 +84,49 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         exp_path = experiment_path(storage, experiment)
         exists = storage_exists(exp_path)
         if args.resume and not exists:
-            raise UsageError(f"--resume: no sweep {experiment!r} at {exp_path}; check "
-                             "--storage and --experiment, or drop --resume to start it")
+            raise UsageError(
+                f"--resume: no sweep {experiment!r} at {exp_path}; check "
+                "--storage and --experiment, or drop --resume to start it"
+            )
         if not args.resume and exists:
-            raise UsageError(f"sweep {experiment!r} already exists at {exp_path}; pass "
-                             "--resume to continue it, or choose another --experiment / "
-                             "--storage")
-        opts = SweepOptions(experiment=experiment, storage=storage,
-                            tracking_uri=args.tracking_uri, resume=args.resume,
-                            max_concurrent_trials=args.max_concurrent_trials,
-                            ray_address=args.ray_address, num_cpus=args.num_cpus,
-                            status_every=args.status_every, dashboard=args.dashboard,
-                            owner=owner, locked=lock is not None)
+            raise UsageError(
+                f"sweep {experiment!r} already exists at {exp_path}; pass "
+                "--resume to continue it, or choose another --experiment / "
+                "--storage"
+            )
+        opts = SweepOptions(
+            experiment=experiment,
+            storage=storage,
+            tracking_uri=args.tracking_uri,
+            resume=args.resume,
+            max_concurrent_trials=args.max_concurrent_trials,
+            ray_address=args.ray_address,
+            num_cpus=args.num_cpus,
+            status_every=args.status_every,
+            dashboard=args.dashboard,
+            owner=owner,
+            locked=lock is not None,
+        )
         shown_uri = redact_uri(args.tracking_uri)
-        _log.info("sweep %r: %d trials -> storage %s, MLflow %s", experiment, spec.num_trials,
-                  storage, shown_uri)
+        _log.info(
+            "sweep %r: %d trials -> storage %s, MLflow %s",
+            experiment,
+            spec.num_trials,
+            storage,
+            shown_uri,
+        )
         outcome = run_sweep(spec, opts)
     finally:
         if lock is not None:
             lock.release()
     if outcome.interrupted:
-        sys.stdout.write(f"sweep interrupted; resume with: lipsweep sweep {args.space} "
-                         f"--experiment {experiment} --storage {storage} --resume\n")
+        sys.stdout.write(
+            f"sweep interrupted; resume with: lipsweep sweep {args.space} "
+            f"--experiment {experiment} --storage {storage} --resume\n"
+        )
         return 130
     sys.stdout.write(outcome.summary + "\n")
-    sys.stdout.write(f"MLflow parent run {outcome.parent_run_id} in experiment {experiment!r}"
-                     f" ({shown_uri})\n")
+    sys.stdout.write(
+        f"MLflow parent run {outcome.parent_run_id} in experiment {experiment!r} ({shown_uri})\n"
+    )
     return 0 if outcome.ok else 1

@@ -6,8 +6,8 @@ take the experiment's lock (:class:`SweepLock`), check the storage path, then st
 ``Tuner.restore(...).fit``). One driver per experiment: a second one exits 2 naming the
 holder; a parent run is adopted only with ``--resume`` and only when its owner is gone.
 Whatever happens, MLflow runs end FINISHED, FAILED or KILLED, never RUNNING: on an interrupt
-the parent and any open children are marked KILLED and reopened by ``--resume``. (A SIGKILLed driver cannot mark anything: its runs stay
-RUNNING until ``--resume`` reopens and finishes them.)
+the parent and any open children are marked KILLED and reopened by ``--resume``. (A SIGKILLed
+driver cannot mark anything: its runs stay RUNNING until ``--resume`` reopens and finishes them.)
 
 MLflow outages: the driver's tracker buffers writes while the server is unreachable (see
 :mod:`lipsweep.tracking`), so trials keep training. Calls that need an answer block Tune's
@@ -16,6 +16,7 @@ that, or if the buffer fills, the sweep stops as interrupted (Tune's state is re
 Writes still undelivered at the end go to the spill file
 (:func:`lipsweep.core.storage.spill_path`) and are replayed by ``--resume``.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -28,20 +29,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from lipsweep.sweep.space import SweepSpec, sample_space
-from lipsweep.config_base import ConfigError, UsageError
+from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
-from lipsweep.tracking import (FAILED, FINISHED, KILLED, RUNNING, TAG_HEARTBEAT, TAG_OWNER,
-                               SweepBusy, Tracker, TrackingError, redact_uri)
+from lipsweep.sweep.space import SweepSpec, sample_space
+from lipsweep.tracking import (
+    FAILED,
+    FINISHED,
+    KILLED,
+    RUNNING,
+    TAG_HEARTBEAT,
+    TAG_OWNER,
+    SweepBusy,
+    Tracker,
+    TrackingError,
+    redact_uri,
+)
 
 _log = logging.getLogger("lipsweep.sweep")
 INTERRUPTED = "sweep interrupted"
-TRACKING_RETRIES = 10        # blocking MLflow calls: backoff 1, 2, 4, 8, 16, 30, ... ~3 min
-FLUSH_TIMEOUT_S = 600.0      # at the end, wait this long for buffered writes to be delivered
+TRACKING_RETRIES = 10  # blocking MLflow calls: backoff 1, 2, 4, 8, 16, 30, ... ~3 min
+FLUSH_TIMEOUT_S = 600.0  # at the end, wait this long for buffered writes to be delivered
 INTERRUPT_FLUSH_TIMEOUT_S = 30.0
 LOCK_SUFFIX = ".lipsweep.lock"
-HEARTBEAT_S = 60.0           # the owner refreshes its parent run's heartbeat this often
-HEARTBEAT_STALE_S = 600.0    # older than this (on another host): the owner is gone
+HEARTBEAT_S = 60.0  # the owner refreshes its parent run's heartbeat this often
+HEARTBEAT_STALE_S = 600.0  # older than this (on another host): the owner is gone
 RAY_CONNECT_TIMEOUT_S = 10.0
 
 
@@ -69,8 +80,8 @@ class SweepOptions:
     max_concurrent_trials: Optional[int] = None
     ray_address: Optional[str] = None
     num_cpus: Optional[int] = None
-    status_every: float = 30.0     # seconds between status blocks (0: at trial ends only)
-    dashboard: bool = False        # the local Ray instance's dashboard, on 127.0.0.1
+    status_every: float = 30.0  # seconds between status blocks (0: at trial ends only)
+    dashboard: bool = False  # the local Ray instance's dashboard, on 127.0.0.1
     owner: str = field(default_factory=owner_id)
     locked: bool = False  # this driver holds the experiment's file lock (local storage)
 
@@ -99,9 +110,11 @@ class SweepLock:
         except BlockingIOError:
             holder = self._holder()
             self._fh.close()
-            raise UsageError(f"--experiment {experiment}: this sweep is being run by "
-                             f"{describe_owner(holder)} (lock {self.path}); wait for it to "
-                             "end, or stop it and rerun with --resume") from None
+            raise UsageError(
+                f"--experiment {experiment}: this sweep is being run by "
+                f"{describe_owner(holder)} (lock {self.path}); wait for it to "
+                "end, or stop it and rerun with --resume"
+            ) from None
         self._fh.seek(0)
         self._fh.truncate()
         self._fh.write(owner + "\n")
@@ -134,12 +147,15 @@ def _pid_alive(pid: int) -> bool:
 def _adoption_policy(opts: SweepOptions):
     """``adopt(run)`` for :meth:`Tracker.open_parent`: raise SweepBusy unless the existing
     parent run may be taken over (only with --resume, and only when its owner is gone)."""
+
     def adopt(run) -> None:
         rid = run.info.run_id
         if not opts.resume:
-            raise SweepBusy(f"MLflow already has parent run {rid} ({run.info.status}) for "
-                            f"this sweep; pass --resume to continue it, or choose another "
-                            "--experiment / --storage")
+            raise SweepBusy(
+                f"MLflow already has parent run {rid} ({run.info.status}) for "
+                f"this sweep; pass --resume to continue it, or choose another "
+                "--experiment / --storage"
+            )
         owner = run.data.tags.get(TAG_OWNER, "")
         if opts.locked or run.info.status != RUNNING or not owner:
             return  # our file lock proves no live driver holds this storage path
@@ -153,8 +169,11 @@ def _adoption_policy(opts: SweepOptions):
                 beat = 0.0
             gone = time.time() - beat > HEARTBEAT_STALE_S
         if not gone:
-            raise SweepBusy(f"parent run {rid} is held by a live driver: "
-                            f"{describe_owner(owner)}; wait for it to end or stop it")
+            raise SweepBusy(
+                f"parent run {rid} is held by a live driver: "
+                f"{describe_owner(owner)}; wait for it to end or stop it"
+            )
+
     return adopt
 
 
@@ -179,8 +198,9 @@ def check_ray_address(addr: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> No
     try:
         socket.create_connection(hp, timeout=timeout_s).close()
     except OSError as exc:
-        raise UsageError(f"--ray-address {addr}: cannot connect within {timeout_s:.0f} s "
-                         f"({exc})") from None
+        raise UsageError(
+            f"--ray-address {addr}: cannot connect within {timeout_s:.0f} s ({exc})"
+        ) from None
 
 
 def _tracking_cause(exc: BaseException) -> Optional[TrackingError]:
@@ -197,8 +217,13 @@ def _deliver(tracker: Tracker, spill: Path, timeout_s: float) -> int:
     if tracker.flush(timeout_s) == 0:
         return 0
     n = tracker.spill(spill)
-    _log.error("MLflow at %s is unreachable: %d writes saved to %s; they are delivered by "
-               "the next `lipsweep sweep ... --resume`", tracker.shown_uri, n, spill)
+    _log.error(
+        "MLflow at %s is unreachable: %d writes saved to %s; they are delivered by "
+        "the next `lipsweep sweep ... --resume`",
+        tracker.shown_uri,
+        n,
+        spill,
+    )
     return n
 
 
@@ -212,12 +237,17 @@ def _tune_config(spec: SweepSpec, opts: SweepOptions):
 
         s = spec.scheduler
         max_t = s.max_t or int(spec.fixed.get("epochs", 40))
-        scheduler = ASHAScheduler(time_attr="epoch", metric=s.metric, mode=s.mode,
-                                  max_t=max_t, grace_period=s.grace_period,
-                                  reduction_factor=s.reduction_factor,
-                                  # a trial at max_t must still send its final report (the
-                                  # evaluation) after its last epoch's report
-                                  stop_last_trials=False)
+        scheduler = ASHAScheduler(
+            time_attr="epoch",
+            metric=s.metric,
+            mode=s.mode,
+            max_t=max_t,
+            grace_period=s.grace_period,
+            reduction_factor=s.reduction_factor,
+            # a trial at max_t must still send its final report (the
+            # evaluation) after its last epoch's report
+            stop_last_trials=False,
+        )
     if spec.search is not None or spec.scheduler is not None:
         # Per-epoch reports lack the final metrics a searcher learns from; load_space has
         # already checked every metric name against what trials report.
@@ -229,17 +259,28 @@ def _tune_config(spec: SweepSpec, opts: SweepOptions):
         mode = spec.search.mode if len(spec.search.mode) > 1 else spec.search.mode[0]
         import optuna
 
-        sampler = (optuna.samplers.TPESampler(seed=spec.search.seed)
-                   if len(spec.search.metric) == 1 else
-                   optuna.samplers.NSGAIISampler(seed=spec.search.seed))
-        searcher = FinalResultOptuna(space=OptunaSpace(spec.fixed, spec.search.space), metric=metric, mode=mode,
-                                     sampler=sampler)
-        return tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
-                               num_samples=spec.search.num_samples, max_concurrent_trials=mct,
-                               reuse_actors=True), None
+        sampler = (
+            optuna.samplers.TPESampler(seed=spec.search.seed)
+            if len(spec.search.metric) == 1
+            else optuna.samplers.NSGAIISampler(seed=spec.search.seed)
+        )
+        searcher = FinalResultOptuna(
+            space=OptunaSpace(spec.fixed, spec.search.space),
+            metric=metric,
+            mode=mode,
+            sampler=sampler,
+        )
+        return tune.TuneConfig(
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=spec.search.num_samples,
+            max_concurrent_trials=mct,
+            reuse_actors=True,
+        ), None
     param_space = {"trial": tune.grid_search(spec.trials)}
-    return tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=mct,
-                           reuse_actors=True), param_space
+    return tune.TuneConfig(
+        scheduler=scheduler, max_concurrent_trials=mct, reuse_actors=True
+    ), param_space
 
 
 def _init_ray(opts: SweepOptions) -> None:
@@ -255,12 +296,19 @@ def _init_ray(opts: SweepOptions) -> None:
     else:
         if not opts.dashboard:  # the dashboard's login takes the token `ray get-auth-token` prints
             _local_token_auth()
-        ctx = ray.init(num_cpus=opts.num_cpus, include_dashboard=opts.dashboard,
-                       dashboard_host="127.0.0.1", log_to_driver=True,
-                       configure_logging=True, logging_level=logging.WARNING)
+        ctx = ray.init(
+            num_cpus=opts.num_cpus,
+            include_dashboard=opts.dashboard,
+            dashboard_host="127.0.0.1",
+            log_to_driver=True,
+            configure_logging=True,
+            logging_level=logging.WARNING,
+        )
         if opts.dashboard:
-            _log.info("Ray dashboard: http://%s (log in with the token `ray get-auth-token` "
-                      "prints)", ctx.dashboard_url)
+            _log.info(
+                "Ray dashboard: http://%s (log in with the token `ray get-auth-token` prints)",
+                ctx.dashboard_url,
+            )
 
 
 def _local_token_auth() -> None:
@@ -278,7 +326,9 @@ def _local_token_auth() -> None:
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     # Ray caches the mode and the token at import; make this process see the new ones.
     from ray._private.authentication.authentication_token_setup import (
-        AuthenticationTokenLoader, _enable_token_auth)
+        AuthenticationTokenLoader,
+        _enable_token_auth,
+    )
 
     _enable_token_auth()
     AuthenticationTokenLoader.instance().reset_cache()
@@ -294,52 +344,80 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     from ray import tune
 
-    from lipsweep.sweep.callbacks import (ConsoleProgress, MlflowSweepCallback, first_objective,
-                                          summarize)
+    from lipsweep.sweep.callbacks import (
+        ConsoleProgress,
+        MlflowSweepCallback,
+        first_objective,
+        summarize,
+    )
     from lipsweep.sweep.trainable import train_trial
 
     exp_path = experiment_path(opts.storage, opts.experiment)
-    tracker = Tracker(opts.tracking_uri, opts.experiment, retries=TRACKING_RETRIES,
-                      buffer_writes=True)
+    tracker = Tracker(
+        opts.tracking_uri, opts.experiment, retries=TRACKING_RETRIES, buffer_writes=True
+    )
     spill = spill_path(opts.storage, opts.experiment)
-    flat_params = {"space_file": Path(spec.path).name, "num_trials": spec.num_trials,
-                   "sweep_kind": spec.search.algorithm if spec.search else "grid",
-                   "scheduler": spec.scheduler.type if spec.scheduler else "none",
-                   "resources_cpu": spec.resources.cpu, "resources_gpu": spec.resources.gpu,
-                   **{f"fixed.{k}": v for k, v in spec.fixed.items()}}
+    flat_params = {
+        "space_file": Path(spec.path).name,
+        "num_trials": spec.num_trials,
+        "sweep_kind": spec.search.algorithm if spec.search else "grid",
+        "scheduler": spec.scheduler.type if spec.scheduler else "none",
+        "resources_cpu": spec.resources.cpu,
+        "resources_gpu": spec.resources.gpu,
+        **{f"fixed.{k}": v for k, v in spec.fixed.items()},
+    }
     _init_ray(opts)  # before the parent run: a Ray that cannot start leaves nothing RUNNING
     try:
         if opts.resume:
             tracker.replay(spill)
-        parent = tracker.open_parent(exp_path, opts.experiment, flat_params, Path(spec.path),
-                                     owner=opts.owner, adopt=_adoption_policy(opts),
-                                     datasets=_sweep_datasets(spec))
+        parent = tracker.open_parent(
+            exp_path,
+            opts.experiment,
+            flat_params,
+            Path(spec.path),
+            owner=opts.owner,
+            adopt=_adoption_policy(opts),
+            datasets=_sweep_datasets(spec),
+        )
     except SweepBusy as err:
         raise UsageError(f"--experiment {opts.experiment}: {err}") from None
     except TrackingError as err:  # nothing started yet: a bad or unreachable --tracking-uri
         if tracker.pending:
-            _log.error("%d MLflow writes for the new parent run were not delivered",
-                       tracker.pending)
+            _log.error(
+                "%d MLflow writes for the new parent run were not delivered", tracker.pending
+            )
         raise UsageError(f"--tracking-uri: {err}") from None
     from lipsweep.sweep.heartbeat import Heartbeat
 
     mlflow_cb = MlflowSweepCallback(tracker, parent)
-    callbacks = [mlflow_cb, ConsoleProgress(spec.num_trials, first_objective(spec),
-                                            opts.status_every),
-                 Heartbeat(tracker, parent, HEARTBEAT_S)]
-    trainable = tune.with_resources(train_trial, {"cpu": spec.resources.cpu,
-                                                  "gpu": spec.resources.gpu})
+    callbacks = [
+        mlflow_cb,
+        ConsoleProgress(spec.num_trials, first_objective(spec), opts.status_every),
+        Heartbeat(tracker, parent, HEARTBEAT_S),
+    ]
+    trainable = tune.with_resources(
+        train_trial, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+    )
     tune_cfg, param_space = _tune_config(spec, opts)
     run_cfg = tune.RunConfig(
-        name=opts.experiment, storage_path=opts.storage, callbacks=callbacks, verbose=0,
+        name=opts.experiment,
+        storage_path=opts.storage,
+        callbacks=callbacks,
+        verbose=0,
         failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+    )
     interrupted = False
     tracking_error: Optional[TrackingError] = None
     try:
         if opts.resume:
-            tuner = tune.Tuner.restore(exp_path, trainable=trainable, resume_unfinished=True,
-                                       resume_errored=True, param_space=param_space)
+            tuner = tune.Tuner.restore(
+                exp_path,
+                trainable=trainable,
+                resume_unfinished=True,
+                resume_errored=True,
+                param_space=param_space,
+            )
             _replace_restored_callbacks(tuner, callbacks)
         else:
             kwargs = {"param_space": param_space} if param_space is not None else {}
@@ -372,9 +450,11 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
         undelivered = _deliver(tracker, spill, FLUSH_TIMEOUT_S)
     if undelivered:
         ok = False
-        summary += (f"\n{undelivered} MLflow writes could not be delivered to "
-                    f"{redact_uri(opts.tracking_uri)}; saved to {spill}. Rerun with --resume "
-                    "once MLflow is reachable to deliver them")
+        summary += (
+            f"\n{undelivered} MLflow writes could not be delivered to "
+            f"{redact_uri(opts.tracking_uri)}; saved to {spill}. Rerun with --resume "
+            "once MLflow is reachable to deliver them"
+        )
     return SweepOutcome(ok, summary, parent, exp_path)
 
 
@@ -383,7 +463,7 @@ def _sweep_datasets(spec: SweepSpec) -> list[dict[str, Any]]:
     or, for a searcher that samples them later, the fixed settings with defaults filled in."""
     if spec.trials:
         return spec.trials
-    from lipsweep.config import TrialConfig
+    from lipsweep.settings.config import TrialConfig
 
     try:
         return [TrialConfig.from_flat(spec.fixed).to_flat()]
@@ -391,9 +471,14 @@ def _sweep_datasets(spec: SweepSpec) -> list[dict[str, Any]]:
         return []
 
 
-def _close_interrupted(tracker: Tracker, parent: str, spill: Path,
-                       tracking_error: Optional[TrackingError], spec: SweepSpec,
-                       opts: SweepOptions) -> None:
+def _close_interrupted(
+    tracker: Tracker,
+    parent: str,
+    spill: Path,
+    tracking_error: Optional[TrackingError],
+    spec: SweepSpec,
+    opts: SweepOptions,
+) -> None:
     """Mark open runs KILLED (if MLflow answers) and keep every undelivered write on disk."""
     n = 0
     if tracking_error:  # MLflow is down: runs stay RUNNING until --resume reopens them
@@ -401,15 +486,19 @@ def _close_interrupted(tracker: Tracker, parent: str, spill: Path,
         _log.error("sweep stopped: %s", tracking_error)
     elif _deliver(tracker, spill, INTERRUPT_FLUSH_TIMEOUT_S) == 0:
         try:
-            n = tracker.end_running_children(parent, KILLED, f"{INTERRUPTED}; rerun with "
-                                             "--resume")
+            n = tracker.end_running_children(parent, KILLED, f"{INTERRUPTED}; rerun with --resume")
             tracker.end(parent, KILLED)
         except TrackingError as err:
             _log.error("%s", err)
         _deliver(tracker, spill, INTERRUPT_FLUSH_TIMEOUT_S)
-    _log.warning("sweep interrupted (%d running trials marked KILLED); continue it "
-                 "with: lipsweep sweep %s --experiment %s --storage %s --resume",
-                 n, spec.path, opts.experiment, opts.storage)
+    _log.warning(
+        "sweep interrupted (%d running trials marked KILLED); continue it "
+        "with: lipsweep sweep %s --experiment %s --storage %s --resume",
+        n,
+        spec.path,
+        opts.experiment,
+        opts.storage,
+    )
 
 
 def _replace_restored_callbacks(tuner, callbacks: list) -> None:
@@ -439,8 +528,7 @@ def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:
         if reason.startswith(INTERRUPTED):
             continue
         if tid and tid not in cb.outcomes and run.info.status in (FINISHED, FAILED, KILLED):
-            cb.outcomes[tid] = TrialOutcome(tid, run.info.run_name or tid, run.info.status,
-                                            reason)
+            cb.outcomes[tid] = TrialOutcome(tid, run.info.run_name or tid, run.info.status, reason)
 
 
 def dry_run_lines(spec: SweepSpec) -> list[str]:
@@ -449,19 +537,24 @@ def dry_run_lines(spec: SweepSpec) -> list[str]:
     from lipsweep.sweep.space import recipe_lines, trial_label
 
     kind = spec.search.algorithm if spec.search else "grid"
-    lines = [f"sweep {spec.name!r} from {spec.path}: {spec.num_trials} trials ({kind}"
-             + (f", {spec.scheduler.type} scheduler" if spec.scheduler else "") + ")",
-             f"resources per trial: cpu={spec.resources.cpu} gpu={spec.resources.gpu}"]
+    lines = [
+        f"sweep {spec.name!r} from {spec.path}: {spec.num_trials} trials ({kind}"
+        + (f", {spec.scheduler.type} scheduler" if spec.scheduler else "")
+        + ")",
+        f"resources per trial: cpu={spec.resources.cpu} gpu={spec.resources.gpu}",
+    ]
     lines += recipe_lines(spec)
     if spec.trials:
         labelled = {"regularizer", "seed", *(s.name for s in all_settings())}
-        varying = sorted({k for t in spec.trials for k in t
-                          if any(t.get(k) != u.get(k) for u in spec.trials)})
+        varying = sorted(
+            {k for t in spec.trials for k in t if any(t.get(k) != u.get(k) for u in spec.trials)}
+        )
         for i, t in enumerate(spec.trials):
-            extra = " ".join(f"{k}={t[k]}" for k in varying
-                             if k not in labelled and k in t)
+            extra = " ".join(f"{k}={t[k]}" for k in varying if k not in labelled and k in t)
             lines.append(f"  {i:3d}  {trial_label(t)}  {extra}".rstrip())
     else:
         rng = random.Random(spec.search.seed)
-        lines.append(f"  optuna samples lazily; e.g. {sample_space(spec.search.space, rng, spec.path)}")
+        lines.append(
+            f"  optuna samples lazily; e.g. {sample_space(spec.search.space, rng, spec.path)}"
+        )
     return lines

@@ -4,6 +4,7 @@ A driver on remote storage (``s3://``) has no file lock that other hosts see; it
 parent run ``lipsweep.owner`` and refreshes ``lipsweep.heartbeat`` from Tune's event loop, so a
 second driver can tell a live owner from a dead one (see :mod:`lipsweep.sweep.driver`).
 """
+
 from __future__ import annotations
 
 import time

@@ -3,6 +3,7 @@
 Both classes live at module level because Tune pickles the searcher into the experiment state
 (``Tuner.restore`` needs it); a closure would not pickle.
 """
+
 from __future__ import annotations
 
 import logging
@@ -10,7 +11,7 @@ from typing import Any
 
 from ray.tune.search.optuna import OptunaSearch
 
-from lipsweep.config_base import ConfigError
+from lipsweep.core.config_base import ConfigError
 from lipsweep.sweep.space import SearchSpace, normalise_trial, parse_space
 
 _log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ _log = logging.getLogger(__name__)
 class FinalResultOptuna(OptunaSearch):
     """Optuna that learns from each trial's final report only.
 
-    A trial's per-epoch reports carry ``acc_clean`` and the losses; the SPEC §3 metrics an
+    A trial's per-epoch reports carry ``acc_clean`` and the losses; the docs/contract.md metrics an
     Optuna study optimises (``acc_pgd_4``, ``lip_jacobian_median``, ...) arrive once, in the
     final report, which ``on_trial_complete`` passes to ``study.tell``. Pruning on intermediate
     values is left to the scheduler (ASHA), so intermediate results are not forwarded.
@@ -38,8 +39,9 @@ class OptunaSpace:
     ``config.json`` are then the same settings under either searcher.
     """
 
-    def __init__(self, fixed: dict[str, Any], space: SearchSpace | dict[str, Any],
-                 path: str = "search.space") -> None:
+    def __init__(
+        self, fixed: dict[str, Any], space: SearchSpace | dict[str, Any], path: str = "search.space"
+    ) -> None:
         self.fixed = dict(fixed)
         self.space = space if isinstance(space, SearchSpace) else parse_space(space, path)
 

@@ -39,11 +39,12 @@ read by one parser (:func:`parse_distribution`) for the random sampler and Optun
 [low, high]`` (an integer, high excluded) or ``quniform: [low, high, q]`` (``low + i * q``
 up to high; q defaults to 1). Any other mapping is refused, naming its key.
 
-Metrics: a trial reports ``acc_clean`` and its losses every epoch and the SPEC §3 metrics
+Metrics: a trial reports ``acc_clean`` and its losses every epoch and the docs/contract.md metrics
 (``acc_*``, ``lip_*``, ``epochs_done``) once, at the end. So ``scheduler.metric`` must be one of
 :data:`EPOCH_METRICS` (ASHA compares trials at each rung), while ``search.metric`` may be any
 final metric: Optuna is told each trial's final report and prunes nothing itself.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -53,13 +54,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from lipsweep.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
-from lipsweep.config_base import INT_LIMIT, ConfigError, key_name, show
 from lipsweep.core import metric_names
+from lipsweep.core.config_base import INT_LIMIT, ConfigError, key_name, show
 from lipsweep.regularizers import find_spec, list_regularizers, regularizer_specs
+from lipsweep.settings.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
 
-TOP_KEYS = {"name", "description", "fixed", "grid", "repeat", "search", "scheduler",
-            "resources", "max_concurrent_trials", "max_failures"}
+TOP_KEYS = {
+    "name",
+    "description",
+    "fixed",
+    "grid",
+    "repeat",
+    "search",
+    "scheduler",
+    "resources",
+    "max_concurrent_trials",
+    "max_failures",
+}
 SEARCH_KEYS = {"algorithm", "num_samples", "seed", "metric", "mode", "space"}
 SCHEDULER_KEYS = {"type", "metric", "mode", "grace_period", "reduction_factor", "max_t"}
 DISTRIBUTIONS = {"choice", "uniform", "loguniform", "randint", "quniform"}
@@ -106,8 +117,8 @@ class SweepSpec:
     path: str
     text: str
     fixed: dict[str, Any]
-    trials: list[dict[str, Any]]            # expanded flat configs (grid / random)
-    search: Optional[SearchSpec] = None     # set for optuna (trials sampled lazily)
+    trials: list[dict[str, Any]]  # expanded flat configs (grid / random)
+    search: Optional[SearchSpec] = None  # set for optuna (trials sampled lazily)
     scheduler: Optional[SchedulerSpec] = None
     resources: Resources = field(default_factory=Resources)
     max_concurrent_trials: int = 0
@@ -129,8 +140,11 @@ def _check_keys(section: str, mapping: Any, allowed: set[str], path: str) -> dic
     unknown = sorted((k for k in mapping if k not in allowed), key=str)
     if unknown:
         name = key_name(unknown[0])
-        raise _err(f"{section}.{name}" if section else name,
-                   f"unknown key; allowed: {sorted(allowed)}", path)
+        raise _err(
+            f"{section}.{name}" if section else name,
+            f"unknown key; allowed: {sorted(allowed)}",
+            path,
+        )
     return mapping
 
 
@@ -157,8 +171,11 @@ def expand_block(block: dict[str, Any], where: str, path: str) -> list[dict[str,
         for v in values:
             if len(names) > 1:
                 if not isinstance(v, list) or len(v) != len(names):
-                    raise _err(f"{where}.{key}", f"each value must be a list of {len(names)} "
-                               f"(one per name), got {show(v)}", path)
+                    raise _err(
+                        f"{where}.{key}",
+                        f"each value must be a list of {len(names)} (one per name), got {show(v)}",
+                        path,
+                    )
                 options.append(dict(zip(names, v)))
             else:
                 options.append({names[0]: v})
@@ -248,8 +265,12 @@ def parse_distribution(raw: Any, where: str, path: str) -> Distribution:
         return Distribution("constant", (raw,))
     if len(raw) != 1 or next(iter(raw)) not in DISTRIBUTIONS:
         keys = ", ".join(show(k, 40) for k in raw) or "none"
-        raise _err(where, f"a mapping must be one distribution, {sorted(DISTRIBUTIONS)} "
-                   f"(got keys: {keys}); a constant is a plain value", path)
+        raise _err(
+            where,
+            f"a mapping must be one distribution, {sorted(DISTRIBUTIONS)} "
+            f"(got keys: {keys}); a constant is a plain value",
+            path,
+        )
     kind, args = next(iter(raw.items()))
     if kind == "choice":
         if not isinstance(args, list) or not args:
@@ -274,8 +295,9 @@ def parse_distribution(raw: Any, where: str, path: str) -> Distribution:
         q = args[2] if len(args) == 3 else 1
         steps = (hi - lo) / q if q > 0 else 0.0
         if q <= 0 or abs(steps - round(steps)) > 1e-9 * max(1.0, steps):
-            raise _err(where, f"quniform needs q > 0 that divides high - low, got "
-                       f"{show(args)}", path)
+            raise _err(
+                where, f"quniform needs q > 0 that divides high - low, got {show(args)}", path
+            )
         return Distribution(kind, (lo, hi, q))
     return Distribution(kind, (float(lo), float(hi)))
 
@@ -317,20 +339,25 @@ def parse_space(space: Any, path: str) -> SearchSpace:
     for key, raw in space.items():
         if key in conditional:
             if not isinstance(raw, dict):
-                raise _err(f"search.space.{key}", "must be a mapping of settings that apply "
-                           f"when regularizer is {key}", path)
+                raise _err(
+                    f"search.space.{key}",
+                    f"must be a mapping of settings that apply when regularizer is {key}",
+                    path,
+                )
             for sub, dist in raw.items():
                 _check_setting_key(sub, f"search.space.{key}", path)
                 branches.setdefault(key, {})[sub] = parse_distribution(
-                    dist, f"search.space.{key}.{key_name(sub)}", path)
+                    dist, f"search.space.{key}.{key_name(sub)}", path
+                )
             continue
         _check_setting_key(key, "search.space", path)
         entries[key] = parse_distribution(raw, f"search.space.{key_name(key)}", path)
     return SearchSpace(entries, branches)
 
 
-def sample_space(space: SearchSpace | dict[str, Any], rng: random.Random,
-                 path: str) -> dict[str, Any]:
+def sample_space(
+    space: SearchSpace | dict[str, Any], rng: random.Random, path: str
+) -> dict[str, Any]:
     """Draw one flat config from a (possibly conditional) space (parsed, or its mapping)."""
     parsed = space if isinstance(space, SearchSpace) else parse_space(space, path)
     return parsed.sample(rng)
@@ -353,19 +380,22 @@ def _parse_search(raw: Any, path: str) -> SearchSpec:
         raise _err("search.algorithm", f"must be random or optuna, got {show(algo)}", path)
     n = raw.get("num_samples")
     if not _int_in(n, 1, MAX_TRIALS):
-        raise _err("search.num_samples", f"must be an integer in [1, {MAX_TRIALS}], got "
-                   f"{show(n)}", path)
+        raise _err(
+            "search.num_samples", f"must be an integer in [1, {MAX_TRIALS}], got {show(n)}", path
+        )
     seed = raw.get("seed", 0)
     if not _int_in(seed, -INT_LIMIT, INT_LIMIT):
         raise _err("search.seed", f"must be an integer, got {show(seed)}", path)
     metric = _as_list(raw.get("metric", "acc_pgd_4"))
     if not metric or not all(isinstance(m, str) and m for m in metric):
-        raise _err("search.metric", f"must be a metric name or a list of them, got "
-                   f"{show(metric)}", path)
+        raise _err(
+            "search.metric", f"must be a metric name or a list of them, got {show(metric)}", path
+        )
     mode = _as_list(raw.get("mode", "max"))
     if len(mode) != len(metric) or any(m not in ("max", "min") for m in mode):
-        raise _err("search.mode", f"needs one of max/min per metric {metric}, got "
-                   f"{show(mode)}", path)
+        raise _err(
+            "search.mode", f"needs one of max/min per metric {metric}, got {show(mode)}", path
+        )
     return SearchSpec(algo, n, seed, metric, mode, parse_space(raw.get("space"), path))
 
 
@@ -383,8 +413,7 @@ def _parse_scheduler(raw: Any, path: str) -> SchedulerSpec:
         if not _finite(val) or val < 1:
             raise _err(f"scheduler.{key}", f"must be a number >= 1, got {show(val)}", path)
     if spec.max_t is not None and not _int_in(spec.max_t, 1, INT_LIMIT):
-        raise _err("scheduler.max_t", f"must be a positive integer, got {show(spec.max_t)}",
-                   path)
+        raise _err("scheduler.max_t", f"must be a positive integer, got {show(spec.max_t)}", path)
     return spec
 
 
@@ -427,29 +456,42 @@ def _validate_trials(trials: list[dict[str, Any]], path: str) -> list[dict[str, 
 def _label_keys() -> tuple[str, ...]:
     """Keys that name a trial in an error: the regularizer and the first two settings of
     each registered regularizer."""
-    return ("regularizer",) + tuple(s.name for spec in regularizer_specs()
-                                    for s in spec.settings[:2])
+    return ("regularizer",) + tuple(
+        s.name for spec in regularizer_specs() for s in spec.settings[:2]
+    )
 
 
 # Reported by every epoch's tune.report, so the only metrics a scheduler (ASHA) can compare
-# trials by. The searcher (Optuna) learns from the final report, which holds the SPEC metrics.
+# trials by. The searcher (Optuna) learns from the final report, which holds the contract metrics.
 EPOCH_METRICS = metric_names.EPOCH_METRICS
 
 
-def _check_metrics(spec_search: Optional[SearchSpec], scheduler: Optional[SchedulerSpec],
-                   trials: list[dict[str, Any]], path: str) -> None:
+def _check_metrics(
+    spec_search: Optional[SearchSpec],
+    scheduler: Optional[SchedulerSpec],
+    trials: list[dict[str, Any]],
+    path: str,
+) -> None:
     """Refuse metric names that no trial reports (Tune would only fail once trials ran)."""
     if scheduler is not None and scheduler.metric not in EPOCH_METRICS:
-        raise _err("scheduler.metric", f"{scheduler.metric!r} is not reported every epoch; "
-                   f"the scheduler can use one of {list(EPOCH_METRICS)}", path)
+        raise _err(
+            "scheduler.metric",
+            f"{scheduler.metric!r} is not reported every epoch; "
+            f"the scheduler can use one of {list(EPOCH_METRICS)}",
+            path,
+        )
     if spec_search is None or spec_search.algorithm != "optuna" or not trials:
         return
     cfg = TrialConfig.from_flat(trials[0])
     final = {"acc_clean", "epochs_done", *cfg.robustness.metric_names()}
     for name in spec_search.metric:
         if name not in final and not (name.startswith("lip_") and cfg.run.evaluate):
-            raise _err("search.metric", f"no trial reports {name!r}; use one of "
-                       f"{sorted(final)} or a lip_* summary metric (docs: SPEC §3)", path)
+            raise _err(
+                "search.metric",
+                f"no trial reports {name!r}; use one of "
+                f"{sorted(final)} or a lip_* summary metric (docs: docs/contract.md)",
+                path,
+            )
 
 
 def load_space(path: str | Path) -> SweepSpec:
@@ -466,8 +508,9 @@ def load_space(path: str | Path) -> SweepSpec:
     fixed = raw.get("fixed", {}) or {}
     _check_keys("fixed", fixed, set(FIELD_SECTION), p)
     if ("grid" in raw) == ("search" in raw):
-        raise _err("grid", "give exactly one of `grid` (explicit trials) or `search` "
-                   "(random/optuna)", p)
+        raise _err(
+            "grid", "give exactly one of `grid` (explicit trials) or `search` (random/optuna)", p
+        )
     repeat = raw.get("repeat", {}) or {}
     if not isinstance(repeat, dict):
         raise _err("repeat", "must be a mapping of setting: [values]", p)
@@ -500,8 +543,9 @@ def load_space(path: str | Path) -> SweepSpec:
                     trials.append({**fixed, **draw, **rep})
         else:  # optuna samples lazily; validate a few draws of the space now
             rng = random.Random(search.seed)
-            draws = _validate_trials([{**fixed, **sample_space(search.space, rng, p)}
-                                      for _ in range(16)], p)
+            draws = _validate_trials(
+                [{**fixed, **sample_space(search.space, rng, p)} for _ in range(16)], p
+            )
     trials = _validate_trials(trials, p)
     scheduler = _parse_scheduler(raw["scheduler"], p) if raw.get("scheduler") else None
     _check_metrics(search, scheduler, trials or draws, p)
@@ -511,10 +555,18 @@ def load_space(path: str | Path) -> SweepSpec:
         if not _int_in(val, 0, INT_LIMIT):
             raise _err(key, f"must be an integer >= 0, got {show(val)}", p)
     return SweepSpec(
-        name=name, path=p, text=Path(p).read_text(), fixed=fixed, trials=trials, search=search,
+        name=name,
+        path=p,
+        text=Path(p).read_text(),
+        fixed=fixed,
+        trials=trials,
+        search=search,
         scheduler=scheduler,
-        resources=_parse_resources(raw.get("resources"), p), max_concurrent_trials=mct,
-        max_failures=mf, description=description or "")
+        resources=_parse_resources(raw.get("resources"), p),
+        max_concurrent_trials=mct,
+        max_failures=mf,
+        description=description or "",
+    )
 
 
 def trial_label(flat: dict[str, Any]) -> str:
@@ -526,12 +578,38 @@ def trial_label(flat: dict[str, Any]) -> str:
     return core.strip() + (f" seed={flat['seed']}" if "seed" in flat else "")
 
 
-RECIPE_KEYS = ("model", "pretrained", "patch_resample", "normalization", "img_size", "patch_size",
-               "qkv_bias", "dataset", "eval_size", "epochs", "batch_size", "optimizer", "lr",
-               "min_lr", "warmup_epochs", "momentum", "weight_decay", "weight_decay_scope",
-               "clip_grad", "mixup", "cutmix", "mix_prob", "label_smoothing", "crop_padding",
-               "hflip", "pgd_steps", "pgd_step_size", "pgd_random_start", "attack_images",
-               "lip_images")
+RECIPE_KEYS = (
+    "model",
+    "pretrained",
+    "patch_resample",
+    "normalization",
+    "img_size",
+    "patch_size",
+    "qkv_bias",
+    "dataset",
+    "eval_size",
+    "epochs",
+    "batch_size",
+    "optimizer",
+    "lr",
+    "min_lr",
+    "warmup_epochs",
+    "momentum",
+    "weight_decay",
+    "weight_decay_scope",
+    "clip_grad",
+    "mixup",
+    "cutmix",
+    "mix_prob",
+    "label_smoothing",
+    "crop_padding",
+    "hflip",
+    "pgd_steps",
+    "pgd_step_size",
+    "pgd_random_start",
+    "attack_images",
+    "lip_images",
+)
 """The training and evaluation recipe settings ``--dry-run`` prints (docs/science.md)."""
 
 

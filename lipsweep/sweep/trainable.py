@@ -17,9 +17,11 @@ during the final evaluation therefore retrains the epochs after the last uploade
 A deterministic failure (a non-finite loss, a configuration error such as a missing remote
 dataset, or a GPU that Ray assigned but CUDA cannot see) is reported as ``lipsweep_error``
 instead of raised, so Tune does not burn retries on it; the driver marks the MLflow run FAILED
-with that reason. The device is decided once per trial by :func:`lipsweep.device.decide_device`
-from the GPU ids Ray assigned, and the decision is logged.
+with that reason. The device is decided once per trial by
+:func:`lipsweep.trial.device.decide_device` from the GPU
+ids Ray assigned, and the decision is logged.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,9 +32,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from lipsweep.config import TrialConfig
-from lipsweep.config_base import ConfigError
-from lipsweep.trial import TrialCallbacks, run_trial
+from lipsweep.core.config_base import ConfigError
+from lipsweep.settings.config import TrialConfig
+from lipsweep.trial.run import TrialCallbacks, run_trial
 
 _log = logging.getLogger(__name__)
 FINAL_KEY = "lipsweep_final"
@@ -52,15 +54,17 @@ class _TuneReporter(TrialCallbacks):
         self.workdir = workdir
         self.cfg = cfg
 
-    def on_epoch_end(self, epoch: int, metrics: dict[str, float],
-                     checkpoint: Optional[Path]) -> None:
+    def on_epoch_end(
+        self, epoch: int, metrics: dict[str, float], checkpoint: Optional[Path]
+    ) -> None:
         from ray import tune
 
         if checkpoint is None or epoch >= self.cfg.optim.epochs:  # the final report uploads it
             tune.report({**metrics, "epoch": epoch})
             return
-        tune.report({**metrics, "epoch": epoch},
-                    checkpoint=tune.Checkpoint.from_directory(str(checkpoint)))
+        tune.report(
+            {**metrics, "epoch": epoch}, checkpoint=tune.Checkpoint.from_directory(str(checkpoint))
+        )
 
 
 def _restore_from_tune(ckpt_root: Path) -> int:
@@ -76,8 +80,9 @@ def _restore_from_tune(ckpt_root: Path) -> int:
         epoch = int(state["epoch"])
         dst = ckpt_root / f"epoch_{epoch:04d}"
         ckpt_root.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("artifacts", "metrics.json",
-                                                                "config.json"))
+        shutil.copytree(
+            src, dst, ignore=shutil.ignore_patterns("artifacts", "metrics.json", "config.json")
+        )
     _log.info("restored Tune checkpoint of epoch %d", epoch)
     return epoch
 
@@ -101,8 +106,8 @@ def train_trial(config: dict[str, Any]) -> None:
     """Tune entry point: train, evaluate and report one trial."""
     from ray import tune
 
-    from lipsweep.device import choose_device
-    from lipsweep.engine import NonFiniteLossError
+    from lipsweep.trial.device import choose_device
+    from lipsweep.trial.engine import NonFiniteLossError
 
     cfg = TrialConfig.from_flat(flat_config(config))
     logging.getLogger("ray.tune").setLevel(logging.WARNING)  # one INFO line per checkpoint
@@ -114,8 +119,7 @@ def train_trial(config: dict[str, Any]) -> None:
         # WARNING: a Tune worker shows lipsweep's INFO lines nowhere; this one must be seen
         device = choose_device(cfg.run.device, _assigned_gpus(), level=logging.WARNING)
         run_cfg = replace(cfg, run=replace(cfg.run, device=device))
-        result = run_trial(run_cfg, workdir, callbacks=_TuneReporter(workdir, cfg),
-                           progress=False)
+        result = run_trial(run_cfg, workdir, callbacks=_TuneReporter(workdir, cfg), progress=False)
     except (NonFiniteLossError, ConfigError) as err:
         _log.error("trial failed: %s", err)
         tune.report({ERROR_KEY: str(err), "epoch": 0})
@@ -127,5 +131,7 @@ def train_trial(config: dict[str, Any]) -> None:
         shutil.copytree(result.artifacts, final / "artifacts")
     (final / "metrics.json").write_text(json.dumps(result.metrics, indent=2, sort_keys=True))
     (final / "config.json").write_text(cfg.to_json())
-    tune.report({**result.metrics, "epoch": cfg.optim.epochs, FINAL_KEY: 1},
-                checkpoint=tune.Checkpoint.from_directory(str(final)))
+    tune.report(
+        {**result.metrics, "epoch": cfg.optim.epochs, FINAL_KEY: 1},
+        checkpoint=tune.Checkpoint.from_directory(str(final)),
+    )

@@ -6,6 +6,7 @@ every later call (at most every 30 s) and drained by :meth:`WriteQueue.flush`. W
 delivered by the end is appended to a JSON-lines spill file and replayed on ``--resume``: a
 write is delivered, still queued, or on disk, never silently dropped.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ Record = dict[str, Any]
 class WriteQueue:
     """Queued writes, delivered in order by ``apply`` (which raises on failure)."""
 
-    def __init__(self, apply: Callable[[Record], None], shown_uri: str, backoff_s: float,
-                 max_pending: int) -> None:
+    def __init__(
+        self, apply: Callable[[Record], None], shown_uri: str, backoff_s: float, max_pending: int
+    ) -> None:
         self.apply, self.shown_uri = apply, shown_uri
         self.backoff_s, self.max_pending = backoff_s, max_pending
         self.pending: deque[Record] = deque()
@@ -40,8 +42,10 @@ class WriteQueue:
     def append(self, record: Record) -> None:
         """Queue ``record`` behind earlier writes; a full queue raises TrackingError."""
         if len(self.pending) >= self.max_pending:
-            raise TrackingError(f"MLflow at {self.shown_uri} unreachable for too long: "
-                                f"{len(self.pending)} writes buffered (max_pending)")
+            raise TrackingError(
+                f"MLflow at {self.shown_uri} unreachable for too long: "
+                f"{len(self.pending)} writes buffered (max_pending)"
+            )
         self.pending.append(record)
         self.drain(force=len(self.pending) == 1)
 
@@ -55,18 +59,23 @@ class WriteQueue:
                 self.apply(record)
             except Exception as exc:  # noqa: BLE001 - MLflow raises many types for I/O
                 if not transient(exc):
-                    raise TrackingError(f"MLflow {record['op']} failed at {self.shown_uri}:"
-                                        f" {type(exc).__name__}: {redact_uri(exc)}") from exc
+                    raise TrackingError(
+                        f"MLflow {record['op']} failed at {self.shown_uri}:"
+                        f" {type(exc).__name__}: {redact_uri(exc)}"
+                    ) from exc
                 self._flush_delay = min(max(self._flush_delay * 2, self.backoff_s), 30.0)
                 self._next_try = time.monotonic() + self._flush_delay
-                _log.warning("MLflow unreachable (%s: %s); buffering writes (%d pending), "
-                             "retrying in %.0fs", type(exc).__name__, redact_uri(exc)[:200],
-                             len(self.pending), self._flush_delay)
+                _log.warning(
+                    "MLflow unreachable (%s: %s); buffering writes (%d pending), retrying in %.0fs",
+                    type(exc).__name__,
+                    redact_uri(exc)[:200],
+                    len(self.pending),
+                    self._flush_delay,
+                )
                 return
             self.pending.popleft()
         if self._flush_delay:
-            _log.warning("MLflow reachable again at %s; buffered writes delivered",
-                         self.shown_uri)
+            _log.warning("MLflow reachable again at %s; buffered writes delivered", self.shown_uri)
         self._flush_delay = 0.0
 
     def flush(self, timeout_s: float) -> int:

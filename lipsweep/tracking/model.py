@@ -4,6 +4,7 @@ MLflow keeps :mod:`lipsweep.tracking.pyfunc_model` as source and the export fold
 ``export`` artifact (safetensors + JSON), so nothing is pickled; loading it calls
 :func:`lipsweep.load_exported`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,9 @@ PYFUNC_REQUIREMENTS = ("torch", "timm", "safetensors", "numpy", "mlflow")
 installed where the model is served (``--env-manager local``)."""
 
 
-def save_pyfunc_model(folder: Path, dst: Path, img_size: int, num_classes: int,
-                      export_format: Optional[Any] = None) -> Path:
+def save_pyfunc_model(
+    folder: Path, dst: Path, img_size: int, num_classes: int, export_format: Optional[Any] = None
+) -> Path:
     """Write an MLflow pyfunc model of the export ``folder`` to ``dst`` (a new folder).
 
     The signature is a float32 tensor (N, 3, img_size, img_size) in [0, 1] -> logits
@@ -31,9 +33,14 @@ def save_pyfunc_model(folder: Path, dst: Path, img_size: int, num_classes: int,
     code = find_spec("lipsweep.tracking.pyfunc_model").origin  # its file; MLflow runs it
     signature = ModelSignature(
         inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 3, img_size, img_size))]),
-        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, num_classes))]))
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, num_classes))]),
+    )
     mlflow.pyfunc.save_model(
-        str(dst), python_model=str(code), artifacts={"export": str(folder)}, signature=signature,
+        str(dst),
+        python_model=str(code),
+        artifacts={"export": str(folder)},
+        signature=signature,
         pip_requirements=[f"{p}=={version(p)}" for p in PYFUNC_REQUIREMENTS],
-        metadata={"lipsweep_format": export_format, "input_range": [0.0, 1.0]})
+        metadata={"lipsweep_format": export_format, "input_range": [0.0, 1.0]},
+    )
     return Path(dst)

@@ -1,5 +1,6 @@
 """What every run records about where it came from: lipsweep's version, its git commit, and
 the dataset as an MLflow input (name, digest, source; no data uploaded)."""
+
 from __future__ import annotations
 
 import functools
@@ -22,8 +23,12 @@ def provenance_tags() -> dict[str, str]:
     tags = {TAG_VERSION: lipsweep.__version__}
     pkg = Path(lipsweep.__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(pkg), "rev-parse", "--show-toplevel", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(pkg), "rev-parse", "--show-toplevel", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return tags
     lines = out.stdout.split()
@@ -51,9 +56,17 @@ def dataset_input(config: dict[str, Any]) -> Optional[dict[str, str]]:
         except Exception:  # noqa: BLE001 - no MLflow source type for it: named below
             source = None
     if source is None:
-        source = CodeDatasetSource({"lipsweep.dataset": str(config["dataset"]),
-                                    "data_dir": redact_uri(str(config.get("data_dir") or ""))})
+        source = CodeDatasetSource(
+            {
+                "lipsweep.dataset": str(config["dataset"]),
+                "data_dir": redact_uri(str(config.get("data_dir") or "")),
+            }
+        )
     ds = MetaDataset(source, name=str(config["dataset"]), digest=digest.hexdigest()[:16])
     entity = ds._to_mlflow_entity()
-    return {"name": entity.name, "digest": entity.digest, "source_type": entity.source_type,
-            "source": entity.source}
+    return {
+        "name": entity.name,
+        "digest": entity.digest,
+        "source_type": entity.source_type,
+        "source": entity.source,
+    }

@@ -4,8 +4,10 @@ MLflow copies this file into the model and runs it at load time; :func:`mlflow.m
 below names the model. Its one artifact, ``export``, is the export folder
 (``model.safetensors`` + ``config.json``), rebuilt by :func:`lipsweep.load_exported`, so
 ``predict`` maps [0, 1] RGB images (N, 3, H, W) to logits (N, classes) exactly as the export
-does (SPEC §3). Serving needs lipsweep installed (``mlflow models serve --env-manager local``).
+does (docs/contract.md). Serving needs lipsweep installed (``mlflow models serve --env-manager
+local``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -15,19 +17,24 @@ import numpy as np
 from mlflow.pyfunc import PythonModel
 
 ARTIFACT = "export"
-"""Key of the export folder in the model's artifacts (:func:`lipsweep.tracking.model.save_pyfunc_model`)."""
+"""Key of the export folder in the model's artifacts
+(:func:`lipsweep.tracking.model.save_pyfunc_model`)."""
 
 
 class LipsweepExport(PythonModel):
     """[0, 1] pixels (N, 3, H, W) -> logits (N, classes), via :func:`lipsweep.load_exported`."""
 
     def load_context(self, context: Any) -> None:
-        from lipsweep.export import load_exported
+        from lipsweep.decide.export import load_exported
 
         self.model = load_exported(context.artifacts[ARTIFACT])
 
-    def predict(self, context: Any, model_input,  # no hint: MLflow would validate by it
-                params: Optional[dict[str, Any]] = None) -> np.ndarray:
+    def predict(
+        self,
+        context: Any,
+        model_input,  # no hint: MLflow would validate by it
+        params: Optional[dict[str, Any]] = None,
+    ) -> np.ndarray:
         import torch
 
         if hasattr(model_input, "to_numpy"):  # a DataFrame of one array column

@@ -6,6 +6,7 @@ blocking call waits at most about ``sum(min(backoff_s * 2**i, 30))`` seconds. A 
 creates a store or an experiment (``reader=True``); :class:`lipsweep.tracking.writer.Tracker`
 extends it with the writes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,13 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
-from lipsweep.tracking.schema import (EXPERIMENT_KIND, TAG_EXPERIMENT_KIND, FINISHED, TAG_KIND, TAG_PARENT, TAG_SWEEP_DIR,
-                                      TAG_TRIAL_ID, TrackingError, transient)
+from lipsweep.tracking.schema import (
+    EXPERIMENT_KIND,
+    FINISHED,
+    TAG_EXPERIMENT_KIND,
+    TAG_KIND,
+    TAG_PARENT,
+    TAG_SWEEP_DIR,
+    TAG_TRIAL_ID,
+    TrackingError,
+    transient,
+)
 from lipsweep.tracking.uri import redact_uri, sqlite_schema_lock
 
 _log = logging.getLogger("lipsweep.tracking")
 T = TypeVar("T")
-READ_RETRIES = 1                      # read commands: lipsweep's retries (2 tries, < 30 s)
+READ_RETRIES = 1  # read commands: lipsweep's retries (2 tries, < 30 s)
 
 
 @dataclass
@@ -53,10 +63,13 @@ class TrackingReader:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - MLflow raises many types for I/O
                 if attempt == self.retries or not transient(exc):
-                    raise TrackingError(f"MLflow {what} failed at {self.shown_uri}: "
-                                        f"{type(exc).__name__}: {redact_uri(exc)}") from exc
-                _log.warning("MLflow %s failed (%s); retrying in %.0fs", what, redact_uri(exc),
-                             delay)
+                    raise TrackingError(
+                        f"MLflow {what} failed at {self.shown_uri}: "
+                        f"{type(exc).__name__}: {redact_uri(exc)}"
+                    ) from exc
+                _log.warning(
+                    "MLflow %s failed (%s); retrying in %.0fs", what, redact_uri(exc), delay
+                )
                 time.sleep(delay)
                 delay = min(delay * 2, 30.0)
         raise AssertionError("unreachable")
@@ -83,28 +96,39 @@ class TrackingReader:
     def experiment_id(self) -> str:
         """The experiment's id; a writer creates the experiment if it does not exist."""
         if self._experiment_id is None:
-            exp = self._call("get_experiment",
-                             lambda: self.client.get_experiment_by_name(self.experiment))
+            exp = self._call(
+                "get_experiment", lambda: self.client.get_experiment_by_name(self.experiment)
+            )
             if exp is None and self.reader:
                 raise TrackingError(f"no experiment {self.experiment!r} at {self.shown_uri}")
             if exp is None:
                 self._experiment_id = self._call(
-                    "create_experiment", lambda: self.client.create_experiment(
-                        self.experiment, tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND}))
+                    "create_experiment",
+                    lambda: self.client.create_experiment(
+                        self.experiment, tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND}
+                    ),
+                )
             else:
                 if exp.lifecycle_stage == "deleted":
-                    raise TrackingError(f"experiment {self.experiment!r} is deleted; restore it "
-                                        "in MLflow or choose another --experiment")
+                    raise TrackingError(
+                        f"experiment {self.experiment!r} is deleted; restore it "
+                        "in MLflow or choose another --experiment"
+                    )
                 self._experiment_id = exp.experiment_id
                 if not self.reader and TAG_EXPERIMENT_KIND not in exp.tags:
-                    self._call("set_experiment_tag", lambda: self.client.set_experiment_tag(
-                        exp.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND))
+                    self._call(
+                        "set_experiment_tag",
+                        lambda: self.client.set_experiment_tag(
+                            exp.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND
+                        ),
+                    )
         return self._experiment_id
 
     def existing_experiment_id(self) -> Optional[str]:
         """The experiment's id, or None if it does not exist (creates nothing)."""
-        exp = self._call("get_experiment",
-                         lambda: self.client.get_experiment_by_name(self.experiment))
+        exp = self._call(
+            "get_experiment", lambda: self.client.get_experiment_by_name(self.experiment)
+        )
         return None if exp is None or exp.lifecycle_stage == "deleted" else exp.experiment_id
 
     def experiment_names(self) -> list[str]:
@@ -114,14 +138,17 @@ class TrackingReader:
 
     def experiment_tags(self) -> dict[str, str]:
         """The experiment's tags (empty if it does not exist)."""
-        exp = self._call("get_experiment",
-                         lambda: self.client.get_experiment_by_name(self.experiment))
+        exp = self._call(
+            "get_experiment", lambda: self.client.get_experiment_by_name(self.experiment)
+        )
         return dict(exp.tags) if exp is not None else {}
 
     def model_version_by_alias(self, name: str, alias: str) -> Any:
         """The registered model version ``name@alias`` (MLflow's ModelVersion)."""
-        return self._call("get_model_version_by_alias",
-                          lambda: self.client.get_model_version_by_alias(name, alias))
+        return self._call(
+            "get_model_version_by_alias",
+            lambda: self.client.get_model_version_by_alias(name, alias),
+        )
 
     # -- runs -------------------------------------------------------------------------------
     def search(self, filter_string: str, experiment_id: Optional[str] = None) -> list:
@@ -129,8 +156,12 @@ class TrackingReader:
         exp_id = experiment_id or self.experiment_id
         runs, token = [], None
         while True:
-            page = self._call("search_runs", lambda: self.client.search_runs(
-                [exp_id], filter_string=filter_string, max_results=1000, page_token=token))
+            page = self._call(
+                "search_runs",
+                lambda: self.client.search_runs(
+                    [exp_id], filter_string=filter_string, max_results=1000, page_token=token
+                ),
+            )
             runs.extend(page)
             token = getattr(page, "token", None)
             if not token:
@@ -148,13 +179,15 @@ class TrackingReader:
 
     def finished_trials(self, experiment_id: Optional[str] = None) -> list:
         """The experiment's FINISHED trial (child) runs: ASHA's early stops end KILLED."""
-        return self.search(f"tags.`{TAG_KIND}` = 'trial' and attributes.status = "
-                           f"'{FINISHED}'", experiment_id)
+        return self.search(
+            f"tags.`{TAG_KIND}` = 'trial' and attributes.status = '{FINISHED}'", experiment_id
+        )
 
     def find_parent_run(self, sweep_dir: str) -> Optional[Any]:
         """The sweep's (newest) parent run, or None."""
-        runs = self.search(f"tags.`{TAG_KIND}` = 'sweep' and tags.`{TAG_SWEEP_DIR}` = "
-                           f"'{sweep_dir}'")
+        runs = self.search(
+            f"tags.`{TAG_KIND}` = 'sweep' and tags.`{TAG_SWEEP_DIR}` = '{sweep_dir}'"
+        )
         return runs[0] if runs else None
 
     def children(self, parent_id: str) -> list:
@@ -163,8 +196,9 @@ class TrackingReader:
 
     def find_child(self, parent_id: str, trial_id: str) -> Optional[Any]:
         """The child run of ``trial_id`` under ``parent_id``, or None (creates nothing)."""
-        found = self.search(f"tags.`{TAG_PARENT}` = '{parent_id}' and "
-                            f"tags.`{TAG_TRIAL_ID}` = '{trial_id}'")
+        found = self.search(
+            f"tags.`{TAG_PARENT}` = '{parent_id}' and tags.`{TAG_TRIAL_ID}` = '{trial_id}'"
+        )
         return found[0] if found else None
 
     def get_run(self, run_id: str) -> Any:
@@ -173,8 +207,7 @@ class TrackingReader:
 
     def get_metric_history(self, run_id: str, key: str) -> list:
         """Every logged value of metric ``key`` of a run, with its step."""
-        return self._call("get_metric_history",
-                          lambda: self.client.get_metric_history(run_id, key))
+        return self._call("get_metric_history", lambda: self.client.get_metric_history(run_id, key))
 
     # -- artifacts --------------------------------------------------------------------------
     def list_artifacts(self, run_id: str, path: Optional[str] = None) -> list:
@@ -183,5 +216,8 @@ class TrackingReader:
 
     def download_artifacts(self, run_id: str, path: str, dst: Path | str) -> Path:
         """Copy the run's artifact ``path`` (a file or folder) under ``dst``; its local path."""
-        return Path(self._call("download_artifacts", lambda: self.client.download_artifacts(
-            run_id, path, str(dst))))
+        return Path(
+            self._call(
+                "download_artifacts", lambda: self.client.download_artifacts(run_id, path, str(dst))
+            )
+        )

@@ -6,6 +6,7 @@ announced on the run by the ``mlflow.loggedArtifacts`` tag; the UI then lists th
 file, so ``lipsweep pareto`` run twice would duplicate them: this module writes the whole file
 each time instead, and adds the tag entry only once.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,9 @@ def param_columns() -> tuple[str, ...]:
     return ("regularizer", *dict.fromkeys(shown_params()), "seed")
 
 
-def pareto_table(records: Sequence[Mapping[str, Any]], ranks: Sequence[int],
-                 objectives: Sequence[Any]) -> dict[str, list]:
+def pareto_table(
+    records: Sequence[Mapping[str, Any]], ranks: Sequence[int], objectives: Sequence[Any]
+) -> dict[str, list]:
     """``{"columns", "data"}``: one row per run, best rank first (rank 1 = the front)."""
     names = [getattr(o, "name", str(o)) for o in objectives]
     cols = param_columns()
@@ -34,9 +36,16 @@ def pareto_table(records: Sequence[Mapping[str, Any]], ranks: Sequence[int],
     for rec, rank in sorted(zip(records, ranks), key=lambda p: (int(p[1]), p[0]["run_id"])):
         params, metrics = rec.get("params", {}), rec.get("metrics", {})
         vals = [metrics.get(n) for n in names]
-        rows.append([int(rank), int(rank) == 1, rec["run_id"], rec.get("run_name", ""),
-                     *[params.get(p) for p in cols],
-                     *[v if v is None or math.isfinite(v) else None for v in vals]])
+        rows.append(
+            [
+                int(rank),
+                int(rank) == 1,
+                rec["run_id"],
+                rec.get("run_name", ""),
+                *[params.get(p) for p in cols],
+                *[v if v is None or math.isfinite(v) else None for v in vals],
+            ]
+        )
     return {"columns": columns, "data": rows}
 
 

@@ -3,6 +3,7 @@
 A read command never creates a store, and a SQLite store's schema is created under a file lock
 (:func:`sqlite_schema_lock`), so two fresh drivers cannot race on it.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -11,7 +12,7 @@ import re
 from pathlib import Path
 from typing import IO, Optional
 
-READ_HTTP_TIMEOUT_S = 8               # read commands: per-request timeout, no urllib3 retries
+READ_HTTP_TIMEOUT_S = 8  # read commands: per-request timeout, no urllib3 retries
 DB_SCHEMES = ("postgresql", "mysql", "mssql")
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
 
@@ -24,7 +25,7 @@ def redact_uri(text: str) -> str:
 
 def _sqlite_path(uri: str) -> Optional[Path]:
     """The file of a ``sqlite:///`` URI (relative to the cwd, or absolute with 4 slashes)."""
-    rest = uri[len("sqlite://"):].split("?", 1)[0]
+    rest = uri[len("sqlite://") :].split("?", 1)[0]
     if not rest.startswith("/") or rest == "/":
         return None  # sqlite:// (in memory) or a host part: not a file
     return Path(rest[1:])
@@ -37,15 +38,17 @@ def check_tracking_uri(uri: str, must_exist: bool) -> None:
     SQLAlchemy driver is installed. With ``must_exist`` (read commands) a SQLite file must
     already hold an MLflow store: reading never creates one. Raises UsageError naming the flag.
     """
-    from lipsweep.config_base import UsageError
+    from lipsweep.core.config_base import UsageError
 
     shown = redact_uri(uri)
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
     if scheme == "sqlite":
         path = _sqlite_path(uri)
         if path is None:
-            raise UsageError(f"--tracking-uri {shown}: not a SQLite file; use sqlite:///FILE "
-                             "(relative) or sqlite:////ABS/PATH")
+            raise UsageError(
+                f"--tracking-uri {shown}: not a SQLite file; use sqlite:///FILE "
+                "(relative) or sqlite:////ABS/PATH"
+            )
         if must_exist:
             _check_mlflow_db(path, shown)
         elif not path.parent.is_dir():
@@ -62,22 +65,27 @@ def check_tracking_uri(uri: str, must_exist: bool) -> None:
 
             make_url(uri).get_dialect().import_dbapi()
         except Exception as exc:  # noqa: BLE001 - a missing driver or an unparsable URL
-            raise UsageError(f"--tracking-uri {shown}: database driver not usable "
-                             f"({type(exc).__name__}: {redact_uri(exc)})") from None
+            raise UsageError(
+                f"--tracking-uri {shown}: database driver not usable "
+                f"({type(exc).__name__}: {redact_uri(exc)})"
+            ) from None
         return
     what = "a folder (MLflow's file store)" if scheme in ("", "file") else f"scheme {scheme!r}"
-    raise UsageError(f"--tracking-uri {shown}: {what} is not supported; use sqlite:///FILE, "
-                     "http(s)://HOST:PORT or postgresql://...")
+    raise UsageError(
+        f"--tracking-uri {shown}: {what} is not supported; use sqlite:///FILE, "
+        "http(s)://HOST:PORT or postgresql://..."
+    )
 
 
 def _check_mlflow_db(path: Path, shown: str) -> None:
     import sqlite3
 
-    from lipsweep.config_base import UsageError
+    from lipsweep.core.config_base import UsageError
 
     if not path.is_file():
-        raise UsageError(f"--tracking-uri {shown}: no MLflow store at {path} (nothing "
-                         "created); check the path")
+        raise UsageError(
+            f"--tracking-uri {shown}: no MLflow store at {path} (nothing created); check the path"
+        )
     try:
         con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
         try:
@@ -85,11 +93,14 @@ def _check_mlflow_db(path: Path, shown: str) -> None:
         finally:
             con.close()
     except sqlite3.Error as exc:
-        raise UsageError(f"--tracking-uri {shown}: {path} is not a SQLite database ({exc})"
-                         ) from None
+        raise UsageError(
+            f"--tracking-uri {shown}: {path} is not a SQLite database ({exc})"
+        ) from None
     if not {"alembic_version", "experiments", "runs"} <= tables:
-        raise UsageError(f"--tracking-uri {shown}: {path} holds no MLflow store (nothing "
-                         "created); check the path")
+        raise UsageError(
+            f"--tracking-uri {shown}: {path} holds no MLflow store (nothing "
+            "created); check the path"
+        )
 
 
 def sqlite_schema_lock(uri: str) -> Optional[IO[str]]:

@@ -17,6 +17,7 @@ wait for it in ``tune.report``) keeps going through an outage; :meth:`Tracker.sp
 :class:`TrackingError`. Calls that need an answer (searches, creating a run, artifact uploads)
 still block with retries.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,9 +30,17 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 from lipsweep.tracking.buffer import Record, WriteQueue, replay_spill
 from lipsweep.tracking.provenance import dataset_input, provenance_tags
 from lipsweep.tracking.reader import TrackingReader
-from lipsweep.tracking.schema import (RUNNING, TAG_FAILURE, TAG_HEARTBEAT, TAG_KIND,
-                                      TAG_OWNER, TAG_PARENT, TAG_SWEEP_DIR, TAG_TRIAL_ID,
-                                      SweepBusy)
+from lipsweep.tracking.schema import (
+    RUNNING,
+    TAG_FAILURE,
+    TAG_HEARTBEAT,
+    TAG_KIND,
+    TAG_OWNER,
+    TAG_PARENT,
+    TAG_SWEEP_DIR,
+    TAG_TRIAL_ID,
+    SweepBusy,
+)
 
 _log = logging.getLogger("lipsweep.tracking")
 T = TypeVar("T")
@@ -76,9 +85,12 @@ class Tracker(TrackingReader):
 
         op, run_id = record["op"], record["run_id"]
         if op == "log_batch":
-            self.client.log_batch(run_id, metrics=[Metric(*m) for m in record.get("metrics", [])],
-                                  params=[Param(*p) for p in record.get("params", [])],
-                                  tags=[RunTag(*t) for t in record.get("tags", [])])
+            self.client.log_batch(
+                run_id,
+                metrics=[Metric(*m) for m in record.get("metrics", [])],
+                params=[Param(*p) for p in record.get("params", [])],
+                tags=[RunTag(*t) for t in record.get("tags", [])],
+            )
         elif op == "set_terminated":
             self.client.set_terminated(run_id, status=record["status"])
         elif op == "update_run":
@@ -86,9 +98,15 @@ class Tracker(TrackingReader):
         elif op == "log_inputs":
             from mlflow.entities import Dataset, DatasetInput, InputTag
 
-            self.client.log_inputs(run_id, datasets=[DatasetInput(
-                Dataset(**d), tags=[InputTag("mlflow.data.context", record["context"])])
-                for d in record["datasets"]])
+            self.client.log_inputs(
+                run_id,
+                datasets=[
+                    DatasetInput(
+                        Dataset(**d), tags=[InputTag("mlflow.data.context", record["context"])]
+                    )
+                    for d in record["datasets"]
+                ],
+            )
         else:  # pragma: no cover - records are built here
             raise ValueError(f"unknown MLflow write {op!r}")
 
@@ -111,10 +129,16 @@ class Tracker(TrackingReader):
         return replay_spill(path, lambda r: self._call(r["op"], lambda: self._apply(r)))
 
     # -- parent -----------------------------------------------------------------------------
-    def open_parent(self, sweep_dir: str, name: str, params: dict[str, Any],
-                    space_file: Optional[Path] = None, owner: Optional[str] = None,
-                    adopt: Optional[Callable[[Any], None]] = None,
-                    datasets: Iterable[dict[str, Any]] = ()) -> str:
+    def open_parent(
+        self,
+        sweep_dir: str,
+        name: str,
+        params: dict[str, Any],
+        space_file: Optional[Path] = None,
+        owner: Optional[str] = None,
+        adopt: Optional[Callable[[Any], None]] = None,
+        datasets: Iterable[dict[str, Any]] = (),
+    ) -> str:
         """Find (on resume) or create the sweep's parent run and mark it RUNNING.
 
         ``owner`` ('host pid since') is tagged on the run with a heartbeat; ``adopt(run)``
@@ -126,15 +150,17 @@ class Tracker(TrackingReader):
         found = self.find_parent_run(sweep_dir)
         owner_tags = {TAG_OWNER: owner, TAG_HEARTBEAT: f"{time.time():.0f}"} if owner else {}
         if found is None:
-            run_id = self.create_run(name, {TAG_KIND: "sweep", TAG_SWEEP_DIR: sweep_dir,
-                                            **owner_tags})
+            run_id = self.create_run(
+                name, {TAG_KIND: "sweep", TAG_SWEEP_DIR: sweep_dir, **owner_tags}
+            )
             if owner:
                 self._check_sole_parent(sweep_dir, run_id)
             self.log_params(run_id, params)
             self.log_datasets(run_id, datasets)
             if space_file is not None:
-                self._call("log_artifact",
-                           lambda: self.client.log_artifact(run_id, str(space_file)))
+                self._call(
+                    "log_artifact", lambda: self.client.log_artifact(run_id, str(space_file))
+                )
         else:
             run_id = found.info.run_id
             if adopt is not None:
@@ -147,29 +173,35 @@ class Tracker(TrackingReader):
 
     def create_run(self, name: Optional[str], tags: dict[str, str]) -> str:
         """A new RUNNING run of the experiment, tagged with its provenance; its id."""
-        run = self._call("create_run", lambda: self.client.create_run(
-            self.experiment_id, run_name=name, tags={**tags, **provenance_tags()}))
+        run = self._call(
+            "create_run",
+            lambda: self.client.create_run(
+                self.experiment_id, run_name=name, tags={**tags, **provenance_tags()}
+            ),
+        )
         return run.info.run_id
 
     def _check_sole_parent(self, sweep_dir: str, run_id: str) -> None:
-        runs = self.search(f"tags.`{TAG_KIND}` = 'sweep' and tags.`{TAG_SWEEP_DIR}` = "
-                           f"'{sweep_dir}'")
+        runs = self.search(
+            f"tags.`{TAG_KIND}` = 'sweep' and tags.`{TAG_SWEEP_DIR}` = '{sweep_dir}'"
+        )
         if len(runs) < 2:
             return
         first = min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
         if first.info.run_id != run_id:
             self._call("delete_run", lambda: self.client.delete_run(run_id))
-            raise SweepBusy(f"sweep {sweep_dir} was started at the same time by "
-                            f"{first.data.tags.get(TAG_OWNER, 'another driver')} "
-                            f"(MLflow parent run {first.info.run_id})")
+            raise SweepBusy(
+                f"sweep {sweep_dir} was started at the same time by "
+                f"{first.data.tags.get(TAG_OWNER, 'another driver')} "
+                f"(MLflow parent run {first.info.run_id})"
+            )
 
     def heartbeat(self, run_id: str) -> None:
         """Tell other drivers this sweep's owner is alive (see :data:`TAG_HEARTBEAT`)."""
         self.set_tags(run_id, {TAG_HEARTBEAT: f"{time.time():.0f}"})
 
     # -- children ---------------------------------------------------------------------------
-    def open_child(self, parent_id: str, trial_id: str, name: str,
-                   params: dict[str, Any]) -> str:
+    def open_child(self, parent_id: str, trial_id: str, name: str, params: dict[str, Any]) -> str:
         """The child run of ``trial_id`` under ``parent_id``: found again, or created once."""
         run = self.find_child(parent_id, trial_id)
         if run is not None:
@@ -179,8 +211,9 @@ class Tracker(TrackingReader):
             steps = self.get_metric_history(run_id, "epoch")
             self._last_step[run_id] = max((int(m.step) for m in steps), default=0)
             return run_id
-        run_id = self.create_run(name, {TAG_KIND: "trial", TAG_PARENT: parent_id,
-                                        TAG_TRIAL_ID: trial_id})
+        run_id = self.create_run(
+            name, {TAG_KIND: "trial", TAG_PARENT: parent_id, TAG_TRIAL_ID: trial_id}
+        )
         self.log_params(run_id, params)
         self.log_datasets(run_id, [params])
         self._last_step[run_id] = 0
@@ -189,10 +222,11 @@ class Tracker(TrackingReader):
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
         items = [(k, str(v)[:6000]) for k, v in sorted(params.items())]
         for i in range(0, len(items), 100):
-            self._write("log_batch", run_id, params=items[i:i + 100])
+            self._write("log_batch", run_id, params=items[i : i + 100])
 
-    def log_datasets(self, run_id: str, configs: Iterable[dict[str, Any]],
-                     context: str = "train") -> None:
+    def log_datasets(
+        self, run_id: str, configs: Iterable[dict[str, Any]], context: str = "train"
+    ) -> None:
         """Record the distinct datasets of flat trial configs as MLflow inputs of the run
         (:func:`dataset_input`; a config without ``dataset`` adds none)."""
         found = {}
@@ -212,10 +246,13 @@ class Tracker(TrackingReader):
         if step <= self._last_step.get(run_id, 0) and step > 0:
             return False
         ts = int(time.time() * 1000)
-        batch = [(k, float(v), ts, step) for k, v in sorted(metrics.items())
-                 if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        batch = [
+            (k, float(v), ts, step)
+            for k, v in sorted(metrics.items())
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
         for i in range(0, len(batch), 500):
-            self._write("log_batch", run_id, metrics=batch[i:i + 500])
+            self._write("log_batch", run_id, metrics=batch[i : i + 500])
         if step > 0:
             self._last_step[run_id] = step
         return True
@@ -230,13 +267,17 @@ class Tracker(TrackingReader):
         ts = int(time.time() * 1000)
         batch_m = [Metric(k, float(v), ts, 0) for k, v in sorted(metrics.items())]
         batch_t = [RunTag(k, str(v)[:5000]) for k, v in sorted(tags.items())]
-        self._call("log_batch", lambda: self.client.log_batch(run_id, metrics=batch_m,
-                                                              tags=batch_t))
+        self._call(
+            "log_batch", lambda: self.client.log_batch(run_id, metrics=batch_m, tags=batch_t)
+        )
 
-    def log_artifacts(self, run_id: str, local_dir: Path, artifact_path: Optional[str] = None
-                      ) -> None:
-        self._call("log_artifacts", lambda: self.client.log_artifacts(
-            run_id, str(local_dir), artifact_path))
+    def log_artifacts(
+        self, run_id: str, local_dir: Path, artifact_path: Optional[str] = None
+    ) -> None:
+        self._call(
+            "log_artifacts",
+            lambda: self.client.log_artifacts(run_id, str(local_dir), artifact_path),
+        )
 
     def end(self, run_id: str, status: str) -> None:
         self._write("set_terminated", run_id, status=status)
@@ -252,17 +293,29 @@ class Tracker(TrackingReader):
         return n
 
     # -- model registry ---------------------------------------------------------------------
-    def register_model_version(self, name: str, source: str, run_id: str, description: str = "",
-                               alias: Optional[str] = None) -> str:
+    def register_model_version(
+        self,
+        name: str,
+        source: str,
+        run_id: str,
+        description: str = "",
+        alias: Optional[str] = None,
+    ) -> str:
         """Version ``source`` (``runs:/ID/PATH``) under the registered model ``name``, which is
         created the first time, with ``description``; ``alias`` then points at it. Returns the
         new version."""
         self._call("create_registered_model", lambda: self._ensure_registered(name))
-        mv = self._call("create_model_version", lambda: self.client.create_model_version(
-            name, source, run_id=run_id, description=description or None))
+        mv = self._call(
+            "create_model_version",
+            lambda: self.client.create_model_version(
+                name, source, run_id=run_id, description=description or None
+            ),
+        )
         if alias:
-            self._call("set_registered_model_alias",
-                       lambda: self.client.set_registered_model_alias(name, alias, mv.version))
+            self._call(
+                "set_registered_model_alias",
+                lambda: self.client.set_registered_model_alias(name, alias, mv.version),
+            )
         return str(mv.version)
 
     def _ensure_registered(self, name: str) -> None:
@@ -271,6 +324,7 @@ class Tracker(TrackingReader):
         try:
             self.client.create_registered_model(name)
         except MlflowException as exc:
-            if ("already exists" not in str(exc).lower()
-                    and "RESOURCE_ALREADY_EXISTS" not in str(exc)):
+            if "already exists" not in str(exc).lower() and "RESOURCE_ALREADY_EXISTS" not in str(
+                exc
+            ):
                 raise

@@ -1,12 +1,13 @@
 """Access to the queries and keys of every timm ViT attention block, without unfusing it.
 
 timm's ``Attention`` runs ``F.scaled_dot_product_attention`` and never materialises the
-attention map P = softmax(X A X^T) (SPEC §2). What it does expose is q and k, each passing
+attention map P = softmax(X A X^T) (docs/science.md §1). What it does expose is q and k, each
+passing
 through ``attn.q_norm`` / ``attn.k_norm`` (``nn.Identity`` unless qk_norm is on) just before the
 fused kernel. A forward hook on those two modules therefore sees exactly the (post-norm) q and k
 that the kernel consumes, with their autograd history, while the model's own forward stays the
 fused path, untouched. Hooking ``q_norm``/``k_norm`` rather than subclassing ``Attention`` also
-survives timm refactors of the module (see STYLE.md).
+survives timm refactors of the module.
 
 From q and k, the scores S = q k^T * scale (B, H, N, N) follow with one batched matmul, and the
 rows of P are softmax(S) exactly; consumers (regularizers, the Lipschitz diagnostics) reduce them to
@@ -19,6 +20,7 @@ Example::
     >>> q, k, scale = rec.records[0]           # block 0: (B, H, N, d), (B, H, N, d), float
     >>> probs = attention_probs(q, k, scale)   # (B, H, N, N), rows sum to 1
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -26,7 +28,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from lipsweep.models import attention_modules
+from lipsweep.trial.models import attention_modules
 
 
 class QKRecorder:
@@ -79,6 +81,7 @@ class QKRecorder:
             if idx == 0:
                 self.clear()
             self._pending_q[idx] = out
+
         return hook
 
     def _k_hook(self, idx: int, scale: float):
@@ -88,6 +91,7 @@ class QKRecorder:
             q = self._pending_q.pop(idx, None)
             if q is not None:
                 self.records.append((q, out, float(scale)))
+
         return hook
 
     def __enter__(self) -> "QKRecorder":
@@ -106,8 +110,11 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Te
 def attention_probs(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
     """Attention map P = softmax(S) row-wise, in float32 at least. (B, H, N, N)."""
     s = attention_scores(q, k, scale)
-    return s.float().softmax(dim=-1) if s.dtype in (torch.float16, torch.bfloat16) \
+    return (
+        s.float().softmax(dim=-1)
+        if s.dtype in (torch.float16, torch.bfloat16)
         else s.softmax(dim=-1)
+    )
 
 
 def set_fused_attention(model: nn.Module, enabled: bool) -> list[bool]:

@@ -1,16 +1,17 @@
 """Data for lipsweep: the embedded CIFAR-10 sample, torchvision CIFAR-10/100, or the user's own
 images (an .npz file or an ImageFolder tree, checked when the config is built; see
-:mod:`lipsweep.data_sources`).
+:mod:`lipsweep.trial.data_sources`).
 
 Every source is loaded once into uint8 tensors (N, 3, 32, 32) and batched from memory; the
 paper's augmentations (random crop with padding 4, horizontal flip; CutMix and MixUp through
-timm's ``Mixup``; SPEC §2.7) run on whole batches on the training device. CIFAR-100 is 150 MB
-as uint8, so this holds for the full datasets too and avoids DataLoader worker overhead.
+timm's ``Mixup``; docs/science.md §2) run on whole batches on the training device. CIFAR-100 is 150
+MB as uint8, so this holds for the full datasets too and avoids DataLoader worker overhead.
 
 Randomness is a pure function of (seed, epoch), so a resumed trial sees exactly the batches an
 uninterrupted one would. The evaluation subset is a seeded, sorted subset of the test split:
 every attack and every Lipschitz estimate of a trial sees the same images.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,23 +24,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lipsweep.data_remote import is_prepared, local_source, read_torchvision
-from lipsweep.data_sources import load_image_folder, load_npz
-from lipsweep.settings.data_config import (  # noqa: F401  (re-exported)
-    CIFAR_IMAGE_SIZE, DATASETS, NUM_CLASSES, DataConfig)
+from lipsweep.settings.data_config import CIFAR_IMAGE_SIZE, DATASETS, NUM_CLASSES, DataConfig  # noqa: F401  (re-exported)
+from lipsweep.trial.data_remote import is_prepared, local_source, read_torchvision
+from lipsweep.trial.data_sources import load_image_folder, load_npz
 
 _log = logging.getLogger(__name__)
 
 
 def embedded_path() -> Path:
     """Path of the CIFAR-10 sample shipped inside the package (2000 train / 500 test images)."""
-    return Path(__file__).resolve().parent / "data" / "cifar10_sample.npz"
+    return Path(__file__).resolve().parents[1] / "data" / "cifar10_sample.npz"
 
 
 def embedded_rest_path() -> Path:
     """The rest of the shipped sample (2660 train / 346 test images; lipsweep/data/README.md):
     with :func:`embedded_path` it makes 'embedded_full', 4660 train / 846 test images."""
-    return Path(__file__).resolve().parent / "data" / "cifar10_sample_rest.npz"
+    return Path(__file__).resolve().parents[1] / "data" / "cifar10_sample_rest.npz"
 
 
 @dataclass
@@ -66,8 +66,10 @@ def load_splits(cfg: DataConfig) -> ImageSplits:
     if cfg.dataset == "embedded":
         arrays = load_npz(embedded_path())
     elif cfg.dataset == "embedded_full":
-        arrays = tuple(np.concatenate(pair) for pair in zip(load_npz(embedded_path()),
-                                                              load_npz(embedded_rest_path())))
+        arrays = tuple(
+            np.concatenate(pair)
+            for pair in zip(load_npz(embedded_path()), load_npz(embedded_rest_path()))
+        )
     elif cfg.dataset == "imagefolder":
         arrays = load_image_folder(cfg.data_dir)
     elif cfg.dataset == "npz" or is_prepared(cfg.data_dir):  # URIs via the node's cache
@@ -76,11 +78,12 @@ def load_splits(cfg: DataConfig) -> ImageSplits:
         arrays = read_torchvision(cfg.dataset, cfg.data_dir or ".", cfg.download)
     x_tr, y_tr, x_te, y_te = (torch.from_numpy(np.asarray(a)) for a in arrays)
     if cfg.train_size:
-        x_tr, y_tr = x_tr[:cfg.train_size], y_tr[:cfg.train_size]
+        x_tr, y_tr = x_tr[: cfg.train_size], y_tr[: cfg.train_size]
     idx = eval_subset_indices(len(x_te), cfg.eval_size, cfg.eval_seed)
     _log.info("data %s: %d train, %d eval images", cfg.dataset, len(x_tr), len(idx))
-    return ImageSplits(x_tr.to(torch.uint8), y_tr.long(), x_te[idx].to(torch.uint8),
-                       y_te[idx].long(), idx)
+    return ImageSplits(
+        x_tr.to(torch.uint8), y_tr.long(), x_te[idx].to(torch.uint8), y_te[idx].long(), idx
+    )
 
 
 def to_unit(x: torch.Tensor) -> torch.Tensor:
@@ -101,11 +104,14 @@ def augment(x: torch.Tensor, cfg: DataConfig, gen: torch.Generator) -> torch.Ten
         padded = F.pad(x, (p, p, p, p))
         dy = torch.randint(0, 2 * p + 1, (b,), generator=gen, device=gdev).to(x.device)
         dx = torch.randint(0, 2 * p + 1, (b,), generator=gen, device=gdev).to(x.device)
-        rows = (torch.arange(h, device=x.device).view(1, h) + dy.view(b, 1))  # (B, H)
-        cols = (torch.arange(w, device=x.device).view(1, w) + dx.view(b, 1))  # (B, W)
-        x = padded[torch.arange(b, device=x.device).view(b, 1, 1, 1),
-                   torch.arange(x.shape[1], device=x.device).view(1, -1, 1, 1),
-                   rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
+        rows = torch.arange(h, device=x.device).view(1, h) + dy.view(b, 1)  # (B, H)
+        cols = torch.arange(w, device=x.device).view(1, w) + dx.view(b, 1)  # (B, W)
+        x = padded[
+            torch.arange(b, device=x.device).view(b, 1, 1, 1),
+            torch.arange(x.shape[1], device=x.device).view(1, -1, 1, 1),
+            rows.view(b, 1, h, 1),
+            cols.view(b, 1, 1, w),
+        ]
     if cfg.hflip:
         flip = (torch.rand(b, generator=gen, device=gdev) < 0.5).to(x.device).view(b, 1, 1, 1)
         x = torch.where(flip, x.flip(-1), x)
@@ -118,12 +124,18 @@ def create_mixup(cfg: DataConfig, num_classes: int):
         return None
     from timm.data import Mixup
 
-    return Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, prob=cfg.mix_prob,
-                 label_smoothing=cfg.label_smoothing, num_classes=num_classes)
+    return Mixup(
+        mixup_alpha=cfg.mixup,
+        cutmix_alpha=cfg.cutmix,
+        prob=cfg.mix_prob,
+        label_smoothing=cfg.label_smoothing,
+        num_classes=num_classes,
+    )
 
 
-def train_batches(splits: ImageSplits, batch_size: int, seed: int, epoch: int,
-                  drop_last: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def train_batches(
+    splits: ImageSplits, batch_size: int, seed: int, epoch: int, drop_last: bool = True
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Shuffled (uint8 images, labels) batches; the order depends only on (seed, epoch).
 
     The permutation is drawn, and the batches gathered, on the device that holds
@@ -135,7 +147,7 @@ def train_batches(splits: ImageSplits, batch_size: int, seed: int, epoch: int,
     perm = torch.randperm(n, generator=g, device=dev)
     stop = n - n % batch_size if drop_last and n >= batch_size else n
     for i in range(0, stop, batch_size):
-        idx = perm[i:i + batch_size]
+        idx = perm[i : i + batch_size]
         yield splits.x_train[idx], splits.y_train[idx]
 
 
@@ -145,9 +157,13 @@ def train_to_device(splits: ImageSplits, device: torch.device) -> ImageSplits:
     CIFAR-100's 50,000 training images are 150 MB as uint8: they fit on any GPU, so batching
     and augmentation never copy from the host during training.
     """
-    return dataclasses.replace(splits, x_train=splits.x_train.to(device),
-                               y_train=splits.y_train.to(device),
-                               x_eval=splits.x_eval.to(device), y_eval=splits.y_eval.to(device))
+    return dataclasses.replace(
+        splits,
+        x_train=splits.x_train.to(device),
+        y_train=splits.y_train.to(device),
+        x_eval=splits.x_eval.to(device),
+        y_eval=splits.y_eval.to(device),
+    )
 
 
 def num_train_batches(splits: ImageSplits, batch_size: int, drop_last: bool = True) -> int:

@@ -1,12 +1,13 @@
 """The training step, one epoch, and clean evaluation (nanoGPT/MAE-style small engine).
 
 The loss of one step is ``loss = loss_ce + loss_reg`` with ``loss_reg = sum_n lam_n * term_n``:
-a regularizer returns its un-weighted terms and their weights (SPEC §2.2, §2.3; STYLE.md), the
+a regularizer returns its un-weighted terms and their weights (docs/science.md §1.2-1.3), the
 engine applies the weights and reports every part. A non-finite loss stops the trial with an
 error that says where and what to change. The step itself never waits for the device
 (issue 17): loss parts are summed on the device and checked for finiteness every
 ``nonfinite_check_every`` steps and at epoch end, so a non-finite epoch is never checkpointed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,14 +16,13 @@ import warnings
 from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipsweep.config import OptimConfig
-from lipsweep.data import DataConfig, augment, to_unit
 from lipsweep.regularizers import Regularizer
+from lipsweep.settings.config import OptimConfig
+from lipsweep.trial.data import DataConfig, augment, to_unit
 
 
 class NonFiniteLossError(RuntimeError):
@@ -34,8 +34,9 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} requested but CUDA is not available; "
-                           "use device: auto or cpu")
+        raise RuntimeError(
+            f"device {name!r} requested but CUDA is not available; use device: auto or cpu"
+        )
     return torch.device(name)
 
 
@@ -56,8 +57,10 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
             continue
         spared = p.ndim <= 1 or name.endswith(("pos_embed", "cls_token"))
         (no_decay if spared and cfg.weight_decay_scope == "weights" else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
     return torch.optim.AdamW(groups, lr=cfg.lr)
@@ -77,9 +80,9 @@ class LossMonitor:
     """
 
     def __init__(self, device: torch.device) -> None:
-        self.sums = torch.zeros(3, device=device)                       # loss, ce, reg
+        self.sums = torch.zeros(3, device=device)  # loss, ce, reg
         self.ok = torch.ones((), dtype=torch.bool, device=device)
-        self.first_bad = torch.zeros(4, device=device)                  # step, loss, ce, reg
+        self.first_bad = torch.zeros(4, device=device)  # step, loss, ce, reg
         self.steps = 0
 
     def add(self, parts: torch.Tensor, step: int) -> None:
@@ -102,7 +105,8 @@ class LossMonitor:
             raise NonFiniteLossError(
                 f"loss became {loss} at epoch {epoch}, step {int(step)} (loss_ce={ce}, "
                 f"loss_reg={reg}, lr={lr:.3g}); lower lr, enable clip_grad, or lower the "
-                "regularizer weight")
+                "regularizer weight"
+            )
         return vals[5:]
 
 
@@ -111,11 +115,22 @@ def mix_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7919 + 17) % (2**32)
 
 
-def train_step(model: nn.Module, regularizer: Regularizer, optimizer: torch.optim.Optimizer,
-               xb: torch.Tensor, yb: torch.Tensor, *, optim_cfg: OptimConfig,
-               data_cfg: DataConfig, device: torch.device, precision: str,
-               gen: torch.Generator, mixup: Optional[Callable], lr: float,
-               mix_seed_value: int = 0) -> torch.Tensor:
+def train_step(
+    model: nn.Module,
+    regularizer: Regularizer,
+    optimizer: torch.optim.Optimizer,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+    *,
+    optim_cfg: OptimConfig,
+    data_cfg: DataConfig,
+    device: torch.device,
+    precision: str,
+    gen: torch.Generator,
+    mixup: Optional[Callable],
+    lr: float,
+    mix_seed_value: int = 0,
+) -> torch.Tensor:
     """One optimizer step on a uint8 batch: augment, mix, forward, backward, step.
 
     Makes no host-device sync (no ``.item()``, ``.tolist()``, tensor ``bool`` or
@@ -134,11 +149,14 @@ def train_step(model: nn.Module, regularizer: Regularizer, optimizer: torch.opti
         group["lr"] = lr
     with autocast_context(device, precision):
         logits = model(x)
-        loss_ce = F.cross_entropy(logits.float(), target,
-                                  label_smoothing=0.0 if mixup else data_cfg.label_smoothing)
+        loss_ce = F.cross_entropy(
+            logits.float(), target, label_smoothing=0.0 if mixup else data_cfg.label_smoothing
+        )
         terms = regularizer.terms()
-        loss_reg = sum((regularizer.weights[n] * t.float() for n, t in terms.items()),
-                       torch.zeros((), device=device))
+        loss_reg = sum(
+            (regularizer.weights[n] * t.float() for n, t in terms.items()),
+            torch.zeros((), device=device),
+        )
     loss = loss_ce + loss_reg
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -148,13 +166,25 @@ def train_step(model: nn.Module, regularizer: Regularizer, optimizer: torch.opti
     return torch.stack([loss.detach(), loss_ce.detach(), loss_reg.detach()]).float()
 
 
-def train_one_epoch(model: nn.Module, regularizer: Regularizer, optimizer: torch.optim.Optimizer,
-                    batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
-                    optim_cfg: OptimConfig, data_cfg: DataConfig,
-                    device: torch.device, precision: str, gen: torch.Generator,
-                    mixup: Optional[Callable], step0: int, steps_per_epoch: int, epoch: int,
-                    on_step: Optional[Callable[[int], None]] = None, seed: int = 0,
-                    nonfinite_check_every: int = NONFINITE_CHECK_EVERY) -> dict[str, float]:
+def train_one_epoch(
+    model: nn.Module,
+    regularizer: Regularizer,
+    optimizer: torch.optim.Optimizer,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    optim_cfg: OptimConfig,
+    data_cfg: DataConfig,
+    device: torch.device,
+    precision: str,
+    gen: torch.Generator,
+    mixup: Optional[Callable],
+    step0: int,
+    steps_per_epoch: int,
+    epoch: int,
+    on_step: Optional[Callable[[int], None]] = None,
+    seed: int = 0,
+    nonfinite_check_every: int = NONFINITE_CHECK_EVERY,
+) -> dict[str, float]:
     """Train for one pass over ``batches``; returns mean loss parts and throughput.
 
     Host syncs: one every ``nonfinite_check_every`` steps and one at the end (LossMonitor).
@@ -165,9 +195,21 @@ def train_one_epoch(model: nn.Module, regularizer: Regularizer, optimizer: torch
     t0 = time.perf_counter()
     for xb, yb in batches:
         lr = optim_cfg.lr_at(step, steps_per_epoch)
-        parts = train_step(model, regularizer, optimizer, xb, yb, optim_cfg=optim_cfg,
-                           data_cfg=data_cfg, device=device, precision=precision, gen=gen,
-                           mixup=mixup, lr=lr, mix_seed_value=mix_seed(seed, step))
+        parts = train_step(
+            model,
+            regularizer,
+            optimizer,
+            xb,
+            yb,
+            optim_cfg=optim_cfg,
+            data_cfg=data_cfg,
+            device=device,
+            precision=precision,
+            gen=gen,
+            mixup=mixup,
+            lr=lr,
+            mix_seed_value=mix_seed(seed, step),
+        )
         monitor.add(parts, step)
         n_img += len(xb)
         step += 1
@@ -179,8 +221,12 @@ def train_one_epoch(model: nn.Module, regularizer: Regularizer, optimizer: torch
     seconds = time.perf_counter() - t0
     n_step = monitor.steps
     out = {k: v / max(1, n_step) for k, v in zip(("loss", "loss_ce", "loss_reg"), sums)}
-    out.update(lr=optimizer.param_groups[0]["lr"], epoch_seconds=seconds,
-               train_images_per_s=n_img / max(seconds, 1e-9), steps=float(n_step))
+    out.update(
+        lr=optimizer.param_groups[0]["lr"],
+        epoch_seconds=seconds,
+        train_images_per_s=n_img / max(seconds, 1e-9),
+        steps=float(n_step),
+    )
     return out
 
 
@@ -206,8 +252,14 @@ def count_host_syncs(fn: Callable[[], Any], device: torch.device) -> int:
 
 
 @torch.no_grad()
-def evaluate_clean(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                   device: torch.device, precision: str = "fp32") -> float:
+def evaluate_clean(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int,
+    device: torch.device,
+    precision: str = "fp32",
+) -> float:
     """Top-1 accuracy in percent of ``model`` on uint8 or [0, 1] images ``x``.
 
     ``precision`` as in :func:`autocast_context`: the per-epoch evaluation passes 'auto'
@@ -219,9 +271,9 @@ def evaluate_clean(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_siz
     correct = torch.zeros((), dtype=torch.long, device=device)
     with autocast_context(device, precision):
         for i in range(0, len(x), batch_size):
-            xb = x[i:i + batch_size].to(device, non_blocking=True)
+            xb = x[i : i + batch_size].to(device, non_blocking=True)
             xb = to_unit(xb) if xb.dtype == torch.uint8 else xb
-            yb = y[i:i + batch_size].to(device, non_blocking=True)
+            yb = y[i : i + batch_size].to(device, non_blocking=True)
             correct += (model(xb).argmax(-1) == yb).sum()
     model.train(was_training)
     return 100.0 * correct.item() / max(1, len(x))

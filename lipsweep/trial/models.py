@@ -1,8 +1,8 @@
 """ViT builder over timm, with input normalisation inside the model.
 
 Every model lipsweep trains, attacks or measures maps pixels in [0, 1] to logits: attacks
-(SPEC §2.6) and Lipschitz estimates (SPEC §2.5) are defined in pixel space, so the
-mean/std normalisation of the pretrained checkpoint lives in :class:`PixelModel`, not in
+(docs/science.md §1.6) and Lipschitz estimates (docs/science.md §1.5) are defined in pixel space, so
+the mean/std normalisation of the pretrained checkpoint lives in :class:`PixelModel`, not in
 the data pipeline.
 
 The builder is one code path for ViT-B/16 and for tiny ViTs: ``timm.create_model`` with the
@@ -22,6 +22,7 @@ Example::
     >>> net(torch.rand(4, 3, 32, 32)).shape
     torch.Size([4, 10])
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,15 +33,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipsweep.config_base import ConfigError
+from lipsweep.core.config_base import ConfigError
 from lipsweep.settings.model_config import (  # noqa: F401  (re-exported)
-    MAX_BLOCK_PARAMS, MAX_CLASSES, MAX_DEPTH, MAX_EMBED_DIM, MAX_HEADS, MAX_IMG_SIZE, MAX_TOKENS,
-    NORMALIZATIONS, PATCH_RESAMPLE, ModelConfig, check_weights_file, list_vit_models)
+    MAX_BLOCK_PARAMS,
+    MAX_CLASSES,
+    MAX_DEPTH,
+    MAX_EMBED_DIM,
+    MAX_HEADS,
+    MAX_IMG_SIZE,
+    MAX_TOKENS,
+    NORMALIZATIONS,
+    PATCH_RESAMPLE,
+    ModelConfig,
+    check_weights_file,
+    list_vit_models,
+)
 
 _log = logging.getLogger(__name__)
 
 _DEFAULT_MEAN = (0.5, 0.5, 0.5)
 _DEFAULT_STD = (0.5, 0.5, 0.5)
+
 
 class PixelModel(nn.Module):
     """Wraps a classifier so that it maps pixels in [0, 1] to logits.
@@ -96,7 +109,7 @@ def resize_pos_embed_bilinear(pos: torch.Tensor, grid: int, prefix: int) -> torc
     g = math.isqrt(old.shape[1])
     if g * g != old.shape[1]:
         raise ValueError(f"position embedding of {old.shape[1]} grid tokens is not square")
-    old = old.reshape(1, g, g, -1).permute(0, 3, 1, 2)                          # (1, D, G, G)
+    old = old.reshape(1, g, g, -1).permute(0, 3, 1, 2)  # (1, D, G, G)
     new = F.interpolate(old, size=(grid, grid), mode="bilinear", align_corners=False)
     return torch.cat([tok, new.permute(0, 2, 3, 1).reshape(1, grid * grid, -1)], dim=1)
 
@@ -109,8 +122,9 @@ def _timm_net(cfg: ModelConfig, pretrained: bool, **kwargs) -> nn.Module:
     if cfg.pretrained == "hub":
         return timm.create_model(cfg.model, pretrained=True, **kwargs)
     _log.info("loading pretrained weights from %s", cfg.pretrained)
-    return timm.create_model(cfg.model, pretrained=True,
-                             pretrained_cfg_overlay=dict(file=str(cfg.pretrained)), **kwargs)
+    return timm.create_model(
+        cfg.model, pretrained=True, pretrained_cfg_overlay=dict(file=str(cfg.pretrained)), **kwargs
+    )
 
 
 def _sum_pool_net(cfg: ModelConfig, kwargs: dict) -> nn.Module:
@@ -122,13 +136,18 @@ def _sum_pool_net(cfg: ModelConfig, kwargs: dict) -> nn.Module:
     state = native.state_dict()
     big = native.patch_embed.proj.weight.shape[-1]
     if big % cfg.patch_size:
-        raise ConfigError("patch_resample", f"'sum_pool' needs patch_size to divide the "
-                          f"checkpoint's {big}; got {cfg.patch_size}. Use patch_resample: timm")
-    state["patch_embed.proj.weight"] = sum_pool_patch_kernel(state["patch_embed.proj.weight"],
-                                                             cfg.patch_size)
+        raise ConfigError(
+            "patch_resample",
+            f"'sum_pool' needs patch_size to divide the "
+            f"checkpoint's {big}; got {cfg.patch_size}. Use patch_resample: timm",
+        )
+    state["patch_embed.proj.weight"] = sum_pool_patch_kernel(
+        state["patch_embed.proj.weight"], cfg.patch_size
+    )
     prefix = 0 if getattr(net, "no_embed_class", False) else net.num_prefix_tokens
-    state["pos_embed"] = resize_pos_embed_bilinear(state["pos_embed"], cfg.img_size //
-                                                   cfg.patch_size, prefix)
+    state["pos_embed"] = resize_pos_embed_bilinear(
+        state["pos_embed"], cfg.img_size // cfg.patch_size, prefix
+    )
     net.load_state_dict(state)
     net.pretrained_cfg = native.pretrained_cfg
     return net
@@ -137,9 +156,13 @@ def _sum_pool_net(cfg: ModelConfig, kwargs: dict) -> nn.Module:
 def create_model(cfg: ModelConfig) -> PixelModel:
     """Build the ViT described by ``cfg`` (same code path for ViT-B and tiny ViTs)."""
     cfg.validate_name()
-    kwargs: dict = dict(img_size=cfg.img_size, patch_size=cfg.patch_size,
-                        num_classes=cfg.num_classes, qkv_bias=cfg.qkv_bias,
-                        drop_path_rate=cfg.drop_path)
+    kwargs: dict = dict(
+        img_size=cfg.img_size,
+        patch_size=cfg.patch_size,
+        num_classes=cfg.num_classes,
+        qkv_bias=cfg.qkv_bias,
+        drop_path_rate=cfg.drop_path,
+    )
     for name in ("depth", "embed_dim", "num_heads"):
         if getattr(cfg, name) is not None:
             kwargs[name] = getattr(cfg, name)

@@ -9,6 +9,7 @@ drawn on the training device, where the uint8 train set lives) and MixUp/CutMix 
 that was never interrupted (on the same device type). Epochs are checkpointed every
 ``checkpoint_every`` epochs and always at the last one.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,14 +24,19 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from lipsweep.checkpoint import Checkpoint, load_latest, save_checkpoint, unflatten_optimizer
-from lipsweep.config import TrialConfig
-from lipsweep.data import (create_mixup, load_splits, num_train_batches, to_unit,
-                           train_batches, train_to_device)
-from lipsweep.engine import (build_optimizer, evaluate_clean, resolve_device,
-                             train_one_epoch)
-from lipsweep.models import PixelModel, create_model
 from lipsweep.regularizers import create_regularizer_from_config
+from lipsweep.settings.config import TrialConfig
+from lipsweep.trial.checkpoint import Checkpoint, load_latest, save_checkpoint, unflatten_optimizer
+from lipsweep.trial.data import (
+    create_mixup,
+    load_splits,
+    num_train_batches,
+    to_unit,
+    train_batches,
+    train_to_device,
+)
+from lipsweep.trial.engine import build_optimizer, evaluate_clean, resolve_device, train_one_epoch
+from lipsweep.trial.models import PixelModel, create_model
 
 _log = logging.getLogger(__name__)
 
@@ -38,8 +44,9 @@ _log = logging.getLogger(__name__)
 class TrialCallbacks:
     """Hooks a trial calls; override what you need (all no-ops here)."""
 
-    def on_epoch_end(self, epoch: int, metrics: dict[str, float],
-                     checkpoint: Optional[Path]) -> None:
+    def on_epoch_end(
+        self, epoch: int, metrics: dict[str, float], checkpoint: Optional[Path]
+    ) -> None:
         """After epoch ``epoch`` (1-based) is trained and evaluated; ``checkpoint`` is the
         folder written for it, or None when ``checkpoint_every`` skipped this epoch."""
 
@@ -58,12 +65,13 @@ class TrialResult:
     resumed_from_epoch: int = 0
 
 
-def seed_everything(seed: int, epoch: int = 0,
-                    device: Optional[torch.device] = None) -> torch.Generator:
+def seed_everything(
+    seed: int, epoch: int = 0, device: Optional[torch.device] = None
+) -> torch.Generator:
     """Seed torch (all devices) and numpy for (seed, epoch); returns a generator on ``device``.
 
     The returned generator drives the crops and flips on the training device; timm's Mixup is
-    re-seeded per step by the engine (:func:`lipsweep.engine.mix_seed`).
+    re-seeded per step by the engine (:func:`lipsweep.trial.engine.mix_seed`).
     """
     s = seed * 1_000_003 + epoch
     torch.manual_seed(s)
@@ -71,16 +79,23 @@ def seed_everything(seed: int, epoch: int = 0,
     return torch.Generator(device=device or "cpu").manual_seed(s)
 
 
-def _restore(ckpt: Checkpoint, model: PixelModel, optimizer: torch.optim.Optimizer,
-             regularizer: Any) -> None:
+def _restore(
+    ckpt: Checkpoint, model: PixelModel, optimizer: torch.optim.Optimizer, regularizer: Any
+) -> None:
     model.net.load_state_dict(ckpt.model)
     optimizer.load_state_dict(unflatten_optimizer(ckpt.optimizer, ckpt.state["optimizer_meta"]))
     regularizer.load_state_dict(ckpt.regularizer)
 
 
-def final_evaluation(model: PixelModel, x_eval: torch.Tensor, y_eval: torch.Tensor,
-                     cfg: TrialConfig, device: torch.device, artifacts: Path,
-                     progress: bool = False) -> dict[str, float]:
+def final_evaluation(
+    model: PixelModel,
+    x_eval: torch.Tensor,
+    y_eval: torch.Tensor,
+    cfg: TrialConfig,
+    device: torch.device,
+    artifacts: Path,
+    progress: bool = False,
+) -> dict[str, float]:
     """Robustness suite (clean, FGSM, PGD, AutoAttack) and Lipschitz summary on the eval subset."""
     from lipsweep.attacks import evaluate_robustness
     from lipsweep.lipschitz import lipschitz_summary
@@ -88,12 +103,14 @@ def final_evaluation(model: PixelModel, x_eval: torch.Tensor, y_eval: torch.Tens
     x = to_unit(x_eval)
     model.eval()
     t0 = time.perf_counter()
-    metrics = dict(evaluate_robustness(model, (x, y_eval), cfg.robustness, device=device,
-                                       progress=progress))
+    metrics = dict(
+        evaluate_robustness(model, (x, y_eval), cfg.robustness, device=device, progress=progress)
+    )
     metrics["eval_attack_seconds"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    metrics.update(lipschitz_summary(model, x.to(device), cfg.lipschitz, out_dir=artifacts,
-                                     progress=progress))
+    metrics.update(
+        lipschitz_summary(model, x.to(device), cfg.lipschitz, out_dir=artifacts, progress=progress)
+    )
     metrics["eval_lipschitz_seconds"] = time.perf_counter() - t0
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
@@ -104,9 +121,13 @@ def checkpoint_due(epoch: int, epochs: int, every: int) -> bool:
     return epoch % every == 0 or epoch == epochs
 
 
-def run_trial(cfg: TrialConfig, out_dir: Path, callbacks: Optional[TrialCallbacks] = None,
-              checkpoint_dir: Optional[Path] = None, progress: Optional[bool] = None
-              ) -> TrialResult:
+def run_trial(
+    cfg: TrialConfig,
+    out_dir: Path,
+    callbacks: Optional[TrialCallbacks] = None,
+    checkpoint_dir: Optional[Path] = None,
+    progress: Optional[bool] = None,
+) -> TrialResult:
     """Train ``cfg`` (resuming from the newest intact checkpoint) and evaluate it.
 
     Args:
@@ -140,8 +161,7 @@ def run_trial(cfg: TrialConfig, out_dir: Path, callbacks: Optional[TrialCallback
         _restore(ckpt, model, optimizer, regularizer)
         start = ckpt.epoch + 1
         history = list(ckpt.state.get("history", []))
-        _log.info("resumed from %s (epoch %d of %d done)", ckpt.path, ckpt.epoch,
-                  cfg.optim.epochs)
+        _log.info("resumed from %s (epoch %d of %d done)", ckpt.path, ckpt.epoch, cfg.optim.epochs)
 
     steps_per_epoch = num_train_batches(splits, cfg.optim.batch_size)
     if steps_per_epoch == 0:
@@ -154,47 +174,84 @@ def run_trial(cfg: TrialConfig, out_dir: Path, callbacks: Optional[TrialCallback
         if progress:
             from tqdm import tqdm
 
-            batches = tqdm(batches, total=steps_per_epoch, leave=False,
-                           desc=f"epoch {epoch}/{cfg.optim.epochs}", file=sys.stderr)
-        stats = train_one_epoch(train_model, regularizer, optimizer, batches,
-                                optim_cfg=cfg.optim, data_cfg=cfg.data,
-                                device=device,
-                                precision=cfg.run.precision, gen=gen, mixup=mixup,
-                                step0=(epoch - 1) * steps_per_epoch,
-                                steps_per_epoch=steps_per_epoch, epoch=epoch,
-                                seed=cfg.run.seed,
-                                nonfinite_check_every=cfg.run.nonfinite_check_every)
-        stats["acc_clean"] = evaluate_clean(model, splits.x_eval, splits.y_eval,
-                                            cfg.robustness.attack_batch_size, device,
-                                            precision="auto")
+            batches = tqdm(
+                batches,
+                total=steps_per_epoch,
+                leave=False,
+                desc=f"epoch {epoch}/{cfg.optim.epochs}",
+                file=sys.stderr,
+            )
+        stats = train_one_epoch(
+            train_model,
+            regularizer,
+            optimizer,
+            batches,
+            optim_cfg=cfg.optim,
+            data_cfg=cfg.data,
+            device=device,
+            precision=cfg.run.precision,
+            gen=gen,
+            mixup=mixup,
+            step0=(epoch - 1) * steps_per_epoch,
+            steps_per_epoch=steps_per_epoch,
+            epoch=epoch,
+            seed=cfg.run.seed,
+            nonfinite_check_every=cfg.run.nonfinite_check_every,
+        )
+        stats["acc_clean"] = evaluate_clean(
+            model,
+            splits.x_eval,
+            splits.y_eval,
+            cfg.robustness.attack_batch_size,
+            device,
+            precision="auto",
+        )
         stats["epoch"] = float(epoch)
         history.append(stats)
         epoch_ckpt = None
         if checkpoint_due(epoch, cfg.optim.epochs, cfg.run.checkpoint_every):
             epoch_ckpt = last_ckpt = save_checkpoint(
-                ckpt_root, epoch, model.net.state_dict(), optimizer.state_dict(),
-                regularizer.state_dict(), {"history": history, "config": cfg.to_flat()},
-                keep=cfg.run.keep_checkpoints)
-        _log.info("epoch %d/%d  loss %.4f (ce %.4f, reg %.4f)  acc_clean %.2f%%  %.1fs  "
-                  "%.0f img/s", epoch, cfg.optim.epochs, stats["loss"], stats["loss_ce"],
-                  stats["loss_reg"], stats["acc_clean"], stats["epoch_seconds"],
-                  stats["train_images_per_s"])
+                ckpt_root,
+                epoch,
+                model.net.state_dict(),
+                optimizer.state_dict(),
+                regularizer.state_dict(),
+                {"history": history, "config": cfg.to_flat()},
+                keep=cfg.run.keep_checkpoints,
+            )
+        _log.info(
+            "epoch %d/%d  loss %.4f (ce %.4f, reg %.4f)  acc_clean %.2f%%  %.1fs  %.0f img/s",
+            epoch,
+            cfg.optim.epochs,
+            stats["loss"],
+            stats["loss_ce"],
+            stats["loss_reg"],
+            stats["acc_clean"],
+            stats["epoch_seconds"],
+            stats["train_images_per_s"],
+        )
         callbacks.on_epoch_end(epoch, stats, epoch_ckpt)
 
     regularizer.detach()
     artifacts = out_dir / "artifacts"
     metrics: dict[str, float] = {"epochs_done": float(cfg.optim.epochs)}
     if cfg.run.evaluate:
-        metrics.update(final_evaluation(model, splits.x_eval, splits.y_eval, cfg, device,
-                                        artifacts, progress))
+        metrics.update(
+            final_evaluation(model, splits.x_eval, splits.y_eval, cfg, device, artifacts, progress)
+        )
     else:
-        metrics["acc_clean"] = evaluate_clean(model, splits.x_eval, splits.y_eval,
-                                              cfg.robustness.attack_batch_size, device)
+        metrics["acc_clean"] = evaluate_clean(
+            model, splits.x_eval, splits.y_eval, cfg.robustness.attack_batch_size, device
+        )
     _write_json_atomic(out_dir / "metrics.json", metrics)
     callbacks.on_trial_end(metrics, artifacts)
-    return TrialResult(metrics=metrics, history=history, checkpoint=last_ckpt,
-                       artifacts=artifacts if artifacts.exists() else None,
-                       resumed_from_epoch=start - 1)
+    return TrialResult(
+        metrics=metrics,
+        history=history,
+        checkpoint=last_ckpt,
+        artifacts=artifacts if artifacts.exists() else None,
+        resumed_from_epoch=start - 1,
+    )
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:

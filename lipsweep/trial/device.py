@@ -11,13 +11,14 @@ Ray or a GPU. The rule (issue 17 item 2):
   never train on its CPU by accident); the CPU when Ray assigned none (an unassigned GPU belongs
   to another trial); outside Ray (``assigned_gpus is None``) CUDA if visible, else the CPU.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 from typing import Optional, Sequence
 
-from lipsweep.config_base import ConfigError
+from lipsweep.core.config_base import ConfigError
 
 _log = logging.getLogger(__name__)
 
@@ -29,8 +30,9 @@ class DeviceError(ConfigError):
         super().__init__("device", message)
 
 
-def decide_device(requested: str, assigned_gpus: Optional[Sequence[object]],
-                  cuda_available: bool) -> tuple[str, str]:
+def decide_device(
+    requested: str, assigned_gpus: Optional[Sequence[object]], cuda_available: bool
+) -> tuple[str, str]:
     """``(device, reason)`` for a trial; raises :class:`DeviceError` when it cannot train.
 
     Args:
@@ -48,19 +50,25 @@ def decide_device(requested: str, assigned_gpus: Optional[Sequence[object]],
     if requested.startswith("cuda"):
         if cuda_available:
             return requested, f"device: {requested} requested and CUDA is visible" + (
-                f" ({ray_note})" if gpus else "")
+                f" ({ray_note})" if gpus else ""
+            )
         if gpus:
-            raise DeviceError(f"{ray_note} but CUDA is not visible in the trial's process "
-                              f"({_cuda_hint()})")
-        raise DeviceError(f"{requested!r} requested but CUDA is not available on this "
-                          f"machine ({_cuda_hint()}); use device: cpu or auto")
+            raise DeviceError(
+                f"{ray_note} but CUDA is not visible in the trial's process ({_cuda_hint()})"
+            )
+        raise DeviceError(
+            f"{requested!r} requested but CUDA is not available on this "
+            f"machine ({_cuda_hint()}); use device: cpu or auto"
+        )
     if requested != "auto":
         raise DeviceError(f"must be auto, cpu, cuda or cuda:N, got {requested!r}")
     if gpus:
         if not cuda_available:
-            raise DeviceError(f"device: auto and {ray_note}, but CUDA is not visible in the "
-                              f"trial's process ({_cuda_hint()}); refusing to train a GPU "
-                              "trial on the CPU")
+            raise DeviceError(
+                f"device: auto and {ray_note}, but CUDA is not visible in the "
+                f"trial's process ({_cuda_hint()}); refusing to train a GPU "
+                "trial on the CPU"
+            )
         return "cuda", f"device: auto, {ray_note}"
     if gpus is not None:
         return "cpu", "device: auto and Ray assigned this trial no GPU (resources.gpu: 0)"
@@ -79,12 +87,15 @@ def _cuda_hint() -> str:
         build = "torch missing"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     seen = "unset" if visible is None else repr(visible)
-    return (f"{build}, CUDA_VISIBLE_DEVICES {seen}; check the NVIDIA driver (>= 580 for CUDA "
-            "13) and that the container got the GPUs (docker --gpus all)")
+    return (
+        f"{build}, CUDA_VISIBLE_DEVICES {seen}; check the NVIDIA driver (>= 580 for CUDA "
+        "13) and that the container got the GPUs (docker --gpus all)"
+    )
 
 
-def choose_device(requested: str, assigned_gpus: Optional[Sequence[object]] = None,
-                  level: int = logging.INFO) -> str:
+def choose_device(
+    requested: str, assigned_gpus: Optional[Sequence[object]] = None, level: int = logging.INFO
+) -> str:
     """:func:`decide_device` with this process's CUDA; logs the decision once at ``level``."""
     import torch
 
@@ -101,12 +112,15 @@ def check_sweep_device(gpu_per_trial: float, trials: Sequence[dict]) -> None:
     """
     if gpu_per_trial > 0:
         return
-    wanted = sorted({str(t.get("device")) for t in trials
-                     if str(t.get("device", "auto")).startswith("cuda")})
+    wanted = sorted(
+        {str(t.get("device")) for t in trials if str(t.get("device", "auto")).startswith("cuda")}
+    )
     if wanted:
         import torch
 
         if not torch.cuda.is_available():
-            raise DeviceError(f"{wanted[0]!r} with resources.gpu: 0 runs the trials here, "
-                              "where CUDA is not available; set resources.gpu: 1 (the workers "
-                              "then need GPUs) or device: auto")
+            raise DeviceError(
+                f"{wanted[0]!r} with resources.gpu: 0 runs the trials here, "
+                "where CUDA is not available; set resources.gpu: 1 (the workers "
+                "then need GPUs) or device: auto"
+            )

@@ -13,6 +13,7 @@ Example::
     >>> TrialConfig.from_flat(cfg.to_flat()) == cfg
     True
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,15 +26,24 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from lipsweep.attacks.config import RobustnessConfig
-from lipsweep.config_base import (MAX_YAML_BYTES, ConfigError, YamlRefused, check_choice,
-                                  check_max, check_positive, check_range, from_mapping,
-                                  key_name, load_yaml_text, show)
+from lipsweep.core.config_base import (
+    MAX_YAML_BYTES,
+    ConfigError,
+    YamlRefused,
+    check_choice,
+    check_max,
+    check_positive,
+    check_range,
+    from_mapping,
+    key_name,
+    load_yaml_text,
+    show,
+)
 from lipsweep.lipschitz.config import LipschitzConfig
 from lipsweep.regularizers import on_change as on_regularizers_change
 from lipsweep.regularizers.config import RegularizerConfig
 from lipsweep.settings.data_config import DataConfig
 from lipsweep.settings.model_config import ModelConfig
-
 
 MAX_EPOCHS = 10_000
 MAX_BATCH = 65_536
@@ -43,7 +53,8 @@ WEIGHT_DECAY_SCOPES = ("weights", "all")
 
 @dataclass
 class OptimConfig:
-    """Optimisation recipe. Defaults follow the paper / Hu et al. 2024 recipe (SPEC §2.7)."""
+    """Optimisation recipe. Defaults follow the paper / Hu et al. 2024 recipe (docs/science.md
+    §2)."""
 
     epochs: int = 40
     """Training epochs (paper: 40)."""
@@ -81,8 +92,7 @@ class OptimConfig:
         check_positive("min_lr", self.min_lr, allow_zero=True)
         check_positive("clip_grad", self.clip_grad, allow_zero=True)
         if self.warmup_epochs > self.epochs:
-            raise ConfigError("warmup_epochs", f"{self.warmup_epochs} exceeds epochs "
-                              f"{self.epochs}")
+            raise ConfigError("warmup_epochs", f"{self.warmup_epochs} exceeds epochs {self.epochs}")
         if self.min_lr > self.lr:
             raise ConfigError("min_lr", f"{self.min_lr} exceeds lr {self.lr}")
 
@@ -104,7 +114,7 @@ class RunConfig:
     """Seed of initialisation, batch order and augmentation."""
     device: str = "auto"
     """'auto' (CUDA if present; in a sweep only if Ray assigned the trial a GPU), 'cpu', 'cuda'
-    or 'cuda:N' (fails with the reason where CUDA is not visible: lipsweep.device)."""
+    or 'cuda:N' (fails with the reason where CUDA is not visible: lipsweep.trial.device)."""
     precision: str = "auto"
     """'auto' (bf16 autocast on CUDA, fp32 on CPU), 'bf16' or 'fp32' for training."""
     compile: bool = False
@@ -123,15 +133,19 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_positive("seed", self.seed, allow_zero=True)
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ConfigError("device", "must be auto, cpu, cuda or cuda:N, got "
-                              f"{show(self.device)}")
+            raise ConfigError(
+                "device", f"must be auto, cpu, cuda or cuda:N, got {show(self.device)}"
+            )
         check_choice("precision", self.precision, ("auto", "bf16", "fp32"))
         check_positive("keep_checkpoints", self.keep_checkpoints)
         check_positive("checkpoint_every", self.checkpoint_every)
         check_positive("nonfinite_check_every", self.nonfinite_check_every)
         if self.keep_checkpoints < 2:
-            raise ConfigError("keep_checkpoints", "must be >= 2 so that a corrupt latest "
-                              "checkpoint can fall back to the previous one")
+            raise ConfigError(
+                "keep_checkpoints",
+                "must be >= 2 so that a corrupt latest "
+                "checkpoint can fall back to the previous one",
+            )
 
 
 SECTIONS: dict[str, type] = {
@@ -173,18 +187,30 @@ class TrialConfig:
 
     def __post_init__(self) -> None:
         if self.model.num_classes != self.data.num_classes:
-            raise ConfigError("num_classes", f"{self.model.num_classes} does not match dataset "
-                              f"{self.data.dataset!r} ({self.data.num_classes} classes)")
+            raise ConfigError(
+                "num_classes",
+                f"{self.model.num_classes} does not match dataset "
+                f"{self.data.dataset!r} ({self.data.num_classes} classes)",
+            )
         if self.model.img_size != self.data.image_size:
-            raise ConfigError("img_size", f"{self.model.img_size} does not match the "
-                              f"{self.data.image_size}x{self.data.image_size} images of "
-                              f"dataset {self.data.dataset!r}")
+            raise ConfigError(
+                "img_size",
+                f"{self.model.img_size} does not match the "
+                f"{self.data.image_size}x{self.data.image_size} images of "
+                f"dataset {self.data.dataset!r}",
+            )
         self.regularizer.check_tokens(self.model.num_tokens)
         norm = self.model.normalization
-        if norm.startswith("cifar") and self.data.dataset.startswith("cifar") \
-                and norm != self.data.dataset:
-            raise ConfigError("normalization", f"{norm!r} mean/std with dataset "
-                              f"{self.data.dataset!r}; use normalization: {self.data.dataset}")
+        if (
+            norm.startswith("cifar")
+            and self.data.dataset.startswith("cifar")
+            and norm != self.data.dataset
+        ):
+            raise ConfigError(
+                "normalization",
+                f"{norm!r} mean/std with dataset "
+                f"{self.data.dataset!r}; use normalization: {self.data.dataset}",
+            )
 
     def to_flat(self) -> dict[str, Any]:
         """One flat dict of JSON scalars/lists; fields that do not apply (None) are left out."""
@@ -201,22 +227,25 @@ class TrialConfig:
         try:
             unknown = sorted((k for k in values if k not in FIELD_SECTION), key=str)
             if unknown:
-                raise ConfigError(key_name(unknown[0]),
-                                  "unknown setting" + _suggest(str(unknown[0])))
+                raise ConfigError(
+                    key_name(unknown[0]), "unknown setting" + _suggest(str(unknown[0]))
+                )
             parts: dict[str, dict[str, Any]] = {sec: {} for sec in SECTIONS}
             for k, v in values.items():
                 parts[FIELD_SECTION[k]][k] = v
             built = {sec: from_mapping(SECTIONS[sec], parts[sec]) for sec in SECTIONS}
             if "num_classes" not in values:  # follows the data (npz/imagefolder: any number)
-                built["model"] = dataclasses.replace(built["model"],
-                                                     num_classes=built["data"].num_classes)
+                built["model"] = dataclasses.replace(
+                    built["model"], num_classes=built["data"].num_classes
+                )
             return cls(**built)
         except ConfigError as err:
             raise (err.with_source(source) if source else err) from None
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: Optional[Mapping[str, Any]] = None
-                  ) -> "TrialConfig":
+    def from_yaml(
+        cls, path: str | Path, overrides: Optional[Mapping[str, Any]] = None
+    ) -> "TrialConfig":
         """Load a flat YAML mapping of settings (plus CLI overrides) and validate it."""
         values = load_yaml_mapping(path)
         values.update(overrides or {})
@@ -230,8 +259,11 @@ def _suggest(name: str) -> str:
     import difflib
 
     close = difflib.get_close_matches(name, list(FIELD_SECTION), n=3)
-    return f"; did you mean {', '.join(close)}?" if close else \
-        "; see `lipsweep train --help-settings` for the list"
+    return (
+        f"; did you mean {', '.join(close)}?"
+        if close
+        else "; see `lipsweep train --help-settings` for the list"
+    )
 
 
 def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
@@ -243,16 +275,18 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
         with open(p, "rb") as fh:
             raw = fh.read(MAX_YAML_BYTES + 1)
         if len(raw) > MAX_YAML_BYTES:
-            raise YamlRefused(f"larger than the {MAX_YAML_BYTES:,} bytes allowed for a config "
-                              "or search space")
+            raise YamlRefused(
+                f"larger than the {MAX_YAML_BYTES:,} bytes allowed for a config or search space"
+            )
         data = load_yaml_text(raw.decode("utf-8"))  # no aliases, no duplicate keys
     except OSError as exc:
         raise ConfigError("config", f"cannot read: {exc.strerror}", str(p)) from None
     except YamlRefused as exc:
         raise ConfigError("config", str(exc), str(p)) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError("config", f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-                          str(p)) from None
+        raise ConfigError(
+            "config", f"not UTF-8 text ({exc.reason} at byte {exc.start})", str(p)
+        ) from None
     except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: e.g. an int
         # literal past Python's digit limit; RecursionError: absurdly deep nesting
         raise ConfigError("config", f"not valid YAML: {exc}".replace("\n", " "), str(p)) from None
@@ -279,7 +313,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def settings_help() -> str:
     """Every setting with its section, default and docstring (for --help-settings)."""
-    from lipsweep.config_docs import field_docs
+    from lipsweep.settings.docs import field_docs
 
     lines = []
     for sec, cls in SECTIONS.items():

@@ -3,6 +3,7 @@
 Like litgpt, each config field carries its own docstring; this reads them back from the source
 with ``ast`` so that ``--help-settings`` and the docs never drift from the code.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,8 +28,12 @@ def _source_field_docs(cls: type) -> dict[str, str]:
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     docs: dict[str, str] = {}
     for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
-                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) \
-                and isinstance(nxt.value.value, str):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
             docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs

@@ -4,6 +4,7 @@ timm-style: a family module keeps one :class:`Registry`, a decorator adds member
 ``create_*``/``list_*`` read it. Each family keeps its own public names and errors (for example
 an unknown regularizer is a ``ConfigError`` naming the ``regularizer`` field).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -15,19 +16,23 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Named members of one family (classes or factories), kept in registration order."""
 
-    def __init__(self, kind: str,
-                 unknown: Optional[Callable[[str, list[str]], Exception]] = None) -> None:
+    def __init__(
+        self, kind: str, unknown: Optional[Callable[[str, list[str]], Exception]] = None
+    ) -> None:
         self.kind = kind
         self._members: dict[str, T] = {}
-        self._unknown = unknown or (lambda name, known: ValueError(
-            f"unknown {kind} {name!r}; known {kind}s are {known}"))
+        self._unknown = unknown or (
+            lambda name, known: ValueError(f"unknown {kind} {name!r}; known {kind}s are {known}")
+        )
 
     def add(self, name: str, member: T) -> T:
         """Register ``member`` under ``name``; re-registering the same object is a no-op."""
         old = self._members.get(name)
         if old is not None and old is not member:
-            raise ValueError(f"{self.kind} {name!r} is already registered by "
-                             f"{getattr(old, '__qualname__', old)!s}")
+            raise ValueError(
+                f"{self.kind} {name!r} is already registered by "
+                f"{getattr(old, '__qualname__', old)!s}"
+            )
         self._members[name] = member
         return member
 

@@ -8,6 +8,7 @@ crash or a full disk never leaves a half-written checkpoint under a real name; t
 checkpoint is only pruned after the new one is in place. Loading verifies the checksums and
 falls back to the newest intact checkpoint, saying which.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -95,14 +96,19 @@ def list_checkpoints(root: Path) -> list[Path]:
     """Checkpoint folders under ``root``, oldest first (temporary folders ignored)."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir()
-             if p.is_dir() and not p.is_symlink() and _NAME.match(p.name)]
+    found = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and _NAME.match(p.name)]
     return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
 
 
-def save_checkpoint(root: Path, epoch: int, model: dict[str, torch.Tensor],
-                    optimizer: dict[str, Any], regularizer: dict[str, torch.Tensor],
-                    state: dict[str, Any], keep: int = 2) -> Path:
+def save_checkpoint(
+    root: Path,
+    epoch: int,
+    model: dict[str, torch.Tensor],
+    optimizer: dict[str, Any],
+    regularizer: dict[str, torch.Tensor],
+    state: dict[str, Any],
+    keep: int = 2,
+) -> Path:
     """Write checkpoint ``epoch`` atomically under ``root`` and prune to the newest ``keep``."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"epoch_{epoch:04d}"
@@ -114,8 +120,9 @@ def save_checkpoint(root: Path, epoch: int, model: dict[str, torch.Tensor],
         files = {
             "model.safetensors": {k: v.detach().cpu().contiguous() for k, v in model.items()},
             "optimizer.safetensors": opt_tensors,
-            "regularizer.safetensors": {k: v.detach().cpu().contiguous()
-                                        for k, v in regularizer.items()},
+            "regularizer.safetensors": {
+                k: v.detach().cpu().contiguous() for k, v in regularizer.items()
+            },
         }
         digests = {}
         for name, tensors in files.items():
@@ -136,8 +143,9 @@ def save_checkpoint(root: Path, epoch: int, model: dict[str, torch.Tensor],
         _fsync_dir(root)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"could not write checkpoint {final}: {exc}; the previous "
-                              "checkpoint is untouched") from exc
+        raise CheckpointError(
+            f"could not write checkpoint {final}: {exc}; the previous checkpoint is untouched"
+        ) from exc
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -150,15 +158,23 @@ _SHA = re.compile(r"^[0-9a-f]{64}$")
 def _read_regular(folder: Path, name: str) -> bytes:
     """Bytes of ``folder/name``: a plain name, a regular file, no symlink (a FIFO or
     ``/dev/zero`` would block or never end), opened without following links."""
-    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name \
-            or "\x00" in name:
-        raise CheckpointError(f"{folder / STATE_FILE}: sha256 names {str(name)[:80]!r}, not a "
-                              "plain file name inside the checkpoint folder")
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\x00" in name
+    ):
+        raise CheckpointError(
+            f"{folder / STATE_FILE}: sha256 names {str(name)[:80]!r}, not a "
+            "plain file name inside the checkpoint folder"
+        )
     try:
         fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
-        raise CheckpointError(f"{folder / name}: cannot open ({exc.strerror}; symlinks are "
-                              "refused)") from None
+        raise CheckpointError(
+            f"{folder / name}: cannot open ({exc.strerror}; symlinks are refused)"
+        ) from None
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise CheckpointError(f"{folder / name} is not a regular file")
@@ -169,30 +185,40 @@ def _check_state(path: Path, meta: Any) -> dict[str, str]:
     """The ``sha256`` record of a parsed ``state.json``; CheckpointError if it is malformed."""
     where = path / STATE_FILE
     if not isinstance(meta, dict):
-        raise CheckpointError(f"{where} is malformed: top level is {type(meta).__name__}, "
-                              "not an object")
+        raise CheckpointError(
+            f"{where} is malformed: top level is {type(meta).__name__}, not an object"
+        )
     digests = meta.get("sha256")
     if not isinstance(digests, dict) or not all(
-            isinstance(d, str) and _SHA.match(d) for d in digests.values()):
-        raise CheckpointError(f"{where} is malformed: sha256 must map file names to hex "
-                              "SHA-256 digests")
+        isinstance(d, str) and _SHA.match(d) for d in digests.values()
+    ):
+        raise CheckpointError(
+            f"{where} is malformed: sha256 must map file names to hex SHA-256 digests"
+        )
     on_disk = {p.name for p in path.iterdir() if p.name.endswith(".safetensors")}
     missing = sorted((set(WEIGHT_FILES) | on_disk) - set(digests))
     if missing:
-        raise CheckpointError(f"{where} lists no checksum for {missing}: every weights file "
-                              "must be verified")
+        raise CheckpointError(
+            f"{where} lists no checksum for {missing}: every weights file must be verified"
+        )
     epoch = meta.get("epoch")
     match = _NAME.match(path.name)
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or \
-            (match is not None and epoch != int(match.group(1))):
-        raise CheckpointError(f"{where} is malformed: epoch {str(epoch)[:40]} does not match "
-                              f"the folder {path.name}")
+    if (
+        isinstance(epoch, bool)
+        or not isinstance(epoch, int)
+        or (match is not None and epoch != int(match.group(1)))
+    ):
+        raise CheckpointError(
+            f"{where} is malformed: epoch {str(epoch)[:40]} does not match the folder {path.name}"
+        )
     opt = meta.get("optimizer_meta")
-    if not isinstance(opt, dict) or not isinstance(opt.get("param_groups"), list) or \
-            not isinstance(opt.get("scalars", {}), dict) or \
-            not isinstance(meta.get("history", []), list):
-        raise CheckpointError(f"{where} is malformed: optimizer_meta or history has the "
-                              "wrong type")
+    if (
+        not isinstance(opt, dict)
+        or not isinstance(opt.get("param_groups"), list)
+        or not isinstance(opt.get("scalars", {}), dict)
+        or not isinstance(meta.get("history", []), list)
+    ):
+        raise CheckpointError(f"{where} is malformed: optimizer_meta or history has the wrong type")
     return digests
 
 
@@ -212,20 +238,35 @@ def load_checkpoint(path: Path) -> Checkpoint:
         for name, digest in digests.items():
             blob = _read_regular(path, name)
             if hashlib.sha256(blob).hexdigest() != digest:
-                raise CheckpointError(f"{path / name} does not match its checksum "
-                                      "(truncated or modified)")
+                raise CheckpointError(
+                    f"{path / name} does not match its checksum (truncated or modified)"
+                )
             blobs[name] = blob
         tensors = {name: load_bytes(blobs.pop(name)) for name in WEIGHT_FILES}
         unflatten_optimizer(tensors["optimizer.safetensors"], meta["optimizer_meta"])
-        return Checkpoint(path=path, epoch=meta["epoch"], model=tensors["model.safetensors"],
-                          optimizer=tensors["optimizer.safetensors"],
-                          regularizer=tensors["regularizer.safetensors"], state=meta)
+        return Checkpoint(
+            path=path,
+            epoch=meta["epoch"],
+            model=tensors["model.safetensors"],
+            optimizer=tensors["optimizer.safetensors"],
+            regularizer=tensors["regularizer.safetensors"],
+            state=meta,
+        )
     except CheckpointError:
         raise
-    except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError,
-            RecursionError, SafetensorError) as exc:
-        raise CheckpointError(f"{path} is unreadable: {type(exc).__name__}: "
-                              f"{str(exc)[:200]}") from exc
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        RuntimeError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+        SafetensorError,
+    ) as exc:
+        raise CheckpointError(
+            f"{path} is unreadable: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from exc
 
 
 def load_latest(root: Path) -> Optional[Checkpoint]:
@@ -234,8 +275,9 @@ def load_latest(root: Path) -> Optional[Checkpoint]:
         try:
             ckpt = load_checkpoint(path)
         except CheckpointError as err:
-            _log.warning("checkpoint %s is damaged (%s); falling back to the previous one",
-                         path.name, err)
+            _log.warning(
+                "checkpoint %s is damaged (%s); falling back to the previous one", path.name, err
+            )
             continue
         return ckpt
     return None

@@ -13,6 +13,7 @@ verifies the sha256 while copying and renames it into place. Concurrent trials o
 once; the others wait on the lock and then read the cached copy. A missing or damaged source is a
 :class:`ConfigError` naming ``data_dir``: the trial fails with that reason and is not retried.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
-from lipsweep.config_base import ConfigError, show
+from lipsweep.core.config_base import ConfigError, show
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,13 +59,21 @@ def check_uri(field: str, uri: str) -> str:
     from urllib.parse import urlsplit
 
     parts = urlsplit(uri)
-    if parts.scheme not in URI_SCHEMES or not parts.path.strip("/") or (
-            parts.scheme != "file" and not parts.netloc):
-        raise ConfigError(field, f"not a dataset URI {show(uri)}: use one of "
-                          f"{'://, '.join(URI_SCHEMES)}:// with a bucket and a path")
+    if (
+        parts.scheme not in URI_SCHEMES
+        or not parts.path.strip("/")
+        or (parts.scheme != "file" and not parts.netloc)
+    ):
+        raise ConfigError(
+            field,
+            f"not a dataset URI {show(uri)}: use one of "
+            f"{'://, '.join(URI_SCHEMES)}:// with a bucket and a path",
+        )
     if not uri.endswith(".npz"):
-        raise ConfigError(field, f"a dataset URI names a prepared .npz (from `lipsweep data "
-                          f"prepare`), got {show(uri)}")
+        raise ConfigError(
+            field,
+            f"a dataset URI names a prepared .npz (from `lipsweep data prepare`), got {show(uri)}",
+        )
     return uri
 
 
@@ -101,9 +110,10 @@ class Manifest:
 
 # --- pack ---------------------------------------------------------------------------------------
 
+
 def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str, np.ndarray]:
     """(x_train, y_train, x_test, y_test) from an .npz or a torchvision CIFAR root folder."""
-    from lipsweep.data_sources import NPZ_ARRAYS, load_npz
+    from lipsweep.trial.data_sources import NPZ_ARRAYS, load_npz
 
     if source.suffix == ".npz":  # the npz source's own reader and checks
         try:
@@ -113,8 +123,9 @@ def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str,
     try:
         arrays = read_torchvision(dataset, str(source), download)
     except RuntimeError as exc:  # "Dataset not found or corrupted"
-        raise ConfigError("--source", f"{source}: {exc}; pass --download to fetch it "
-                          "there") from None
+        raise ConfigError(
+            "--source", f"{source}: {exc}; pass --download to fetch it there"
+        ) from None
     return dict(zip(NPZ_ARRAYS, arrays))
 
 
@@ -129,8 +140,10 @@ def read_torchvision(dataset: str, root: str, download: bool) -> tuple[np.ndarra
     out: list[np.ndarray] = []
     for train in (True, False):
         ds = cls(root=root, train=train, download=download)
-        out += [np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)),
-                np.asarray(ds.targets, dtype=np.int64)]
+        out += [
+            np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)),
+            np.asarray(ds.targets, dtype=np.int64),
+        ]
     return tuple(out)
 
 
@@ -141,13 +154,15 @@ def _check_arrays(dataset: str, arrays: Mapping[str, np.ndarray]) -> dict[str, n
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if x.ndim != 4 or x.shape[1:] != (3, 32, 32) or x.dtype != np.uint8:
-            raise ConfigError("--source", f"x_{split} must be uint8 (N, 3, 32, 32), got "
-                              f"{x.dtype} {x.shape}")
+            raise ConfigError(
+                "--source", f"x_{split} must be uint8 (N, 3, 32, 32), got {x.dtype} {x.shape}"
+            )
         if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
             raise ConfigError("--source", f"y_{split} must be {len(x)} integer labels")
         if len(y) and not 0 <= int(y.min()) <= int(y.max()) < CLASSES[dataset]:
-            raise ConfigError("--source", f"y_{split} labels outside [0, {CLASSES[dataset]})"
-                              f" for {dataset}")
+            raise ConfigError(
+                "--source", f"y_{split} labels outside [0, {CLASSES[dataset]}) for {dataset}"
+            )
         out[f"x_{split}"], out[f"y_{split}"] = x, y.astype(np.int64)
     return out
 
@@ -168,12 +183,25 @@ def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Ma
     np.savez(buf, **arrays)
     data = buf.getvalue()
     name = f"{dataset}.npz"
-    manifest = Manifest(dataset, name, hashlib.sha256(data).hexdigest(), len(data),
-                        CLASSES[dataset], len(arrays["y_train"]), len(arrays["y_test"]))
+    manifest = Manifest(
+        dataset,
+        name,
+        hashlib.sha256(data).hexdigest(),
+        len(data),
+        CLASSES[dataset],
+        len(arrays["y_train"]),
+        len(arrays["y_test"]),
+    )
     _write(fs, f"{base}/{name}", data)
     _write(fs, f"{base}/{name}{MANIFEST_SUFFIX}", manifest.to_json().encode())
-    _log.info("prepared %s: %d train / %d test images, %.1f MB, sha256 %s", dataset,
-              manifest.train, manifest.test, manifest.bytes / 1e6, manifest.sha256[:12])
+    _log.info(
+        "prepared %s: %d train / %d test images, %.1f MB, sha256 %s",
+        dataset,
+        manifest.train,
+        manifest.test,
+        manifest.bytes / 1e6,
+        manifest.sha256[:12],
+    )
     return manifest
 
 
@@ -187,8 +215,9 @@ def _dest_fs(dest: str) -> tuple[Any, str]:
     try:
         fs, base = pafs.FileSystem.from_uri(dest)
     except (ValueError, OSError, TypeError) as exc:
-        raise ConfigError("--dest", f"not a URI pyarrow can open {show(dest)}: "
-                          f"{str(exc).splitlines()[0]}") from None
+        raise ConfigError(
+            "--dest", f"not a URI pyarrow can open {show(dest)}: {str(exc).splitlines()[0]}"
+        ) from None
     base = base.rstrip("/")
     fs.create_dir(base, recursive=True)
     return fs, base
@@ -210,6 +239,7 @@ def _write(fs: Any, path: str, data: bytes) -> None:
 
 # --- read ---------------------------------------------------------------------------------------
 
+
 @contextlib.contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -230,13 +260,15 @@ def read_manifest(uri: str) -> Manifest:
     try:
         info = fs.get_file_info(path + MANIFEST_SUFFIX)
         if info.type != pafs.FileType.File:
-            raise ConfigError("data_dir", f"no prepared dataset at {uri} (missing {where}); "
-                              "create it with `lipsweep data prepare --dest ...`")
+            raise ConfigError(
+                "data_dir",
+                f"no prepared dataset at {uri} (missing {where}); "
+                "create it with `lipsweep data prepare --dest ...`",
+            )
         with fs.open_input_stream(path + MANIFEST_SUFFIX) as f:
             return Manifest.from_json(f.read().decode(), where)
     except OSError as exc:  # credentials, network, permissions
-        raise ConfigError("data_dir", f"cannot read {where}: {str(exc).splitlines()[0]}"
-                          ) from None
+        raise ConfigError("data_dir", f"cannot read {where}: {str(exc).splitlines()[0]}") from None
 
 
 def fetch_prepared(uri: str, dataset: Optional[str] = None) -> Path:
@@ -248,11 +280,11 @@ def fetch_prepared(uri: str, dataset: Optional[str] = None) -> Path:
 
     manifest = read_manifest(uri)
     if dataset not in (None, "npz") and manifest.dataset != dataset:
-        raise ConfigError("data_dir", f"{uri} holds {manifest.dataset}, but dataset is "
-                          f"{dataset}")
+        raise ConfigError("data_dir", f"{uri} holds {manifest.dataset}, but dataset is {dataset}")
     if dataset == "npz" and manifest.num_classes != 10:
-        raise ConfigError("data_dir", f"{uri} holds {manifest.dataset}; use dataset: "
-                          f"{manifest.dataset}")
+        raise ConfigError(
+            "data_dir", f"{uri} holds {manifest.dataset}; use dataset: {manifest.dataset}"
+        )
     root = cache_root()
     target = root / manifest.sha256 / manifest.file
     if target.is_file():
@@ -274,12 +306,16 @@ def fetch_prepared(uri: str, dataset: Optional[str] = None) -> Path:
                 os.fsync(dst.fileno())
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise ConfigError("data_dir", f"cannot read {uri}: {str(exc).splitlines()[0]}"
-                              ) from None
+            raise ConfigError(
+                "data_dir", f"cannot read {uri}: {str(exc).splitlines()[0]}"
+            ) from None
         if digest.hexdigest() != manifest.sha256:
             tmp.unlink(missing_ok=True)
-            raise ConfigError("data_dir", f"{uri} does not match its manifest's sha256 "
-                              "(changed or damaged); prepare it again")
+            raise ConfigError(
+                "data_dir",
+                f"{uri} does not match its manifest's sha256 "
+                "(changed or damaged); prepare it again",
+            )
         os.replace(tmp, target)
         _log.info("data %s: copied %.1f MB into %s", uri, manifest.bytes / 1e6, target)
     return target
@@ -292,9 +328,13 @@ def local_source(data_dir: str, dataset: str) -> Path:
 
 # --- sweeps -------------------------------------------------------------------------------------
 
+
 def check_sweep_download(num_trials: int, trials: Sequence[Mapping[str, Any]]) -> None:
     """Refuse ``download: true`` in a sweep of 2 or more trials: they would race on one folder."""
     if num_trials > 1 and any(t.get("download") for t in trials):
-        raise ConfigError("download", "concurrent trials would race on one download; prepare "
-                          "the dataset once with `lipsweep data prepare --dataset ... --dest "
-                          "...` and set data_dir to it")
+        raise ConfigError(
+            "download",
+            "concurrent trials would race on one download; prepare "
+            "the dataset once with `lipsweep data prepare --dataset ... --dest "
+            "...` and set data_dir to it",
+        )

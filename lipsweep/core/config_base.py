@@ -1,9 +1,10 @@
 """Validation helpers shared by every config dataclass.
 
 A bad value raises :class:`ConfigError`, which names the field; the CLI turns it into exit
-status 2 with one line (SPEC §3). Science modules use these too, so that a wrong argument to a
-public function reads the same way as a wrong YAML key.
+status 2 with one line (docs/contract.md). Science modules use these too, so that a wrong argument
+to a public function reads the same way as a wrong YAML key.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,7 +69,7 @@ def show(value: Any, limit: int = 80) -> str:
         text = f"<{type(value).__name__} too large to print>"
     except RecursionError:
         text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_max(field: str, value: Any, hi: int, why: str) -> None:
@@ -92,8 +93,10 @@ class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise YamlRefused(f"YAML aliases are not allowed (*{show(event.anchor, 40)} at line "
-                              f"{event.start_mark.line + 1}); write the value out")
+            raise YamlRefused(
+                f"YAML aliases are not allowed (*{show(event.anchor, 40)} at line "
+                f"{event.start_mark.line + 1}); write the value out"
+            )
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
@@ -107,8 +110,10 @@ class _StrictLoader(yaml.SafeLoader):
                 except TypeError:
                     continue  # unhashable: the base class names it
                 if duplicate:
-                    raise YamlRefused(f"duplicate key {show(key, 40)} at line "
-                                      f"{key_node.start_mark.line + 1}; give each key once")
+                    raise YamlRefused(
+                        f"duplicate key {show(key, 40)} at line "
+                        f"{key_node.start_mark.line + 1}; give each key once"
+                    )
                 seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -117,8 +122,10 @@ def load_yaml_text(text: str) -> Any:
     """Parse one YAML document safely: no aliases, no duplicate keys, at most
     ``MAX_YAML_BYTES``. Raises ``yaml.YAMLError`` (:class:`YamlRefused` for the refusals)."""
     if len(text) > MAX_YAML_BYTES:
-        raise YamlRefused(f"{len(text):,} characters is larger than the {MAX_YAML_BYTES:,} "
-                          "allowed for a config or search space")
+        raise YamlRefused(
+            f"{len(text):,} characters is larger than the {MAX_YAML_BYTES:,} "
+            "allowed for a config or search space"
+        )
     loader = _StrictLoader(text)
     try:
         return loader.get_single_data()
@@ -233,8 +240,9 @@ def from_mapping(cls: type, values: Mapping[str, Any], *, strict: bool = True) -
     if strict:
         unknown = sorted((k for k in values if k not in types), key=str)
         if unknown:
-            raise ConfigError(key_name(unknown[0]), f"unknown setting; known settings are "
-                              f"{sorted(types)}")
+            raise ConfigError(
+                key_name(unknown[0]), f"unknown setting; known settings are {sorted(types)}"
+            )
     kwargs = {k: _coerce(k, v, types[k]) for k, v in values.items() if k in types}
     try:
         return cls(**kwargs)

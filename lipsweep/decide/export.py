@@ -3,12 +3,13 @@
 An export folder rebuilds with timm alone (``config.json["timm"]`` holds the architecture name
 and the keyword arguments of ``timm.create_model``; ``config.json["normalization"]`` the
 pixel mean/std), and :func:`load_exported` returns the model in eval mode mapping [0, 1]
-pixels to logits (SPEC §3). Nothing is unpickled: weights are safetensors, the rest JSON.
+pixels to logits (docs/contract.md). Nothing is unpickled: weights are safetensors, the rest JSON.
 The folder is written to a temporary sibling and swapped into place, so a failed export never
 leaves a half-written folder nor loses the previous one; ``--force`` replaces only a folder
 marked as a previous export (:data:`MARKER`). :func:`load_exported` does not trust the folder
 it reads (:class:`ExportError`).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,25 +25,40 @@ from safetensors import SafetensorError
 from safetensors.torch import load as safetensors_load
 from safetensors.torch import save_file
 
-from lipsweep.config_base import ConfigError, UsageError, from_mapping, show
+from lipsweep.core.config_base import ConfigError, UsageError, from_mapping, show
 from lipsweep.core.metric_names import SPEC_METRICS
 from lipsweep.regularizers import find_spec, shown_params
-from lipsweep.models import PixelModel
-
+from lipsweep.trial.models import PixelModel
 
 
 def timm_spec(flat: dict[str, Any]) -> dict[str, Any]:
     """``timm.create_model`` arguments that rebuild a trial's network from its flat config."""
-    kwargs = {k: flat[k] for k in ("img_size", "patch_size", "num_classes", "qkv_bias",
-                                   "depth", "embed_dim", "num_heads") if flat.get(k) is not None}
+    kwargs = {
+        k: flat[k]
+        for k in (
+            "img_size",
+            "patch_size",
+            "num_classes",
+            "qkv_bias",
+            "depth",
+            "embed_dim",
+            "num_heads",
+        )
+        if flat.get(k) is not None
+    }
     return {"model_name": flat["model"], "kwargs": kwargs}
 
 
-def build_config_json(flat: dict[str, Any], mean: tuple[float, ...], std: tuple[float, ...],
-                      source: dict[str, Any]) -> dict[str, Any]:
-    return {"format": "lipsweep-export/1", "timm": timm_spec(flat),
-            "normalization": {"mean": list(mean), "std": list(std), "input_range": [0.0, 1.0]},
-            "trial_config": flat, "source": source}
+def build_config_json(
+    flat: dict[str, Any], mean: tuple[float, ...], std: tuple[float, ...], source: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "format": "lipsweep-export/1",
+        "timm": timm_spec(flat),
+        "normalization": {"mean": list(mean), "std": list(std), "input_range": [0.0, 1.0]},
+        "trial_config": flat,
+        "source": source,
+    }
 
 
 def _model_card(config: dict[str, Any], metrics: dict[str, float]) -> str:
@@ -54,18 +70,18 @@ def _model_card(config: dict[str, Any], metrics: dict[str, float]) -> str:
     shown = spec.shown if spec is not None else shown_params()
     reg_params = ", ".join(f"{k}={flat[k]}" for k in shown if k in flat)
     t = config["timm"]
-    return f"""# {t['model_name']} — {reg}{f' ({reg_params})' if reg_params else ''}
+    return f"""# {t["model_name"]} — {reg}{f" ({reg_params})" if reg_params else ""}
 
-Exported by lipsweep from MLflow run `{src.get('run_id', '?')}` of experiment
-`{src.get('experiment', '?')}` (tracking URI `{src.get('tracking_uri', '?')}`), selected by
-`{src.get('selected_by', 'run id')}`.
+Exported by lipsweep from MLflow run `{src.get("run_id", "?")}` of experiment
+`{src.get("experiment", "?")}` (tracking URI `{src.get("tracking_uri", "?")}`), selected by
+`{src.get("selected_by", "run id")}`.
 
-- Architecture: `timm.create_model("{t['model_name']}", **{json.dumps(t['kwargs'])})`
-- Input: RGB pixels in [0, 1], {flat.get('img_size')}x{flat.get('img_size')}; normalisation
-  (mean {config['normalization']['mean']}, std {config['normalization']['std']}) is applied by
+- Architecture: `timm.create_model("{t["model_name"]}", **{json.dumps(t["kwargs"])})`
+- Input: RGB pixels in [0, 1], {flat.get("img_size")}x{flat.get("img_size")}; normalisation
+  (mean {config["normalization"]["mean"]}, std {config["normalization"]["std"]}) is applied by
   the loader's wrapper.
-- Data: `{flat.get('dataset')}`; {flat.get('epochs')} epochs, {flat.get('optimizer')} lr
-  {flat.get('lr')}, batch {flat.get('batch_size')}, seed {flat.get('seed')}.
+- Data: `{flat.get("dataset")}`; {flat.get("epochs")} epochs, {flat.get("optimizer")} lr
+  {flat.get("lr")}, batch {flat.get("batch_size")}, seed {flat.get("seed")}.
 
 | metric | value |
 |---|---|
@@ -77,17 +93,23 @@ images (`lip_jacobian_tokens_*`: w.r.t. the token embeddings, the paper's Fig. 4
 
 ```python
 import lipsweep
-model = lipsweep.load_exported("{'<this folder>'}")   # eval mode, [0, 1] pixels -> logits
+model = lipsweep.load_exported("{"<this folder>"}")   # eval mode, [0, 1] pixels -> logits
 ```
 """
 
 
 MARKER = ".lipsweep-export"
 """Written into every export; ``--force`` replaces only a folder that holds it."""
-EXPORT_FILES = frozenset({"model.safetensors", "config.json", "metrics.json", "README.md",
-                          MARKER})
-TIMM_KWARGS = ("img_size", "patch_size", "num_classes", "qkv_bias", "depth", "embed_dim",
-               "num_heads")
+EXPORT_FILES = frozenset({"model.safetensors", "config.json", "metrics.json", "README.md", MARKER})
+TIMM_KWARGS = (
+    "img_size",
+    "patch_size",
+    "num_classes",
+    "qkv_bias",
+    "depth",
+    "embed_dim",
+    "num_heads",
+)
 MAX_JSON_BYTES = 16 * 2**20
 
 
@@ -112,28 +134,41 @@ def check_out(out: str | os.PathLike, force: bool) -> None:
         raise UsageError(f"--out {out} exists and is not a folder; choose another --out")
     real, cwd = out.resolve(), Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
-        raise UsageError(f"--out {out} is the working folder or one of its ancestors; an "
-                         "export is never written there, even with --force")
+        raise UsageError(
+            f"--out {out} is the working folder or one of its ancestors; an "
+            "export is never written there, even with --force"
+        )
     entries = list(out.iterdir())
     if not entries:
         return
     if not force:
-        raise UsageError(f"--out {out} exists and is not empty; pass --force to replace a "
-                         "previous export")
+        raise UsageError(
+            f"--out {out} exists and is not empty; pass --force to replace a previous export"
+        )
     marker = out / MARKER
     if marker.is_symlink() or not marker.is_file():
-        raise UsageError(f"--out {out} is not a lipsweep export (no {MARKER} file); --force "
-                         "replaces only a previous export: remove the folder yourself or "
-                         "choose another --out")
-    other = sorted(e.name for e in entries
-                   if e.name not in EXPORT_FILES or e.is_symlink() or not e.is_file())
+        raise UsageError(
+            f"--out {out} is not a lipsweep export (no {MARKER} file); --force "
+            "replaces only a previous export: remove the folder yourself or "
+            "choose another --out"
+        )
+    other = sorted(
+        e.name for e in entries if e.name not in EXPORT_FILES or e.is_symlink() or not e.is_file()
+    )
     if other:
-        raise UsageError(f"--out {out} holds {show(other)} besides a lipsweep export; --force "
-                         "replaces only a folder holding nothing else")
+        raise UsageError(
+            f"--out {out} holds {show(other)} besides a lipsweep export; --force "
+            "replaces only a folder holding nothing else"
+        )
 
 
-def write_export(out: Path, state_dict: dict[str, torch.Tensor], config: dict[str, Any],
-                 metrics: dict[str, float], force: bool = False) -> Path:
+def write_export(
+    out: Path,
+    state_dict: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    metrics: dict[str, float],
+    force: bool = False,
+) -> Path:
     """Write an export folder (see :func:`check_out` for what ``force`` may replace).
 
     The new export is written to a hidden sibling and swapped in with two renames, so a
@@ -146,8 +181,11 @@ def write_export(out: Path, state_dict: dict[str, torch.Tensor], config: dict[st
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        save_file({k: v.contiguous() for k, v in state_dict.items()},
-                  str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_file(
+            {k: v.contiguous() for k, v in state_dict.items()},
+            str(tmp / "model.safetensors"),
+            metadata={"format": "pt"},
+        )
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
         (tmp / "README.md").write_text(_model_card(config, metrics))
@@ -173,12 +211,16 @@ def _open_inside(folder: Path, name: str) -> tuple[Path, Any]:
     (a symlink may not leave it), opened non-blocking (a FIFO is refused, not waited on)."""
     path = folder / name
     if not path.exists():
-        raise ExportError(path, "file", f"missing: {folder} is not a lipsweep export (needs "
-                          "config.json and model.safetensors)")
+        raise ExportError(
+            path,
+            "file",
+            f"missing: {folder} is not a lipsweep export (needs config.json and model.safetensors)",
+        )
     real = path.resolve()
     if folder.resolve() not in real.parents:
-        raise ExportError(path, "file", f"is a link to {show(str(real))}, outside the export "
-                          "folder")
+        raise ExportError(
+            path, "file", f"is a link to {show(str(real))}, outside the export folder"
+        )
     try:
         fh = open(os.open(real, os.O_RDONLY | os.O_NONBLOCK), "rb")
     except OSError as exc:
@@ -207,22 +249,29 @@ def _read_config(folder: Path) -> tuple[Path, dict[str, Any]]:
 def _check_config(path: Path, config: dict[str, Any]) -> tuple[str, dict[str, Any], tuple, tuple]:
     """(model name, timm kwargs, mean, std) of a config.json, each checked: only lipsweep's
     own ViT family with its own keyword arguments, built locally (never from the network)."""
-    from lipsweep.models import ModelConfig, list_vit_models
+    from lipsweep.trial.models import ModelConfig, list_vit_models
 
     if config.get("format") != "lipsweep-export/1":
-        raise ExportError(path, "format", f"must be 'lipsweep-export/1', got "
-                          f"{show(config.get('format'))}")
+        raise ExportError(
+            path, "format", f"must be 'lipsweep-export/1', got {show(config.get('format'))}"
+        )
     spec = config.get("timm")
     if not isinstance(spec, dict) or not isinstance(spec.get("kwargs"), dict):
         raise ExportError(path, "timm", "must be an object with model_name and kwargs")
     name, kwargs = spec.get("model_name"), spec["kwargs"]
     if not isinstance(name, str) or name not in list_vit_models():
-        raise ExportError(path, "timm.model_name", f"{show(name)} is not one of timm's ViTs "
-                          "(vit_*, built locally; hub names are refused)")
+        raise ExportError(
+            path,
+            "timm.model_name",
+            f"{show(name)} is not one of timm's ViTs (vit_*, built locally; hub names are refused)",
+        )
     unknown = sorted(str(k) for k in kwargs if k not in TIMM_KWARGS)
     if unknown:
-        raise ExportError(path, f"timm.kwargs.{unknown[0][:40]}", f"not allowed; an "
-                          f"export sets only {list(TIMM_KWARGS)}")
+        raise ExportError(
+            path,
+            f"timm.kwargs.{unknown[0][:40]}",
+            f"not allowed; an export sets only {list(TIMM_KWARGS)}",
+        )
     try:
         cfg = from_mapping(ModelConfig, {"model": name, **kwargs})
     except ConfigError as err:
@@ -232,22 +281,27 @@ def _check_config(path: Path, config: dict[str, Any]) -> tuple[str, dict[str, An
         raise ExportError(path, "normalization", "must be an object with mean and std")
     for key in ("mean", "std"):
         vals = norm.get(key)
-        if not isinstance(vals, list) or len(vals) != 3 or not all(
+        if (
+            not isinstance(vals, list)
+            or len(vals) != 3
+            or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                for v in vals):
-            raise ExportError(path, f"normalization.{key}", f"must be 3 finite numbers, got "
-                              f"{show(vals)}")
+                for v in vals
+            )
+        ):
+            raise ExportError(
+                path, f"normalization.{key}", f"must be 3 finite numbers, got {show(vals)}"
+            )
     if not all(v > 0 for v in norm["std"]):
         raise ExportError(path, "normalization.std", f"must be > 0, got {norm['std']}")
     kept = {k: getattr(cfg, k) for k in TIMM_KWARGS if k in kwargs}
     return cfg.model, kept, tuple(norm["mean"]), tuple(norm["std"])
 
 
-def _read_weights(folder: Path, expected: dict[str, tuple[int, ...]]
-                  ) -> dict[str, torch.Tensor]:
+def _read_weights(folder: Path, expected: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
     """The tensors of model.safetensors, after its header was checked against ``expected``
     (names and shapes of the model config.json describes): nothing is allocated before."""
-    from lipsweep._safetensors import HeaderError, read_header
+    from lipsweep.trial._safetensors import HeaderError, read_header
 
     path, fh = _open_inside(folder, "model.safetensors")
     with fh:
@@ -260,12 +314,17 @@ def _read_weights(folder: Path, expected: dict[str, tuple[int, ...]]
             if key not in header:
                 raise ExportError(path, f"tensor {show(key)}", "missing (config.json builds it)")
             if key not in expected:
-                raise ExportError(path, f"tensor {show(key)}", "not part of the model "
-                                  "config.json builds")
+                raise ExportError(
+                    path, f"tensor {show(key)}", "not part of the model config.json builds"
+                )
             dtype, shape = header[key]
             if shape != expected[key]:
-                raise ExportError(path, f"tensor {show(key)}", f"shape {list(shape)} differs from "
-                                  f"{list(expected[key])}, the model config.json builds")
+                raise ExportError(
+                    path,
+                    f"tensor {show(key)}",
+                    f"shape {list(shape)} differs from "
+                    f"{list(expected[key])}, the model config.json builds",
+                )
             if dtype not in ("F16", "BF16", "F32", "F64"):
                 raise ExportError(path, f"tensor {show(key)}", f"dtype {dtype} is not a float")
         fh.seek(0)
@@ -276,9 +335,10 @@ def _read_weights(folder: Path, expected: dict[str, tuple[int, ...]]
         raise ExportError(path, "header", str(exc)[:200]) from None
 
 
-def load_exported(path: str | os.PathLike, device: Optional[str | torch.device] = None
-                  ) -> PixelModel:
-    """Rebuild an exported model: eval mode, maps [0, 1] pixels to logits (SPEC §3).
+def load_exported(
+    path: str | os.PathLike, device: Optional[str | torch.device] = None
+) -> PixelModel:
+    """Rebuild an exported model: eval mode, maps [0, 1] pixels to logits (docs/contract.md).
 
     The folder is not trusted: only lipsweep's ViT family is built (never from the network),
     no file may be a link out of the folder, and the weights file's own tensor shapes are
@@ -288,17 +348,23 @@ def load_exported(path: str | os.PathLike, device: Optional[str | torch.device] 
 
     folder = Path(path)
     if not folder.is_dir():
-        raise ExportError(folder, "path", "not a folder (a lipsweep export holds config.json "
-                          "and model.safetensors)")
+        raise ExportError(
+            folder,
+            "path",
+            "not a folder (a lipsweep export holds config.json and model.safetensors)",
+        )
     cfg_path, config = _read_config(folder)
     name, kwargs, mean, std = _check_config(cfg_path, config)
     try:
         with torch.device("meta"):  # shapes only: nothing is allocated
-            shapes = {k: tuple(v.shape) for k, v in
-                      timm.create_model(name, pretrained=False, **kwargs).state_dict().items()}
+            shapes = {
+                k: tuple(v.shape)
+                for k, v in timm.create_model(name, pretrained=False, **kwargs).state_dict().items()
+            }
     except (AssertionError, RuntimeError, ValueError, TypeError) as exc:  # e.g. heads vs width
-        raise ExportError(cfg_path, "timm.kwargs", f"timm cannot build {name} with {kwargs}: "
-                          f"{str(exc)[:120]}") from None
+        raise ExportError(
+            cfg_path, "timm.kwargs", f"timm cannot build {name} with {kwargs}: {str(exc)[:120]}"
+        ) from None
     state = _read_weights(folder, shapes)
     net = timm.create_model(name, pretrained=False, **kwargs)
     net.load_state_dict(state)
@@ -314,5 +380,8 @@ def model_io(folder: Path) -> dict[str, Any]:
     and the export ``format``, read from its ``config.json``."""
     config = _read_config(Path(folder))[1]
     kwargs = config["timm"]["kwargs"]
-    return {"img_size": int(kwargs.get("img_size", 224)),
-            "num_classes": int(kwargs.get("num_classes", 1000)), "format": config.get("format")}
+    return {
+        "img_size": int(kwargs.get("img_size", 224)),
+        "num_classes": int(kwargs.get("num_classes", 1000)),
+        "format": config.get("format"),
+    }

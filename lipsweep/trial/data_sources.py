@@ -18,6 +18,7 @@ imagefolder (torchvision ``ImageFolder`` layout)
     resize beforehand, e.g. to 32x32 for the tiny ViT); grey or RGBA images are converted to
     RGB.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,9 +29,9 @@ from typing import Optional
 
 import numpy as np
 
-from lipsweep.config_base import ConfigError
+from lipsweep.core.config_base import ConfigError
 
-_log = logging.getLogger("lipsweep.data")
+_log = logging.getLogger("lipsweep.trial.data")
 
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
@@ -44,7 +45,7 @@ class SourceInfo:
 
     num_classes: int
     image_size: int
-    layout: str           # "NCHW" or "NHWC" for npz, "files" for an image folder
+    layout: str  # "NCHW" or "NHWC" for npz, "files" for an image folder
     n_train: int
     n_test: int
 
@@ -55,35 +56,50 @@ def _fail(path: Path | str, problem: str) -> ConfigError:
 
 def _layout(name: str, x: np.ndarray, path: Path) -> str:
     if x.ndim != 4 or 3 not in (x.shape[1], x.shape[3]):
-        raise _fail(path, f"{name} has shape {x.shape}; expected RGB images as NCHW "
-                    "(N, 3, H, W) or NHWC (N, H, W, 3)")
+        raise _fail(
+            path,
+            f"{name} has shape {x.shape}; expected RGB images as NCHW "
+            "(N, 3, H, W) or NHWC (N, H, W, 3)",
+        )
     return "NCHW" if x.shape[1] == 3 else "NHWC"
 
 
-def check_npz_arrays(path: Path, arrays: dict[str, np.ndarray],
-                     label_names: Optional[np.ndarray] = None) -> SourceInfo:
+def check_npz_arrays(
+    path: Path, arrays: dict[str, np.ndarray], label_names: Optional[np.ndarray] = None
+) -> SourceInfo:
     """Check the four arrays of an npz source (dtype, layout, labels, lengths); see module doc."""
     layouts = {}
     for split in SPLITS:
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if x.dtype != np.uint8:
-            raise _fail(path, f"x_{split} is {x.dtype}; expected uint8 pixels 0-255 (e.g. "
-                        "(x * 255).round().astype(np.uint8) for floats in [0, 1])")
+            raise _fail(
+                path,
+                f"x_{split} is {x.dtype}; expected uint8 pixels 0-255 (e.g. "
+                "(x * 255).round().astype(np.uint8) for floats in [0, 1])",
+            )
         layouts[split] = _layout(f"x_{split}", x, path)
         if len(x) == 0:
             raise _fail(path, f"x_{split} holds no images")
         if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-            raise _fail(path, f"y_{split} must be a 1-D integer array of labels, got "
-                        f"{y.dtype} of shape {y.shape}")
+            raise _fail(
+                path,
+                f"y_{split} must be a 1-D integer array of labels, got "
+                f"{y.dtype} of shape {y.shape}",
+            )
         if len(y) != len(x):
             raise _fail(path, f"x_{split} has {len(x)} images but y_{split} {len(y)} labels")
     if layouts["train"] != layouts["test"]:
         raise _fail(path, f"x_train is {layouts['train']} but x_test {layouts['test']}")
-    hw = {s: (arrays[f"x_{s}"].shape[2:4] if layouts[s] == "NCHW"
-              else arrays[f"x_{s}"].shape[1:3]) for s in SPLITS}
+    hw = {
+        s: (arrays[f"x_{s}"].shape[2:4] if layouts[s] == "NCHW" else arrays[f"x_{s}"].shape[1:3])
+        for s in SPLITS
+    }
     if hw["train"] != hw["test"] or hw["train"][0] != hw["train"][1]:
-        raise _fail(path, f"images must be square and the same size in both splits, got "
-                    f"{hw['train']} (train) and {hw['test']} (test)")
+        raise _fail(
+            path,
+            f"images must be square and the same size in both splits, got "
+            f"{hw['train']} (train) and {hw['test']} (test)",
+        )
     y_tr, y_te = arrays["y_train"], arrays["y_test"]
     lo = min(int(y_tr.min()), int(y_te.min()))
     if lo < 0:
@@ -94,8 +110,11 @@ def check_npz_arrays(path: Path, arrays: dict[str, np.ndarray],
         num_classes, source = int(y_tr.max()) + 1, "the training labels"
     hi = max(int(y_tr.max()), int(y_te.max()))
     if hi >= num_classes:
-        raise _fail(path, f"label {hi} is out of range: {source} give {num_classes} classes "
-                    f"(0 .. {num_classes - 1})")
+        raise _fail(
+            path,
+            f"label {hi} is out of range: {source} give {num_classes} classes "
+            f"(0 .. {num_classes - 1})",
+        )
     return SourceInfo(num_classes, int(hw["train"][0]), layouts["train"], len(y_tr), len(y_te))
 
 
@@ -132,15 +151,21 @@ def load_npz(path: str | Path) -> tuple[np.ndarray, ...]:
     if info.layout == "NHWC":
         for s in SPLITS:
             arrays[f"x_{s}"] = np.ascontiguousarray(arrays[f"x_{s}"].transpose(0, 3, 1, 2))
-    _log.info("npz %s: %d classes, %dx%d images stored %s", path, info.num_classes,
-              info.image_size, info.image_size, info.layout)
-    return tuple(arrays[k].astype(np.int64) if k.startswith("y_") else arrays[k]
-                 for k in NPZ_ARRAYS)
+    _log.info(
+        "npz %s: %d classes, %dx%d images stored %s",
+        path,
+        info.num_classes,
+        info.image_size,
+        info.image_size,
+        info.layout,
+    )
+    return tuple(
+        arrays[k].astype(np.int64) if k.startswith("y_") else arrays[k] for k in NPZ_ARRAYS
+    )
 
 
 def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir()
-                  if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
 def _folder_index(root: Path) -> tuple[list[str], dict[str, list[tuple[Path, int]]]]:
@@ -149,15 +174,18 @@ def _folder_index(root: Path) -> tuple[list[str], dict[str, list[tuple[Path, int
     for split in SPLITS:
         d = root / split
         if not d.is_dir():
-            raise _fail(root, f"has no {split}/ folder (expected train/<class>/*.png and "
-                        "test/<class>/*.png)")
+            raise _fail(
+                root,
+                f"has no {split}/ folder (expected train/<class>/*.png and test/<class>/*.png)",
+            )
         classes[split] = sorted(p.name for p in d.iterdir() if p.is_dir())
     if not classes["train"]:
         raise _fail(root, "train/ has no class folders")
     if classes["test"] != classes["train"]:
         diff = sorted(set(classes["train"]) ^ set(classes["test"]))
-        raise _fail(root, f"train/ and test/ must have the same class folders; they differ in "
-                    f"{diff[:5]}")
+        raise _fail(
+            root, f"train/ and test/ must have the same class folders; they differ in {diff[:5]}"
+        )
     files: dict[str, list[tuple[Path, int]]] = {}
     for split in SPLITS:
         files[split] = []
@@ -183,13 +211,19 @@ def _image_size(root: Path, files: dict[str, list[tuple[Path, int]]]) -> int:
             except (OSError, UnidentifiedImageError) as err:
                 raise _fail(root, f"cannot read image {f.relative_to(root)}: {err}") from None
             if s[0] != s[1]:
-                raise _fail(root, f"{f.relative_to(root)} is {s[0]}x{s[1]}; images must be "
-                            "square (resize them beforehand)")
+                raise _fail(
+                    root,
+                    f"{f.relative_to(root)} is {s[0]}x{s[1]}; images must be "
+                    "square (resize them beforehand)",
+                )
             if size is None:
                 size = s
             elif s != size:
-                raise _fail(root, f"{f.relative_to(root)} is {s[0]}x{s[1]} but the others "
-                            f"{size[0]}x{size[1]}; all images must have one size")
+                raise _fail(
+                    root,
+                    f"{f.relative_to(root)} is {s[0]}x{s[1]} but the others "
+                    f"{size[0]}x{size[1]}; all images must have one size",
+                )
     assert size is not None
     return size[0]
 
@@ -205,10 +239,16 @@ def inspect_image_folder(root: str | Path) -> SourceInfo:
     """Check an ImageFolder tree (layout, classes, image sizes); cached while it is unchanged."""
     root = Path(root)
     if not root.is_dir():
-        raise _fail(root, "no such folder; an image folder needs train/<class>/*.png and "
-                    "test/<class>/*.png")
-    dirs = [root] + [d for s in SPLITS if (root / s).is_dir()
-                     for d in [root / s, *sorted((root / s).iterdir())] if d.is_dir()]
+        raise _fail(
+            root, "no such folder; an image folder needs train/<class>/*.png and test/<class>/*.png"
+        )
+    dirs = [root] + [
+        d
+        for s in SPLITS
+        if (root / s).is_dir()
+        for d in [root / s, *sorted((root / s).iterdir())]
+        if d.is_dir()
+    ]
     return _inspect_folder_cached(str(root), tuple(d.stat().st_mtime_ns for d in dirs))
 
 
@@ -226,7 +266,14 @@ def load_image_folder(root: str | Path) -> tuple[np.ndarray, ...]:
             with Image.open(f) as im:
                 x[i] = np.asarray(im.convert("RGB")).transpose(2, 0, 1)  # (3, H, W)
         out += [x, np.array([lab for _, lab in files[split]], dtype=np.int64)]
-    _log.info("image folder %s: %d classes %s, %d train / %d test images of %dx%d", root,
-              len(classes), classes[:5] + (["..."] if len(classes) > 5 else []),
-              info.n_train, info.n_test, info.image_size, info.image_size)
+    _log.info(
+        "image folder %s: %d classes %s, %d train / %d test images of %dx%d",
+        root,
+        len(classes),
+        classes[:5] + (["..."] if len(classes) > 5 else []),
+        info.n_train,
+        info.n_test,
+        info.image_size,
+        info.image_size,
+    )
     return tuple(out)

@@ -10,6 +10,7 @@ an arm, then takes that arm's most typical run: the one whose goal metric is clo
 mean (ties: smaller seed, then smaller run_id). Not its best seed: picking the luckiest seed
 would undo the averaging that chose the arm.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,16 +19,25 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from lipsweep.config_base import ConfigError
-from lipsweep.pareto import (DIRECTIONS, Objective, Trial, as_trials, check_ranks, fmt_value,
-                             metric_value)
+from lipsweep.core.config_base import ConfigError
+from lipsweep.decide.pareto import (
+    DIRECTIONS,
+    Objective,
+    Trial,
+    as_trials,
+    check_ranks,
+    fmt_value,
+    metric_value,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.decide.arms import Arm
 
 DEFAULT_SELECT_RULE = "pgd4-within-clean:1.0"
-TIE_BREAK: tuple[Objective, ...] = (Objective("acc_aa_2", "max"),
-                                    Objective("lip_jacobian_median", "min"))
+TIE_BREAK: tuple[Objective, ...] = (
+    Objective("acc_aa_2", "max"),
+    Objective("lip_jacobian_median", "min"),
+)
 """After the rule's goal: higher acc_aa_2, then lower lip_jacobian_median, then smaller run_id."""
 SHORTHANDS: dict[str, tuple[str, float]] = {
     "pgd4-within-clean": ("max:acc_pgd_4,within:acc_clean:{x}", 1.0),
@@ -68,7 +78,7 @@ def _rule_objective(rule: str, name: str, direction: str) -> Objective:
 def parse_selection_rule(rule: str) -> SelectionRule:
     """Parse an export selection rule; ConfigError (field ``select``) names the bad part.
 
-    Grammar (metric names as logged, SPEC §3)::
+    Grammar (metric names as logged, docs/contract.md)::
 
         RULE       := SHORTHAND | GOAL ("," CONSTRAINT)*
         GOAL       := ("max" | "min") ":" METRIC
@@ -94,14 +104,18 @@ def parse_selection_rule(rule: str) -> SelectionRule:
     parts = [p.strip() for p in text.split(",")]
     goal = [g.strip() for g in parts[0].split(":")]
     if len(goal) != 2 or goal[0].lower() not in DIRECTIONS:
-        raise _rule_error(rule, f"goal {parts[0]!r} must be 'max:METRIC' or 'min:METRIC' "
-                          f"(or a named rule: {', '.join(sorted(SHORTHANDS))})")
+        raise _rule_error(
+            rule,
+            f"goal {parts[0]!r} must be 'max:METRIC' or 'min:METRIC' "
+            f"(or a named rule: {', '.join(sorted(SHORTHANDS))})",
+        )
     within = []
     for c in parts[1:]:
         f = [x.strip() for x in c.split(":")]
         if f[0] != "within" or len(f) not in (3, 4) or (len(f) == 4 and f[1] not in DIRECTIONS):
-            raise _rule_error(rule, f"constraint {c!r} must be 'within:METRIC:X' or "
-                              "'within:min:METRIC:X'")
+            raise _rule_error(
+                rule, f"constraint {c!r} must be 'within:METRIC:X' or 'within:min:METRIC:X'"
+            )
         direction = f[1] if len(f) == 4 else "max"
         within.append((_rule_objective(rule, f[-2], direction), _points(rule, f[-1])))
     return SelectionRule(text, _rule_objective(rule, goal[1], goal[0].lower()), tuple(within))
@@ -124,9 +138,11 @@ class Selection:
         return out if self.arm is None else {**out, "arm": self.arm}
 
 
-def select_from_front(records: Sequence[Mapping[str, Any] | Trial],
-                      ranks: Sequence[int] | np.ndarray,
-                      rule: str | SelectionRule = DEFAULT_SELECT_RULE) -> Selection:
+def select_from_front(
+    records: Sequence[Mapping[str, Any] | Trial],
+    ranks: Sequence[int] | np.ndarray,
+    rule: str | SelectionRule = DEFAULT_SELECT_RULE,
+) -> Selection:
     """Choose the run to export among the front-1 runs by ``rule`` (:func:`parse_selection_rule`).
 
     Deterministic and independent of the order of ``records``. Raises ConfigError for a bad
@@ -148,16 +164,18 @@ def select_from_front(records: Sequence[Mapping[str, Any] | Trial],
         s = 1.0 if ref.direction == "max" else -1.0
         best = s * max(s * v for v in known)
         lim = best - s * x
-        notes.append(f"{ref.name} {'>=' if s > 0 else '<='} {lim:.4g} (best {best:.4g} "
-                     f"{'-' if s > 0 else '+'} {x:g})")
+        notes.append(
+            f"{ref.name} {'>=' if s > 0 else '<='} {lim:.4g} (best {best:.4g} "
+            f"{'-' if s > 0 else '+'} {x:g})"
+        )
         cands = [i for i in cands if vals[i] is not None and s * (vals[i] - lim) >= -1e-9]
     if not cands:
-        raise ValueError(f"select rule {sel.text!r}: no front run meets all of "
-                         f"{'; '.join(notes)}")
+        raise ValueError(f"select rule {sel.text!r}: no front run meets all of {'; '.join(notes)}")
     scored = [i for i in cands if metric_value(trials[i], sel.goal.name) is not None]
     if not scored:
-        raise ValueError(f"select rule {sel.text!r}: no candidate front run has a finite "
-                         f"{sel.goal.name!r}")
+        raise ValueError(
+            f"select rule {sel.text!r}: no candidate front run has a finite {sel.goal.name!r}"
+        )
 
     def key(i: int) -> tuple:
         ks = []
@@ -169,14 +187,18 @@ def select_from_front(records: Sequence[Mapping[str, Any] | Trial],
     win = min(scored, key=key)
     word = "highest" if sel.goal.direction == "max" else "lowest"
     shown = fmt_value(sel.goal.name, metric_value(trials[win], sel.goal.name))
-    why = (f"{word} {sel.goal.name} ({shown}) among {len(scored)} of {len(front)} front runs"
-           + (f" with {', '.join(notes)}" if notes else ""))
+    why = f"{word} {sel.goal.name} ({shown}) among {len(scored)} of {len(front)} front runs" + (
+        f" with {', '.join(notes)}" if notes else ""
+    )
     return Selection(trials[win].run_id, win, sel.text, why)
 
 
-def select_from_arm_front(records: Sequence[Mapping[str, Any] | Trial],
-                          arms: Sequence["Arm"], ranks: Sequence[int] | np.ndarray,
-                          rule: str | SelectionRule = DEFAULT_SELECT_RULE) -> Selection:
+def select_from_arm_front(
+    records: Sequence[Mapping[str, Any] | Trial],
+    arms: Sequence["Arm"],
+    ranks: Sequence[int] | np.ndarray,
+    rule: str | SelectionRule = DEFAULT_SELECT_RULE,
+) -> Selection:
     """Choose an arm among the front-1 ``arms`` (``ranks``: their ranks) by ``rule`` on the
     arms' mean metrics, then its run closest to the arm's mean on the rule's goal metric
     (ties: smaller seed, then run_id). ``records`` are the runs the arms were grouped from;
@@ -194,7 +216,9 @@ def select_from_arm_front(records: Sequence[Mapping[str, Any] | Trial],
     i, run = min(runs, key=lambda it: (abs(metric_value(it[1], goal) - mean), it[0]))
     index = next(j for j, t in enumerate(as_trials(records)) if t.run_id == run.run_id)
     how = pick.explanation.replace("front runs", "front arms")
-    why = (f"arm {arm.name!r} (n={len(arm.runs)}): {how}"
-           f"; its run closest to the arm's mean {goal} ({fmt_value(goal, mean)}), seed "
-           f"{arm.seeds[i]}")
+    why = (
+        f"arm {arm.name!r} (n={len(arm.runs)}): {how}"
+        f"; its run closest to the arm's mean {goal} ({fmt_value(goal, mean)}), seed "
+        f"{arm.seeds[i]}"
+    )
     return Selection(run.run_id, index, sel.text, why, arm=arm.name)

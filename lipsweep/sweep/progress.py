@@ -12,6 +12,7 @@ failed) trial and run as many at a time as have run at once so far: (the running
 remainders + pending x mean) / parallel, and no less than the longest remainder. It is a rough
 guide, shown as ``?`` until one trial has ended.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 FINISHED = "finished"
-STOPPED = "stopped"   # stopped early by the scheduler: it ended, on purpose
+STOPPED = "stopped"  # stopped early by the scheduler: it ended, on purpose
 FAILED = "failed"
 END_STATES = (FINISHED, STOPPED, FAILED)
 SEP = " · "
@@ -69,8 +70,14 @@ class SweepProgress:
             t.started, t.state = now, "running"
         self.max_running = max(self.max_running, self.count("running"))
 
-    def ended(self, trial_id: str, state: str, now: float,
-              metrics: Optional[dict[str, float]] = None, label: str = "") -> None:
+    def ended(
+        self,
+        trial_id: str,
+        state: str,
+        now: float,
+        metrics: Optional[dict[str, float]] = None,
+        label: str = "",
+    ) -> None:
         """A trial ended as ``finished``, ``stopped`` (early, by the scheduler) or ``failed``."""
         if state not in END_STATES:
             raise ValueError(f"state must be one of {END_STATES}, got {state!r}")
@@ -106,8 +113,10 @@ class SweepProgress:
             return None
         mean = sum(durations) / len(durations)
         running = [t for t in self.trials.values() if t.state == "running"]
-        left_running = [max(mean - (now - t.started), 0.0) if t.started is not None
-                        else mean / 2 for t in running]
+        left_running = [
+            max(mean - (now - t.started), 0.0) if t.started is not None else mean / 2
+            for t in running
+        ]
         parallel = max(self.max_running, 1)
         # the work left, shared by `parallel` slots, but no less than the longest remainder
         work = sum(left_running) + self.pending * mean
@@ -115,8 +124,11 @@ class SweepProgress:
 
     def counts_line(self, now: float) -> str:
         eta = self.eta(now)
-        parts = [f"running {self.count('running')}", f"pending {self.pending}",
-                 f"finished {self.count(FINISHED)}"]
+        parts = [
+            f"running {self.count('running')}",
+            f"pending {self.pending}",
+            f"finished {self.count(FINISHED)}",
+        ]
         if self.count(STOPPED):
             parts.append(f"stopped {self.count(STOPPED)}")
         if eta is None:
@@ -140,5 +152,9 @@ class SweepProgress:
         if not tty:
             return [f"status: {self.counts_line(now)}{SEP}{self.best_line()}"]
         rule = "─" * 8
-        return [f"{rule} sweep status {rule}", self.counts_line(now), self.best_line(),
-                "─" * (2 * len(rule) + len(" sweep status "))]
+        return [
+            f"{rule} sweep status {rule}",
+            self.counts_line(now),
+            self.best_line(),
+            "─" * (2 * len(rule) + len(" sweep status ")),
+        ]

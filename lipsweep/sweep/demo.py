@@ -5,6 +5,7 @@ It is exactly what a researcher runs on a cluster, at laptop size: the same ``sw
 working folder, a tiny ViT and the CIFAR-10 sample shipped in the package. A rerun resumes
 the same sweep instead of starting a second one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,37 +18,70 @@ from typing import Optional
 
 def smoke_space_path() -> Path:
     """``search_spaces/smoke.yaml`` of the checkout (an installed package passes --space)."""
-    repo = Path(__file__).resolve().parents[1] / "search_spaces" / "smoke.yaml"
+    repo = Path(__file__).resolve().parents[2] / "search_spaces" / "smoke.yaml"
     if not repo.is_file():
-        from lipsweep.config_base import UsageError
+        from lipsweep.core.config_base import UsageError
 
-        raise UsageError("--space: no search_spaces/smoke.yaml next to the package; pass "
-                         "--space PATH")
+        raise UsageError(
+            "--space: no search_spaces/smoke.yaml next to the package; pass --space PATH"
+        )
     return repo
 
 
-def sweep_args(space: str, experiment: str, storage: str, tracking_uri: str, resume: bool,
-               num_cpus: Optional[int]) -> argparse.Namespace:
+def sweep_args(
+    space: str,
+    experiment: str,
+    storage: str,
+    tracking_uri: str,
+    resume: bool,
+    num_cpus: Optional[int],
+) -> argparse.Namespace:
     """The options of ``lipsweep sweep SPACE --experiment E --storage S --tracking-uri U
     [--resume] [--num-cpus N]``, every other flag at its default (a test pins the parity)."""
     return argparse.Namespace(
-        verbose=False, command="sweep", space=space, experiment=experiment, storage=storage,
-        resume=resume, max_concurrent_trials=None, dry_run=False,
-        ray_address=os.environ.get("RAY_ADDRESS"), num_cpus=num_cpus, status_every=30.0,
-        dashboard=False, tracking_uri=tracking_uri)
+        verbose=False,
+        command="sweep",
+        space=space,
+        experiment=experiment,
+        storage=storage,
+        resume=resume,
+        max_concurrent_trials=None,
+        dry_run=False,
+        ray_address=os.environ.get("RAY_ADDRESS"),
+        num_cpus=num_cpus,
+        status_every=30.0,
+        dashboard=False,
+        tracking_uri=tracking_uri,
+    )
 
 
 def pareto_args(experiment: str, tracking_uri: str) -> argparse.Namespace:
     """The options of ``lipsweep pareto --experiment E --tracking-uri U``."""
-    return argparse.Namespace(verbose=False, command="pareto", experiment=experiment,
-                              objective=None, per_run=False, tracking_uri=tracking_uri)
+    return argparse.Namespace(
+        verbose=False,
+        command="pareto",
+        experiment=experiment,
+        objective=None,
+        per_run=False,
+        tracking_uri=tracking_uri,
+    )
 
 
 def export_args(experiment: str, tracking_uri: str, out: str) -> argparse.Namespace:
     """The options of ``lipsweep export --experiment E --tracking-uri U --out O --force``."""
-    return argparse.Namespace(verbose=False, command="export", experiment=experiment, out=out,
-                              run_id=None, select=None, objective=None, force=True,
-                              register=None, per_run=False, tracking_uri=tracking_uri)
+    return argparse.Namespace(
+        verbose=False,
+        command="export",
+        experiment=experiment,
+        out=out,
+        run_id=None,
+        select=None,
+        objective=None,
+        force=True,
+        register=None,
+        per_run=False,
+        tracking_uri=tracking_uri,
+    )
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -59,8 +93,9 @@ def run_demo(args: argparse.Namespace) -> int:
     storage = resolve_storage(args.storage)
     resume = storage_exists(experiment_path(storage, args.experiment))
     t0 = time.perf_counter()
-    rc = run_sweep_command(sweep_args(space, args.experiment, storage, args.tracking_uri,
-                                      resume, args.num_cpus))
+    rc = run_sweep_command(
+        sweep_args(space, args.experiment, storage, args.tracking_uri, resume, args.num_cpus)
+    )
     if rc != 0:
         sys.stdout.write("demo: the sweep did not finish every trial; see above\n")
         return rc

@@ -3,8 +3,8 @@
 A *record* is one trial (one MLflow child run) as a plain mapping::
 
     {"run_id": "3f2a...", "run_name": "trial_0007",            # run_name optional
-     "metrics": {"acc_clean": 90.94, "acc_pgd_4": 15.39, ...},  # SPEC §3 names
-     "params": {"regularizer": "none", "seed": "0", ...}}  # flat config (SPEC §3 params)
+     "metrics": {"acc_clean": 90.94, "acc_pgd_4": 15.39, ...},  # docs/contract.md names
+     "params": {"regularizer": "none", "seed": "0", ...}}  # flat config (docs/contract.md params)
 
 Contract (what `lipsweep pareto` relies on):
 
@@ -18,17 +18,19 @@ Contract (what `lipsweep pareto` relies on):
   never changes the ranks of the others), and is reported as excluded with the reason. A
   non-finite accuracy or Lipschitz value is a failed measurement, not a worst case: ranking it
   would let a broken evaluation shape the front.
-- *Export selection* lives in :mod:`lipsweep.selection`: ``select_from_front`` picks one front-1 run by a rule (grammar in
-  :func:`parse_selection_rule`; default ``pgd4-within-clean:1.0``: the highest acc_pgd_4 among
+- *Export selection* lives in :mod:`lipsweep.decide.selection`: ``select_from_front`` picks one
+  front-1 run by a rule (grammar in :func:`parse_selection_rule`;
+  default ``pgd4-within-clean:1.0``: the highest acc_pgd_4 among
   front runs within 1 point of the front's best acc_clean).
 
 Typical use (the CLI adds MLflow around it)::
 
     res = pareto_rank(records, resolve_objectives(["acc_clean:max", "acc_pgd_4:max"]))
     print(front_table(records, res.ranks, res.objectives))
-    sel = lipsweep.selection.select_from_front(records, res.ranks)
+    sel = lipsweep.decide.selection.select_from_front(records, res.ranks)
     doc = pareto_json(records, res.ranks, res.objectives, selection=sel)
 """
+
 from __future__ import annotations
 
 import math
@@ -38,12 +40,12 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from lipsweep.config_base import ConfigError
+from lipsweep.core.config_base import ConfigError
 from lipsweep.regularizers import find_spec, shown_params
 
 
 class SelectionLike(Protocol):
-    """What :func:`pareto_json` needs of :class:`lipsweep.selection.Selection` (selection
+    """What :func:`pareto_json` needs of :class:`lipsweep.decide.selection.Selection` (selection
     imports this module, not the other way round)."""
 
     def as_dict(self) -> dict[str, Any]: ...
@@ -58,17 +60,22 @@ class Objective:
     """One axis of the front: an MLflow metric and whether larger or smaller is better."""
 
     name: str
-    """Metric name as logged (SPEC §3), e.g. ``acc_pgd_4``."""
+    """Metric name as logged (docs/contract.md), e.g. ``acc_pgd_4``."""
     direction: str
     """``"max"`` (larger is better) or ``"min"`` (smaller is better)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
-            raise ConfigError("objective", f"metric name {self.name!r} may contain only letters, "
-                              "digits, '_', '-', '.', '/' and inner spaces")
+            raise ConfigError(
+                "objective",
+                f"metric name {self.name!r} may contain only letters, "
+                "digits, '_', '-', '.', '/' and inner spaces",
+            )
         if self.direction not in DIRECTIONS:
-            raise ConfigError("objective", f"direction of {self.name!r} must be 'max' or 'min', "
-                              f"got {self.direction!r}")
+            raise ConfigError(
+                "objective",
+                f"direction of {self.name!r} must be 'max' or 'min', got {self.direction!r}",
+            )
 
     def __str__(self) -> str:
         return f"{self.name}:{self.direction}"
@@ -92,17 +99,22 @@ def parse_objective(spec: str) -> Objective:
     name, sep, direction = spec.strip().rpartition(":")
     name, direction = name.strip(), direction.strip().lower()
     if not sep:
-        raise ConfigError("objective", f"{spec!r} has no direction: write "
-                          f"'{spec.strip()}:max' or '{spec.strip()}:min'")
+        raise ConfigError(
+            "objective",
+            f"{spec!r} has no direction: write '{spec.strip()}:max' or '{spec.strip()}:min'",
+        )
     if not name:
-        raise ConfigError("objective", f"{spec!r} has no metric name before ':' "
-                          "(expected NAME:max or NAME:min)")
+        raise ConfigError(
+            "objective", f"{spec!r} has no metric name before ':' (expected NAME:max or NAME:min)"
+        )
     if ":" in name:
-        raise ConfigError("objective", f"{spec!r} has more than one ':' "
-                          "(expected NAME:max or NAME:min)")
+        raise ConfigError(
+            "objective", f"{spec!r} has more than one ':' (expected NAME:max or NAME:min)"
+        )
     if direction not in DIRECTIONS:
-        raise ConfigError("objective", f"direction {direction!r} in {spec!r} must be 'max' "
-                          "or 'min'")
+        raise ConfigError(
+            "objective", f"direction {direction!r} in {spec!r} must be 'max' or 'min'"
+        )
     return Objective(name, direction)
 
 
@@ -132,13 +144,13 @@ def _dominance(w: np.ndarray, chunk: int = 512) -> np.ndarray:
     r, m = w.shape
     dom = np.empty((r, r), dtype=bool)
     for s in range(0, r, chunk):  # row blocks bound the temporaries to (chunk, r)
-        a = w[s:s + chunk]                                  # (c, m)
-        no_worse = np.ones((len(a), r), dtype=bool)         # (c, r)
+        a = w[s : s + chunk]  # (c, m)
+        no_worse = np.ones((len(a), r), dtype=bool)  # (c, r)
         better = np.zeros((len(a), r), dtype=bool)
         for k in range(m):  # one 2-D pass per objective: ~8x faster than a 3-D .all(-1)
             no_worse &= a[:, k, None] >= w[None, :, k]
             better |= a[:, k, None] > w[None, :, k]
-        dom[s:s + chunk] = no_worse & better
+        dom[s : s + chunk] = no_worse & better
     return dom
 
 
@@ -155,16 +167,18 @@ def non_dominated_ranks(values: np.ndarray, directions: Sequence[str]) -> np.nda
     if v.ndim != 2:
         raise ValueError(f"values must be 2-D (n_runs, n_objectives), got shape {v.shape}")
     if v.shape[1] == 0 or len(dirs) != v.shape[1]:
-        raise ValueError(f"directions must name one of {DIRECTIONS} per column: got "
-                         f"{len(dirs)} for {v.shape[1]} columns")
+        raise ValueError(
+            f"directions must name one of {DIRECTIONS} per column: got "
+            f"{len(dirs)} for {v.shape[1]} columns"
+        )
     bad = [d for d in dirs if d not in DIRECTIONS]
     if bad:
         raise ValueError(f"directions must be 'max' or 'min', got {bad[0]!r}")
     ranks = np.zeros(len(v), dtype=np.int64)
     idx = np.flatnonzero(~np.isnan(v).any(axis=1))
     sign = np.where(np.asarray(dirs) == "max", 1.0, -1.0)
-    dom = _dominance(v[idx] * sign)                       # (r, r)
-    n_dominators = dom.sum(axis=0)                         # (r,)
+    dom = _dominance(v[idx] * sign)  # (r, r)
+    n_dominators = dom.sum(axis=0)  # (r,)
     remaining = np.ones(len(idx), dtype=bool)
     rank = 0
     while remaining.any():
@@ -225,16 +239,20 @@ def metric_value(trial: Trial, name: str) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def objective_values(records: Sequence[Mapping[str, Any] | Trial],
-                     objectives: Sequence[Objective]) -> tuple[np.ndarray, dict[str, str]]:
+def objective_values(
+    records: Sequence[Mapping[str, Any] | Trial], objectives: Sequence[Objective]
+) -> tuple[np.ndarray, dict[str, str]]:
     """(n, m) objective matrix, NaN where a value is unusable, and {run_id: exclusion reason}."""
     trials = as_trials(records)
     values = np.full((len(trials), len(objectives)), np.nan)
     reasons: dict[str, str] = {}
     for i, t in enumerate(trials):
         missing = [o.name for o in objectives if o.name not in t.metrics]
-        why = [f"missing metric{'s' if len(missing) > 1 else ''} {', '.join(missing)}"] \
-            if missing else []
+        why = (
+            [f"missing metric{'s' if len(missing) > 1 else ''} {', '.join(missing)}"]
+            if missing
+            else []
+        )
         for j, o in enumerate(objectives):
             if o.name not in t.metrics:
                 continue
@@ -268,8 +286,10 @@ class ParetoResult:
         return [t for t, r in zip(self.trials, self.ranks) if r == 1]
 
 
-def pareto_rank(records: Sequence[Mapping[str, Any] | Trial],
-                objectives: Sequence[Objective | str] = DEFAULT_OBJECTIVES) -> ParetoResult:
+def pareto_rank(
+    records: Sequence[Mapping[str, Any] | Trial],
+    objectives: Sequence[Objective | str] = DEFAULT_OBJECTIVES,
+) -> ParetoResult:
     """Rank trial records over ``objectives`` (Objective or ``"NAME:max|min"``; the module
     docstring states the contract)."""
     objs = resolve_objectives(objectives)
@@ -283,15 +303,18 @@ def check_ranks(ranks: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     """``ranks`` as an int array of length ``n`` with values >= 0, or ValueError."""
     r = np.asarray(ranks)
     if r.shape != (n,) or (n and (not np.issubdtype(r.dtype, np.integer) or r.min() < 0)):
-        raise ValueError(f"ranks must hold one non-negative integer per record ({n}), got "
-                         f"shape {r.shape}, dtype {r.dtype}")
+        raise ValueError(
+            f"ranks must hold one non-negative integer per record ({n}), got "
+            f"shape {r.shape}, dtype {r.dtype}"
+        )
     return r.astype(np.int64)
 
 
 # --------------------------------------------------------------------------- labels and output
 
+
 def _reg_params(reg: str) -> tuple[str, ...]:
-    """The params a regularizer's spec shows (SPEC §2.2, §2.3); an unknown or missing
+    """The params a regularizer's spec shows (docs/science.md §1.2, §2.3); an unknown or missing
     regularizer shows every registered one that was logged."""
     spec = find_spec(reg)
     return spec.shown if spec is not None else shown_params()
@@ -337,17 +360,21 @@ def fmt_value(name: str, v: float | None) -> str:
     return f"{v:.2f}" if name.startswith("acc_") else f"{v:#.4g}".rstrip(".")
 
 
-def _ordered(trials: Sequence[Trial], ranks: np.ndarray, values: np.ndarray,
-             objectives: Sequence[Objective]) -> list[int]:
+def _ordered(
+    trials: Sequence[Trial], ranks: np.ndarray, values: np.ndarray, objectives: Sequence[Objective]
+) -> list[int]:
     """Ranked indices by (rank, first objective best first, run_id): the display order."""
     s = 1.0 if objectives[0].direction == "max" else -1.0
     idx = [i for i in range(len(trials)) if ranks[i] > 0]
     return sorted(idx, key=lambda i: (ranks[i], -s * values[i, 0], trials[i].run_id))
 
 
-def front_table(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[int] | np.ndarray,
-                objectives: Sequence[Objective | str] = DEFAULT_OBJECTIVES,
-                max_rank: int = 1) -> str:
+def front_table(
+    records: Sequence[Mapping[str, Any] | Trial],
+    ranks: Sequence[int] | np.ndarray,
+    objectives: Sequence[Objective | str] = DEFAULT_OBJECTIVES,
+    max_rank: int = 1,
+) -> str:
     """Plain-text aligned table of the runs with rank <= ``max_rank``, then a count line and the
     runs that are not ranked, with the reason (for the terminal)."""
     trials, objs = as_trials(records), resolve_objectives(objectives)
@@ -370,22 +397,28 @@ def front_table(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[in
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if rt else c.ljust(w)
-                         for c, w, rt in zip(cells, widths, right)).rstrip()
+        return "  ".join(
+            c.rjust(w) if rt else c.ljust(w) for c, w, rt in zip(cells, widths, right)
+        ).rstrip()
 
     out = [line(head), line(["-" * w for w in widths])] + [line(row) for row in rows]
     n_front, n_ranked = int((r == 1).sum()), int((r > 0).sum())
-    out.append(f"{n_front} of {n_ranked} ranked runs on the front; {len(trials) - n_ranked} of "
-               f"{len(trials)} runs not ranked")
+    out.append(
+        f"{n_front} of {n_ranked} ranked runs on the front; {len(trials) - n_ranked} of "
+        f"{len(trials)} runs not ranked"
+    )
     for t, rk in zip(trials, r):
         if rk == 0:
             out.append(f"  not ranked: {t.run_id} ({reasons.get(t.run_id, 'no rank given')})")
     return "\n".join(out)
 
 
-def pareto_json(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[int] | np.ndarray,
-                objectives: Sequence[Objective | str] = DEFAULT_OBJECTIVES,
-                selection: SelectionLike | None = None) -> dict[str, Any]:
+def pareto_json(
+    records: Sequence[Mapping[str, Any] | Trial],
+    ranks: Sequence[int] | np.ndarray,
+    objectives: Sequence[Objective | str] = DEFAULT_OBJECTIVES,
+    selection: SelectionLike | None = None,
+) -> dict[str, Any]:
     """JSON-serialisable summary for the ``pareto.json`` artifact (strict JSON: no NaN/inf).
 
     Deterministic and independent of the order of ``records``: runs are sorted by (rank, run_id),
@@ -397,23 +430,38 @@ def pareto_json(records: Sequence[Mapping[str, Any] | Trial], ranks: Sequence[in
     r = check_ranks(ranks, len(trials))
     values, reasons = objective_values(trials, objs)
     order = sorted(range(len(trials)), key=lambda i: (r[i] == 0, r[i], trials[i].run_id))
-    runs = [{
-        "run_id": trials[i].run_id, "run_name": trials[i].run_name, "rank": int(r[i]),
-        "label": config_label(trials[i].params),
-        "params": {"regularizer": str(trials[i].params.get("regularizer", "") or ""),
-                   **applicable_params(trials[i].params)},
-        "values": {o.name: (float(values[i, j]) if math.isfinite(values[i, j]) else None)
-                   for j, o in enumerate(objs)},
-    } for i in order]
+    runs = [
+        {
+            "run_id": trials[i].run_id,
+            "run_name": trials[i].run_name,
+            "rank": int(r[i]),
+            "label": config_label(trials[i].params),
+            "params": {
+                "regularizer": str(trials[i].params.get("regularizer", "") or ""),
+                **applicable_params(trials[i].params),
+            },
+            "values": {
+                o.name: (float(values[i, j]) if math.isfinite(values[i, j]) else None)
+                for j, o in enumerate(objs)
+            },
+        }
+        for i in order
+    ]
     return {
         "schema_version": 1,
         "objectives": [{"name": o.name, "direction": o.direction} for o in objs],
-        "counts": {"runs": len(trials), "ranked": int((r > 0).sum()),
-                   "front": int((r == 1).sum()), "excluded": int((r == 0).sum())},
+        "counts": {
+            "runs": len(trials),
+            "ranked": int((r > 0).sum()),
+            "front": int((r == 1).sum()),
+            "excluded": int((r == 0).sum()),
+        },
         "front": sorted(t.run_id for t, rk in zip(trials, r) if rk == 1),
         "runs": runs,
-        "excluded": [{"run_id": trials[i].run_id,
-                      "reason": reasons.get(trials[i].run_id, "no rank given")}
-                     for i in order if r[i] == 0],
+        "excluded": [
+            {"run_id": trials[i].run_id, "reason": reasons.get(trials[i].run_id, "no rank given")}
+            for i in order
+            if r[i] == 0
+        ],
         "selection": None if selection is None else selection.as_dict(),
     }
