@@ -598,11 +598,10 @@ def _check_token_auth(box: Loopback, token: str) -> None:
 
 def _check_mlflow_server(box: Loopback) -> None:
     """What `ray attach -p 5000` is for: the sweep in the head's MLflow server, over HTTP."""
-    from mlflow.tracking import MlflowClient
+    from lipsweep.tracking import TrackingReader
 
     uri = f"http://127.0.0.1:{box.mlflow_port}"
-    client = MlflowClient(tracking_uri=uri)
-    runs = _sweep_runs(client, "smoke")
+    runs = _sweep_runs(uri, "smoke")
     parent, children = runs
     box.note(
         f"# MLflow at {uri} (what `ray attach -p 5000` shows): experiment 'smoke', parent "
@@ -615,17 +614,22 @@ def _check_mlflow_server(box: Loopback) -> None:
         )
     )
     child = children[0]
-    names = {a.path for a in client.list_artifacts(child.info.run_id, "checkpoint")}
+    names = {
+        a.path for a in TrackingReader(uri, "smoke").list_artifacts(child.info.run_id, "checkpoint")
+    }
     assert "checkpoint/model.safetensors" in names, names
     stored = list((box.head / "mlflow" / "artifacts").rglob("model.safetensors"))
     assert len(stored) == SMOKE_TRIALS, "artifacts are not on the head's artifact store"
     assert (box.head / "ray_results" / "smoke").is_dir(), "Tune storage is not LIPSWEEP_STORAGE"
 
 
-def _sweep_runs(client, experiment: str):
-    exp = client.get_experiment_by_name(experiment)
-    assert exp is not None, f"no experiment {experiment!r}"
-    runs = client.search_runs([exp.experiment_id], max_results=100)
+def _sweep_runs(uri: str, experiment: str):
+    """The sweep's parent and its child runs, read through lipsweep's tracking reader."""
+    from lipsweep.tracking import TrackingReader
+
+    reader = TrackingReader(uri, experiment)
+    assert reader.existing_experiment_id() is not None, f"no experiment {experiment!r}"
+    runs = reader.search("")
     parents = [r for r in runs if r.data.tags.get("lipsweep.kind") == "sweep"]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED", [
         (r.info.run_name, r.info.status) for r in parents
@@ -641,13 +645,11 @@ def _sweep_runs(client, experiment: str):
 
 def _check_backup(box: Loopback) -> None:
     """The store copied to the laptop holds the same sweep (it outlives `ray down`)."""
-    from mlflow.tracking import MlflowClient
-
     db = box.laptop / "lipsweep-mlflow.db"
     assert db.is_file(), "rsync-down did not bring the backup"
     with sqlite3.connect(db) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    _sweep_runs(MlflowClient(tracking_uri=f"sqlite:///{db}"), "smoke")
+    _sweep_runs(f"sqlite:///{db}", "smoke")
 
 
 def _check_ray_stopped(box: Loopback) -> None:

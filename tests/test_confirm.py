@@ -14,7 +14,7 @@ import torch
 
 from lipsweep.__main__ import main
 from lipsweep.settings.config import TrialConfig
-from lipsweep.tracking import FINISHED, Tracker
+from lipsweep.tracking import FINISHED, Tracker, TrackingReader
 
 FLAT = {
     "model": "vit_tiny_patch16_224",
@@ -75,9 +75,7 @@ def _sweep(tmp_path: Path, checkpoint: Path) -> tuple[str, list[str]]:
 
 
 def _run(uri: str, rid: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri).get_run(rid)
+    return TrackingReader(uri, "cf").get_run(rid)
 
 
 @pytest.mark.slow
@@ -133,13 +131,10 @@ def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, ca
 def test_confirm_resumes_without_redoing_finished_runs(
     tmp_path, checkpoint, monkeypatch, capsys, caplog
 ):
-    from mlflow.tracking import MlflowClient
-
     monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "2")
     uri, ids = _sweep(tmp_path, checkpoint)
-    client = MlflowClient(tracking_uri=uri)
     # the 2nd run's checkpoint goes missing: the confirm stops half-way through the front
-    art = Path(client.get_run(ids[1]).info.artifact_uri.removeprefix("file://"))
+    art = Path(_run(uri, ids[1]).info.artifact_uri.removeprefix("file://"))
     weights = art / "checkpoint" / "model.safetensors"
     os.rename(weights, weights.with_suffix(".away"))
     argv = ["confirm", "--experiment", "cf", "--images", "16", "--tracking-uri", uri]
@@ -157,7 +152,7 @@ def test_confirm_resumes_without_redoing_finished_runs(
         f"run {ids[0][:8]}" in r.getMessage() and "skipped" in r.getMessage()
         for r in caplog.records
     )
-    history = client.get_metric_history(ids[0], "acc_aa_std_2")
+    history = TrackingReader(uri, "cf").get_metric_history(ids[0], "acc_aa_std_2")
     assert [m.value for m in history] == [first]  # not redone
     assert "acc_aa_std_2" in _run(uri, ids[1]).data.metrics
 
