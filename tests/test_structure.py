@@ -150,3 +150,56 @@ def test_demo_calls_functions_with_the_parsers_defaults(monkeypatch):
         parse(["export", *common, "--out", "out", "--force"])
     )
     assert "lipsweep.__main__" not in import_graph()["lipsweep.sweep.demo"]
+
+
+_METRIC_LIKE = re.compile(r"(acc|lip_jacobian|lip_softmax|lip_head|loss)(_[a-z0-9_]*)?")
+
+
+def _code_strings(path: Path) -> list[tuple[int, str]]:
+    """The string constants of ``path`` that are code, not docstrings (a bare string
+    statement, including a string after an assignment, is a docstring); f-string parts
+    are included."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+    ]
+
+
+def _metric_name_literals(paths: list[Path], names: set[str], settings: set[str]) -> list[str]:
+    return sorted(
+        f"{p.relative_to(ROOT) if ROOT in p.parents else p.name}:{line}: {s!r}"
+        for p in paths
+        for line, s in _code_strings(p)
+        if s not in settings and (s in names or _METRIC_LIKE.fullmatch(s))
+    )
+
+
+def test_metric_names_are_spelled_in_metric_names_only(tmp_path):
+    """Issue 14 item 5: a metric name (or a family's prefix such as ``acc_`` or
+    ``lip_head_``) is a quoted literal in ``core/metric_names.py`` and nowhere else in
+    ``lipsweep/``; trial settings that share a stem (``lip_head_iters``) are not metrics."""
+    from lipsweep.core import metric_names as mn
+    from lipsweep.settings.config import TrialConfig
+
+    names: set[str] = set()
+    for key, value in vars(mn).items():
+        if key.isupper() and key != "LIP_STATS":  # stat suffixes ("max"), not names
+            values = value if isinstance(value, tuple) else (value,)
+            names.update(v for v in values if isinstance(v, str))
+    settings = set(TrialConfig.from_flat({}).to_flat())
+    assert "lip_head_iters" in settings and "acc_clean" in names
+    home = PKG / "core" / "metric_names.py"
+    paths = [p for p in PKG.rglob("*.py") if p != home]
+    assert _metric_name_literals(paths, names, settings) == []
+    # the check sees code but not docstrings
+    probe = tmp_path / "probe.py"
+    probe.write_text('"""acc_clean"""\nX = 1\n"""loss"""\ny = {"acc_pgd_4": f"lip_head_{X}"}\n')
+    hits = [h.split(": ", 1)[1] for h in _metric_name_literals([probe], names, settings)]
+    assert sorted(hits) == ["'acc_pgd_4'", "'lip_head_'"]

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from lipsweep.attacks.base import attack_mode
+from lipsweep.core.metric_names import ACC_CLEAN, ACC_PREFIX, attack_metric
 
 _log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def run_model_checks(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list
     return check_logits(logits) + check_input_gradients(model, x, y) + check_deterministic(model, x)
 
 
-_METRIC = re.compile(r"^acc_(?P<attack>[a-z0-9]+)_(?P<eps>\d+)$")
+_METRIC = re.compile(rf"^{ACC_PREFIX}(?P<attack>[a-z0-9]+)_(?P<eps>\d+)$")
 _STRENGTH = ("fgsm", "pgd", "aa")
 
 
@@ -145,13 +146,15 @@ def check_monotone(metrics: Mapping[str, float], slack: float = 1.0) -> list[str
         if m:
             acc[(m["attack"], int(m["eps"]))] = float(value)
     pairs = []
-    if "acc_clean" in metrics:
-        pairs += [("acc_clean", f"acc_{a}_{e}") for a, e in acc]
+    if ACC_CLEAN in metrics:
+        pairs += [(ACC_CLEAN, attack_metric(a, e)) for a, e in acc]
     for a, e in acc:
-        pairs += [(f"acc_{a}_{e}", f"acc_{a}_{e2}") for (a2, e2) in acc if a2 == a and e2 > e]
+        pairs += [
+            (attack_metric(a, e), attack_metric(a, e2)) for (a2, e2) in acc if a2 == a and e2 > e
+        ]
     for weak, strong in zip(_STRENGTH, _STRENGTH[1:]):
         pairs += [
-            (f"acc_{weak}_{e}", f"acc_{strong}_{e}")
+            (attack_metric(weak, e), attack_metric(strong, e))
             for (a, e) in acc
             if a == strong and (weak, e) in acc
         ]

@@ -37,7 +37,7 @@ from lipsweep.attacks.base import attack_mode, check_images
 from lipsweep.attacks.checks import check_monotone, check_perturbation, run_model_checks
 from lipsweep.attacks.config import RobustnessConfig
 from lipsweep.core.config_base import from_mapping
-from lipsweep.core.metric_names import attack_metric
+from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
 
 _log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ def _evaluate(
         for sl in _batches(n, bs):
             correct[sl] = (model(x[sl].to(dev)).argmax(1) == y[sl].to(dev)).cpu()
             bar.step("clean")
-    metrics["acc_clean"] = _percent(correct, n)
+    metrics[ACC_CLEAN] = _percent(correct, n)
     seconds["clean"] = time.perf_counter() - t0
     keep = correct.nonzero().squeeze(1)
     x_ok, y_ok = x[keep], y[keep]
@@ -206,7 +206,7 @@ def _evaluate(
         bar.bar.total += sum(1 if cls is AutoAttack else len(ok_batches) for cls, _ in plan)
     _log.info(
         "clean accuracy %.2f%% on %d images; attacking the %d correct ones",
-        metrics["acc_clean"],
+        metrics[ACC_CLEAN],
         n,
         x_ok.shape[0],
     )

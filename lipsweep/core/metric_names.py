@@ -8,6 +8,8 @@ scheduler's check) import the tuples below instead of listing names.
 
 from __future__ import annotations
 
+ACC_PREFIX = "acc_"
+"""Every accuracy (a percentage) is named ``acc_...``; other metrics are not."""
 ACC_CLEAN = "acc_clean"
 """Clean accuracy (%) on the trial's seeded evaluation subset (the images the attacks use)."""
 LOSS, LOSS_CE, LOSS_REG = "loss", "loss_ce", "loss_reg"
@@ -22,7 +24,24 @@ ATTACK_TITLES = {"fgsm": "FGSM", "pgd": "PGD", "aa": "AutoAttack"}
 
 def attack_metric(prefix: str, eps_255: int) -> str:
     """Robust accuracy name of attack ``prefix`` at eps = ``eps_255``/255: ``acc_pgd_4``."""
-    return f"acc_{prefix}_{eps_255}"
+    return f"{ACC_PREFIX}{prefix}_{eps_255}"
+
+
+def aa_std_metric(eps_255: int) -> str:
+    """Standard AutoAttack accuracy (``confirm``) at eps = ``eps_255``/255: ``acc_aa_std_4``."""
+    return attack_metric("aa_std", eps_255)
+
+
+AA_STD_PREFIX = aa_std_metric(0)[:-1]
+"""``acc_aa_std_``: the prefix of :func:`aa_std_metric`'s names."""
+_AA_PREFIX = attack_metric("aa", 0)[:-1]
+
+
+def aa_to_std(name: str) -> str:
+    """``acc_aa_<n>`` -> ``acc_aa_std_<n>`` (:func:`aa_std_metric`); other names unchanged."""
+    rest = name[len(_AA_PREFIX) :]
+    digits = rest.isdecimal()  # as the regex ``\d+`` it replaces
+    return AA_STD_PREFIX + rest if name.startswith(_AA_PREFIX) and digits else name
 
 
 ATTACK_METRICS = tuple(
@@ -30,6 +49,8 @@ ATTACK_METRICS = tuple(
 )
 """The default robustness suite's accuracies (docs/contract.md)."""
 
+LIP_PREFIX = "lip_"
+"""Every Lipschitz estimate is named ``lip_...`` (settings such as ``lip_iters`` are not)."""
 LIP_JACOBIAN = "lip_jacobian"
 LIP_JACOBIAN_TOKENS = "lip_jacobian_tokens"
 LIP_STATS = ("mean", "median", "p90", "p99", "max")
@@ -45,6 +66,16 @@ LIP_METRICS = tuple(
 )
 """Distribution of ||J_f(x)||_2 over the images, w.r.t. the pixels and the tokens (Fig. 4)."""
 LIP_JACOBIAN_MEDIAN = lip_metric(LIP_JACOBIAN, "median")
+
+LIP_PER_MARGIN = "lip_jacobian_per_margin"
+"""Prefix of ||J_f(x)||_2 / logit margin (mean, median, p90; lipschitz/margin.py)."""
+LIP_PER_MARGIN_METRICS = tuple(lip_metric(LIP_PER_MARGIN, s) for s in ("mean", "median", "p90"))
+LIP_PER_MARGIN_MEDIAN = lip_metric(LIP_PER_MARGIN, "median")
+LIP_SOFTMAX = "lip_softmax"
+"""Prefix of the softmax-Jacobian ratio family (``lip_softmax_ratio_median``, ...)."""
+LIP_SOFTMAX_ROWS = lip_metric(LIP_SOFTMAX, "rows")
+LIP_HEAD = "lip_head"
+"""Prefix of the per-head bound family (``lip_head_thm2_mean``, ...; Thm. 1-3)."""
 
 SPEC_METRICS = (ACC_CLEAN, *ATTACK_METRICS, *LIP_METRICS)
 """The final metrics of a trial (docs/contract.md), in display order."""

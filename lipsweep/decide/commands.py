@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from lipsweep.core.metric_names import ACC_CLEAN, LIP_JACOBIAN_MEDIAN, attack_metric
 from lipsweep.tracking import READ_RETRIES, Tracker, TrackingError, check_tracking_uri, redact_uri
 
 _log = logging.getLogger("lipsweep.decide.commands")
@@ -322,7 +323,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     path = export_run(tracker, run_id, out, selected_by=how, force=args.force)
     version = register_export(tracker, run_id, path, args.register) if args.register else None
     metrics = json.loads((path / "metrics.json").read_text())
-    keys = ("acc_clean", "acc_pgd_4", "acc_aa_2", "lip_jacobian_median")
+    keys = (ACC_CLEAN, attack_metric("pgd", 4), attack_metric("aa", 2), LIP_JACOBIAN_MEDIAN)
     sys.stdout.write(
         f"exported run {run_id} ({how}) to {path}\n  "
         + "  ".join(f"{k}={metrics[k]:.2f}" for k in keys if k in metrics)

@@ -37,16 +37,17 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
+from lipsweep.core.metric_names import AA_STD_PREFIX, aa_std_metric, aa_to_std
+
 _log = logging.getLogger("lipsweep.confirm")
 
-METRIC_PREFIX = "acc_aa_std_"
+METRIC_PREFIX = AA_STD_PREFIX
 TAG_PREFIX = "aa_std"
 TAG_REQUEST = "aa_std.request"
 ITERS_ENV = "LIPSWEEP_CONFIRM_ITERS"
@@ -57,7 +58,7 @@ CHUNK_IMAGES = 1000
 
 def confirm_metric(eps: int) -> str:
     """``acc_aa_std_<eps>``: standard AutoAttack accuracy at eps/255."""
-    return f"{METRIC_PREFIX}{eps}"
+    return aa_std_metric(eps)
 
 
 @dataclass
@@ -365,10 +366,7 @@ def std_objectives():
     """The default objectives with ``acc_aa_<eps>`` replaced by ``acc_aa_std_<eps>``."""
     from lipsweep.decide.pareto import DEFAULT_OBJECTIVES, Objective
 
-    return tuple(
-        Objective(re.sub(r"^acc_aa_(\d+)$", r"acc_aa_std_\1", o.name), o.direction)
-        for o in DEFAULT_OBJECTIVES
-    )
+    return tuple(Objective(aa_to_std(o.name), o.direction) for o in DEFAULT_OBJECTIVES)
 
 
 def reranked_table(tracker) -> str:

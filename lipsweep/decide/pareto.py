@@ -41,6 +41,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from lipsweep.core.config_base import ConfigError
+from lipsweep.core.metric_names import ACC_CLEAN, ACC_PREFIX, LIP_JACOBIAN_MEDIAN, attack_metric
 from lipsweep.regularizers import find_spec, shown_params
 
 
@@ -82,10 +83,10 @@ class Objective:
 
 
 DEFAULT_OBJECTIVES: tuple[Objective, ...] = (
-    Objective("acc_clean", "max"),
-    Objective("acc_pgd_4", "max"),
-    Objective("acc_aa_2", "max"),
-    Objective("lip_jacobian_median", "min"),
+    Objective(ACC_CLEAN, "max"),
+    Objective(attack_metric("pgd", 4), "max"),
+    Objective(attack_metric("aa", 2), "max"),
+    Objective(LIP_JACOBIAN_MEDIAN, "min"),
 )
 
 
@@ -357,7 +358,7 @@ def fmt_value(name: str, v: float | None) -> str:
     """Metric for display: accuracies (percent) with 2 decimals, others 4 significant digits."""
     if v is None or not math.isfinite(v):
         return "-"
-    return f"{v:.2f}" if name.startswith("acc_") else f"{v:#.4g}".rstrip(".")
+    return f"{v:.2f}" if name.startswith(ACC_PREFIX) else f"{v:#.4g}".rstrip(".")
 
 
 def _ordered(

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from lipsweep.core.metric_names import ACC_CLEAN, ATTACK_METRICS, metric_title
+from lipsweep.core.metric_names import ACC_CLEAN, ACC_PREFIX, ATTACK_METRICS, metric_title
 from lipsweep.decide.pareto import (
     DEFAULT_OBJECTIVES,
     Objective,
@@ -180,13 +180,13 @@ def scatter_front(
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     extra: dict[str, tuple[str, str, str]] = {}
     regs_seen: dict[str, tuple[str, str, str]] = {}
-    clean = _metric_array(trials, "acc_clean")
+    clean = _metric_array(trials, ACC_CLEAN)
     for ax, name in zip(axes, metrics):
         y = _metric_array(trials, name)
         ok = np.isfinite(clean) & np.isfinite(y)
         ax.set_title(METRIC_TITLES.get(name, metric_title(name)), fontsize=11)
         ax.set_xlabel("clean accuracy (%)")
-        ax.set_ylabel(f"{name} (%)" if name.startswith("acc_") else name)
+        ax.set_ylabel(f"{name} (%)" if name.startswith(ACC_PREFIX) else name)
         ax.grid(True, alpha=0.3, linewidth=0.6)
         if not ok.any():
             ax.text(

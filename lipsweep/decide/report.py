@@ -28,6 +28,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lipsweep.core.metric_names import (
+    ACC_CLEAN,
+    ACC_PREFIX,
+    LIP_JACOBIAN_MEDIAN,
+    LIP_PER_MARGIN_MEDIAN,
+    attack_metric,
+)
 from lipsweep.decide.arms import Arm, arm_stats, baseline_arm, max_seeds, paired_difference
 from lipsweep.decide.pareto import fmt_value
 
@@ -40,22 +47,22 @@ FIGURES = {
     "per_margin": "jacobian_per_margin_by_arm.png",
 }
 ARM_METRICS: tuple[tuple[str, str], ...] = (
-    ("acc_clean", "clean"),
-    ("acc_fgsm_2", "FGSM 2"),
-    ("acc_fgsm_4", "FGSM 4"),
-    ("acc_pgd_2", "PGD 2"),
-    ("acc_pgd_4", "PGD 4"),
-    ("acc_aa_2", "AA 2"),
-    ("lip_jacobian_median", "median ‖J_f‖"),
-    ("lip_jacobian_per_margin_median", "median ‖J_f‖/margin"),
+    (ACC_CLEAN, "clean"),
+    (attack_metric("fgsm", 2), "FGSM 2"),
+    (attack_metric("fgsm", 4), "FGSM 4"),
+    (attack_metric("pgd", 2), "PGD 2"),
+    (attack_metric("pgd", 4), "PGD 4"),
+    (attack_metric("aa", 2), "AA 2"),
+    (LIP_JACOBIAN_MEDIAN, "median ‖J_f‖"),
+    (LIP_PER_MARGIN_MEDIAN, "median ‖J_f‖/margin"),
 )
 """Columns of the arm table (those no run logged are left out)."""
 PAIRED_METRICS: tuple[tuple[str, str], ...] = (
-    ("acc_clean", "Δ clean"),
-    ("acc_pgd_4", "Δ PGD 4"),
-    ("acc_aa_2", "Δ AA 2"),
-    ("lip_jacobian_median", "Δ median ‖J_f‖"),
-    ("lip_jacobian_per_margin_median", "Δ median ‖J_f‖/margin"),
+    (ACC_CLEAN, "Δ clean"),
+    (attack_metric("pgd", 4), "Δ PGD 4"),
+    (attack_metric("aa", 2), "Δ AA 2"),
+    (LIP_JACOBIAN_MEDIAN, "Δ median ‖J_f‖"),
+    (LIP_PER_MARGIN_MEDIAN, "Δ median ‖J_f‖/margin"),
 )
 NPZ_PATH = "lipschitz/lipschitz.npz"
 
@@ -65,7 +72,7 @@ def _present(arms: Sequence[Arm], cols: Sequence[tuple[str, str]]) -> list[tuple
 
 
 def _digits(metric: str) -> int:
-    return 2 if metric.startswith("acc_") else 3
+    return 2 if metric.startswith(ACC_PREFIX) else 3
 
 
 def _mean_std(arm: Arm, metric: str) -> str:

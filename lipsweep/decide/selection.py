@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from lipsweep.core.config_base import ConfigError
+from lipsweep.core.metric_names import LIP_JACOBIAN_MEDIAN, attack_metric
 from lipsweep.decide.pareto import (
     DIRECTIONS,
     Objective,
@@ -35,8 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_SELECT_RULE = "pgd4-within-clean:1.0"
 TIE_BREAK: tuple[Objective, ...] = (
-    Objective("acc_aa_2", "max"),
-    Objective("lip_jacobian_median", "min"),
+    Objective(attack_metric("aa", 2), "max"),
+    Objective(LIP_JACOBIAN_MEDIAN, "min"),
 )
 """After the rule's goal: higher acc_aa_2, then lower lip_jacobian_median, then smaller run_id."""
 SHORTHANDS: dict[str, tuple[str, float]] = {

@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lipsweep.core.metric_names import LIP_PER_MARGIN, lip_metric
+
 MARGIN_FLOOR = 1e-12
 """Floor on the margin (a tie, m = 0, would divide by zero): keeps every ratio finite."""
 
@@ -40,7 +42,7 @@ def jacobian_per_margin(norms: torch.Tensor, margins: torch.Tensor) -> torch.Ten
 def per_margin_metrics(ratio: np.ndarray) -> dict[str, float]:
     """``lip_jacobian_per_margin_{mean,median,p90}`` of the per-sample ratios."""
     return {
-        "lip_jacobian_per_margin_mean": float(np.mean(ratio)),
-        "lip_jacobian_per_margin_median": float(np.median(ratio)),
-        "lip_jacobian_per_margin_p90": float(np.percentile(ratio, 90)),
+        lip_metric(LIP_PER_MARGIN, "mean"): float(np.mean(ratio)),
+        lip_metric(LIP_PER_MARGIN, "median"): float(np.median(ratio)),
+        lip_metric(LIP_PER_MARGIN, "p90"): float(np.percentile(ratio, 90)),
     }

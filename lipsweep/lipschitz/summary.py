@@ -42,7 +42,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from lipsweep.core.metric_names import LIP_JACOBIAN, LIP_JACOBIAN_TOKENS, LIP_STATS, lip_metric
+from lipsweep.core.metric_names import (
+    LIP_HEAD,
+    LIP_JACOBIAN,
+    LIP_JACOBIAN_MEDIAN,
+    LIP_JACOBIAN_TOKENS,
+    LIP_SOFTMAX,
+    LIP_SOFTMAX_ROWS,
+    LIP_STATS,
+    lip_metric,
+)
 from lipsweep.lipschitz._registry import create_estimator
 from lipsweep.lipschitz.config import LipschitzConfig
 from lipsweep.lipschitz.jacobian import measurement_mode, resolve_route
@@ -107,18 +116,19 @@ def _margin_arrays(
 def _softmax_metrics(norm: np.ndarray, g1: np.ndarray) -> dict[str, float]:
     ratio = softmax_ratio(torch.from_numpy(norm), torch.from_numpy(g1)).numpy()
     if ratio.size == 0:
-        return {"lip_softmax_rows": 0.0}
-    return {
-        "lip_softmax_ratio_mean": float(ratio.mean()),
-        "lip_softmax_ratio_median": float(np.median(ratio)),
-        "lip_softmax_ratio_p99": float(np.percentile(ratio, 99)),
-        "lip_softmax_ratio_max": float(ratio.max()),
-        "lip_softmax_ratio_min": float(ratio.min()),
-        "lip_softmax_norm_mean": float(norm.mean()),
-        "lip_softmax_norm_max": float(norm.max()),
-        "lip_softmax_g1_mean": float(g1.mean()),
-        "lip_softmax_rows": float(ratio.size),
+        return {LIP_SOFTMAX_ROWS: 0.0}
+    stats = {
+        "ratio_mean": float(ratio.mean()),
+        "ratio_median": float(np.median(ratio)),
+        "ratio_p99": float(np.percentile(ratio, 99)),
+        "ratio_max": float(ratio.max()),
+        "ratio_min": float(ratio.min()),
+        "norm_mean": float(norm.mean()),
+        "norm_max": float(norm.max()),
+        "g1_mean": float(g1.mean()),
+        "rows": float(ratio.size),
     }
+    return {lip_metric(LIP_SOFTMAX, k): v for k, v in stats.items()}
 
 
 def _head_metrics(arr: dict[str, np.ndarray]) -> dict[str, float]:
@@ -126,15 +136,16 @@ def _head_metrics(arr: dict[str, np.ndarray]) -> dict[str, float]:
     exact = arr["head_exact"]
     for name in ("exact",) + _HEAD_BOUNDS:
         v = arr[f"head_{name}"]
-        out[f"lip_head_{name}_mean"] = float(v.mean())
-        out[f"lip_head_{name}_max"] = float(v.max())
+        out[lip_metric(LIP_HEAD, f"{name}_mean")] = float(v.mean())
+        out[lip_metric(LIP_HEAD, f"{name}_max")] = float(v.max())
     for name in _HEAD_BOUNDS:
         ratio = arr[f"head_{name}"] / exact
-        out[f"lip_head_{name}_ratio_min"] = float(ratio.min())
-        out[f"lip_head_{name}_ratio_median"] = float(np.median(ratio))
-    out["lip_head_thm3_below_thm2_frac"] = float(np.mean(arr["head_thm3"] < arr["head_thm2"]))
+        out[lip_metric(LIP_HEAD, f"{name}_ratio_min")] = float(ratio.min())
+        out[lip_metric(LIP_HEAD, f"{name}_ratio_median")] = float(np.median(ratio))
+    thm3_below = float(np.mean(arr["head_thm3"] < arr["head_thm2"]))
+    out[lip_metric(LIP_HEAD, "thm3_below_thm2_frac")] = thm3_below
     # Thm 1 is the paper's statement, not a certified bound: how often it falls below exact
-    out["lip_head_thm1_below_exact_frac"] = float(np.mean(arr["head_thm1"] < exact))
+    out[lip_metric(LIP_HEAD, "thm1_below_exact_frac")] = float(np.mean(arr["head_thm1"] < exact))
     return out
 
 
@@ -192,7 +203,7 @@ def lipschitz_summary(
     arrays.update(_batched(est, model, x_jac, cfg.lip_batch_size, progress, "jacobian"))
     arrays["jacobian_route"] = np.array(route)
     metrics = _jacobian_metrics(arrays["jacobian_norm"], arrays["jacobian_converged"])
-    _log.info("lipschitz: ||J_f|| route %s, median %.4g", route, metrics["lip_jacobian_median"])
+    _log.info("lipschitz: ||J_f|| route %s, median %.4g", route, metrics[LIP_JACOBIAN_MEDIAN])
     arrays.update(_margin_arrays(model, x_jac, arrays["jacobian_norm"], cfg.lip_batch_size))
     metrics.update(per_margin_metrics(arrays["jacobian_per_margin"]))
     if cfg.lip_tokens:

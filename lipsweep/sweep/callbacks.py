@@ -21,7 +21,17 @@ from typing import Any, Optional, TextIO
 
 from ray.tune import Callback
 
-from lipsweep.core.metric_names import ACC_CLEAN, EPOCH_ACC_CLEAN, HEADLINE_METRICS
+from lipsweep.core.metric_names import (
+    ACC_CLEAN,
+    ACC_PREFIX,
+    EPOCH_ACC_CLEAN,
+    HEADLINE_METRICS,
+    LIP_PREFIX,
+    LOSS,
+    LOSS_CE,
+    LOSS_REG,
+    attack_metric,
+)
 from lipsweep.sweep.progress import FAILED as P_FAILED
 from lipsweep.sweep.progress import FINISHED as P_FINISHED
 from lipsweep.sweep.progress import STOPPED as P_STOPPED
@@ -41,10 +51,10 @@ from lipsweep.tracking import (
 _log = logging.getLogger("lipsweep.sweep")
 
 EPOCH_KEYS = (
-    "loss",
-    "loss_ce",
-    "loss_reg",
-    "acc_clean",
+    LOSS,
+    LOSS_CE,
+    LOSS_REG,
+    ACC_CLEAN,
     "lr",
     "epoch_seconds",
     "train_images_per_s",
@@ -191,7 +201,7 @@ class MlflowSweepCallback(Callback):
         final = {
             k: v
             for k, v in result.items()
-            if (k.startswith(("acc_", "lip_", "eval_")) or k == "epochs_done")
+            if (k.startswith((ACC_PREFIX, LIP_PREFIX, "eval_")) or k == "epochs_done")
             and isinstance(v, (int, float))
             and not isinstance(v, bool)
         }
@@ -255,7 +265,7 @@ def trial_attack_tags(flat: dict[str, Any], result: dict[str, Any]) -> dict[str,
     for eps in robust.aa_eps:
         tags.update(
             autoattack_tags(
-                f"acc_aa_{eps}",
+                attack_metric("aa", eps),
                 describe_config(robust),
                 int(n) if isinstance(n, (int, float)) else None,
                 eps,
@@ -283,7 +293,7 @@ def first_objective(spec: SweepSpec) -> tuple[str, str]:
     """The objective the status block ranks by: the search's first metric, else acc_clean."""
     if spec.search is not None and spec.search.metric:
         return spec.search.metric[0], spec.search.mode[0]
-    return "acc_clean", "max"
+    return ACC_CLEAN, "max"
 
 
 class ConsoleProgress(Callback):
@@ -293,7 +303,7 @@ class ConsoleProgress(Callback):
     def __init__(
         self,
         total: int,
-        objective: tuple[str, str] = ("acc_clean", "max"),
+        objective: tuple[str, str] = (ACC_CLEAN, "max"),
         status_every: float = 30.0,
         stream: Optional[TextIO] = None,
     ) -> None:
@@ -356,8 +366,8 @@ class ConsoleProgress(Callback):
             "%s epoch %s  loss %.3f  acc_clean %.1f%%",
             self._name(trial),
             result.get("epoch"),
-            result.get("loss", float("nan")),
-            result.get("acc_clean", float("nan")),
+            result.get(LOSS, float("nan")),
+            result.get(ACC_CLEAN, float("nan")),
         )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:

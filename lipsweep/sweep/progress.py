@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from lipsweep.core.metric_names import ACC_CLEAN
+
 FINISHED = "finished"
 STOPPED = "stopped"  # stopped early by the scheduler: it ended, on purpose
 FAILED = "failed"
@@ -58,7 +60,7 @@ class SweepProgress:
     """
 
     total: int
-    objective: tuple[str, str] = ("acc_clean", "max")
+    objective: tuple[str, str] = (ACC_CLEAN, "max")
     trials: dict[str, _Trial] = field(default_factory=dict)
     best: Optional[tuple[str, float]] = None
     max_running: int = 0

@@ -102,7 +102,7 @@ class SchedulerSpec:
     """An early-stopping scheduler (ASHA)."""
 
     type: str = "asha"
-    metric: str = "acc_clean"
+    metric: str = metric_names.ACC_CLEAN
     mode: str = "max"
     grace_period: int = 1
     reduction_factor: float = 2.0
@@ -386,7 +386,7 @@ def _parse_search(raw: Any, path: str) -> SearchSpec:
     seed = raw.get("seed", 0)
     if not _int_in(seed, -INT_LIMIT, INT_LIMIT):
         raise _err("search.seed", f"must be an integer, got {show(seed)}", path)
-    metric = _as_list(raw.get("metric", "acc_pgd_4"))
+    metric = _as_list(raw.get("metric", metric_names.attack_metric("pgd", 4)))
     if not metric or not all(isinstance(m, str) and m for m in metric):
         raise _err(
             "search.metric", f"must be a metric name or a list of them, got {show(metric)}", path
@@ -483,9 +483,11 @@ def _check_metrics(
     if spec_search is None or spec_search.algorithm != "optuna" or not trials:
         return
     cfg = TrialConfig.from_flat(trials[0])
-    final = {"acc_clean", "epochs_done", *cfg.robustness.metric_names()}
+    final = {metric_names.ACC_CLEAN, "epochs_done", *cfg.robustness.metric_names()}
     for name in spec_search.metric:
-        if name not in final and not (name.startswith("lip_") and cfg.run.evaluate):
+        if name not in final and not (
+            name.startswith(metric_names.LIP_PREFIX) and cfg.run.evaluate
+        ):
             raise _err(
                 "search.metric",
                 f"no trial reports {name!r}; use one of "

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lipsweep.core.metric_names import LOSS, LOSS_CE, LOSS_REG
 from lipsweep.regularizers import Regularizer
 from lipsweep.settings.config import OptimConfig
 from lipsweep.trial.data import DataConfig, augment, to_unit
@@ -220,7 +221,7 @@ def train_one_epoch(
     sums = monitor.check(epoch, lr)
     seconds = time.perf_counter() - t0
     n_step = monitor.steps
-    out = {k: v / max(1, n_step) for k, v in zip(("loss", "loss_ce", "loss_reg"), sums)}
+    out = {k: v / max(1, n_step) for k, v in zip((LOSS, LOSS_CE, LOSS_REG), sums)}
     out.update(
         lr=optimizer.param_groups[0]["lr"],
         epoch_seconds=seconds,

@@ -24,6 +24,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from lipsweep.core.metric_names import ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.settings.config import TrialConfig
 from lipsweep.trial.checkpoint import Checkpoint, load_latest, save_checkpoint, unflatten_optimizer
@@ -198,7 +199,7 @@ def run_trial(
             seed=cfg.run.seed,
             nonfinite_check_every=cfg.run.nonfinite_check_every,
         )
-        stats["acc_clean"] = evaluate_clean(
+        stats[ACC_CLEAN] = evaluate_clean(
             model,
             splits.x_eval,
             splits.y_eval,
@@ -223,10 +224,10 @@ def run_trial(
             "epoch %d/%d  loss %.4f (ce %.4f, reg %.4f)  acc_clean %.2f%%  %.1fs  %.0f img/s",
             epoch,
             cfg.optim.epochs,
-            stats["loss"],
-            stats["loss_ce"],
-            stats["loss_reg"],
-            stats["acc_clean"],
+            stats[LOSS],
+            stats[LOSS_CE],
+            stats[LOSS_REG],
+            stats[ACC_CLEAN],
             stats["epoch_seconds"],
             stats["train_images_per_s"],
         )
@@ -240,7 +241,7 @@ def run_trial(
             final_evaluation(model, splits.x_eval, splits.y_eval, cfg, device, artifacts, progress)
         )
     else:
-        metrics["acc_clean"] = evaluate_clean(
+        metrics[ACC_CLEAN] = evaluate_clean(
             model, splits.x_eval, splits.y_eval, cfg.robustness.attack_batch_size, device
         )
     _write_json_atomic(out_dir / "metrics.json", metrics)
