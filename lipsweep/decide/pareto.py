@@ -148,7 +148,7 @@ def _dominance(w: np.ndarray, chunk: int = 512) -> np.ndarray:
         a = w[s : s + chunk]  # (c, m)
         no_worse = np.ones((len(a), r), dtype=bool)  # (c, r)
         better = np.zeros((len(a), r), dtype=bool)
-        for k in range(m):  # one 2-D pass per objective: ~8x faster than a 3-D .all(-1)
+        for k in range(m):  # one 2-D pass per objective (faster than a 3-D .all(-1))
             no_worse &= a[:, k, None] >= w[None, :, k]
             better |= a[:, k, None] > w[None, :, k]
         dom[s : s + chunk] = no_worse & better

@@ -14,10 +14,9 @@ once. Three routes compute sigma_1(J_b):
 - ``power``: power iteration on J_b J_b^T (the paper's method for Fig. 4), same cost per step,
   slower convergence.
 
-``auto`` takes ``exact`` when C <= :data:`EXACT_MAX_CLASSES`, else ``lanczos``; the threshold comes
-from benchmarks/bench_lipschitz.py (2-core CPU, tiny ViT, batch 64: exact costs about 1 + 0.2 C
-forward+backward passes, one Lanczos step about 1.3, and Lanczos takes about 8 steps at the
-default tolerance, so the routes cross near C = 40-50).
+``auto`` takes ``exact`` when C <= :data:`EXACT_MAX_CLASSES`, else ``lanczos``: the exact route
+costs a fixed part plus one VJP per class, Lanczos a fixed number of steps, and the threshold is
+where they cross (figures: docs/benchmarks.md, "Why these designs").
 
 timm's fused attention kernel has no forward-mode derivative, so the iterative routes switch it
 off (:func:`lipsweep.trial.attention.set_fused_attention`) around their JVPs and restore it after;

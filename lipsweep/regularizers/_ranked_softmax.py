@@ -19,18 +19,16 @@ No host syncs (issue 17): nothing here reads a tensor on the host or makes a sha
 data, so a CUDA step never waits for the device. The backward is therefore always dense (all
 rows, whichever received gradient): a row-sparse backward for max aggregation, which has
 gradient in about one row per (sample, head), needed ``nonzero`` (a sync) and data-dependent
-shapes, and saved ~6% of a tiny-ViT CPU step at k=0 max (x1.41 -> x1.48 of the baseline in
-one interleaved run on a loaded 2-core machine; at ViT-B width the whole dense term was
-measured at ~3% of a step, see jasmin.py).
+shapes; the dense backward costs a few percent of a step (docs/benchmarks.md, "Why these
+designs").
 
-Selection. ``torch.topk`` of 11 out of 65 costs ~1 us per row on one CPU core (18 ms per
-tiny-ViT layer at batch 64), about as much as all the rest of this forward and backward
-(see benchmarks/bench_regularizers.py, "torch.topk selection"). On CPU in float32
+Selection. ``torch.topk`` of a few out of N costs, on CPU, about as much as all the rest of
+this forward and backward (docs/benchmarks.md, "Why these designs"). On CPU in float32
 the rows of E = exp(S - m) >= 0 are therefore ranked through int64 keys
 ``bits(double(E)) | j`` (the IEEE bits of a non-negative double order like the double, and a
 float32 widened to double has 29 zero low bits, where the column j goes: keys are unique, so
 ties get distinct positions), taking ``amax`` r times and knocking the winner out through
-its flat index: one vectorised pass per rank (~0.3 ms per rank and layer there).
+its flat index: one vectorised pass per rank.
 Elsewhere (CUDA, float64) ``topk`` on E is used. Both rank p itself, as the paper does.
 """
 

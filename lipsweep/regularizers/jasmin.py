@@ -22,19 +22,10 @@ materialises P, but p_(j) = exp(s_(j) - lse(s)) for the top k+1 scores s_(j) of 
 Function that recomputes S one layer at a time and keeps for backward only per-row
 log-sum-exps and r <= 4 int32 positions (<= 20 bytes per row instead of 4N).
 
-Why this design (benchmarks/bench_regularizers.py; tiny ViT, 65 tokens, batch 64, one thread
-of a shared and heavily loaded 2-core AVX2 CPU, CPU-time ratios to the fused baseline step):
-this Function x1.16-1.24 for k=10 mean and x1.09-1.13 for k=0 max (measured when its
-backward recomputed only the arg-max rows; that needed host syncs, and the now always-dense
-backward adds ~6% of a tiny-ViT CPU step for k=0 max, issue 17), +3.3 MiB saved for
-backward; plain autograd through
-softmax and topk x1.28-1.36 and +40 MiB; the same under torch.utils.checkpoint x1.54-1.56;
-one call over the stacked layers x1.20-1.33 and +20 MiB (copies of q, k); torch.topk in
-place of the int-key selection x1.31-1.36. The arithmetic no exact design keeping no N x N
-tensor can avoid (S and exp S in forward; S, exp S, dS k and dS^T q in backward) alone costs
-10-12% of that tiny step; at ViT-B width (768 = 12 heads x 64) the whole term is 3.2% (k=10
-mean) and 1.7% (k=0 max) of the step. ViT-B at batch 512 (12 layers x 12 heads, N = 65):
-materialised maps would hold 1.16 GiB until backward, this design holds <= 91 MiB.
+Why this design: it is cheaper in time and memory than plain autograd through softmax and
+topk, than the same under torch.utils.checkpoint, than one call over the stacked layers, and
+than torch.topk in place of the int-key selection; the figures, and what it holds at ViT-B
+batch 512 instead of materialised maps, are in docs/benchmarks.md ("Why these designs").
 """
 
 from __future__ import annotations
