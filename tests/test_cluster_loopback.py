@@ -309,6 +309,8 @@ Host 127.0.0.1
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
                 except OSError:
                     continue
+                if not cmd.strip():  # exiting or a zombie: its memory (environ, argv) is gone
+                    continue
                 env = dict(e.decode(errors="replace").split("=", 1) for e in raw if b"=" in e)
                 self.seen.add(comm)
                 if comm == "sshd":
