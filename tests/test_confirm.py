@@ -163,6 +163,7 @@ def test_confirm_usage_errors_exit_2_naming_the_flag(tmp_path, capsys, monkeypat
         (["--top", "0"], "--top"),
         (["--top", "1", "--run-id", "x"], "--top"),
         (["--images", "-1"], "--images"),
+        (["--address", "127.0.0.1:1"], "--address"),  # nothing listens: refused in seconds
         ([], "--tracking-uri"),
     ):
         assert main(["confirm", "--experiment", "e", *extra, "--tracking-uri", uri]) == 2

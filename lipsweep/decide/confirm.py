@@ -251,10 +251,13 @@ def is_confirmed(run, eps: list[int], request: str) -> bool:
 
 
 def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
-    """Run ids to confirm: ``--run-id``s, or the ``--top`` N by Pareto rank (default: the
-    front), in rank order (ties: by :func:`lipsweep.decide.pareto.front_table`'s display order)."""
+    """Run ids to confirm: ``--run-id``s, or the runs of the ``--top`` N by Pareto rank
+    (default: the front), in rank order. Over arms (an arm with >= 2 seeds, as ``pareto``
+    ranks them) N counts arms and every run of a chosen arm is confirmed; else N counts runs
+    (ties: the first objective's value, then the id)."""
     from lipsweep.core.config_base import UsageError
-    from lipsweep.decide.commands import load_sweep_runs, rank_sweep
+    from lipsweep.decide.arms import arm_stats
+    from lipsweep.decide.commands import load_sweep_runs, rank_runs_or_arms, rank_sweep
 
     if args.run_id:
         sweep = load_sweep_runs(tracker)
@@ -265,9 +268,21 @@ def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
                 )
         return list(dict.fromkeys(args.run_id))
     sweep, result = rank_sweep(tracker, None)
-    ranks = [int(r) for r in result.ranks]
+    rk = rank_runs_or_arms(sweep.records, result, per_run=False)
     first = result.objectives[0]
     sign = 1.0 if first.direction == "max" else -1.0
+    if rk.by_arms:
+        arms = sorted(
+            (i for i, r in enumerate(rk.arm_ranks) if r > 0),
+            key=lambda i: (
+                rk.arm_ranks[i],
+                -sign * arm_stats(rk.arms[i], first.name).mean,
+                rk.arms[i].arm_id,
+            ),
+        )
+        arms = [i for i in arms if rk.arm_ranks[i] == 1] if args.top is None else arms[: args.top]
+        return [run.run_id for i in arms for run in rk.arms[i].runs]
+    ranks = rk.ranks
 
     def key(i: int) -> tuple:
         v = sweep.records[i]["metrics"].get(first.name, float("nan"))
@@ -328,7 +343,16 @@ def _run_ray(
     """Evaluate each job as a Ray task on the cluster at ``address``; yields as they end."""
     import ray
 
-    ray.init(address=address, logging_level=logging.WARNING)
+    from lipsweep.core.config_base import UsageError
+
+    try:
+        ray.init(address=address, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError) as exc:
+        raise UsageError(
+            f"--address {address}: cannot join that Ray cluster ({str(exc).splitlines()[0][:160]});"
+            " check the address, and for a cluster with token auth set RAY_AUTH_MODE=token"
+            " and RAY_AUTH_TOKEN (`ray get-auth-token` on its head)"
+        ) from None
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
         task = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(_evaluate_task)
@@ -370,12 +394,17 @@ def std_objectives():
 
 
 def reranked_table(tracker) -> str:
-    """The front of the experiment ranked with the standard AutoAttack accuracy."""
-    from lipsweep.decide.commands import load_sweep_runs
+    """The front of the experiment (its arms, as ``pareto`` ranks them, or its runs) ranked
+    with the standard AutoAttack accuracy."""
+    from lipsweep.decide.arms import arm_table
+    from lipsweep.decide.commands import load_sweep_runs, rank_runs_or_arms
     from lipsweep.decide.pareto import front_table, pareto_rank
 
     sweep = load_sweep_runs(tracker)
     result = pareto_rank(sweep.records, std_objectives())
+    rk = rank_runs_or_arms(sweep.records, result, per_run=False)
+    if rk.by_arms:
+        return arm_table(rk.arms, rk.arm_ranks, result.objectives)
     return front_table(sweep.records, result.ranks, result.objectives)
 
 
@@ -396,6 +425,10 @@ def _confirm(args: argparse.Namespace) -> int:
         raise UsageError(f"--top must be >= 1, got {args.top}")
     if args.images < 0:
         raise UsageError(f"--images must be >= 0 (0: the whole test split), got {args.images}")
+    if args.address:
+        from lipsweep.core.ray_address import check_ray_address
+
+        check_ray_address(args.address, flag="--address")  # before any MLflow or Ray work
     iters = budget_iters()
     request = request_key(args.images, iters)
     tracker = read_tracker(args.tracking_uri, args.experiment)

@@ -36,7 +36,7 @@ def check_experiment_name(name: str) -> None:
 def validate_sweep_options(args: argparse.Namespace, experiment: str) -> str:
     """Every option of ``lipsweep sweep``, checked before anything is written or started;
     returns the resolved storage (checked once, here)."""
-    from lipsweep.sweep.driver import parse_ray_address
+    from lipsweep.core.ray_address import parse_ray_address
     from lipsweep.tracking import check_tracking_uri
 
     for flag, value in (
@@ -55,11 +55,11 @@ def validate_sweep_options(args: argparse.Namespace, experiment: str) -> str:
 
 def run_sweep_command(args: argparse.Namespace) -> int:
     from lipsweep.core.config_base import UsageError
+    from lipsweep.core.ray_address import check_ray_address
     from lipsweep.core.storage import experiment_path, is_remote, storage_exists
     from lipsweep.sweep.driver import (
         SweepLock,
         SweepOptions,
-        check_ray_address,
         dry_run_lines,
         owner_id,
         run_sweep,

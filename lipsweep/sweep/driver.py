@@ -53,7 +53,6 @@ INTERRUPT_FLUSH_TIMEOUT_S = 30.0
 LOCK_SUFFIX = ".lipsweep.lock"
 HEARTBEAT_S = 60.0  # the owner refreshes its parent run's heartbeat this often
 HEARTBEAT_STALE_S = 600.0  # older than this (on another host): the owner is gone
-RAY_CONNECT_TIMEOUT_S = 10.0
 
 
 def owner_id() -> str:
@@ -175,32 +174,6 @@ def _adoption_policy(opts: SweepOptions):
             )
 
     return adopt
-
-
-def parse_ray_address(addr: str) -> Optional[tuple[str, int]]:
-    """(host, port) of an explicit ``--ray-address`` (``host:port`` or ``ray://host:port``);
-    None for ``auto``/``local``. Raises UsageError naming the flag if malformed."""
-    if addr in ("auto", "local"):
-        return None
-    rest = addr.removeprefix("ray://")
-    host, sep, port = rest.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--ray-address {addr!r}: expected HOST:PORT, ray://HOST:PORT or auto")
-    return host, int(port)
-
-
-def check_ray_address(addr: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
-    """Refuse an unreachable ``--ray-address`` within ``timeout_s`` (ray.init would hang)."""
-    hp = parse_ray_address(addr)
-    if hp is None:
-        return
-    try:
-        socket.create_connection(hp, timeout=timeout_s).close()
-    except OSError as exc:
-        raise UsageError(
-            f"--ray-address {addr}: cannot connect within {timeout_s:.0f} s ({exc})"
-        ) from None
 
 
 def _tracking_cause(exc: BaseException) -> Optional[TrackingError]:
