@@ -337,38 +337,46 @@ def run_export_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def download_checkpoint(tracker: Tracker, run_id: str) -> tuple[dict[str, Any], bytes]:
+    """The run's final checkpoint artifacts: its flat trial config and its weights (bytes);
+    a missing file is a UsageError naming it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        local = tracker.download_artifacts(run_id, "checkpoint", tmp)
+        files = [local / "config.json", local / "model.safetensors"]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise _usage(f"run {run_id} has no checkpoint/{missing[0]} artifact")
+        return json.loads(files[0].read_text()), files[1].read_bytes()
+
+
 def export_run(
     tracker: Tracker, run_id: str, out: Path, selected_by: str, force: bool = False
 ) -> Path:
     """Download a run's checkpoint artifacts and write the export folder."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
     from lipsweep.decide.export import SPEC_METRICS, build_config_json, write_export
     from lipsweep.settings.config import TrialConfig
     from lipsweep.trial.models import model_normalization
 
     run = tracker.get_run(run_id)
-    with tempfile.TemporaryDirectory() as tmp:
-        local = tracker.download_artifacts(run_id, "checkpoint", tmp)
-        if not (local / "model.safetensors").is_file():
-            raise _usage(f"run {run_id} has no checkpoint/model.safetensors artifact")
-        flat = json.loads((local / "config.json").read_text())
-        cfg = TrialConfig.from_flat(flat)
-        state = load_file(str(local / "model.safetensors"))
-        metrics = {k: v for k, v in run.data.metrics.items()}
-        source = {
-            "tracking_uri": tracker.shown_uri,
-            "experiment": tracker.experiment,
-            "run_id": run_id,
-            "run_name": run.info.run_name,
-            "checkpoint": run.data.tags.get("lipsweep.trial.checkpoint"),
-            "selected_by": selected_by,
-        }
-        mean, std = model_normalization(cfg.model)
-        config = build_config_json(flat, mean, std, source)
-        ordered = {k: metrics[k] for k in SPEC_METRICS if k in metrics}
-        ordered.update({k: v for k, v in sorted(metrics.items()) if k not in ordered})
-        return write_export(out, state, config, ordered, force=force)
+    flat, weights = download_checkpoint(tracker, run_id)
+    cfg = TrialConfig.from_flat(flat)
+    state = load(weights)
+    metrics = {k: v for k, v in run.data.metrics.items()}
+    source = {
+        "tracking_uri": tracker.shown_uri,
+        "experiment": tracker.experiment,
+        "run_id": run_id,
+        "run_name": run.info.run_name,
+        "checkpoint": run.data.tags.get("lipsweep.trial.checkpoint"),
+        "selected_by": selected_by,
+    }
+    mean, std = model_normalization(cfg.model)
+    config = build_config_json(flat, mean, std, source)
+    ordered = {k: metrics[k] for k in SPEC_METRICS if k in metrics}
+    ordered.update({k: v for k, v in sorted(metrics.items()) if k not in ordered})
+    return write_export(out, state, config, ordered, force=force)
 
 
 CHAMPION = "champion"

@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
@@ -296,25 +295,15 @@ def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
     return [sweep.records[i]["run_id"] for i in order]
 
 
-def _download_checkpoint(tracker, run_id: str) -> tuple[dict[str, Any], bytes]:
-    from lipsweep.core.config_base import UsageError
-
-    with tempfile.TemporaryDirectory() as tmp:
-        local = tracker.download_artifacts(run_id, "checkpoint", tmp)
-        files = [local / "config.json", local / "model.safetensors"]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise UsageError(f"run {run_id} has no checkpoint/{missing[0]} artifact")
-        return json.loads(files[0].read_text()), files[1].read_bytes()
-
-
 def _run_local(
     tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int]
 ) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome], Optional[BaseException]]]:
     """Evaluate the jobs one after the other in this process (checkpoints fetched lazily)."""
+    from lipsweep.decide.commands import download_checkpoint
+
     for job in jobs:
         try:
-            flat, weights = _download_checkpoint(tracker, job.run_id)
+            flat, weights = download_checkpoint(tracker, job.run_id)
             out = evaluate_standard(flat, weights, job.eps, images, iters, label=job.label)
         except Exception as exc:  # noqa: BLE001 - one failed run must not stop the others
             yield job, None, exc
@@ -344,6 +333,7 @@ def _run_ray(
     import ray
 
     from lipsweep.core.config_base import UsageError
+    from lipsweep.decide.commands import download_checkpoint
 
     try:
         ray.init(address=address, logging_level=logging.WARNING)
@@ -365,7 +355,7 @@ def _run_ray(
         refs = {}
         for job in jobs:
             try:
-                flat, weights = _download_checkpoint(tracker, job.run_id)
+                flat, weights = download_checkpoint(tracker, job.run_id)
             except Exception as exc:  # noqa: BLE001
                 yield job, None, exc
                 continue
