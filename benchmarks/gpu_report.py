@@ -107,6 +107,7 @@ def regularizer_table(d: dict[str, Any]) -> str:
             fmt(r.get("ratio"), 3),
             fmt(r.get("target_ratio")),
             fmt(r.get("syncs_per_step")),
+            fmt(r.get("syncs_per_epoch_fixed")),
         ]
         for name, r in sec.get("variants", {}).items()
     ]
@@ -117,7 +118,17 @@ def regularizer_table(d: dict[str, Any]) -> str:
     return (
         head
         + "\n\n"
-        + table(["variant", "ms/step", "ratio to baseline", "target", "host syncs/step"], rows)
+        + table(
+            [
+                "variant",
+                "ms/step",
+                "ratio to baseline",
+                "target",
+                "host syncs/step",
+                "host syncs/epoch (fixed)",
+            ],
+            rows,
+        )
     )
 
 
@@ -125,9 +136,12 @@ def checkpoint_table(d: dict[str, Any]) -> str:
     ev = _get(d, "checkpoint", "eval_clean") or {}
     sv = _get(d, "checkpoint", "save") or {}
     rows = [
-        ["per-epoch clean evaluation, fp32", fmt(ev.get("fp32_s_per_10k")) + " s / 10k images"],
         [
-            "per-epoch clean evaluation, bf16 autocast",
+            "clean evaluation, fp32 (the final pass)",
+            fmt(ev.get("fp32_s_per_10k")) + " s / 10k images",
+        ],
+        [
+            "per-epoch clean evaluation, bf16 autocast (a CUDA trial's)",
             fmt(ev.get("bf16_s_per_10k")) + " s / 10k images",
         ],
         [
@@ -155,9 +169,11 @@ def attack_tables(d: dict[str, Any]) -> str:
             [
                 name.upper().replace("PGD4", "PGD-4"),
                 fmt(r.get("fp32_images_per_s"), 0),
+                fmt(r.get("tf32_images_per_s"), 0),
                 fmt(r.get("bf16_images_per_s"), 0),
                 fmt(r.get("bf16_speedup"), 2),
                 fmt(r.get("acc_fp32")),
+                fmt(r.get("acc_tf32")),
                 fmt(r.get("acc_bf16")),
                 fmt(r.get("acc_diff_bf16_minus_fp32")),
             ]
@@ -167,9 +183,11 @@ def attack_tables(d: dict[str, Any]) -> str:
             [
                 "attack (eps 4/255)",
                 "fp32 images/s",
+                "TF32 images/s (a trial's)",
                 "bf16 images/s",
                 "bf16 speed-up",
                 "acc fp32 %",
+                "acc TF32 %",
                 "acc bf16 %",
                 "bf16 - fp32 (points)",
             ],

@@ -53,7 +53,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -62,7 +62,13 @@ sys.path.insert(0, str(ROOT))
 
 from lipsweep.regularizers import Regularizer, create_regularizer  # noqa: E402
 from lipsweep.settings.config import OptimConfig, TrialConfig  # noqa: E402
-from lipsweep.trial.data import DataConfig, load_splits, to_unit, train_batches  # noqa: E402
+from lipsweep.trial.data import (  # noqa: E402
+    DataConfig,
+    load_splits,
+    to_unit,
+    train_batches,
+    train_to_device,
+)
 from lipsweep.trial.engine import (  # noqa: E402
     autocast_context,
     build_optimizer,
@@ -70,9 +76,6 @@ from lipsweep.trial.engine import (  # noqa: E402
     train_one_epoch,  # noqa: E402
 )
 from lipsweep.trial.models import ModelConfig, PixelModel, create_model  # noqa: E402
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lipsweep.lipschitz import HeadWeights
 
 _log = logging.getLogger("gpu_suite")
 
@@ -378,7 +381,7 @@ def train_steps(
         data_cfg=DataConfig(),
         device=device,
         precision=precision,
-        gen=torch.Generator().manual_seed(epoch),
+        gen=torch.Generator(device=device).manual_seed(epoch),  # as a trial: draws on the device
         mixup=None,
         step0=(epoch - 1) * n,
         steps_per_epoch=n,
@@ -410,6 +413,21 @@ def count_syncs(fn: Callable[[], Any], device: torch.device) -> Optional[int]:
     from lipsweep.trial.engine import count_host_syncs
 
     return count_host_syncs(fn, device) if device.type == "cuda" else None
+
+
+def syncs_per_step(run_steps: Callable[[int], Any], device: torch.device) -> dict[str, Any]:
+    """Host syncs of the train loop split into per step and per epoch, by difference.
+
+    ``run_steps(n)`` trains one epoch of ``n`` steps. With s(n) its syncs,
+    per_step = (s(4) - s(2)) / 2 and per_epoch = s(2) - 2 per_step: the epoch-end
+    non-finite check (1 expected) is not charged to the steps, and the every-N check
+    (``nonfinite_check_every`` = 50) does not fire in 4 steps. Nulls on CPU.
+    """
+    two, four = count_syncs(lambda: run_steps(2), device), count_syncs(lambda: run_steps(4), device)
+    if two is None or four is None:
+        return {"syncs_per_step": None, "syncs_per_epoch_fixed": None}
+    per_step = (four - two) / 2
+    return {"syncs_per_step": per_step, "syncs_per_epoch_fixed": two - 2 * per_step}
 
 
 # ---------------------------------------------------------------- sections
@@ -517,13 +535,14 @@ def section_regularizers(s: Suite) -> None:
                         )
                     )
                     if rnd == 0:
-                        syncs = count_syncs(
-                            lambda: train_steps(
-                                model, reg, opt, batches[:2], "bf16", dev, PAPER["num_classes"]
-                            ),
-                            dev,
+                        r.update(
+                            syncs_per_step(
+                                lambda n: train_steps(
+                                    model, reg, opt, batches[:n], "bf16", dev, PAPER["num_classes"]
+                                ),
+                                dev,
+                            )
                         )
-                        r["syncs_per_step"] = None if syncs is None else syncs / 2
                 finally:
                     reg.detach()
         _log.info("regularizers: round %d/%d done", rnd + 1, sz.rounds)
@@ -614,7 +633,9 @@ def section_checkpoint(s: Suite) -> None:
 def _brief_model(s: Suite) -> tuple[PixelModel, torch.Tensor, torch.Tensor, dict[str, Any]]:
     """A ViT trained briefly on the embedded CIFAR-10 sample, and evaluation images for it."""
     dev, sz = s.device, s.sizes
-    splits = load_splits(DataConfig(dataset="embedded", eval_size=0, train_size=sz.brief_train))
+    splits = train_to_device(
+        load_splits(DataConfig(dataset="embedded", eval_size=0, train_size=sz.brief_train)), dev
+    )
     model = build_vit(sz, 10, dev)
     cfg = OptimConfig(
         epochs=sz.brief_epochs,
@@ -669,6 +690,7 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: i
 
 def section_attacks(s: Suite) -> None:
     from lipsweep.attacks import FGSM, PGD, AutoAttack
+    from lipsweep.attacks.evaluate import tf32_matmuls
 
     sec = s.data.setdefault("attacks", {})
     dev, sz = s.device, s.sizes
@@ -680,24 +702,32 @@ def section_attacks(s: Suite) -> None:
     for cls, name, eps in ((PGD, "pgd4", 4), (FGSM, "fgsm", 4)):
         with s.guard(sec, name) as r:
             r.update(eps=f"{eps}/255", images=len(x), batch=batch)
-            rates: dict[str, list[float]] = {"fp32": [], "bf16": []}
+            # fp32: strict; tf32: fp32 with TF32 matmuls, what a trial runs on CUDA
+            # (evaluate_robustness scopes TF32 to the attack passes); bf16: autocast
+            modes = ("fp32", "tf32", "bf16")
+            rates: dict[str, list[float]] = {m: [] for m in modes}
             for rep in range(sz.rounds):
-                for precision in ("fp32", "bf16") if rep % 2 == 0 else ("bf16", "fp32"):
-                    attack = cls(model, eps / 255, precision=precision)
-                    rate, adv = _attack_rate(attack, x, y, batch, dev)
-                    rates[precision].append(rate)
+                for mode in modes[rep % 3 :] + modes[: rep % 3]:
+                    attack = cls(model, eps / 255, precision="bf16" if mode == "bf16" else "fp32")
+                    with tf32_matmuls(mode == "tf32"):
+                        rate, adv = _attack_rate(attack, x, y, batch, dev)
+                    rates[mode].append(rate)
                     if rep == 0:
-                        r[f"acc_{precision}"] = _accuracy(model, adv, y, batch)
-            for precision, vals in rates.items():
-                r[f"{precision}_images_per_s"] = round(statistics.median(vals), 1)
-            r["bf16_speedup"] = round(r["bf16_images_per_s"] / r["fp32_images_per_s"], 3)
-            r["acc_diff_bf16_minus_fp32"] = round(r["acc_bf16"] - r["acc_fp32"], 3)
+                        with tf32_matmuls(False):
+                            r[f"acc_{mode}"] = _accuracy(model, adv, y, batch)
+            for mode, vals in rates.items():
+                r[f"{mode}_images_per_s"] = round(statistics.median(vals), 1)
+            for mode in ("tf32", "bf16"):
+                r[f"{mode}_speedup"] = round(r[f"{mode}_images_per_s"] / r["fp32_images_per_s"], 3)
+                r[f"acc_diff_{mode}_minus_fp32"] = round(r[f"acc_{mode}"] - r["acc_fp32"], 3)
             _log.info(
-                "%s: %.0f img/s fp32, %.0f img/s bf16; acc %.2f%% vs %.2f%%",
+                "%s: %.0f img/s fp32, %.0f tf32, %.0f bf16; acc %.2f%% / %.2f%% / %.2f%%",
                 name,
                 r["fp32_images_per_s"],
+                r["tf32_images_per_s"],
                 r["bf16_images_per_s"],
                 r["acc_fp32"],
+                r["acc_tf32"],
                 r["acc_bf16"],
             )
         s.write()
@@ -723,9 +753,10 @@ def section_attacks(s: Suite) -> None:
         with s.guard(aa, stage, optional=True) as r:
             if "skipped" in r:
                 continue
-            res = AutoAttack(model, 2 / 255, attacks=[stage], iters=10, batch_size=batch).run(
-                x[:n], y[:n]
-            )
+            with tf32_matmuls(True):  # as evaluate_robustness runs it in a trial
+                res = AutoAttack(model, 2 / 255, attacks=[stage], iters=10, batch_size=batch).run(
+                    x[:n], y[:n]
+                )
             st = res.stages[0]
             r.update(n_attacked=st.n_attacked, n_fooled=st.n_fooled, seconds=round(st.seconds, 3))
             r["s_per_1000"] = round(st.seconds * 1000 / st.n_attacked, 3) if st.n_attacked else None
@@ -789,12 +820,13 @@ def _head_split(s: Suite, model: PixelModel, x: torch.Tensor) -> dict[str, Any]:
     out["matvec_s"] = round(matvec, 4)
     out["ritz_eigh_and_rest_s"] = round(lanczos - matvec, 4)
     out["lanczos_mean_iterations"] = round(statistics.mean(iters), 1)
-    for place in ("device", "cpu"):
-        tgt = dev if place == "device" else torch.device("cpu")
-        head_bounds_at(inputs[0][:1].to(tgt), _weights_to(weights[0], tgt))  # warm-up
+    # the bounds' small SVDs/eigh on the inputs' device ('same') or on the CPU: inputs stay on
+    # the device, as in a trial; only ``linalg_placement`` changes (its default 'auto' = cpu)
+    for place, placement in (("device", "same"), ("cpu", "cpu")):
+        head_bounds_at(inputs[0][:1], weights[0], linalg_placement=placement)  # warm-up
         with Clock(dev) as clk:
             for xl, wl in zip(inputs, weights):
-                head_bounds_at(xl.to(tgt), _weights_to(wl, tgt))
+                head_bounds_at(xl, wl, linalg_placement=placement)
         out[f"bounds_svd_{place}_s"] = round(clk.seconds, 4)
     m = len(x) * weights[0].num_heads
     for j in (8, 16, 32):
@@ -808,18 +840,6 @@ def _head_split(s: Suite, model: PixelModel, x: torch.Tensor) -> dict[str, Any]:
                     torch.linalg.eigh(t.to(tgt))[0].to(dev)
             out[f"ritz_eigh_{j}_{place}_ms"] = round(clk.seconds * 100, 4)
     return out
-
-
-def _weights_to(w: "HeadWeights", device: torch.device) -> "HeadWeights":
-    """The head's projections on ``device`` (for the CPU vs device placement of the SVDs)."""
-    from lipsweep.lipschitz import HeadWeights
-
-    def move(t):
-        return None if t is None else t.to(device)
-
-    return HeadWeights(
-        move(w.wq), move(w.wk), move(w.wv), move(w.bq), move(w.bk), move(w.bv), w.scale
-    )
 
 
 def section_lipschitz(s: Suite) -> None:
@@ -969,10 +989,17 @@ def project_paper_trial(
     step_s = (_get(data, "train", "runs", f"bf16_b{batch}", "step_ms") or float("nan")) / 1e3
     scale = p["batch_size"] / batch if batch else float("nan")  # quick mode: linear in batch
     n = p["test_images"]
+    # per-epoch evaluation runs with precision 'auto': bf16 autocast on CUDA, fp32 on CPU;
+    # the final clean pass and the attacks' accuracies are strict fp32, the attack passes TF32
+    cuda = str(device).startswith("cuda")
+    eval_epoch = _get(
+        data, "checkpoint", "eval_clean", "bf16_s_per_10k" if cuda else "fp32_s_per_10k"
+    ) or float("nan")
     eval_10k = _get(data, "checkpoint", "eval_clean", "fp32_s_per_10k") or float("nan")
     save_s = _get(data, "checkpoint", "save", "save_s") or float("nan")
-    pgd = _get(data, "attacks", "pgd4", "fp32_images_per_s") or float("nan")
-    fgsm = _get(data, "attacks", "fgsm", "fp32_images_per_s") or float("nan")
+    attack_key = "tf32_images_per_s" if cuda else "fp32_images_per_s"
+    pgd = _get(data, "attacks", "pgd4", attack_key) or float("nan")
+    fgsm = _get(data, "attacks", "fgsm", attack_key) or float("nan")
     aa = {
         st: (_get(data, "attacks", "autoattack", st, "s_per_1000") or float("nan")) / 1000
         for st in AA_STAGES
@@ -982,7 +1009,7 @@ def project_paper_trial(
     lip_full = lip * (500 / lip_imgs) if lip_imgs else float("nan")  # lip_images = 500
     parts = {
         "train_s": p["epochs"] * steps * step_s * scale,
-        "epoch_eval_s": p["epochs"] * eval_10k * n / 1e4,
+        "epoch_eval_s": p["epochs"] * eval_epoch * n / 1e4,
         "checkpoints_s": p["epochs"] * save_s,
         "final_clean_s": eval_10k * n / 1e4,
         "fgsm_2eps_s": 2 * n * f["clean"] / fgsm,
@@ -1008,9 +1035,10 @@ def project_paper_trial(
             "measured_batch": batch,
             "batch_scale": scale,
             "fractions_attacked": f,
-            "epoch_eval": "evaluate_clean on the whole test split every epoch, fp32",
+            "epoch_eval": "evaluate_clean on the whole test split every epoch, "
+            + ("bf16 autocast (precision auto on CUDA)" if cuda else "fp32"),
             "checkpoint_every": 1,
-            "attack_precision": "fp32",
+            "attack_precision": "fp32, TF32 matmuls in the attack passes" if cuda else "fp32",
             "lip_images": 500,
             "note": "train_s = epochs x steps_per_epoch x bf16 step time (baseline) x "
             "batch_scale; attacks scale the suite's images/s to the attacked share "

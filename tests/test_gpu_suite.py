@@ -150,6 +150,7 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
     }
     assert regs["baseline"]["ratio"] == 1.0
     assert all(r["ratio"] > 0 and r["syncs_per_step"] is None for r in regs.values())
+    assert all(r["syncs_per_epoch_fixed"] is None for r in regs.values())
 
     ckpt = data["checkpoint"]
     assert ckpt["eval_clean"]["fp32_s_per_10k"] > 0 and ckpt["eval_clean"]["bf16_s_per_10k"] > 0
@@ -157,8 +158,9 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
 
     att = data["attacks"]
     for name in ("pgd4", "fgsm"):
-        assert att[name]["fp32_images_per_s"] > 0 and att[name]["bf16_images_per_s"] > 0
-        assert "acc_diff_bf16_minus_fp32" in att[name]
+        for mode in ("fp32", "tf32", "bf16"):
+            assert att[name][f"{mode}_images_per_s"] > 0, (name, mode)
+        assert {"acc_diff_bf16_minus_fp32", "acc_diff_tf32_minus_fp32"} <= set(att[name])
     for stage in ("apgd-ce", "apgd-t", "fab-t", "square"):
         assert att["autoattack"][stage]["seconds"] > 0, stage
 
@@ -264,10 +266,13 @@ def test_projection_arithmetic() -> None:
     data = {
         "train": {"runs": {"bf16_b512": {"step_ms": 100.0}}},
         "regularizers": {"variants": {"baseline": {"ratio": 1.0}, "j": {"ratio": 1.5}}},
-        "checkpoint": {"eval_clean": {"fp32_s_per_10k": 2.0}, "save": {"save_s": 1.0}},
-        "attacks": {
-            "pgd4": {"fp32_images_per_s": 909.0},
-            "fgsm": {"fp32_images_per_s": 1818.0},
+        "checkpoint": {
+            "eval_clean": {"fp32_s_per_10k": 2.0, "bf16_s_per_10k": 1.0},
+            "save": {"save_s": 1.0},
+        },
+        "attacks": {  # a CUDA trial attacks in fp32 with TF32 matmuls
+            "pgd4": {"fp32_images_per_s": 1.0, "tf32_images_per_s": 909.0},
+            "fgsm": {"fp32_images_per_s": 1.0, "tf32_images_per_s": 1818.0},
             "autoattack": {st: {"s_per_1000": 10.0} for st in gs.AA_STAGES},
         },
         "lipschitz": {"summary_c100": {"seconds": 5.0, "images": 500}},
@@ -275,9 +280,49 @@ def test_projection_arithmetic() -> None:
     proj = gs.project_paper_trial(data, "cuda", 512)
     parts = proj["parts_s"]
     assert parts["train_s"] == 388.0  # 40 x 97 x 0.1 s
-    assert parts["epoch_eval_s"] == 80.0 and parts["final_clean_s"] == 2.0
+    # per-epoch evaluation in bf16 autocast (precision auto on CUDA), the final pass in fp32
+    assert parts["epoch_eval_s"] == 40.0 and parts["final_clean_s"] == 2.0
     assert parts["checkpoints_s"] == 40.0 and parts["lipschitz_s"] == 5.0
     assert parts["pgd4_2eps_s"] == 20.0 and parts["fgsm_2eps_s"] == 10.0  # 2 x 9090 images
     assert parts["aa_s"] == round(1e4 * 0.01 * (0.909 + 0.2685 + 2 * 0.0212), 1)
     assert proj["missing"] == [] and proj["total_s"] == round(sum(parts.values()), 1)
     assert proj["hours_slowest_regularizer"] == round((proj["total_s"] + 194.0) / 3600, 4)
+    cpu = gs.project_paper_trial(data, "cpu", 512)  # a CPU trial: fp32 everywhere
+    assert cpu["parts_s"]["epoch_eval_s"] == 80.0 and cpu["parts_s"]["pgd4_2eps_s"] == 18180.0
+
+
+def test_sync_split_charges_the_epoch_end_check_to_the_epoch(monkeypatch) -> None:
+    """syncs_per_step = (s(4) - s(2)) / 2: the epoch-end check is not a per-step sync."""
+    gs = _suite_module()
+    import torch
+
+    # a loop with 1 sync per epoch (the check) and 0 per step, then 3 per step
+    for per_step in (0, 3):
+        monkeypatch.setattr(gs, "count_syncs", lambda fn, dev, k=per_step: 1 + k * fn())
+        split = gs.syncs_per_step(lambda n: n, torch.device("cuda"))
+        assert split == {"syncs_per_step": per_step, "syncs_per_epoch_fixed": 1}
+
+
+def test_train_loop_refuses_a_generator_off_the_training_device() -> None:
+    """A host generator on a CUDA run would add a host-to-device copy (a sync) per draw: the
+    engine refuses it before the first step (the suite once passed one, issue 17)."""
+    import torch
+
+    from lipsweep.trial.engine import train_one_epoch
+
+    with pytest.raises(ValueError, match="gen is on cpu but training runs on meta"):
+        train_one_epoch(
+            None,
+            None,
+            None,
+            [],
+            optim_cfg=None,
+            data_cfg=None,
+            device=torch.device("meta"),
+            precision="fp32",
+            gen=torch.Generator(),
+            mixup=None,
+            step0=0,
+            steps_per_epoch=1,
+            epoch=1,
+        )

@@ -189,7 +189,14 @@ def train_one_epoch(
     """Train for one pass over ``batches``; returns mean loss parts and throughput.
 
     Host syncs: one every ``nonfinite_check_every`` steps and one at the end (LossMonitor).
+    ``gen`` must live on ``device``: a host generator would copy its draws to the device, a
+    sync per draw, every step.
     """
+    if gen.device.type != device.type:
+        raise ValueError(
+            f"gen is on {gen.device} but training runs on {device}: create it with "
+            f"torch.Generator(device={str(device)!r}) (lipsweep.trial.run.seed_everything)"
+        )
     model.train()
     monitor = LossMonitor(device)
     n_img, step, lr = 0, step0, optimizer.param_groups[0]["lr"]
