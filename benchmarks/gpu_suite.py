@@ -269,16 +269,16 @@ def _sync(device: torch.device) -> None:
 
 @contextlib.contextmanager
 def matmul_mode(mode: str) -> Iterator[None]:
-    """TF32 for 'tf32', strict fp32 matmuls otherwise; restored after."""
-    old = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
-    tf32 = mode == "tf32"
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    torch.backends.cudnn.allow_tf32 = tf32
-    try:
+    """TF32 matmuls and convolutions for 'tf32', strict fp32 otherwise; restored after.
+
+    Through lipsweep's own switch (``attacks.evaluate.tf32_matmuls``, the legacy per-backend
+    flags): mixing it with ``torch.set_float32_matmul_precision`` leaves torch >= 2.9 in a
+    state where ``torch.get_float32_matmul_precision()`` raises, and torch.compile calls it.
+    """
+    from lipsweep.attacks.evaluate import tf32_matmuls
+
+    with tf32_matmuls(mode == "tf32"):
         yield
-    finally:
-        torch.set_float32_matmul_precision(old[0])
-        torch.backends.cudnn.allow_tf32 = old[1]
 
 
 def reset_peak(device: torch.device) -> None:

@@ -326,3 +326,23 @@ def test_train_loop_refuses_a_generator_off_the_training_device() -> None:
             steps_per_epoch=1,
             epoch=1,
         )
+
+
+def test_precision_switches_leave_torch_consistent() -> None:
+    """The suite's train modes and lipsweep's attack TF32 scope use one API: torch >= 2.9
+    raises in get_float32_matmul_precision (which torch.compile's cache key reads) after
+    set_float32_matmul_precision is mixed with the per-backend allow_tf32 flags."""
+    gs = _suite_module()
+    import torch
+
+    from lipsweep.attacks.evaluate import tf32_matmuls
+
+    before = torch.get_float32_matmul_precision()
+    for mode in ("fp32", "tf32", "bf16"):
+        with gs.matmul_mode(mode):
+            for enabled in (True, False):
+                with tf32_matmuls(enabled):
+                    torch.get_float32_matmul_precision()
+            assert torch.backends.cuda.matmul.allow_tf32 is (mode == "tf32")
+            torch.get_float32_matmul_precision()
+    assert torch.get_float32_matmul_precision() == before
