@@ -116,6 +116,45 @@ def mix_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7919 + 17) % (2**32)
 
 
+def step_loss(
+    model: nn.Module,
+    regularizer: Regularizer,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+    *,
+    data_cfg: DataConfig,
+    device: torch.device,
+    precision: str,
+    gen: torch.Generator,
+    mixup: Optional[Callable],
+    mix_seed_value: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The forward half of a step on a uint8 batch: augment, mix, forward, the loss parts.
+
+    Returns (loss, loss_ce, loss_reg) with ``loss = loss_ce + sum_n lam_n term_n``
+    (docs/science.md §1.2-1.3), on ``device``. Augmentation draws from ``gen``; timm's Mixup
+    from numpy seeded with ``mix_seed_value``.
+    """
+    x = augment(to_unit(xb.to(device, non_blocking=True)), data_cfg, gen)
+    y = yb.to(device, non_blocking=True)
+    if mixup is not None:
+        np.random.seed(mix_seed_value)  # timm draws lam and the box from numpy's global RNG
+        x, target = mixup(x, y)
+    else:
+        target = y
+    with autocast_context(device, precision):
+        logits = model(x)
+        loss_ce = F.cross_entropy(
+            logits.float(), target, label_smoothing=0.0 if mixup else data_cfg.label_smoothing
+        )
+        terms = regularizer.terms()
+        loss_reg = sum(
+            (regularizer.weights[n] * t.float() for n, t in terms.items()),
+            torch.zeros((), device=device),
+        )
+    return loss_ce + loss_reg, loss_ce, loss_reg
+
+
 def train_step(
     model: nn.Module,
     regularizer: Regularizer,
@@ -132,33 +171,26 @@ def train_step(
     lr: float,
     mix_seed_value: int = 0,
 ) -> torch.Tensor:
-    """One optimizer step on a uint8 batch: augment, mix, forward, backward, step.
+    """One optimizer step on a uint8 batch: :func:`step_loss`, backward, clip, step.
 
     Makes no host-device sync (no ``.item()``, ``.tolist()``, tensor ``bool`` or
-    data-dependent shape): augmentation draws from ``gen`` on the device, timm's Mixup from
-    numpy seeded with ``mix_seed_value`` on the host. Returns the detached (3,) float32
-    parts (loss, loss_ce, loss_reg) on the device; the caller checks them for finiteness.
+    data-dependent shape). Returns the detached (3,) float32 parts (loss, loss_ce, loss_reg)
+    on the device; the caller checks them for finiteness.
     """
-    x = augment(to_unit(xb.to(device, non_blocking=True)), data_cfg, gen)
-    y = yb.to(device, non_blocking=True)
-    if mixup is not None:
-        np.random.seed(mix_seed_value)  # timm draws lam and the box from numpy's global RNG
-        x, target = mixup(x, y)
-    else:
-        target = y
     for group in optimizer.param_groups:
         group["lr"] = lr
-    with autocast_context(device, precision):
-        logits = model(x)
-        loss_ce = F.cross_entropy(
-            logits.float(), target, label_smoothing=0.0 if mixup else data_cfg.label_smoothing
-        )
-        terms = regularizer.terms()
-        loss_reg = sum(
-            (regularizer.weights[n] * t.float() for n, t in terms.items()),
-            torch.zeros((), device=device),
-        )
-    loss = loss_ce + loss_reg
+    loss, loss_ce, loss_reg = step_loss(
+        model,
+        regularizer,
+        xb,
+        yb,
+        data_cfg=data_cfg,
+        device=device,
+        precision=precision,
+        gen=gen,
+        mixup=mixup,
+        mix_seed_value=mix_seed_value,
+    )
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if optim_cfg.clip_grad > 0:

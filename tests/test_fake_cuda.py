@@ -1,0 +1,79 @@
+"""The train step's forward half keeps every tensor on a CUDA device, checked without a GPU.
+
+No CUDA code path can run on the CI machine. PyTorch's FakeTensorMode gives tensors a device
+(here ``cuda``) and metadata but no data, and it raises ``FakeTensorDeviceMismatchError`` when
+an op mixes devices: a tensor made without ``device=`` (``torch.arange(h)``), a draw on the
+host, a CPU constant. :func:`lipsweep.trial.engine.step_loss` (augmentation, timm
+Mixup/CutMix, the ViT forward, the regularizer's terms) and :class:`LossMonitor` run there for
+each regularizer family. Not covered: the backward pass and the optimizer step (autograd's
+engine needs a real CUDA device), and code that reads values (evaluation, attacks).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from lipsweep.regularizers import create_regularizer_from_config
+from lipsweep.settings.config import TrialConfig
+from lipsweep.trial.data import create_mixup
+from lipsweep.trial.engine import LossMonitor, step_loss
+from lipsweep.trial.models import create_model
+
+TINY = {"depth": 2, "embed_dim": 64, "num_heads": 4, "batch_size": 8}
+AUG = {"mixup": 0.8, "cutmix": 1.0, "label_smoothing": 0.1, "crop_padding": 4, "hflip": True}
+
+
+@pytest.mark.parametrize(
+    "flat",
+    [
+        {"regularizer": "none"},
+        {"regularizer": "jasmin", "k": 10, "aggregation": "mean"},
+        {"regularizer": "jasmin", "k": 0, "aggregation": "max"},
+        {"regularizer": "specformer"},
+    ],
+    ids=["none", "jasmin_k10_mean", "jasmin_k0_max", "specformer"],
+)
+def test_step_forward_stays_on_a_fake_cuda_device(flat: dict) -> None:
+    cfg = TrialConfig.from_flat({**TINY, **AUG, **flat})
+    dev = torch.device("cuda")
+    model = create_model(cfg.model)  # timm's constructor reads values: built for real, moved fake
+    reg = create_regularizer_from_config(cfg.regularizer)
+    mixup = create_mixup(cfg.data, 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "CUDA is not available ... Disabling autocast"
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            model = model.to(dev)
+            reg.attach(model)
+            xb = torch.zeros(8, 3, 32, 32, dtype=torch.uint8, device=dev)
+            yb = torch.zeros(8, dtype=torch.long, device=dev)
+            monitor = LossMonitor(dev)
+            for step in range(3):  # Mixup, CutMix or neither, by the seeded draw
+                parts = step_loss(
+                    model,
+                    reg,
+                    xb,
+                    yb,
+                    data_cfg=cfg.data,
+                    device=dev,
+                    precision="bf16",
+                    gen=torch.Generator(),  # a CUDA generator needs a driver; train_one_epoch
+                    mixup=mixup,  # refuses a host one (test_gpu_suite)
+                    mix_seed_value=step,
+                )
+                monitor.add(torch.stack(parts).float(), step)
+    assert all(isinstance(p, FakeTensor) and p.device.type == "cuda" for p in parts)
+    assert monitor.sums.device.type == "cuda" and monitor.first_bad.device.type == "cuda"
+
+
+def test_fake_mode_catches_a_host_tensor() -> None:
+    """The check itself: a tensor made without ``device=`` meets a CUDA one and raises."""
+    from torch._subclasses.fake_tensor import FakeTensorDeviceMismatchError
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.zeros(4, device="cuda")
+        with pytest.raises(FakeTensorDeviceMismatchError):
+            x + torch.arange(4)
