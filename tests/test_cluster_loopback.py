@@ -3,7 +3,8 @@
 
 The test runs, word for word, the command block under "## The tested sequence" in
 ``deploy/README.md`` (the cloud config name ``ray_cluster.yaml`` replaced by the loopback config
-rendered from ``deploy/local_cluster.yaml``), each line in ``bash -c`` as a user would type it. The
+rendered from ``deploy/local_cluster.yaml``, whose ``search_spaces`` mount gives the head a
+smoke.yaml of 1 short epoch: LIGHT_SMOKE), each line in ``bash -c`` as a user would type it. The
 one interactive line, ``ray attach ... -p 5000``, is replaced by what a user does through that
 tunnel: read the sweep from the head's MLflow server over HTTP.
 
@@ -55,6 +56,8 @@ TEMPLATE = ROOT / "deploy" / "local_cluster.yaml"
 SECTION = "## The tested sequence"
 CLOUD_CONFIG = "ray_cluster.yaml"
 SMOKE_TRIALS = 4  # search_spaces/smoke.yaml: baseline, 2 x JaSMin, Specformer
+LIGHT_SMOKE = {"epochs": 1, "warmup_epochs": 0, "train_size": 512, "eval_size": 64}
+"""What the head's smoke.yaml changes here (Loopback._light_spaces); its grid stays."""
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -357,7 +360,23 @@ Host 127.0.0.1
         assert set(re.findall(r"\{\{(\w+)\}\}", body)) == set(values), "template fields changed"
         for name, value in values.items():
             text = text.replace("{{" + name + "}}", str(value))
+        mount = '"~/lipsweep/search_spaces": "./search_spaces"'
+        assert mount in text, "the search_spaces file mount changed"
+        text = text.replace(mount, f'"~/lipsweep/search_spaces": "{self._light_spaces()}"')
         self.config.write_text(text)
+
+    def _light_spaces(self) -> Path:
+        """A copy of search_spaces/ whose smoke.yaml trains 1 epoch and evaluates 64 images:
+        the same 4 trials through the same commands, minutes less of CI (the whole smoke sweep
+        took 7 of this test's minutes on the 2-core CI box)."""
+        import yaml
+
+        dst = self.root / "search_spaces"
+        shutil.copytree(ROOT / "search_spaces", dst)
+        space = yaml.safe_load((dst / "smoke.yaml").read_text())
+        space["fixed"].update(LIGHT_SMOKE)
+        (dst / "smoke.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
+        return dst
 
     # driving it
     def env(self) -> dict[str, str]:
