@@ -324,6 +324,47 @@ def test_epochs_lost_with_a_killed_driver_are_backfilled_from_the_checkpoint(tmp
     assert steps(uri, kid.info.run_id, "epoch_acc_clean") == [1, 2, 3, 4]
 
 
+def test_final_metrics_logged_once_when_the_driver_died_before_ending_the_run(tmp_path):
+    """A driver SIGKILLed after logging a trial's final metrics but before ending its run (CI
+    run 4 of session 5 caught acc_clean logged twice): the resumed trial completes again, and
+    its final metrics are not logged a second time; the run ends FINISHED."""
+    from types import SimpleNamespace
+
+    from ray import tune
+
+    from lipsweep.settings.config import TrialConfig
+    from lipsweep.sweep.callbacks import MlflowSweepCallback
+    from lipsweep.sweep.trainable import FINAL_KEY
+    from lipsweep.tracking import Tracker
+    from lipsweep.trial.checkpoint import save_checkpoint
+
+    uri = sqlite_uri(tmp_path)
+    ckpt = save_checkpoint(
+        tmp_path / "ckpt", 1, {"w": torch.zeros(2)}, {"state": {}, "param_groups": []}, {}, {}
+    )
+    final = {"acc_clean": 30.0, "acc_pgd_4": 10.0, "epochs_done": 1.0}
+    trial = SimpleNamespace(
+        trial_id="t1",
+        config={"trial": TrialConfig.from_flat(TINY_FLAT).to_flat()},
+        last_result={**final, FINAL_KEY: True},
+        checkpoint=tune.Checkpoint.from_directory(str(ckpt)),
+    )
+    tracker = Tracker(uri, "exp")
+    cb = MlflowSweepCallback(tracker, tracker.open_parent("dir", "exp", {}))
+    cb.on_trial_start(0, [], trial)
+    tracker.log_metrics(cb.runs["t1"], final, step=0)  # ... and the driver dies here
+    tracker.flush()
+    tracker = Tracker(uri, "exp")
+    cb = MlflowSweepCallback(tracker, tracker.open_parent("dir", "exp", {}))
+    cb.on_trial_start(0, [], trial)
+    cb.on_trial_complete(0, [], trial)
+    tracker.flush()
+    (kid,) = children(uri)
+    assert kid.info.status == "FINISHED"
+    for key in final:
+        assert steps(uri, kid.info.run_id, key) == [0], key
+
+
 # ---------------------------------------------------------------------------------------------
 # 4-5. Disk full while checkpointing; a truncated checkpoint; resume = uninterrupted
 # ---------------------------------------------------------------------------------------------

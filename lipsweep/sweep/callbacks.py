@@ -97,6 +97,9 @@ class MlflowSweepCallback(Callback):
         self.runs: dict[str, str] = {}
         self.outcomes: dict[str, TrialOutcome] = {}
         self.completed_before: set[str] = set()
+        self.logged_before: dict[str, set[str]] = {}
+        """Metric keys a resumed trial's still-open child run already holds: a driver killed
+        between logging a trial's final metrics and ending its run must not log them twice."""
 
     def _run_for(self, trial) -> Optional[str]:
         """The trial's child run, or None if MLflow already holds its completed run."""
@@ -121,6 +124,8 @@ class MlflowSweepCallback(Callback):
                     found.info.status,
                 )
                 return None
+            if found is not None:
+                self.logged_before[tid] = set(found.data.metrics)
             flat = flat_config(trial.config)
             self.runs[tid] = self.tracker.open_child(
                 self.parent_id, tid, f"{tid} {trial_label(flat)}", flat
@@ -205,7 +210,10 @@ class MlflowSweepCallback(Callback):
             and isinstance(v, (int, float))
             and not isinstance(v, bool)
         }
-        self.tracker.log_metrics(run_id, final, step=0)
+        already = self.logged_before.get(trial.trial_id, set())
+        self.tracker.log_metrics(
+            run_id, {k: v for k, v in final.items() if k not in already}, step=0
+        )
         self.tracker.set_tags(run_id, trial_attack_tags(flat_config(trial.config), result))
         self._log_checkpoint(run_id, trial)
         self.tracker.end(run_id, FINISHED)
