@@ -271,6 +271,16 @@ def test_tracker_buffers_spills_and_replays_across_an_outage(tmp_path, monkeypat
         server.stop()
 
 
+def _driver(uri: str):
+    """What one sweep driver holds: a fresh Tracker and the sweep callback on its parent run
+    (adopted when an earlier driver opened it)."""
+    from lipsweep.sweep.callbacks import MlflowSweepCallback
+    from lipsweep.tracking import Tracker
+
+    tracker = Tracker(uri, "exp")
+    return tracker, MlflowSweepCallback(tracker, tracker.open_parent("dir", "exp", {}))
+
+
 def test_epochs_lost_with_a_killed_driver_are_backfilled_from_the_checkpoint(tmp_path):
     """Driver SIGKILLed while MLflow was down: its buffered epochs died with it. The resumed
     trial's next report is past a gap; the callback fills it from the checkpoint history."""
@@ -279,8 +289,6 @@ def test_epochs_lost_with_a_killed_driver_are_backfilled_from_the_checkpoint(tmp
     from ray import tune
 
     from lipsweep.settings.config import TrialConfig
-    from lipsweep.sweep.callbacks import MlflowSweepCallback
-    from lipsweep.tracking import Tracker
     from lipsweep.trial.checkpoint import save_checkpoint
 
     uri = sqlite_uri(tmp_path)
@@ -310,12 +318,10 @@ def test_epochs_lost_with_a_killed_driver_are_backfilled_from_the_checkpoint(tmp
         last_result={},
         checkpoint=tune.Checkpoint.from_directory(str(ckpt)),
     )
-    tracker = Tracker(uri, "exp")
-    cb = MlflowSweepCallback(tracker, tracker.open_parent("dir", "exp", {}))
+    tracker, cb = _driver(uri)
     cb.on_trial_result(0, [], trial, dict(history[0]))  # epoch 1 reached MLflow
     # a new driver (fresh tracker) resumes; the trial restored at epoch 3 reports epoch 4
-    tracker = Tracker(uri, "exp")
-    cb = MlflowSweepCallback(tracker, tracker.open_parent("dir", "exp", {}))
+    tracker, cb = _driver(uri)
     cb.on_trial_start(0, [], trial)
     cb.on_trial_result(0, [], trial, {**history[0], "loss": 0.4, "epoch": 4.0})
     (kid,) = children(uri)
@@ -333,9 +339,7 @@ def test_final_metrics_logged_once_when_the_driver_died_before_ending_the_run(tm
     from ray import tune
 
     from lipsweep.settings.config import TrialConfig
-    from lipsweep.sweep.callbacks import MlflowSweepCallback
     from lipsweep.sweep.trainable import FINAL_KEY
-    from lipsweep.tracking import Tracker
     from lipsweep.trial.checkpoint import save_checkpoint
 
     uri = sqlite_uri(tmp_path)
@@ -349,13 +353,11 @@ def test_final_metrics_logged_once_when_the_driver_died_before_ending_the_run(tm
         last_result={**final, FINAL_KEY: True},
         checkpoint=tune.Checkpoint.from_directory(str(ckpt)),
     )
-    tracker = Tracker(uri, "exp")
-    cb = MlflowSweepCallback(tracker, tracker.open_parent("dir", "exp", {}))
+    tracker, cb = _driver(uri)
     cb.on_trial_start(0, [], trial)
     tracker.log_metrics(cb.runs["t1"], final, step=0)  # ... and the driver dies here
     tracker.flush()
-    tracker = Tracker(uri, "exp")
-    cb = MlflowSweepCallback(tracker, tracker.open_parent("dir", "exp", {}))
+    tracker, cb = _driver(uri)
     cb.on_trial_start(0, [], trial)
     cb.on_trial_complete(0, [], trial)
     tracker.flush()
