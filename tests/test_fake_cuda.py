@@ -77,3 +77,69 @@ def test_fake_mode_catches_a_host_tensor() -> None:
         x = torch.zeros(4, device="cuda")
         with pytest.raises(FakeTensorDeviceMismatchError):
             x + torch.arange(4)
+
+
+@pytest.mark.parametrize(
+    ("placement", "where"), [("auto", "cpu"), ("cpu", "cpu"), ("same", "cuda")]
+)
+def test_small_decompositions_run_where_linalg_placement_says(
+    monkeypatch: pytest.MonkeyPatch, placement: str, where: str
+) -> None:
+    """Head bounds' SVDs and softmax eigvalsh and the Lanczos Ritz eigh, inputs on CUDA.
+
+    ``iters=1`` keeps Lanczos to one step with no convergence read (fake tensors hold no
+    values); the spies record the device each decomposition sees.
+    """
+    from lipsweep.lipschitz import head_bounds_at, head_exact_norm
+    from lipsweep.lipschitz.head_bounds import HeadWeights
+
+    seen: dict[str, set[str]] = {}
+    for name in ("eigh", "eigvalsh", "matrix_norm"):
+        real = getattr(torch.linalg, name)
+
+        def spy(t: torch.Tensor, *a: object, _real=real, _name=name, **k: object) -> object:
+            seen.setdefault(_name, set()).add(t.device.type)
+            return _real(t, *a, **k)
+
+        monkeypatch.setattr(torch.linalg, name, spy)
+    dev = torch.device("cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            x = torch.zeros(2, 5, 8, dtype=torch.float64, device=dev)
+            w = HeadWeights(
+                *(torch.zeros(2, 8, 4, dtype=torch.float64, device=dev) for _ in range(3)),
+                None,
+                None,
+                None,
+                0.5,
+            )
+            head_bounds_at(x, w, softmax_method="eigvalsh", linalg_placement=placement)
+            svd_seen, softmax_seen = seen.pop("matrix_norm"), seen.pop("eigvalsh")
+            head_exact_norm(x, w, "lanczos", iters=1, linalg_placement=placement)
+            ritz_seen = seen.pop("eigh")
+    assert svd_seen == {where} or svd_seen == {where, "cuda"}  # norms of X stay on X's device
+    assert softmax_seen == {where} and ritz_seen == {where}
+
+
+@pytest.mark.parametrize("route", ["exact", "lanczos"])
+def test_logit_jacobian_passes_linalg_placement(
+    monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    """jacobian_norm_result's Gram eigvalsh / Ritz eigh run on linalg_device(x, placement)
+    (autograd needs a real device, so this runs on the CPU and checks the plumbing)."""
+    from lipsweep.lipschitz import _krylov, jacobian
+
+    asked: list[str] = []
+
+    def spy(device: torch.device, placement: str = "auto") -> torch.device:
+        asked.append(placement)
+        return _krylov.linalg_device(device, placement)
+
+    monkeypatch.setattr(jacobian, "linalg_device", spy)
+    model = torch.nn.Linear(12, 3).double()
+    x = torch.randn(4, 12, dtype=torch.float64)
+    res = jacobian.jacobian_norm_result(model, x, 20, route=route, linalg_placement="same")
+    assert asked == ["same"]
+    exact = torch.linalg.matrix_norm(model.weight.detach(), 2)
+    torch.testing.assert_close(res.values, exact.expand(4), rtol=1e-6, atol=0)

@@ -17,11 +17,31 @@ the other rows in the batch (up to floating-point rounding in ``op``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 Operator = Callable[[torch.Tensor], torch.Tensor]
+
+LINALG_DEVICES = ("auto", "cpu", "same")
+"""Where the batched float64 SVD/eigh of small matrices run (``linalg_placement``): the head
+bounds' SVDs, the Lanczos Ritz eigh of T_j and the logit Gram eigvalsh. 'cpu', 'same' (the
+inputs' device), or 'auto': the CPU when the inputs are on CUDA, where batched decompositions
+of tiny matrices launch many small kernels (issue 17; benchmarks/gpu_suite.py times both, rows
+bounds_svd_*, ritz_eigh_*, lanczos_ritz_*), else the inputs' device. The values are the CPU's
+either way on CPU inputs."""
+
+
+def linalg_device(device: torch.device, placement: str = "auto") -> torch.device:
+    """The device of the small decompositions for inputs on ``device`` (LINALG_DEVICES)."""
+    if placement not in LINALG_DEVICES:
+        raise ValueError(
+            f"linalg_placement must be one of {list(LINALG_DEVICES)}, got {placement!r}"
+        )
+    if placement == "cpu" or (placement == "auto" and device.type == "cuda"):
+        return torch.device("cpu")
+    return device
+
 
 _BREAKDOWN = 1e-12
 """beta_j <= _BREAKDOWN * theta_j means the Krylov space is invariant: theta_j is exact."""
@@ -59,8 +79,18 @@ def _check_due(j: int) -> bool:
     return j < 16 or j % 4 == 3
 
 
-def lanczos_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int, tol: float) -> KrylovResult:
-    """lambda_max of each row's operator by Lanczos; ``iters`` caps the operator applications."""
+def lanczos_top_eigenvalue(
+    op: Operator,
+    v0: torch.Tensor,
+    iters: int,
+    tol: float,
+    eigh_device: Optional[torch.device] = None,
+) -> KrylovResult:
+    """lambda_max of each row's operator by Lanczos; ``iters`` caps the operator applications.
+
+    ``eigh_device``: where the Ritz eigh of T_j (m, j, j) runs (None: v0's device; see
+    :func:`linalg_device`); the recurrence and the result stay on v0's device.
+    """
     _check(iters, tol)
     m, n = v0.shape
     steps = min(iters, n)
@@ -82,7 +112,7 @@ def lanczos_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int, tol: floa
         betas.append(beta.double())
         last = j == steps - 1
         if _check_due(j) or last:
-            theta, resid = _top_ritz(alphas, betas)
+            theta, resid = _top_ritz(alphas, betas, eigh_device)
             ok = (resid <= tol * theta) | (beta.double() <= _BREAKDOWN * theta.clamp_min(1e-300))
             new = ~done & (ok | last)
             value = torch.where(new, theta, value)
@@ -98,11 +128,14 @@ def lanczos_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int, tol: floa
 
 
 def _top_ritz(
-    alphas: list[torch.Tensor], betas: list[torch.Tensor]
+    alphas: list[torch.Tensor], betas: list[torch.Tensor], eigh_device: Optional[torch.device]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top eigenvalue of T_j (m, j, j) and its residual estimate beta_j |s_j|."""
-    a = torch.stack(alphas, 1)  # (m, j)
-    b = torch.stack(betas, 1)  # (m, j)
+    """Top eigenvalue of T_j (m, j, j) and its residual estimate beta_j |s_j|, on the
+    alphas' device; the eigh runs on ``eigh_device`` (None: the same)."""
+    home = alphas[0].device
+    dev = home if eigh_device is None else eigh_device
+    a = torch.stack(alphas, 1).to(dev)  # (m, j)
+    b = torch.stack(betas, 1).to(dev)  # (m, j)
     t = torch.diag_embed(a)
     if a.shape[1] > 1:
         off = torch.diag_embed(b[:, :-1], offset=1)
@@ -110,7 +143,7 @@ def _top_ritz(
     evals, evecs = torch.linalg.eigh(t)
     theta = evals[:, -1]
     resid = b[:, -1] * evecs[:, -1, -1].abs()
-    return theta, resid
+    return theta.to(home), resid.to(home)
 
 
 def power_top_eigenvalue(op: Operator, v0: torch.Tensor, iters: int, tol: float) -> KrylovResult:

@@ -34,7 +34,12 @@ from typing import Optional
 import torch
 from torch import nn
 
-from lipsweep.lipschitz._krylov import lanczos_top_eigenvalue, start_vector
+from lipsweep.lipschitz._krylov import (
+    LINALG_DEVICES,  # noqa: F401 - re-exported: where the small decompositions run
+    lanczos_top_eigenvalue,
+    linalg_device,
+    start_vector,
+)
 from lipsweep.lipschitz.softmax_jacobian import g1, softmax_jacobian_norm
 from lipsweep.trial.attention import attention_probs
 from lipsweep.trial.models import attention_modules
@@ -43,11 +48,6 @@ BOUNDS = ("thm1", "thm2", "thm3", "thm3_g1")
 """Names of the bounds, in the paper's order (Fig. 6 columns after 'exact')."""
 
 HEAD_ROUTES = ("auto", "lanczos", "full")
-LINALG_DEVICES = ("auto", "cpu", "same")
-"""Where the batched float64 SVD/eigh of the small matrices run (``linalg_placement``): 'cpu',
-'same' (the inputs' device), or 'auto': the CPU when the inputs are on CUDA, where batched
-decompositions of tiny matrices launch many small kernels (issue 17; benchmarks/gpu_suite.py
-measures both), else the inputs' device. The values are the CPU's either way on CPU inputs."""
 FULL_MAX_ENTRIES = 2_000_000
 """``auto`` forms the full (N d) x (N D) Jacobian up to this many entries per head."""
 
@@ -128,17 +128,6 @@ def _augmented(
     return x, *(
         torch.cat([m, b[:, None, :]], 1) for m, b in ((w.wq, w.bq), (w.wk, w.bk), (w.wv, w.bv))
     )
-
-
-def linalg_device(device: torch.device, placement: str = "auto") -> torch.device:
-    """The device of the small decompositions for inputs on ``device`` (LINALG_DEVICES)."""
-    if placement not in LINALG_DEVICES:
-        raise ValueError(
-            f"linalg_placement must be one of {list(LINALG_DEVICES)}, got {placement!r}"
-        )
-    if placement == "cpu" or (placement == "auto" and device.type == "cuda"):
-        return torch.device("cpu")
-    return device
 
 
 def _spec_norm(m: torch.Tensor, dev: torch.device) -> torch.Tensor:
@@ -240,7 +229,9 @@ class HeadLinearization:
         return dq @ w.wq.transpose(1, 2) + dk @ w.wk.transpose(1, 2) + dv @ w.wv.transpose(1, 2)
 
 
-def _lanczos_norm(x: torch.Tensor, w: HeadWeights, iters: int, tol: float) -> torch.Tensor:
+def _lanczos_norm(
+    x: torch.Tensor, w: HeadWeights, iters: int, tol: float, eigh_device: torch.device
+) -> torch.Tensor:
     """||J||_2 of every (image, head) at once: Lanczos on u -> J J^T u in output space."""
     b, n, _ = x.shape
     heads, d = w.num_heads, w.wv.shape[-1]
@@ -250,21 +241,30 @@ def _lanczos_norm(x: torch.Tensor, w: HeadWeights, iters: int, tol: float) -> to
         return lin.jvp(lin.vjp(u.reshape(b, heads, n, d))).reshape(b * heads, n * d)
 
     u0 = start_vector(b * heads, n * d, x.dtype, x.device)
-    res = lanczos_top_eigenvalue(op, u0, iters, tol)
+    res = lanczos_top_eigenvalue(op, u0, iters, tol, eigh_device)
     return res.value.clamp_min(0).sqrt().reshape(b, heads)
 
 
 def head_exact_norm(
-    x: torch.Tensor, w: HeadWeights, route: str = "auto", iters: int = 300, tol: float = 1e-8
+    x: torch.Tensor,
+    w: HeadWeights,
+    route: str = "auto",
+    iters: int = 300,
+    tol: float = 1e-8,
+    linalg_placement: str = "auto",
 ) -> torch.Tensor:
-    """||J_Attn(X)||_2 of every head at every input ``x`` (B, N, D) -> (B, H), float64."""
+    """||J_Attn(X)||_2 of every head at every input ``x`` (B, N, D) -> (B, H), float64.
+
+    ``linalg_placement``: where the Lanczos route's Ritz eigh runs (LINALG_DEVICES).
+    """
     if route not in HEAD_ROUTES:
         raise ValueError(f"route must be one of {list(HEAD_ROUTES)}, got {route!r}")
+    eigh_dev = linalg_device(x.device, linalg_placement)
     x = x.double()
     _, n, dim = x.shape
     if route == "auto":
         route = "full" if n * w.wv.shape[-1] * n * dim <= FULL_MAX_ENTRIES else "lanczos"
-    return _full_norm(x, w) if route == "full" else _lanczos_norm(x, w, iters, tol)
+    return _full_norm(x, w) if route == "full" else _lanczos_norm(x, w, iters, tol, eigh_dev)
 
 
 class AttentionInputs:
@@ -311,8 +311,8 @@ def measure_head_bounds(
 ) -> dict[str, torch.Tensor]:
     """Exact head norms and Thm 1-3 bounds for every image, layer and head of ``model``.
 
-    ``linalg_placement``: where the bounds' small SVDs run (LINALG_DEVICES; the GPU suite
-    times 'cpu' against 'same').
+    ``linalg_placement``: where the bounds' small SVDs and the Lanczos Ritz eigh run
+    (LINALG_DEVICES; the GPU suite times 'cpu' against 'same').
 
     Returns ``{"head_exact", "head_thm1", "head_thm2", "head_thm3", "head_thm3_g1"}``, each
     (B, L, H) float64. The model is in eval mode during the measurement; its mode is restored.
@@ -328,6 +328,8 @@ def measure_head_bounds(
             for k, v in head_bounds_at(xl, wl, 0.0, softmax_method, linalg_placement).items()
         }
         with torch.enable_grad():  # jacrev for 'full'
-            row["head_exact"] = head_exact_norm(xl, wl, route, iters, tol).to(xl.device)
+            row["head_exact"] = head_exact_norm(xl, wl, route, iters, tol, linalg_placement).to(
+                xl.device
+            )
         per_layer.append(row)
     return {k: torch.stack([r[k] for r in per_layer], 1) for k in per_layer[0]}

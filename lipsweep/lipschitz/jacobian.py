@@ -43,6 +43,7 @@ from torch import nn
 from lipsweep.lipschitz._krylov import (
     KrylovResult,
     lanczos_top_eigenvalue,
+    linalg_device,
     power_top_eigenvalue,
     start_vector,
 )
@@ -118,8 +119,9 @@ def _forward(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return xg, out
 
 
-def _exact(xg: torch.Tensor, out: torch.Tensor) -> JacobianNormResult:
-    """C batched VJPs on one graph, then the top eigenvalue of the C x C Gram matrix."""
+def _exact(xg: torch.Tensor, out: torch.Tensor, eigh_device: torch.device) -> JacobianNormResult:
+    """C batched VJPs on one graph, then the top eigenvalue of the C x C Gram matrix (its
+    eigvalsh on ``eigh_device``)."""
     b, c = out.shape
     rows = []
     for k in range(c):
@@ -127,7 +129,7 @@ def _exact(xg: torch.Tensor, out: torch.Tensor) -> JacobianNormResult:
         rows.append(g.reshape(b, -1))  # row k of every J_b
     jac = torch.stack(rows, 1).double()  # (B, C, n)
     gram = jac @ jac.transpose(1, 2)  # (B, C, C)
-    top = torch.linalg.eigvalsh(gram)[:, -1].clamp_min(0)
+    top = torch.linalg.eigvalsh(gram.to(eigh_device))[:, -1].to(gram.device).clamp_min(0)
     return JacobianNormResult(
         top.sqrt().to(xg.dtype),
         "exact",
@@ -137,7 +139,13 @@ def _exact(xg: torch.Tensor, out: torch.Tensor) -> JacobianNormResult:
 
 
 def _iterative(
-    model: nn.Module, xg: torch.Tensor, out: torch.Tensor, iters: int, tol: float, route: str
+    model: nn.Module,
+    xg: torch.Tensor,
+    out: torch.Tensor,
+    iters: int,
+    tol: float,
+    route: str,
+    eigh_device: torch.device,
 ) -> JacobianNormResult:
     """Lanczos / power on u -> J J^T u in logit space: one VJP (retained graph) + one JVP."""
     b, c = out.shape
@@ -153,8 +161,10 @@ def _iterative(
         return ju.detach()
 
     u0 = start_vector(b, c, out.dtype, out.device)
-    solver = lanczos_top_eigenvalue if route == "lanczos" else power_top_eigenvalue
-    res: KrylovResult = solver(op, u0, iters, tol)
+    if route == "lanczos":
+        res: KrylovResult = lanczos_top_eigenvalue(op, u0, iters, tol, eigh_device)
+    else:
+        res = power_top_eigenvalue(op, u0, iters, tol)
     return JacobianNormResult(res.value.clamp_min(0).sqrt(), route, res.iterations, res.converged)
 
 
@@ -166,6 +176,7 @@ def jacobian_norm_result(
     route: str = "auto",
     tol: float = DEFAULT_TOL,
     batch_size: Optional[int] = None,
+    linalg_placement: str = "auto",
 ) -> JacobianNormResult:
     """||J_f(x_b)||_2 for every sample, with the route that ran (docs/science.md §1.5).
 
@@ -176,8 +187,10 @@ def jacobian_norm_result(
         route: 'auto', 'exact', 'lanczos' or 'power'.
         tol: relative tolerance of the iterative routes on sigma_1^2.
         batch_size: evaluate in chunks of this many samples (None: all at once).
+        linalg_placement: where the Gram eigvalsh / Ritz eigh run (``_krylov.LINALG_DEVICES``).
     """
     _check_args(model, x, iters, tol)
+    eigh_dev = linalg_device(x.device, linalg_placement)
     if route not in ROUTES:
         raise ValueError(f"route must be one of {list(ROUTES)}, got {route!r}")
     if batch_size is not None and (
@@ -191,9 +204,9 @@ def jacobian_norm_result(
             xg, out = _forward(model, x[i : i + step])
             route_b = resolve_route(route, out.shape[1])
             parts.append(
-                _exact(xg, out)
+                _exact(xg, out, eigh_dev)
                 if route_b == "exact"
-                else _iterative(model, xg, out, iters, tol, route_b)
+                else _iterative(model, xg, out, iters, tol, route_b, eigh_dev)
             )
             del xg, out
     return JacobianNormResult(
