@@ -42,6 +42,7 @@ def test_decide_device_chooses_and_says_why(requested, gpus, cuda, device, words
         ("cuda", [], "'cuda' requested but CUDA is not available"),
         ("cuda:0", None, "'cuda:0' requested but CUDA is not available"),
         ("tpu", None, "must be auto, cpu, cuda or cuda:N"),
+        ("cuda:one", None, "must be auto, cpu, cuda or cuda:N"),
     ],
 )
 def test_decide_device_refuses_a_gpu_it_cannot_use(requested, gpus, words):
@@ -50,6 +51,21 @@ def test_decide_device_refuses_a_gpu_it_cannot_use(requested, gpus, words):
     assert isinstance(info.value, ConfigError) and info.value.field == "device"
     assert words in str(info.value)
     assert "\n" not in info.value.format()
+
+
+@pytest.mark.parametrize(
+    "requested, gpus, count, words",
+    [
+        ("cuda:1", ["3"], 1, "sees 1 CUDA device(s) (Ray shows a trial only its own GPUs"),
+        ("cuda:2", None, 2, "'cuda:2' requested but this process sees 2 CUDA device(s);"),
+    ],
+)
+def test_decide_device_refuses_a_cuda_index_the_process_cannot_see(requested, gpus, count, words):
+    with pytest.raises(DeviceError) as info:
+        decide_device(requested, gpus, True, count)
+    assert words in str(info.value)
+    assert decide_device("cuda:0", gpus, True, count)[0] == "cuda:0"
+    assert decide_device("cuda", gpus, True, count)[0] == "cuda"
 
 
 @needs_no_cuda
@@ -69,5 +85,8 @@ def test_sweep_checks_cuda_on_the_driver_only_when_trials_get_no_gpu():
     with pytest.raises(DeviceError, match="resources.gpu: 0 runs the trials here"):
         check_sweep_device(0, trials)
     check_sweep_device(1, trials)  # the workers decide
+    check_sweep_device(2, [{"device": "cuda:1"}])
+    with pytest.raises(DeviceError, match=r"only its own 1 GPU\(s\), as cuda:0..cuda:0"):
+        check_sweep_device(0.5, [{"device": "cuda:1"}])
     check_sweep_device(0.5, trials)
     check_sweep_device(0, [{"device": "auto"}, {}])

@@ -132,7 +132,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_positive("seed", self.seed, allow_zero=True)
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+        index = self.device.partition(":")[2] if self.device.startswith("cuda:") else None
+        if not (self.device in ("auto", "cpu", "cuda") or (index and index.isdigit())):
             raise ConfigError(
                 "device", f"must be auto, cpu, cuda or cuda:N, got {show(self.device)}"
             )

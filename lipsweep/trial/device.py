@@ -15,6 +15,7 @@ Ray or a GPU. The rule (issue 17 item 2):
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Optional, Sequence
 
@@ -31,7 +32,10 @@ class DeviceError(ConfigError):
 
 
 def decide_device(
-    requested: str, assigned_gpus: Optional[Sequence[object]], cuda_available: bool
+    requested: str,
+    assigned_gpus: Optional[Sequence[object]],
+    cuda_available: bool,
+    device_count: Optional[int] = None,
 ) -> tuple[str, str]:
     """``(device, reason)`` for a trial; raises :class:`DeviceError` when it cannot train.
 
@@ -40,6 +44,8 @@ def decide_device(
         assigned_gpus: GPU ids Ray assigned to this trial (``[]``: none), or ``None`` when the
             trial does not run under Ray (``lipsweep train``).
         cuda_available: ``torch.cuda.is_available()`` in this process.
+        device_count: ``torch.cuda.device_count()`` (None: not checked). ``cuda:N`` needs
+            N < device_count; under Ray a trial sees only its own GPUs, as cuda:0, cuda:1, ...
     """
     gpus = list(assigned_gpus) if assigned_gpus is not None else None
     ray_note = f"Ray assigned GPU(s) {gpus}" if gpus else ""
@@ -47,7 +53,17 @@ def decide_device(
         if gpus:
             return "cpu", f"device: cpu requested; {ray_note}, which stays idle"
         return "cpu", "device: cpu requested"
+    index = requested.partition(":")[2] if requested.startswith("cuda:") else ""
+    if requested not in ("auto", "cuda") and not index.isdigit():
+        raise DeviceError(f"must be auto, cpu, cuda or cuda:N, got {requested!r}")
     if requested.startswith("cuda"):
+        if cuda_available and device_count is not None and index and int(index) >= device_count:
+            seen = f"{device_count} CUDA device(s)" + (
+                f" (Ray shows a trial only its own GPUs, as cuda:0..; {ray_note})" if gpus else ""
+            )
+            raise DeviceError(
+                f"{requested!r} requested but this process sees {seen}; use device: cuda"
+            )
         if cuda_available:
             return requested, f"device: {requested} requested and CUDA is visible" + (
                 f" ({ray_note})" if gpus else ""
@@ -60,8 +76,6 @@ def decide_device(
             f"{requested!r} requested but CUDA is not available on this "
             f"machine ({_cuda_hint()}); use device: cpu or auto"
         )
-    if requested != "auto":
-        raise DeviceError(f"must be auto, cpu, cuda or cuda:N, got {requested!r}")
     if gpus:
         if not cuda_available:
             raise DeviceError(
@@ -99,7 +113,9 @@ def choose_device(
     """:func:`decide_device` with this process's CUDA; logs the decision once at ``level``."""
     import torch
 
-    device, reason = decide_device(requested, assigned_gpus, torch.cuda.is_available())
+    available = torch.cuda.is_available()
+    count = torch.cuda.device_count() if available else None
+    device, reason = decide_device(requested, assigned_gpus, available, count)
     _log.log(level, "training on %s: %s", device, reason)
     return device
 
@@ -108,13 +124,23 @@ def check_sweep_device(gpu_per_trial: float, trials: Sequence[dict]) -> None:
     """Driver-side check: ``device: cuda`` with ``resources.gpu: 0`` needs CUDA right here.
 
     With ``gpu > 0`` the driver (a CPU head) need not have a GPU: each trial decides on its
-    worker (:func:`decide_device`).
+    worker (:func:`decide_device`); only a ``cuda:N`` that no trial can see (Ray shows a
+    trial ``ceil(gpu)`` GPUs, as cuda:0, cuda:1, ...) is refused here, before any trial starts.
     """
-    if gpu_per_trial > 0:
-        return
     wanted = sorted(
         {str(t.get("device")) for t in trials if str(t.get("device", "auto")).startswith("cuda")}
     )
+    if gpu_per_trial > 0:
+        visible = math.ceil(gpu_per_trial)
+        for name in wanted:
+            index = name.partition(":")[2]
+            if index.isdigit() and int(index) >= visible:
+                raise DeviceError(
+                    f"{name!r} with resources.gpu: {gpu_per_trial:g}: Ray shows each trial "
+                    f"only its own {visible} GPU(s), as cuda:0..cuda:{visible - 1}; use "
+                    "device: cuda"
+                )
+        return
     if wanted:
         import torch
 
