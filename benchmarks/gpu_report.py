@@ -258,6 +258,9 @@ def lipschitz_tables(d: dict[str, Any]) -> str:
         "Batched float64 eigh of one Ritz check (one matrix per image x head), ms per call:\n",
         table(["size", "on the device", "on the CPU (with copies)"], rows),
     ]
+    verdict = placement_verdict(h, bool(d.get("meta", {}).get("gpu")))
+    if verdict:
+        out += ["", verdict]
     s = lip.get("summary_c100", {})
     out += [
         "",
@@ -265,6 +268,33 @@ def lipschitz_tables(d: dict[str, Any]) -> str:
         f"{fmt(s.get('seconds'))} s.",
     ]
     return "\n".join(out)
+
+
+def placement_verdict(h: dict[str, Any], on_gpu: bool) -> str:
+    """Which ``linalg_placement`` the measured head-bound rows favour on a GPU ('' elsewhere).
+
+    lipsweep's default, 'auto', puts the small decompositions on the CPU when the inputs are
+    on CUDA (``lipsweep.lipschitz._krylov.linalg_device``): this says whether to keep it.
+    """
+    pairs = [
+        ("bound SVDs", h.get("bounds_svd_device_s"), h.get("bounds_svd_cpu_s")),
+        ("Lanczos with its Ritz eigh", h.get("lanczos_ritz_device_s"), h.get("lanczos_ritz_cpu_s")),
+    ]
+    pairs = [(name, dev, cpu) for name, dev, cpu in pairs if dev and cpu]
+    if not on_gpu or not pairs:
+        return ""
+    dev_total = sum(dev for _, dev, _ in pairs)
+    cpu_total = sum(cpu for _, _, cpu in pairs)
+    each = "; ".join(f"{name}: device {dev:.3f} s, CPU {cpu:.3f} s" for name, dev, cpu in pairs)
+    if cpu_total <= dev_total:
+        return (
+            f"Placement: the CPU is {dev_total / cpu_total:.2f}x faster ({each}): "
+            "`linalg_placement` 'auto' (CPU for CUDA inputs) stays."
+        )
+    return (
+        f"Placement: the device is {cpu_total / dev_total:.2f}x faster ({each}): make "
+        "'auto' mean 'same' for CUDA inputs in `lipsweep/lipschitz/_krylov.py` `linalg_device`."
+    )
 
 
 def trial_tables(d: dict[str, Any]) -> str:

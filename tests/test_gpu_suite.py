@@ -225,6 +225,26 @@ def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
     text = gpu_report.report(partial)
     assert "| bf16 | 512 | 90.00 | - |" in text and "Device: **H100**" in text
     assert "AutoAttack: skipped" in text and "attacks: RuntimeError: boom" in text
+    assert "Placement:" not in gpu_report.report(data)  # a CPU run has no verdict
+
+
+@pytest.mark.parametrize(
+    ("svd", "ritz", "words"),
+    [
+        ((0.9, 0.3), (2.0, 1.0), "the CPU is 2.23x faster"),  # (device s, CPU s)
+        ((0.2, 0.4), (1.0, 2.0), "the device is 2.00x faster"),
+    ],
+)
+def test_gpu_report_says_which_linalg_placement_to_keep(svd, ritz, words) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_report
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rows = {"bounds_svd_device_s": svd[0], "bounds_svd_cpu_s": svd[1]}
+    rows |= {"lanczos_ritz_device_s": ritz[0], "lanczos_ritz_cpu_s": ritz[1]}
+    text = gpu_report.report({"meta": {"gpu": "H100"}, "lipschitz": {"head_bounds": rows}})
+    assert f"Placement: {words}" in text
 
 
 def _suite_module():
