@@ -235,8 +235,8 @@ def lipschitz_tables(d: dict[str, Any]) -> str:
         ["measure_head_bounds (what a trial runs)", fmt(h.get("measure_head_bounds_s"), 4)],
         ["Lanczos matvecs (J J^T u)", fmt(h.get("matvec_s"), 4)],
         ["Lanczos Ritz eigh + bookkeeping", fmt(h.get("ritz_eigh_and_rest_s"), 4)],
-        ["Lanczos, Ritz eigh on the device", fmt(h.get("lanczos_ritz_device_s"), 4)],
-        ["Lanczos, Ritz eigh on the CPU", fmt(h.get("lanczos_ritz_cpu_s"), 4)],
+        ["Lanczos total, Ritz eigh on the device", fmt(h.get("lanczos_ritz_device_s"), 4)],
+        ["Lanczos total, Ritz eigh on the CPU", fmt(h.get("lanczos_ritz_cpu_s"), 4)],
         ["bound SVDs/eigh (head_bounds_at) on the device", fmt(h.get("bounds_svd_device_s"), 4)],
         ["bound SVDs/eigh (head_bounds_at) on the CPU", fmt(h.get("bounds_svd_cpu_s"), 4)],
     ]
