@@ -47,14 +47,15 @@ def cifar_sample() -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="session")
 def trained_tiny_model(cifar_sample) -> PixelModel:
-    """A tiny ViT trained for a few epochs on the embedded sample (well above chance), eval mode."""
+    """A tiny ViT trained for 2 epochs on the embedded sample (29 % test accuracy, chance is
+    10 %; 4 epochs gave 30 % for twice the CI time), eval mode."""
     torch.manual_seed(0)
     model = create_model(tiny_model_config())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     x, y = cifar_sample["x_train"], cifar_sample["y_train"]
     g = torch.Generator().manual_seed(0)
     model.train()
-    for _ in range(4):
+    for _ in range(2):
         perm = torch.randperm(len(x), generator=g)
         for i in range(0, len(x), 64):
             idx = perm[i : i + 64]
