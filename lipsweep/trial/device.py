@@ -5,8 +5,10 @@ trial, if it runs under Ray, and whether torch sees CUDA), so the rule is unit-t
 Ray or a GPU. The rule (issue 17 item 2):
 
 - ``cpu``: the CPU, always (a warning in the reason if Ray assigned a GPU that stays idle).
-- ``cuda`` / ``cuda:N``: that device if CUDA is visible, else a :class:`DeviceError` that says
-  whether Ray assigned GPUs the process cannot see (driver, ``--gpus all``, CUDA build).
+- ``cuda`` / ``cuda:N``: that device if CUDA is visible (and N below the visible device count:
+  under Ray a trial sees only its own GPUs, as cuda:0, cuda:1, ...), else a :class:`DeviceError`
+  that says whether Ray assigned GPUs the process cannot see (driver, ``--gpus all``, CUDA
+  build).
 - ``auto``: CUDA when Ray assigned a GPU (an error if CUDA is then not visible: a GPU node must
   never train on its CPU by accident); the CPU when Ray assigned none (an unassigned GPU belongs
   to another trial); outside Ray (``assigned_gpus is None``) CUDA if visible, else the CPU.
