@@ -1071,15 +1071,37 @@ def project_paper_trial(
 SMOKE_OFFLINE = {"pretrained": "", "dataset": "embedded", "data_dir": ""}
 
 
-def smoke_trial(s: Suite, space: Path) -> None:
+SMOKE_MIN_S = 60.0
+"""The smoke trial is skipped (and says so) when less than this is left before --deadline-s."""
+
+
+def _tail(out: Any) -> str:
+    """The last 3000 characters of a (possibly partial, possibly bytes) captured stream."""
+    if isinstance(out, bytes):
+        out = out.decode(errors="replace")
+    return (out or "")[-3000:]
+
+
+def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> None:
     """The first trial of ``space`` through ``python -m lipsweep train`` (no Ray, no MLflow),
-    with :data:`SMOKE_OFFLINE` applied where the space reads the network."""
+    with :data:`SMOKE_OFFLINE` applied where the space reads the network.
+
+    ``timeout_s``: the trial is killed after this long (its output so far is kept in the JSON);
+    below :data:`SMOKE_MIN_S` it is not started.
+    """
     import yaml
 
     from lipsweep.sweep.space import load_space
     from lipsweep.trial.data_remote import is_uri
 
     sec = s.data.setdefault("smoke_trial", {})
+    if timeout_s is not None and timeout_s < SMOKE_MIN_S:
+        sec["lipsweep_train"] = {
+            "skipped": f"{max(timeout_s, 0):.0f} s left before --deadline-s, under the "
+            f"{SMOKE_MIN_S:.0f} s a smoke trial needs"
+        }
+        _log.warning("smoke trial: skipped (%s)", sec["lipsweep_train"]["skipped"])
+        return
     with s.guard(sec, "lipsweep_train") as r:
         spec = load_space(space)
         flat = dict(spec.trials[0])
@@ -1100,10 +1122,20 @@ def smoke_trial(s: Suite, space: Path) -> None:
             )
             _log.info("smoke trial: %s", " ".join(cmd))
             t0 = time.perf_counter()
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            try:
+                proc = subprocess.run(
+                    cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
+                )
+            except subprocess.TimeoutExpired as exc:
+                r["wall_s"] = round(time.perf_counter() - t0, 2)
+                r["stderr_tail"] = _tail(exc.stderr)
+                raise RuntimeError(
+                    f"lipsweep train killed after {timeout_s:.0f} s (--deadline-s); its "
+                    "output so far is in smoke_trial.lipsweep_train.stderr_tail"
+                ) from None
             r["wall_s"] = round(time.perf_counter() - t0, 2)
             r["rc"] = proc.returncode
-            r["stderr_tail"] = proc.stderr[-3000:]
+            r["stderr_tail"] = _tail(proc.stderr)
             metrics = work / "out" / "metrics.json"
             if metrics.is_file():
                 r["metrics"] = json.loads(metrics.read_text())
@@ -1183,6 +1215,14 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         help="also run the space's first trial via `python -m lipsweep train`",
     )
     p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="hard limit in seconds from the suite's start (after imports): the smoke trial "
+        "gets what is left minus 15 s, is killed at that point with its output kept, and is "
+        f"skipped under {SMOKE_MIN_S:.0f} s, so the JSON is always written in time",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -1243,7 +1283,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             runners[name](suite)
         suite.write()
     if args.smoke_trial is not None:
-        smoke_trial(suite, args.smoke_trial)
+        left = None if args.deadline_s is None else args.deadline_s - suite.elapsed() - 15.0
+        smoke_trial(suite, args.smoke_trial, left)
     suite.data["meta"]["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     suite.write()
     _log.info(

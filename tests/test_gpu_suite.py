@@ -256,6 +256,32 @@ def _suite_module():
     return gpu_suite
 
 
+def test_smoke_trial_within_the_deadline_or_skipped_or_killed_with_its_output(
+    tmp_path: Path,
+) -> None:
+    """--deadline-s: the smoke trial is skipped when too little time is left, and killed at its
+    share (the JSON keeps the error and the trial's output so far), so the suite always writes."""
+    gs = _suite_module()
+    import torch
+
+    suite = gs.Suite(tmp_path / "s.json", torch.device("cpu"), gs.QUICK, quick=True)
+    space = ROOT / "search_spaces" / "smoke.yaml"
+    gs.smoke_trial(suite, space, timeout_s=gs.SMOKE_MIN_S - 1)
+    assert (
+        "under the 60 s a smoke trial needs"
+        in suite.data["smoke_trial"]["lipsweep_train"]["skipped"]
+    )
+    gs.SMOKE_MIN_S, saved = 0.0, gs.SMOKE_MIN_S
+    try:
+        gs.smoke_trial(suite, space, timeout_s=1.0)  # torch's import alone takes longer
+    finally:
+        gs.SMOKE_MIN_S = saved
+    r = suite.data["smoke_trial"]["lipsweep_train"]
+    assert r["error"].startswith("RuntimeError: lipsweep train killed after 1 s")
+    assert 1.0 <= r["wall_s"] < 30 and "stderr_tail" in r and "rc" not in r
+    assert suite.data["errors"] == [f"lipsweep_train: {r['error']}"]
+
+
 def test_guard_records_one_failure_and_the_suite_goes_on(tmp_path: Path) -> None:
     gs = _suite_module()
     import torch
