@@ -188,3 +188,23 @@ def test_sweep_child_runs_get_tags_saying_which_autoattack_made_acc_aa():
     assert std["aa.version"] == "standard" and std["aa.square_queries"] == "5000"
     assert "aa.images" not in std
     assert trial_attack_tags({**flat, "attacks": ["pgd"]}, {}) == {}
+
+
+def test_confirm_task_decides_its_device_like_a_trial(monkeypatch):
+    """A Ray task given a GPU it cannot see fails at once with the reason (no silent days of
+    standard AutoAttack on the CPU); one given none runs on the CPU."""
+    import ray
+
+    from lipsweep.decide import confirm
+    from lipsweep.trial.device import DeviceError
+
+    seen = {}
+    monkeypatch.setattr(confirm, "evaluate_standard", lambda *a, **k: seen.update(k))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
+    with pytest.raises(DeviceError, match=r"Ray assigned GPU\(s\) \['0'\], but CUDA is not"):
+        confirm._evaluate_task({}, b"", [2], 16, None, label="run")
+    assert seen == {}
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])
+    confirm._evaluate_task({}, b"", [2], 16, None, label="run")
+    assert seen == {"device": "cpu", "label": "run"}

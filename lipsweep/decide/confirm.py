@@ -313,7 +313,18 @@ def _run_local(
 
 def _evaluate_task(*args: Any, **kwargs: Any) -> ConfirmOutcome:
     """:func:`evaluate_standard` in a Ray worker, its progress lines on the worker's stderr
-    (which Ray forwards to the driver's console; a worker has no logging set up)."""
+    (which Ray forwards to the driver's console; a worker has no logging set up).
+
+    The device is decided as a trial's (:func:`lipsweep.trial.device.decide_device`): a task
+    Ray gave a GPU that cannot see CUDA fails at once with the reason, never falling back to
+    days of standard AutoAttack on the worker's CPU.
+    """
+    import ray
+
+    from lipsweep.trial.device import choose_device
+
+    gpus = [str(g) for g in ray.get_gpu_ids()]
+    device = choose_device("auto", gpus, level=logging.WARNING, work="standard AutoAttack")
     logger = logging.getLogger("lipsweep.confirm")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -323,7 +334,7 @@ def _evaluate_task(*args: Any, **kwargs: Any) -> ConfirmOutcome:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
-    return evaluate_standard(*args, **kwargs)
+    return evaluate_standard(*args, device=device, **kwargs)
 
 
 def _run_ray(

@@ -110,15 +110,19 @@ def _cuda_hint() -> str:
 
 
 def choose_device(
-    requested: str, assigned_gpus: Optional[Sequence[object]] = None, level: int = logging.INFO
+    requested: str,
+    assigned_gpus: Optional[Sequence[object]] = None,
+    level: int = logging.INFO,
+    work: str = "training",
 ) -> str:
-    """:func:`decide_device` with this process's CUDA; logs the decision once at ``level``."""
+    """:func:`decide_device` with this process's CUDA; logs "<work> on <device>: <reason>"
+    once at ``level``."""
     import torch
 
     available = torch.cuda.is_available()
     count = torch.cuda.device_count() if available else None
     device, reason = decide_device(requested, assigned_gpus, available, count)
-    _log.log(level, "training on %s: %s", device, reason)
+    _log.log(level, "%s on %s: %s", work, device, reason)
     return device
 
 
