@@ -8,6 +8,7 @@ every import of those packages raise ImportError and log the attempt, so an impo
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -196,13 +197,18 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
     assert abs(sum(proj["parts_s"].values()) - proj["total_s"]) < 1.0
 
 
-def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
-    """gpu_report.py turns the kept CPU quick JSON, and a run cut short, into the tables."""
+def _bench_module(name: str):
+    """A script of benchmarks/ imported as a module (benchmarks/ is not a package)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        import gpu_report
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
+    """gpu_report.py turns the kept CPU quick JSON, and a run cut short, into the tables."""
+    gpu_report = _bench_module("gpu_report")
     data = json.loads((ROOT / "benchmarks" / "gpu_suite_cpu_quick.json").read_text())
     text = gpu_report.report(data)
     for heading in (
@@ -236,11 +242,7 @@ def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
     ],
 )
 def test_gpu_report_says_which_linalg_placement_to_keep(svd, ritz, words) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_report
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    gpu_report = _bench_module("gpu_report")
     rows = {"bounds_svd_device_s": svd[0], "bounds_svd_cpu_s": svd[1]}
     rows |= {"lanczos_ritz_device_s": ritz[0], "lanczos_ritz_cpu_s": ritz[1]}
     text = gpu_report.report({"meta": {"gpu": "H100"}, "lipschitz": {"head_bounds": rows}})
@@ -248,12 +250,7 @@ def test_gpu_report_says_which_linalg_placement_to_keep(svd, ritz, words) -> Non
 
 
 def _suite_module():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_suite
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return gpu_suite
+    return _bench_module("gpu_suite")
 
 
 def test_smoke_trial_within_the_deadline_or_skipped_or_killed_with_its_output(
