@@ -330,6 +330,32 @@ def trial_tables(d: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+SMOKE_METRICS = ("acc_clean", "acc_pgd_4", "acc_aa_2", "lip_jacobian_median")
+
+
+def smoke_line(d: dict[str, Any]) -> str:
+    """The `--smoke-trial` result in one paragraph ('' when the suite ran without it)."""
+    r = _get(d, "smoke_trial", "lipsweep_train")
+    if not isinstance(r, dict):
+        return ""
+    space = Path(str(r.get("space", "the space"))).name
+    if "skipped" in r:
+        return f"`{space}` trial through `lipsweep train`: skipped ({r['skipped']})."
+    cfg = r.get("config", {})
+    head = (
+        f"`{space}` trial through `lipsweep train` ({cfg.get('model')}, "
+        f"regularizer {cfg.get('regularizer')}, device {cfg.get('device')}, "
+        f"{cfg.get('train_size')} training images, {cfg.get('epochs')} epoch(s), "
+        f"evaluation on {cfg.get('eval_size')}; offline overrides "
+        f"{r.get('offline_overrides') or 'none'}): "
+    )
+    if "error" in r:
+        return head + f"**failed** after {fmt(r.get('wall_s'), 1)} s: {r['error']}."
+    met = r.get("metrics", {})
+    shown = ", ".join(f"{k} {fmt(met.get(k))}" for k in SMOKE_METRICS if k in met)
+    return head + f"rc {r.get('rc')}, {fmt(r.get('wall_s'), 1)} s wall; {shown or 'no metrics'}."
+
+
 def report(d: dict[str, Any]) -> str:
     parts = [
         device_line(d.get("meta", {})),
@@ -340,6 +366,9 @@ def report(d: dict[str, Any]) -> str:
         "### Lipschitz estimators\n\n" + lipschitz_tables(d),
         "### Trial and projection\n\n" + trial_tables(d),
     ]
+    smoke = smoke_line(d)
+    if smoke:
+        parts.append("### Smoke trial\n\n" + smoke)
     errors = d.get("errors") or []
     skipped = [
         f"{sec}/{k}"

@@ -389,3 +389,25 @@ def test_precision_switches_leave_torch_consistent() -> None:
             assert torch.backends.cuda.matmul.allow_tf32 is (mode == "tf32")
             torch.get_float32_matmul_precision()
     assert torch.get_float32_matmul_precision() == before
+
+
+def test_gpu_report_shows_the_smoke_trial() -> None:
+    gpu_report = _bench_module("gpu_report")
+    cfg = {"model": "vit_base_patch16_224", "regularizer": "none", "device": "cuda"}
+    ok = {
+        "space": "search_spaces/gpu_smoke.yaml",
+        "config": {**cfg, "train_size": 2048, "epochs": 1, "eval_size": 256},
+        "offline_overrides": {"pretrained": ""},
+        "rc": 0,
+        "wall_s": 95.25,
+        "metrics": {"acc_clean": 12.5, "acc_pgd_4": 3.0},
+    }
+    text = gpu_report.report({"meta": {"gpu": "H100"}, "smoke_trial": {"lipsweep_train": ok}})
+    assert "### Smoke trial" in text and "`gpu_smoke.yaml` trial" in text
+    assert "rc 0, 95.2 s wall; acc_clean 12.50, acc_pgd_4 3.00." in text
+    failed = {**ok, "error": "RuntimeError: lipsweep train killed after 120 s"}
+    text = gpu_report.report({"smoke_trial": {"lipsweep_train": failed}})
+    assert "**failed** after 95.2 s: RuntimeError: lipsweep train killed after 120 s." in text
+    skipped = {"lipsweep_train": {"skipped": "40 s left before --deadline-s"}}
+    assert "skipped (40 s left" in gpu_report.report({"smoke_trial": skipped})
+    assert "Smoke trial" not in gpu_report.report({})
