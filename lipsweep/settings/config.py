@@ -106,6 +106,19 @@ class OptimConfig:
         return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * min(t, 1.0)))
 
 
+def cuda_index(device: str) -> Optional[int]:
+    """N of a ``device`` setting ``cuda:N``; None for ``auto``, ``cpu`` and ``cuda``.
+
+    The one home of the setting's grammar: anything else raises ConfigError('device').
+    """
+    if device in ("auto", "cpu", "cuda"):
+        return None
+    index = device.partition(":")[2] if device.startswith("cuda:") else ""
+    if not index.isdigit():
+        raise ConfigError("device", f"must be auto, cpu, cuda or cuda:N, got {show(device)}")
+    return int(index)
+
+
 @dataclass
 class RunConfig:
     """How the trial runs: seed, device, precision, compilation, checkpoints."""
@@ -132,11 +145,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_positive("seed", self.seed, allow_zero=True)
-        index = self.device.partition(":")[2] if self.device.startswith("cuda:") else None
-        if not (self.device in ("auto", "cpu", "cuda") or (index and index.isdigit())):
-            raise ConfigError(
-                "device", f"must be auto, cpu, cuda or cuda:N, got {show(self.device)}"
-            )
+        cuda_index(self.device)
         check_choice("precision", self.precision, ("auto", "bf16", "fp32"))
         check_positive("keep_checkpoints", self.keep_checkpoints)
         check_positive("checkpoint_every", self.checkpoint_every)

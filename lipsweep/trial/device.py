@@ -22,6 +22,7 @@ import os
 from typing import Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError
+from lipsweep.settings.config import cuda_index
 
 _log = logging.getLogger(__name__)
 
@@ -55,11 +56,17 @@ def decide_device(
         if gpus:
             return "cpu", f"device: cpu requested; {ray_note}, which stays idle"
         return "cpu", "device: cpu requested"
-    index = requested.partition(":")[2] if requested.startswith("cuda:") else ""
-    if requested not in ("auto", "cuda") and not index.isdigit():
-        raise DeviceError(f"must be auto, cpu, cuda or cuda:N, got {requested!r}")
+    try:
+        index = cuda_index(requested)
+    except ConfigError as err:
+        raise DeviceError(err.message) from None
     if requested.startswith("cuda"):
-        if cuda_available and device_count is not None and index and int(index) >= device_count:
+        if (
+            cuda_available
+            and device_count is not None
+            and index is not None
+            and index >= device_count
+        ):
             seen = f"{device_count} CUDA device(s)" + (
                 f" (Ray shows a trial only its own GPUs, as cuda:0..; {ray_note})" if gpus else ""
             )
@@ -139,8 +146,8 @@ def check_sweep_device(gpu_per_trial: float, trials: Sequence[dict]) -> None:
     if gpu_per_trial > 0:
         visible = math.ceil(gpu_per_trial)
         for name in wanted:
-            index = name.partition(":")[2]
-            if index.isdigit() and int(index) >= visible:
+            index = cuda_index(name)
+            if index is not None and index >= visible:
                 raise DeviceError(
                     f"{name!r} with resources.gpu: {gpu_per_trial:g}: Ray shows each trial "
                     f"only its own {visible} GPU(s), as cuda:0..cuda:{visible - 1}; use "
