@@ -254,7 +254,7 @@ def _suite_module():
 
 
 def test_smoke_trial_within_the_deadline_or_skipped_or_killed_with_its_output(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--deadline-s: the smoke trial is skipped when too little time is left, and killed at its
     share (the JSON keeps the error and the trial's output so far), so the suite always writes."""
@@ -268,11 +268,8 @@ def test_smoke_trial_within_the_deadline_or_skipped_or_killed_with_its_output(
         "under the 60 s a smoke trial needs"
         in suite.data["smoke_trial"]["lipsweep_train"]["skipped"]
     )
-    gs.SMOKE_MIN_S, saved = 0.0, gs.SMOKE_MIN_S
-    try:
-        gs.smoke_trial(suite, space, timeout_s=1.0)  # torch's import alone takes longer
-    finally:
-        gs.SMOKE_MIN_S = saved
+    monkeypatch.setattr(gs, "SMOKE_MIN_S", 0.0)
+    gs.smoke_trial(suite, space, timeout_s=1.0)  # torch's import alone takes longer
     r = suite.data["smoke_trial"]["lipsweep_train"]
     assert r["error"].startswith("RuntimeError: lipsweep train killed after 1 s")
     assert 1.0 <= r["wall_s"] < 30 and "stderr_tail" in r and "rc" not in r
