@@ -9,7 +9,14 @@ import math
 import pytest
 
 from lipsweep.__main__ import main
-from lipsweep.decide.arms import arm_stats, group_arms, paired_difference, paired_t, t_interval
+from lipsweep.decide.arms import (
+    arm_stats,
+    group_arms,
+    paired_difference,
+    paired_relative,
+    paired_t,
+    t_interval,
+)
 
 # t quantiles (two-sided 95%): df=2 has the closed form (2p-1)/sqrt(2p(1-p)) at p=0.975,
 # 0.95/sqrt(0.04875) = 4.302653; df=3: 3.182446 (any t table).
@@ -104,6 +111,15 @@ def test_arms_from_mlflow_match_a_hand_computation(store):
     c = paired_difference(jas, base, "acc_clean")  # -1, -1, -1: std 0, no p
     assert (c.mean, c.std, math.isnan(c.p)) == (-1.0, 0.0, True)
     assert paired_difference(arms[1], base, "acc_pgd_4").n == 1
+    # relative, on lip_jacobian_median = 10 - pgd: base (6, 5, 4), k=10 (5, 3, 1), so
+    # 100 (a/b - 1) = (-16.667, -40, -75), mean -43.889, std 29.3605 (by hand), t = -2.58912,
+    # p = 2 (1/2 - |t| / (2 sqrt(2 + t^2))) = 0.122385, half = T2 * 29.3605 / sqrt(3)
+    r = paired_relative(jas, base, "lip_jacobian_median")
+    assert (r.n, r.mean, r.std) == pytest.approx((3, -43.888889, 29.360467))
+    assert r.p == pytest.approx(0.1223847, abs=1e-6)
+    assert (r.lo, r.hi) == pytest.approx((-116.82434, 29.04656), abs=1e-4)
+    # the absolute test on the same values: (-1, -2, -3), a different p (0.074)
+    assert paired_difference(jas, base, "lip_jacobian_median").p == pytest.approx(0.0741799)
 
 
 def test_pareto_ranks_arms_tags_runs_and_per_run_keeps_runs(store, capsys, monkeypatch):
@@ -152,6 +168,9 @@ def test_report_writes_markdown_with_paired_stats(store, capsys, monkeypatch):
     # Δ PGD 4 = (1, 2, 3): +2.00 [-0.48, +4.48] p=0.074; Δ clean = -1 every seed: no t-test
     assert "+2.00 [-0.48, +4.48] p=0.074" in md
     assert "-1.00 (same in every pair: no t-test)" in md
+    # relative median ||J_f|| (see the hand computation above), in percent
+    assert "| JaSMin k=10 λ=1e-2 mean | 3 | -43.9 [-116.8, +29.0] % p=0.122 |" in md
+    assert "| JaSMin k=0 λ=1e-2 mean | 1 | +33.3 % (1 pair) |" in md  # 8 / 6 - 1
     assert (d / "rep" / "pareto_scatter.png").stat().st_size > 1000
     assert "No run logged `lipschitz/lipschitz.npz`" in md
     parent = c.search_runs(

@@ -188,6 +188,17 @@ def paired_difference(arm: Arm, base: Arm, metric: str) -> Stats:
     return paired_t([a[s] - b[s] for s in sorted(a, key=str) if s in b])
 
 
+def paired_relative(arm: Arm, base: Arm, metric: str) -> Stats:
+    """``100 * (arm / base - 1)`` on ``metric`` in percent, matched by seed, with the paired
+    t-test of H0: no relative change. For a scale such as the median ||J_f|| whose baseline
+    moves between seeds, this is the sharper test when an arm scales it by a similar factor on
+    every seed. Seeds whose baseline value is 0 are left out (no ratio)."""
+    a, b = arm.values(metric), base.values(metric)
+    return paired_t(
+        [100.0 * (a[s] / b[s] - 1.0) for s in sorted(a, key=str) if s in b and b[s] != 0]
+    )
+
+
 # --------------------------------------------------------------------------- ranking
 
 

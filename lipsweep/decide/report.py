@@ -6,7 +6,8 @@ into arms (:mod:`lipsweep.decide.arms`) and writes to ``--out`` (default
 
 - ``report.md``: the arm table (mean ± std over seeds, n, the Pareto rank of the arm's means)
   and the paired differences of every arm to the baseline arm on the same seed, each with its
-  95% t-interval and the two-sided paired t-test p-value;
+  95% t-interval and the two-sided paired t-test p-value; for the ‖J_f‖ scales also the
+  relative ones (``arm / baseline - 1``, :func:`lipsweep.decide.arms.paired_relative`);
 - ``pareto_scatter.png``: clean vs robust accuracy (arm means when an arm has >= 2 seeds);
 - ``jacobian_by_arm.png``: the per-image ||J_f(x)||_2 of every arm, pooled over seeds, overlaid
   (from each run's ``lipschitz/lipschitz.npz`` artifact, docs/science.md §1.5, paper Fig. 4);
@@ -35,7 +36,15 @@ from lipsweep.core.metric_names import (
     LIP_PER_MARGIN_MEDIAN,
     attack_metric,
 )
-from lipsweep.decide.arms import Arm, arm_stats, baseline_arm, max_seeds, paired_difference
+from lipsweep.decide.arms import (
+    Arm,
+    Stats,
+    arm_stats,
+    baseline_arm,
+    max_seeds,
+    paired_difference,
+    paired_relative,
+)
 from lipsweep.decide.pareto import fmt_value
 
 _log = logging.getLogger(__name__)
@@ -64,6 +73,11 @@ PAIRED_METRICS: tuple[tuple[str, str], ...] = (
     (LIP_JACOBIAN_MEDIAN, "Δ median ‖J_f‖"),
     (LIP_PER_MARGIN_MEDIAN, "Δ median ‖J_f‖/margin"),
 )
+RELATIVE_METRICS: tuple[tuple[str, str], ...] = (
+    (LIP_JACOBIAN_MEDIAN, "Δ median ‖J_f‖ (relative)"),
+    (LIP_PER_MARGIN_MEDIAN, "Δ median ‖J_f‖/margin (relative)"),
+)
+"""Scales whose baseline moves between seeds: also paired as ``arm / baseline - 1``."""
 NPZ_PATH = "lipschitz/lipschitz.npz"
 
 
@@ -83,17 +97,16 @@ def _mean_std(arm: Arm, metric: str) -> str:
     return f"{s.mean:.{d}f}" if s.n < 2 else f"{s.mean:.{d}f} ± {s.std:.{d}f}"
 
 
-def _paired_cell(arm: Arm, base: Arm, metric: str) -> str:
-    s = paired_difference(arm, base, metric)
+def _paired_cell(s: Stats, d: int, unit: str = "") -> str:
+    """``mean [lo, hi]<unit> p=...`` of a paired statistic, bold where p < 0.05."""
     if s.n == 0:
         return "-"
-    d = _digits(metric)
     if s.n < 2:
-        return f"{s.mean:+.{d}f} (1 pair)"
+        return f"{s.mean:+.{d}f}{unit} (1 pair)"
     if math.isnan(s.p):
-        return f"{s.mean:+.{d}f} (same in every pair: no t-test)"
+        return f"{s.mean:+.{d}f}{unit} (same in every pair: no t-test)"
     p = f"{s.p:.3f}" if s.p >= 0.001 else f"{s.p:.1e}"
-    cell = f"{s.mean:+.{d}f} [{s.lo:+.{d}f}, {s.hi:+.{d}f}] p={p}"
+    cell = f"{s.mean:+.{d}f} [{s.lo:+.{d}f}, {s.hi:+.{d}f}]{unit} p={p}"
     return f"**{cell}**" if s.p < 0.05 else cell
 
 
@@ -114,9 +127,16 @@ def arm_markdown(arms: Sequence[Arm], arm_ranks: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
-def paired_markdown(arms: Sequence[Arm], base: Arm) -> str:
-    """Paired differences to ``base``: per arm and metric, mean [95% CI] and the p-value."""
-    cols = _present(arms, PAIRED_METRICS)
+def paired_markdown(arms: Sequence[Arm], base: Arm, relative: bool = False) -> str:
+    """Paired differences to ``base``: per arm and metric, mean [95% CI] and the p-value;
+    ``relative``: of ``arm / base - 1`` in percent on :data:`RELATIVE_METRICS`."""
+    cols = _present(arms, RELATIVE_METRICS if relative else PAIRED_METRICS)
+
+    def cell(a: Arm, m: str) -> str:
+        if relative:
+            return _paired_cell(paired_relative(a, base, m), 1, " %")
+        return _paired_cell(paired_difference(a, base, m), _digits(m))
+
     lines = [
         "| arm | pairs | " + " | ".join(h for _, h in cols) + " |",
         "|---|---:|" + "---:|" * len(cols),
@@ -125,11 +145,7 @@ def paired_markdown(arms: Sequence[Arm], base: Arm) -> str:
         if a is base:
             continue
         pairs = len(set(a.seeds) & set(base.seeds))
-        lines.append(
-            f"| {a.name} | {pairs} | "
-            + " | ".join(_paired_cell(a, base, m) for m, _ in cols)
-            + " |"
-        )
+        lines.append(f"| {a.name} | {pairs} | " + " | ".join(cell(a, m) for m, _ in cols) + " |")
     return "\n".join(lines)
 
 
@@ -214,6 +230,17 @@ def write_report(
             paired_markdown(arms, base),
             "",
         ]
+        if _present(arms, RELATIVE_METRICS):
+            md += [
+                "The Lipschitz scales relative to the baseline of the same seed, "
+                "100 × (arm / baseline - 1) in percent, with the same test. Where the "
+                "baseline's ‖J_f‖ varies between seeds and an arm scales it by a similar "
+                "factor on each, this is the sharper test: absolute differences carry the "
+                "baseline's spread, relative ones do not.",
+                "",
+                paired_markdown(arms, base, relative=True),
+                "",
+            ]
     md += ["## Figures", ""]
     if by_arms:
         fig_recs = arm_records(arms, sorted({m for r in records for m in r["metrics"]}))
