@@ -49,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -1082,6 +1083,34 @@ def _tail(out: Any) -> str:
     return (out or "")[-3000:]
 
 
+def _run_echoed(cmd: list[str], timeout_s: Optional[float]) -> tuple[Optional[int], str]:
+    """Run ``cmd``, echoing its output (lipsweep train's log: epochs, evaluation, then its
+    metrics line) line by line to our stderr as ``smoke trial | ...`` while it runs, so a long
+    trial shows progress. Returns (exit code, or None when killed after ``timeout_s``; its
+    whole output, stdout and stderr interleaved)."""
+    lines: list[str] = []
+
+    def pump(stream: Any) -> None:
+        for line in stream:
+            lines.append(line)
+            sys.stderr.write(f"smoke trial | {line}")
+            sys.stderr.flush()
+
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
+    reader.start()
+    try:
+        rc: Optional[int] = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        rc = None
+    reader.join(timeout=10)
+    return rc, "".join(lines)
+
+
 def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> None:
     """The first trial of ``space`` through ``python -m lipsweep train`` (no Ray, no MLflow),
     with :data:`SMOKE_OFFLINE` applied where the space reads the network.
@@ -1122,28 +1151,20 @@ def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> Non
             )
             _log.info("smoke trial: %s", " ".join(cmd))
             t0 = time.perf_counter()
-            try:
-                proc = subprocess.run(
-                    cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
-                )
-            except subprocess.TimeoutExpired as exc:
-                r["wall_s"] = round(time.perf_counter() - t0, 2)
-                r["stderr_tail"] = _tail(exc.stderr)
+            rc, err = _run_echoed(cmd, timeout_s)
+            r["wall_s"] = round(time.perf_counter() - t0, 2)
+            r["output_tail"] = _tail(err)
+            if rc is None:
                 raise RuntimeError(
                     f"lipsweep train killed after {timeout_s:.0f} s (--deadline-s); its "
-                    "output so far is in smoke_trial.lipsweep_train.stderr_tail"
-                ) from None
-            r["wall_s"] = round(time.perf_counter() - t0, 2)
-            r["rc"] = proc.returncode
-            r["stderr_tail"] = _tail(proc.stderr)
+                    "output so far is in smoke_trial.lipsweep_train.output_tail"
+                )
+            r["rc"] = rc
             metrics = work / "out" / "metrics.json"
             if metrics.is_file():
                 r["metrics"] = json.loads(metrics.read_text())
-            if proc.returncode:
-                raise RuntimeError(
-                    f"lipsweep train exited {proc.returncode}: "
-                    f"{proc.stderr.strip().splitlines()[-1:]}"
-                )
+            if rc:
+                raise RuntimeError(f"lipsweep train exited {rc}: {err.strip().splitlines()[-1:]}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
         _log.info("smoke trial: rc %s, %.1f s", r.get("rc"), r.get("wall_s", float("nan")))

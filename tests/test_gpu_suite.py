@@ -272,8 +272,18 @@ def test_smoke_trial_within_the_deadline_or_skipped_or_killed_with_its_output(
     gs.smoke_trial(suite, space, timeout_s=1.0)  # torch's import alone takes longer
     r = suite.data["smoke_trial"]["lipsweep_train"]
     assert r["error"].startswith("RuntimeError: lipsweep train killed after 1 s")
-    assert 1.0 <= r["wall_s"] < 30 and "stderr_tail" in r and "rc" not in r
+    assert 1.0 <= r["wall_s"] < 30 and "output_tail" in r and "rc" not in r
     assert suite.data["errors"] == [f"lipsweep_train: {r['error']}"]
+
+
+def test_smoke_trial_output_is_echoed_as_it_runs_and_kept(capfd: pytest.CaptureFixture) -> None:
+    """The smoke trial's log reaches the suite's stderr line by line (a long trial shows its
+    epochs), stdout and stderr alike, and the whole output comes back for the JSON."""
+    gs = _suite_module()
+    code = "import sys; print('epoch 1', flush=True); sys.stderr.write('eval\\n'); sys.exit(3)"
+    rc, out = gs._run_echoed([sys.executable, "-c", code], timeout_s=30)
+    assert (rc, out) == (3, "epoch 1\neval\n")
+    assert capfd.readouterr().err == "smoke trial | epoch 1\nsmoke trial | eval\n"
 
 
 def test_guard_records_one_failure_and_the_suite_goes_on(tmp_path: Path) -> None:
