@@ -172,6 +172,8 @@ def test_report_writes_markdown_with_paired_stats(store, capsys, monkeypatch):
     assert "| JaSMin k=10 λ=1e-2 mean | 3 | -43.9 [-116.8, +29.0] % p=0.122 |" in md
     assert "| JaSMin k=0 λ=1e-2 mean | 1 | +33.3 % (1 pair) |" in md  # 8 / 6 - 1
     assert (d / "rep" / "pareto_scatter.png").stat().st_size > 1000
+    assert (d / "rep" / "paired_differences.png").stat().st_size > 1000
+    assert "![Paired differences](paired_differences.png)" in md
     assert "No run logged `lipschitz/lipschitz.npz`" in md
     parent = c.search_runs(
         [c.get_experiment_by_name("arms").experiment_id], "tags.`lipsweep.kind` = 'sweep'"

@@ -182,10 +182,19 @@ def arm_stats(arm: Arm, metric: str) -> Stats:
     return t_interval(list(arm.values(metric).values()))
 
 
+def paired_values(arm: Arm, base: Arm, metric: str, relative: bool = False) -> list[float]:
+    """Per seed both arms ran (in seed order): ``arm - base`` on ``metric``, or with
+    ``relative`` ``100 * (arm / base - 1)`` in percent (seeds whose base value is 0 left out)."""
+    a, b = arm.values(metric), base.values(metric)
+    seeds = [s for s in sorted(a, key=str) if s in b and not (relative and b[s] == 0)]
+    if relative:
+        return [100.0 * (a[s] / b[s] - 1.0) for s in seeds]
+    return [a[s] - b[s] for s in seeds]
+
+
 def paired_difference(arm: Arm, base: Arm, metric: str) -> Stats:
     """``arm - base`` on ``metric``, matched by seed (seeds missing in either are left out)."""
-    a, b = arm.values(metric), base.values(metric)
-    return paired_t([a[s] - b[s] for s in sorted(a, key=str) if s in b])
+    return paired_t(paired_values(arm, base, metric))
 
 
 def paired_relative(arm: Arm, base: Arm, metric: str) -> Stats:
@@ -193,10 +202,7 @@ def paired_relative(arm: Arm, base: Arm, metric: str) -> Stats:
     t-test of H0: no relative change. For a scale such as the median ||J_f|| whose baseline
     moves between seeds, this is the sharper test when an arm scales it by a similar factor on
     every seed. Seeds whose baseline value is 0 are left out (no ratio)."""
-    a, b = arm.values(metric), base.values(metric)
-    return paired_t(
-        [100.0 * (a[s] / b[s] - 1.0) for s in sorted(a, key=str) if s in b and b[s] != 0]
-    )
+    return paired_t(paired_values(arm, base, metric, relative=True))
 
 
 # --------------------------------------------------------------------------- ranking

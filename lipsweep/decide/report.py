@@ -8,6 +8,8 @@ into arms (:mod:`lipsweep.decide.arms`) and writes to ``--out`` (default
   and the paired differences of every arm to the baseline arm on the same seed, each with its
   95% t-interval and the two-sided paired t-test p-value; for the ‖J_f‖ scales also the
   relative ones (``arm / baseline - 1``, :func:`lipsweep.decide.arms.paired_relative`);
+- ``paired_differences.png``: those paired differences seed by seed, with the mean and its
+  interval, one panel per metric (a forest plot);
 - ``pareto_scatter.png``: clean vs robust accuracy (arm means when an arm has >= 2 seeds);
 - ``jacobian_by_arm.png``: the per-image ||J_f(x)||_2 of every arm, pooled over seeds, overlaid
   (from each run's ``lipschitz/lipschitz.npz`` artifact, docs/science.md §1.5, paper Fig. 4);
@@ -44,6 +46,8 @@ from lipsweep.decide.arms import (
     max_seeds,
     paired_difference,
     paired_relative,
+    paired_t,
+    paired_values,
 )
 from lipsweep.decide.pareto import fmt_value
 
@@ -54,6 +58,7 @@ FIGURES = {
     "pareto": "pareto_scatter.png",
     "jacobian": "jacobian_by_arm.png",
     "per_margin": "jacobian_per_margin_by_arm.png",
+    "paired": "paired_differences.png",
 }
 ARM_METRICS: tuple[tuple[str, str], ...] = (
     (ACC_CLEAN, "clean"),
@@ -149,6 +154,63 @@ def paired_markdown(arms: Sequence[Arm], base: Arm, relative: bool = False) -> s
     return "\n".join(lines)
 
 
+def _forest_panels(arms: Sequence[Arm]) -> list[tuple[str, str, bool]]:
+    """(metric, axis label, relative) of the paired-differences figure: the accuracies in
+    points, the Lipschitz scales relative (percent), each only if some run logged it."""
+    rel = {m for m, _ in RELATIVE_METRICS}
+    return [
+        (m, f"{h} (relative, %)" if m in rel else f"{h} (points)", m in rel)
+        for m, h in _present(arms, PAIRED_METRICS)
+    ]
+
+
+def _forest_figure(arms: Sequence[Arm], base: Arm, path: Path) -> bool:
+    """One panel per paired metric, one row per arm: each seed's difference to the baseline
+    (dots), their mean (filled where p < 0.05) and 95% t-interval (bar), a line at 0. False
+    (no file) when no arm shares a seed with ``base``."""
+    from lipsweep.decide.plots import _new_figure, _save
+
+    rows = [a for a in arms if a is not base and set(a.seeds) & set(base.seeds)]
+    panels = _forest_panels(rows)
+    if not rows or not panels:
+        return False
+    fig = _new_figure(2.9 * len(panels) + 1.6, 0.45 * len(rows) + 1.3)
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    ys = np.arange(len(rows))[::-1]
+    for ax, (metric, label, relative) in zip(axes, panels):
+        ax.axvline(0.0, color="0.55", linewidth=0.9)
+        for y, a in zip(ys, rows):
+            v = paired_values(a, base, metric, relative)
+            if not v:
+                continue
+            s = paired_t(v)
+            ax.plot(v, [y] * len(v), "o", color="0.6", markersize=3.5, zorder=2)
+            if s.n >= 2 and math.isfinite(s.lo):
+                ax.hlines(y, s.lo, s.hi, color="C0", linewidth=2.0, zorder=3)
+            sig = math.isfinite(s.p) and s.p < 0.05
+            ax.plot(
+                [s.mean],
+                [y],
+                "D",
+                color="C0",
+                markerfacecolor="C0" if sig else "white",
+                markersize=6,
+                zorder=4,
+            )
+        ax.set_xlabel(label, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(axis="x", alpha=0.3)
+    pairs = [len(set(a.seeds) & set(base.seeds)) for a in rows]
+    axes[0].set_yticks(ys, [f"{a.name} ({n} pair{'s' * (n != 1)})" for a, n in zip(rows, pairs)])
+    fig.suptitle(
+        f"Paired differences to {base.name} on the same seed: seeds (dots), mean (diamond, "
+        "filled where p < 0.05), 95% t-interval",
+        fontsize=9,
+    )
+    _save(fig, path)
+    return True
+
+
 def _hist_figure(
     data: dict[str, np.ndarray], path: Path, xlabel: str, title: str, log_x: bool
 ) -> None:
@@ -198,6 +260,8 @@ def write_report(
     from lipsweep.decide.plots import scatter_front
 
     out.mkdir(parents=True, exist_ok=True)
+    for name in FIGURES.values():  # a figure this report does not draw must not linger
+        (out / name).unlink(missing_ok=True)
     base = baseline_arm(arms)
     n_runs = sum(len(a.runs) for a in arms)
     objs = ", ".join(str(o) for o in objectives)
@@ -239,6 +303,14 @@ def write_report(
                 "baseline's spread, relative ones do not.",
                 "",
                 paired_markdown(arms, base, relative=True),
+                "",
+            ]
+        if _forest_figure(arms, base, out / FIGURES["paired"]):
+            md += [
+                "The same paired differences, seed by seed (accuracies in points, the "
+                "Lipschitz scales relative):",
+                "",
+                f"![Paired differences]({FIGURES['paired']})",
                 "",
             ]
     md += ["## Figures", ""]
