@@ -184,7 +184,7 @@ def _forest_figure(arms: Sequence[Arm], base: Arm, path: Path) -> bool:
             if not v:
                 continue
             s = paired_t(v)
-            ax.plot(v, [y] * len(v), "o", color="0.6", markersize=3.5, zorder=2)
+            ax.plot(v, [y] * len(v), "o", color="0.2", markersize=3.5, alpha=0.8, zorder=5)
             if s.n >= 2 and math.isfinite(s.lo):
                 ax.hlines(y, s.lo, s.hi, color="C0", linewidth=2.0, zorder=3)
             sig = math.isfinite(s.p) and s.p < 0.05
