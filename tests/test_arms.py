@@ -12,6 +12,7 @@ from lipsweep.__main__ import main
 from lipsweep.decide.arms import (
     arm_stats,
     group_arms,
+    holm,
     paired_difference,
     paired_relative,
     paired_t,
@@ -55,6 +56,15 @@ def test_t_interval_and_paired_t_by_hand():
     assert (d.lo, d.hi) == pytest.approx((2 - 2.484138, 2 + 2.484138), abs=1e-5)
     assert math.isnan(t_interval([5.0]).lo) and t_interval([]).n == 0
     assert math.isnan(paired_t([1.0, 1.0]).p)  # zero spread: no t statistic
+
+
+def test_holm_by_hand():
+    # m = 3 finite: sorted 0.01 (x3 = 0.03), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04, raised to the
+    # running max 0.06); NaN passes through and does not count; a product over 1 is capped
+    assert holm([0.04, 0.01, math.nan, 0.03]) == pytest.approx(
+        [0.06, 0.03, math.nan, 0.06], nan_ok=True
+    )
+    assert holm([0.6, 0.5]) == [1.0, 1.0] and holm([]) == [] and holm([0.2]) == [0.2]
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +181,11 @@ def test_report_writes_markdown_with_paired_stats(store, capsys, monkeypatch):
     # relative median ||J_f|| (see the hand computation above), in percent
     assert "| JaSMin k=10 λ=1e-2 mean | 3 | -43.9 [-116.8, +29.0] % p=0.122 |" in md
     assert "| JaSMin k=0 λ=1e-2 mean | 1 | +33.3 % (1 pair) |" in md  # 8 / 6 - 1
+    # Holm: the absolute table has 3 tests (PGD 4, AA 2, ||J_f|| of k=10), each p = 0.0741799,
+    # so each adjusted p = 3 x 0.0741799 = 0.2225; the relative table has one, p = 0.1224
+    assert "over the 3 tests of this table (family-wise 5 %): none stays below 0.05 " in md
+    assert "(smallest adjusted p=0.223: JaSMin k=10 λ=1e-2 mean, Δ" in md
+    assert "over the 1 test of this table (family-wise 5 %): none stays below 0.05 " in md
     assert (d / "rep" / "pareto_scatter.png").stat().st_size > 1000
     assert (d / "rep" / "paired_differences.png").stat().st_size > 1000
     assert "![Paired differences](paired_differences.png)" in md
@@ -191,3 +206,24 @@ def test_report_out_must_be_a_folder(store, capsys, tmp_path):
         == 2
     )
     assert "--out" in capsys.readouterr().err
+
+
+def test_holm_sentence_names_what_survives_the_correction():
+    from lipsweep.decide.report import holm_sentence
+
+    # 5 seeds; ||J_f|| halved on every seed (-50 +- 1 %: survives), per margin noise (does not)
+    rel_j, rel_m = [-50.0, -51.0, -49.0, -50.5, -49.5], [-10.0, 20.0, -5.0, 15.0, 0.0]
+    recs = []
+    for s, (rj, rm) in enumerate(zip(rel_j, rel_m)):
+        b = {"lip_jacobian_median": 4.0 + s, "lip_jacobian_per_margin_median": 10.0 + s}
+        recs.append({"run_id": f"b{s}", "params": {**BASE, "seed": s}, "metrics": b})
+        m = {k: v * (1 + r / 100) for (k, v), r in zip(b.items(), (rj, rm))}
+        recs.append({"run_id": f"j{s}", "params": {**JAS, "seed": s}, "metrics": m})
+    base, jas = group_arms(recs)
+    p_j = paired_relative(jas, base, "lip_jacobian_median").p
+    p_m = paired_relative(jas, base, "lip_jacobian_per_margin_median").p
+    assert p_j < 1e-6 and p_m > 0.5  # so Holm over 2: 2 p_j, and max(2 p_j, p_m) = p_m
+    line = holm_sentence([base, jas], base, relative=True)
+    assert line.startswith("Holm's correction over the 2 tests of this table")
+    assert f"JaSMin k=10 λ=1e-2 mean, Δ median ‖J_f‖ (relative): adjusted p={2 * p_j:.1e}." in line
+    assert "margin" not in line

@@ -178,6 +178,20 @@ def paired_t(diffs: Sequence[float]) -> Stats:
     return Stats(s.n, s.mean, s.std, s.lo, s.hi, p)
 
 
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially rejective multiple
+    test procedure"): the i-th smallest of m becomes max over j <= i of min(1, (m - j + 1) p_j).
+    Rejecting where the adjusted p < alpha bounds the family-wise error at alpha for any
+    dependence between the tests. NaN entries (no test) pass through and do not count in m."""
+    idx = sorted((i for i, p in enumerate(pvalues) if math.isfinite(p)), key=lambda i: pvalues[i])
+    out = [math.nan] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (len(idx) - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
 def arm_stats(arm: Arm, metric: str) -> Stats:
     return t_interval(list(arm.values(metric).values()))
 

@@ -7,7 +7,8 @@ into arms (:mod:`lipsweep.decide.arms`) and writes to ``--out`` (default
 - ``report.md``: the arm table (mean ± std over seeds, n, the Pareto rank of the arm's means)
   and the paired differences of every arm to the baseline arm on the same seed, each with its
   95% t-interval and the two-sided paired t-test p-value; for the ‖J_f‖ scales also the
-  relative ones (``arm / baseline - 1``, :func:`lipsweep.decide.arms.paired_relative`);
+  relative ones (``arm / baseline - 1``, :func:`lipsweep.decide.arms.paired_relative`); under
+  each table, which tests stay below 0.05 after Holm's correction over the table;
 - ``paired_differences.png``: those paired differences seed by seed, with the mean and its
   interval, one panel per metric (a forest plot);
 - ``pareto_scatter.png``: clean vs robust accuracy (arm means when an arm has >= 2 seeds);
@@ -43,6 +44,7 @@ from lipsweep.decide.arms import (
     Stats,
     arm_stats,
     baseline_arm,
+    holm,
     max_seeds,
     paired_difference,
     paired_relative,
@@ -102,6 +104,10 @@ def _mean_std(arm: Arm, metric: str) -> str:
     return f"{s.mean:.{d}f}" if s.n < 2 else f"{s.mean:.{d}f} ± {s.std:.{d}f}"
 
 
+def _fmt_p(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
 def _paired_cell(s: Stats, d: int, unit: str = "") -> str:
     """``mean [lo, hi]<unit> p=...`` of a paired statistic, bold where p < 0.05."""
     if s.n == 0:
@@ -110,8 +116,7 @@ def _paired_cell(s: Stats, d: int, unit: str = "") -> str:
         return f"{s.mean:+.{d}f}{unit} (1 pair)"
     if math.isnan(s.p):
         return f"{s.mean:+.{d}f}{unit} (same in every pair: no t-test)"
-    p = f"{s.p:.3f}" if s.p >= 0.001 else f"{s.p:.1e}"
-    cell = f"{s.mean:+.{d}f} [{s.lo:+.{d}f}, {s.hi:+.{d}f}]{unit} p={p}"
+    cell = f"{s.mean:+.{d}f} [{s.lo:+.{d}f}, {s.hi:+.{d}f}]{unit} p={_fmt_p(s.p)}"
     return f"**{cell}**" if s.p < 0.05 else cell
 
 
@@ -132,26 +137,49 @@ def arm_markdown(arms: Sequence[Arm], arm_ranks: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
+def _paired_stats(
+    arms: Sequence[Arm], base: Arm, relative: bool
+) -> list[tuple[Arm, list[tuple[str, str, Stats]]]]:
+    """Per arm other than ``base``: (metric, column header, its paired statistic) per column."""
+    cols = _present(arms, RELATIVE_METRICS if relative else PAIRED_METRICS)
+    pair = paired_relative if relative else paired_difference
+    return [(a, [(m, h, pair(a, base, m)) for m, h in cols]) for a in arms if a is not base]
+
+
 def paired_markdown(arms: Sequence[Arm], base: Arm, relative: bool = False) -> str:
     """Paired differences to ``base``: per arm and metric, mean [95% CI] and the p-value;
     ``relative``: of ``arm / base - 1`` in percent on :data:`RELATIVE_METRICS`."""
+    rows = _paired_stats(arms, base, relative)
     cols = _present(arms, RELATIVE_METRICS if relative else PAIRED_METRICS)
-
-    def cell(a: Arm, m: str) -> str:
-        if relative:
-            return _paired_cell(paired_relative(a, base, m), 1, " %")
-        return _paired_cell(paired_difference(a, base, m), _digits(m))
-
     lines = [
         "| arm | pairs | " + " | ".join(h for _, h in cols) + " |",
         "|---|---:|" + "---:|" * len(cols),
     ]
-    for a in arms:
-        if a is base:
-            continue
+    for a, cells in rows:
         pairs = len(set(a.seeds) & set(base.seeds))
-        lines.append(f"| {a.name} | {pairs} | " + " | ".join(cell(a, m) for m, _ in cols) + " |")
+        shown = [
+            _paired_cell(st, 1, " %") if relative else _paired_cell(st, _digits(m))
+            for m, _, st in cells
+        ]
+        lines.append(f"| {a.name} | {pairs} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
+
+
+def holm_sentence(arms: Sequence[Arm], base: Arm, relative: bool = False) -> str:
+    """Which of the table's tests stay below 0.05 after Holm's correction over all of them
+    (:func:`lipsweep.decide.arms.holm`), or the smallest adjusted p when none does."""
+    tests = [(a, h, st) for a, cells in _paired_stats(arms, base, relative) for _, h, st in cells]
+    adj = holm([st.p for _, _, st in tests])
+    found = [(q, a, h) for q, (a, h, _) in zip(adj, tests) if math.isfinite(q)]
+    if not found:
+        return "No cell of this table has a t-test, so there is nothing to correct."
+    n = len(found)
+    head = f"Holm's correction over the {n} test{'s' * (n != 1)} of this table (family-wise 5 %): "
+    keep = sorted((q, a.name, h) for q, a, h in found if q < 0.05)
+    if keep:
+        return head + "; ".join(f"{a}, {h}: adjusted p={_fmt_p(q)}" for q, a, h in keep) + "."
+    q, a, h = min(found, key=lambda t: t[0])
+    return head + f"none stays below 0.05 (smallest adjusted p={_fmt_p(q)}: {a.name}, {h})."
 
 
 def _forest_panels(arms: Sequence[Arm]) -> list[tuple[str, str, bool]]:
@@ -288,10 +316,13 @@ def write_report(
             f"Arm minus **{base.name}** on the same seed (same initialisation, batch order and "
             "augmentation): mean difference, its 95% t-interval and the two-sided paired "
             "t-test p-value (H0: no difference; bold where p < 0.05). With n pairs the test "
-            "has n - 1 degrees of freedom, so a few seeds detect only large effects; the "
-            "p-values are not corrected for the number of comparisons in this table.",
+            "has n - 1 degrees of freedom, so a few seeds detect only large effects. The "
+            "p-values in the table are each test's own; the line under it says which stay "
+            "below 0.05 once corrected for the number of tests in the table.",
             "",
             paired_markdown(arms, base),
+            "",
+            holm_sentence(arms, base),
             "",
         ]
         if _present(arms, RELATIVE_METRICS):
@@ -303,6 +334,8 @@ def write_report(
                 "baseline's spread, relative ones do not.",
                 "",
                 paired_markdown(arms, base, relative=True),
+                "",
+                holm_sentence(arms, base, relative=True),
                 "",
             ]
         if _forest_figure(arms, base, out / FIGURES["paired"]):
