@@ -16,6 +16,8 @@ from lipsweep.decide.arms import (
     paired_difference,
     paired_relative,
     paired_t,
+    paired_t_power,
+    seeds_for_power,
     t_interval,
 )
 
@@ -65,6 +67,21 @@ def test_holm_by_hand():
         [0.06, 0.03, math.nan, 0.06], nan_ok=True
     )
     assert holm([0.6, 0.5]) == [1.0, 1.0] and holm([]) == [] and holm([0.2]) == [0.2]
+
+
+def test_power_and_seeds_match_published_values():
+    # G*Power / Cohen (1988), one-sample (paired) t-test, two-sided alpha 0.05, power 0.8:
+    # d = 1.0 -> n = 10 (power 0.8031), d = 0.8 -> 15 (0.8213), d = 0.5 -> 34 (0.8078)
+    assert paired_t_power(10, 1.0, 0.05) == pytest.approx(0.8031, abs=1e-4)
+    assert paired_t_power(15, 0.8, 0.05) == pytest.approx(0.8213, abs=1e-4)
+    assert paired_t_power(34, 0.5, 0.05) == pytest.approx(0.8078, abs=1e-4)
+    assert paired_t_power(9, 1.0, 0.05) < 0.8 < paired_t_power(10, 1.0, 0.05)
+    # differences with mean/sd = 1 and 0.5 (sign does not matter)
+    assert seeds_for_power([0.0, 0.5, 1.0], 0.05) == 10
+    assert seeds_for_power([0.5, -0.5, -1.5], 0.05) == 34
+    assert seeds_for_power([0.5, -0.5, -1.5], 0.05, max_n=20) == 21  # more than max_n
+    assert seeds_for_power([1.0], 0.05) is None  # one pair: no spread to plan with
+    assert seeds_for_power([1.0, 1.0], 0.05) is None and seeds_for_power([-1.0, 1.0], 0.05) is None
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +203,11 @@ def test_report_writes_markdown_with_paired_stats(store, capsys, monkeypatch):
     assert "over the 3 tests of this table (family-wise 5 %): none stays below 0.05 " in md
     assert "(smallest adjusted p=0.223: JaSMin k=10 λ=1e-2 mean, Δ" in md
     assert "over the 1 test of this table (family-wise 5 %): none stays below 0.05 " in md
+    # how many seeds: 3 tests (PGD 4, AA 2, relative ||J_f||; clean has no spread) at 0.05 / 3
+    assert "at 0.05 / 3 = 0.0167 (Bonferroni" in md
+    row = md.split("### How many seeds")[1].split("\n| JaSMin k=10 λ=1e-2 mean | 3 | ")[1]
+    want = [seeds_for_power(v, 0.05 / 3) for v in ([1, 2, 3], [0.5, 1, 1.5], [-1 / 6, -0.4, -0.75])]
+    assert row.split(" |\n")[0] == " | ".join(["-"] + [str(n) for n in want])
     assert (d / "rep" / "pareto_scatter.png").stat().st_size > 1000
     assert (d / "rep" / "paired_differences.png").stat().st_size > 1000
     assert "![Paired differences](paired_differences.png)" in md

@@ -192,6 +192,41 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out
 
 
+POWER = 0.8
+"""The power :func:`seeds_for_power` plans for (the usual 80 %)."""
+MAX_PLANNED_SEEDS = 200
+
+
+def paired_t_power(n: int, d: float, alpha: float) -> float:
+    """Power of the two-sided paired t-test at level ``alpha`` with ``n`` pairs when the true
+    standardised mean difference (Cohen's d = mean / sd of the differences) is ``d``: the
+    noncentral t with n - 1 degrees of freedom and noncentrality d sqrt(n) (Cohen 1988, ch. 2)."""
+    from scipy.stats import nct
+    from scipy.stats import t as student_t
+
+    df, nc = n - 1, d * math.sqrt(n)
+    crit = float(student_t.ppf(1 - alpha / 2, df))
+    return float(nct.sf(crit, df, nc) + nct.cdf(-crit, df, nc))
+
+
+def seeds_for_power(
+    diffs: Sequence[float], alpha: float, power: float = POWER, max_n: int = MAX_PLANNED_SEEDS
+) -> int | None:
+    """Pairs (seeds per arm) a two-sided paired t-test at level ``alpha`` needs for ``power``
+    if the true mean and spread of the differences were the observed ones. A planning guide,
+    not a promise: from a few seeds the observed d is itself uncertain, and the effects that
+    look largest are the likeliest to be overestimated. None when d is undefined (fewer than
+    2 differences, or no spread) or zero; ``max_n + 1`` when more than ``max_n`` are needed."""
+    s = t_interval(diffs)
+    if s.n < 2 or not s.std > 0 or s.mean == 0:
+        return None
+    d = abs(s.mean) / s.std
+    for n in range(2, max_n + 1):
+        if paired_t_power(n, d, alpha) >= power:
+            return n
+    return max_n + 1
+
+
 def arm_stats(arm: Arm, metric: str) -> Stats:
     return t_interval(list(arm.values(metric).values()))
 

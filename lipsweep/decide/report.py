@@ -8,7 +8,8 @@ into arms (:mod:`lipsweep.decide.arms`) and writes to ``--out`` (default
   and the paired differences of every arm to the baseline arm on the same seed, each with its
   95% t-interval and the two-sided paired t-test p-value; for the ‖J_f‖ scales also the
   relative ones (``arm / baseline - 1``, :func:`lipsweep.decide.arms.paired_relative`); under
-  each table, which tests stay below 0.05 after Holm's correction over the table;
+  each table, which tests stay below 0.05 after Holm's correction over the table; and how
+  many seeds per arm each observed difference would need for 80 % power;
 - ``paired_differences.png``: those paired differences seed by seed, with the mean and its
   interval, one panel per metric (a forest plot);
 - ``pareto_scatter.png``: clean vs robust accuracy (arm means when an arm has >= 2 seeds);
@@ -40,6 +41,8 @@ from lipsweep.core.metric_names import (
     attack_metric,
 )
 from lipsweep.decide.arms import (
+    MAX_PLANNED_SEEDS,
+    POWER,
     Arm,
     Stats,
     arm_stats,
@@ -50,6 +53,7 @@ from lipsweep.decide.arms import (
     paired_relative,
     paired_t,
     paired_values,
+    seeds_for_power,
 )
 from lipsweep.decide.pareto import fmt_value
 
@@ -190,6 +194,40 @@ def _forest_panels(arms: Sequence[Arm]) -> list[tuple[str, str, bool]]:
         (m, f"{h} (relative, %)" if m in rel else f"{h} (points)", m in rel)
         for m, h in _present(arms, PAIRED_METRICS)
     ]
+
+
+def planning_markdown(arms: Sequence[Arm], base: Arm) -> str:
+    """Seeds per arm the paired test of each forest panel (accuracies in points, the ||J_f||
+    scales relative) would need to detect the observed difference with :data:`POWER` at the
+    Bonferroni level 0.05 / (number of those tests); "" when no cell has a test."""
+    rows = [a for a in arms if a is not base and set(a.seeds) & set(base.seeds)]
+    panels = _forest_panels(rows)
+    diffs = {(a.arm_id, m): paired_values(a, base, m, rel) for a in rows for m, _, rel in panels}
+    m_tests = sum(1 for v in diffs.values() if math.isfinite(paired_t(v).p))
+    if not m_tests:
+        return ""
+    alpha = 0.05 / m_tests
+
+    def cell(v: list[float]) -> str:
+        n = seeds_for_power(v, alpha)
+        return "-" if n is None else f">{MAX_PLANNED_SEEDS}" if n > MAX_PLANNED_SEEDS else str(n)
+
+    lines = [
+        f"Seeds per arm for {POWER:.0%} power to detect each observed difference, taken as the "
+        f"true one with the observed spread, at 0.05 / {m_tests} = {alpha:.4f} (Bonferroni "
+        "over these tests; two-sided paired t-test, noncentral t). A planning guide only: "
+        "from a few seeds the spread is itself uncertain, and the largest effects are the "
+        "likeliest to be overestimated. '-': no test (fewer than 2 pairs, no spread or no "
+        "difference).",
+        "",
+        "| arm | pairs | " + " | ".join(label for _, label, _ in panels) + " |",
+        "|---|---:|" + "---:|" * len(panels),
+    ]
+    for a in rows:
+        pairs = len(set(a.seeds) & set(base.seeds))
+        cells = [cell(diffs[(a.arm_id, m)]) for m, _, _ in panels]
+        lines.append(f"| {a.name} | {pairs} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _forest_figure(arms: Sequence[Arm], base: Arm, path: Path) -> bool:
@@ -346,6 +384,9 @@ def write_report(
                 f"![Paired differences]({FIGURES['paired']})",
                 "",
             ]
+        planning = planning_markdown(arms, base)
+        if planning:
+            md += ["### How many seeds", "", planning, ""]
     md += ["## Figures", ""]
     if by_arms:
         fig_recs = arm_records(arms, sorted({m for r in records for m in r["metrics"]}))
