@@ -249,3 +249,28 @@ def test_holm_sentence_names_what_survives_the_correction():
     assert line.startswith("Holm's correction over the 2 tests of this table")
     assert f"JaSMin k=10 λ=1e-2 mean, Δ median ‖J_f‖ (relative): adjusted p={2 * p_j:.1e}." in line
     assert "margin" not in line
+
+
+def test_report_shows_confirmed_standard_autoattack_with_its_own_n():
+    """`lipsweep confirm` logs acc_aa_std_2 on the runs it confirmed, often not every seed: the
+    report shows it with the count of runs behind each mean, and pairs only confirmed seeds."""
+    from lipsweep.decide.report import arm_markdown, paired_markdown
+
+    metrics = [
+        (BASE, 0, {"acc_clean": 30.0, "acc_aa_std_2": 10.0}),
+        (BASE, 1, {"acc_clean": 32.0, "acc_aa_std_2": 14.0}),
+        (JAS, 0, {"acc_clean": 31.0, "acc_aa_std_2": 13.0}),
+        (JAS, 1, {"acc_clean": 33.0}),  # not confirmed
+    ]
+    recs = [
+        {"run_id": f"r{i}", "params": {**p, "seed": s}, "metrics": m}
+        for i, (p, s, m) in enumerate(metrics)
+    ]
+    base, jas = group_arms(recs)
+    table = arm_markdown([base, jas], [1, 1])
+    assert "| clean | AA std 2 |" in table
+    # baseline: (10, 14) -> 12.00 +- 2.83; JaSMin: one of its two runs confirmed
+    assert "| baseline | 2 | 0, 1 | 1 | 31.00 ± 1.41 | 12.00 ± 2.83 |" in table
+    assert "| JaSMin k=10 λ=1e-2 mean | 2 | 0, 1 | 1 | 32.00 ± 1.41 | 13.00 (n=1) |" in table
+    paired = paired_markdown([base, jas], base)
+    assert "| Δ AA std 2 |" in paired and "| +3.00 (1 pair) |" in paired  # seed 0: 13 - 10

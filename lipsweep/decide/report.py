@@ -38,6 +38,7 @@ from lipsweep.core.metric_names import (
     ACC_PREFIX,
     LIP_JACOBIAN_MEDIAN,
     LIP_PER_MARGIN_MEDIAN,
+    aa_std_metric,
     attack_metric,
 )
 from lipsweep.decide.arms import (
@@ -73,14 +74,17 @@ ARM_METRICS: tuple[tuple[str, str], ...] = (
     (attack_metric("pgd", 2), "PGD 2"),
     (attack_metric("pgd", 4), "PGD 4"),
     (attack_metric("aa", 2), "AA 2"),
+    (aa_std_metric(2), "AA std 2"),
     (LIP_JACOBIAN_MEDIAN, "median ‖J_f‖"),
     (LIP_PER_MARGIN_MEDIAN, "median ‖J_f‖/margin"),
 )
-"""Columns of the arm table (those no run logged are left out)."""
+"""Columns of the arm table (those no run logged are left out). "AA std 2" is standard
+AutoAttack from ``lipsweep confirm``, on the runs it confirmed."""
 PAIRED_METRICS: tuple[tuple[str, str], ...] = (
     (ACC_CLEAN, "Δ clean"),
     (attack_metric("pgd", 4), "Δ PGD 4"),
     (attack_metric("aa", 2), "Δ AA 2"),
+    (aa_std_metric(2), "Δ AA std 2"),
     (LIP_JACOBIAN_MEDIAN, "Δ median ‖J_f‖"),
     (LIP_PER_MARGIN_MEDIAN, "Δ median ‖J_f‖/margin"),
 )
@@ -105,7 +109,8 @@ def _mean_std(arm: Arm, metric: str) -> str:
     if s.n == 0:
         return "-"
     d = _digits(metric)
-    return f"{s.mean:.{d}f}" if s.n < 2 else f"{s.mean:.{d}f} ± {s.std:.{d}f}"
+    cell = f"{s.mean:.{d}f}" if s.n < 2 else f"{s.mean:.{d}f} ± {s.std:.{d}f}"
+    return cell if s.n == len(arm.runs) else f"{cell} (n={s.n})"  # e.g. confirmed runs only
 
 
 def _fmt_p(p: float) -> str:
@@ -340,8 +345,15 @@ def write_report(
         "",
         "## Arms",
         "",
-        f"Mean ± sample std over the arm's seeds; n = runs. Rank: Pareto rank of the arm's "
-        f"means over {objs} (1 = front). Accuracies in percent.",
+        f"Mean ± sample std over the arm's seeds; n = runs ((n=k) on a cell: only k of them "
+        f"logged it). Rank: Pareto rank of the arm's means over {objs} (1 = front). "
+        "Accuracies in percent"
+        + (
+            "; AA std 2: standard AutoAttack at 2/255 (`lipsweep confirm`), on the runs it "
+            "confirmed."
+            if any(a.values(aa_std_metric(2)) for a in arms)
+            else "."
+        ),
         "",
         arm_markdown(arms, arm_ranks),
         "",
