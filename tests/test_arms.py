@@ -254,7 +254,7 @@ def test_holm_sentence_names_what_survives_the_correction():
 def test_report_shows_confirmed_standard_autoattack_with_its_own_n():
     """`lipsweep confirm` logs acc_aa_std_2 on the runs it confirmed, often not every seed: the
     report shows it with the count of runs behind each mean, and pairs only confirmed seeds."""
-    from lipsweep.decide.report import arm_markdown, paired_markdown
+    from lipsweep.decide.report import arm_markdown, holm_sentence, paired_markdown
 
     metrics = [
         (BASE, 0, {"acc_clean": 30.0, "acc_aa_std_2": 10.0}),
@@ -272,5 +272,9 @@ def test_report_shows_confirmed_standard_autoattack_with_its_own_n():
     # baseline: (10, 14) -> 12.00 +- 2.83; JaSMin: one of its two runs confirmed
     assert "| baseline | 2 | 0, 1 | 1 | 31.00 ± 1.41 | 12.00 ± 2.83 |" in table
     assert "| JaSMin k=10 λ=1e-2 mean | 2 | 0, 1 | 1 | 32.00 ± 1.41 | 13.00 (n=1) |" in table
+    # Δ clean (1, 1) has no spread and Δ AA std 2 one pair: no test, and the report says why
+    assert "(no spread)" in holm_sentence([base, jas], base)
+    one_seed = group_arms([recs[0], recs[2]])
+    assert holm_sentence(one_seed, one_seed[0]).startswith("One seed per pair: no interval")
     paired = paired_markdown([base, jas], base)
     assert "| Δ AA std 2 |" in paired and "| +3.00 (1 pair) |" in paired  # seed 0: 13 - 10

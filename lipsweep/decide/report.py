@@ -181,7 +181,12 @@ def holm_sentence(arms: Sequence[Arm], base: Arm, relative: bool = False) -> str
     adj = holm([st.p for _, _, st in tests])
     found = [(q, a, h) for q, (a, h, _) in zip(adj, tests) if math.isfinite(q)]
     if not found:
-        return "No cell of this table has a t-test, so there is nothing to correct."
+        if all(st.n < 2 for _, _, st in tests):
+            return (
+                "One seed per pair: no interval, no test. To get them, run each arm on "
+                "several seeds (`repeat: {seed: [0, 1, 2]}` in the search space)."
+            )
+        return "No cell of this table has a t-test (no spread), so there is nothing to correct."
     n = len(found)
     head = f"Holm's correction over the {n} test{'s' * (n != 1)} of this table (family-wise 5 %): "
     keep = sorted((q, a.name, h) for q, a, h in found if q < 0.05)
