@@ -146,6 +146,11 @@ def arm_markdown(arms: Sequence[Arm], arm_ranks: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
+def _pairs(arm: Arm, base: Arm) -> int:
+    """Seeds both ``arm`` and ``base`` ran."""
+    return len(set(arm.seeds) & set(base.seeds))
+
+
 def _paired_stats(
     arms: Sequence[Arm], base: Arm, relative: bool
 ) -> list[tuple[Arm, list[tuple[str, str, Stats]]]]:
@@ -165,7 +170,7 @@ def paired_markdown(arms: Sequence[Arm], base: Arm, relative: bool = False) -> s
         "|---|---:|" + "---:|" * len(cols),
     ]
     for a, cells in rows:
-        pairs = len(set(a.seeds) & set(base.seeds))
+        pairs = _pairs(a, base)
         shown = [
             _paired_cell(st, 1, " %") if relative else _paired_cell(st, _digits(m))
             for m, _, st in cells
@@ -210,7 +215,7 @@ def planning_markdown(arms: Sequence[Arm], base: Arm) -> str:
     """Seeds per arm the paired test of each forest panel (accuracies in points, the ||J_f||
     scales relative) would need to detect the observed difference with :data:`POWER` at the
     Bonferroni level 0.05 / (number of those tests); "" when no cell has a test."""
-    rows = [a for a in arms if a is not base and set(a.seeds) & set(base.seeds)]
+    rows = [a for a in arms if a is not base and _pairs(a, base)]
     panels = _forest_panels(rows)
     diffs = {(a.arm_id, m): paired_values(a, base, m, rel) for a in rows for m, _, rel in panels}
     m_tests = sum(1 for v in diffs.values() if math.isfinite(paired_t(v).p))
@@ -234,7 +239,7 @@ def planning_markdown(arms: Sequence[Arm], base: Arm) -> str:
         "|---|---:|" + "---:|" * len(panels),
     ]
     for a in rows:
-        pairs = len(set(a.seeds) & set(base.seeds))
+        pairs = _pairs(a, base)
         cells = [cell(diffs[(a.arm_id, m)]) for m, _, _ in panels]
         lines.append(f"| {a.name} | {pairs} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -246,7 +251,7 @@ def _forest_figure(arms: Sequence[Arm], base: Arm, path: Path) -> bool:
     (no file) when no arm shares a seed with ``base``."""
     from lipsweep.decide.plots import _new_figure, _save
 
-    rows = [a for a in arms if a is not base and set(a.seeds) & set(base.seeds)]
+    rows = [a for a in arms if a is not base and _pairs(a, base)]
     panels = _forest_panels(rows)
     if not rows or not panels:
         return False
@@ -276,7 +281,7 @@ def _forest_figure(arms: Sequence[Arm], base: Arm, path: Path) -> bool:
         ax.set_xlabel(label, fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(axis="x", alpha=0.3)
-    pairs = [len(set(a.seeds) & set(base.seeds)) for a in rows]
+    pairs = [_pairs(a, base) for a in rows]
     axes[0].set_yticks(ys, [f"{a.name} ({n} pair{'s' * (n != 1)})" for a, n in zip(rows, pairs)])
     fig.suptitle(
         f"Paired differences to {base.name} on the same seed: seeds (dots), mean (diamond, "
