@@ -209,8 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _add_command(
         sub,
         "report",
-        "write a markdown report of a sweep's arms (mean ± std, "
-        "paired differences to the baseline, figures) and log it to the parent run",
+        "write a markdown report of a sweep's arms (mean ± std, paired differences to the "
+        "baseline with Holm-corrected tests, the seeds each effect needs, figures) and log "
+        "it to the parent run",
         common,
     )
     p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
