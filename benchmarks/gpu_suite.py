@@ -1076,13 +1076,6 @@ SMOKE_MIN_S = 60.0
 """The smoke trial is skipped (and says so) when less than this is left before --deadline-s."""
 
 
-def _tail(out: Any) -> str:
-    """The last 3000 characters of a (possibly partial, possibly bytes) captured stream."""
-    if isinstance(out, bytes):
-        out = out.decode(errors="replace")
-    return (out or "")[-3000:]
-
-
 def _run_echoed(cmd: list[str], timeout_s: Optional[float]) -> tuple[Optional[int], str]:
     """Run ``cmd``, echoing its output (lipsweep train's log: epochs, evaluation, then its
     metrics line) line by line to our stderr as ``smoke trial | ...`` while it runs, so a long
@@ -1153,7 +1146,7 @@ def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> Non
             t0 = time.perf_counter()
             rc, err = _run_echoed(cmd, timeout_s)
             r["wall_s"] = round(time.perf_counter() - t0, 2)
-            r["output_tail"] = _tail(err)
+            r["output_tail"] = err[-3000:]
             if rc is None:
                 raise RuntimeError(
                     f"lipsweep train killed after {timeout_s:.0f} s (--deadline-s); its "
