@@ -153,36 +153,37 @@ def _pairs(arm: Arm, base: Arm) -> int:
 
 def _paired_stats(
     arms: Sequence[Arm], base: Arm, relative: bool
-) -> list[tuple[Arm, list[tuple[str, str, Stats]]]]:
-    """Per arm other than ``base``: (metric, column header, its paired statistic) per column."""
+) -> tuple[list[tuple[str, str]], list[tuple[Arm, list[tuple[str, Stats]]]]]:
+    """The table's columns (metric, header) and, per arm other than ``base``, (metric, its
+    paired statistic) per column."""
     cols = _present(arms, RELATIVE_METRICS if relative else PAIRED_METRICS)
     pair = paired_relative if relative else paired_difference
-    return [(a, [(m, h, pair(a, base, m)) for m, h in cols]) for a in arms if a is not base]
+    return cols, [(a, [(m, pair(a, base, m)) for m, _ in cols]) for a in arms if a is not base]
 
 
 def paired_markdown(arms: Sequence[Arm], base: Arm, relative: bool = False) -> str:
     """Paired differences to ``base``: per arm and metric, mean [95% CI] and the p-value;
     ``relative``: of ``arm / base - 1`` in percent on :data:`RELATIVE_METRICS`."""
-    rows = _paired_stats(arms, base, relative)
-    cols = _present(arms, RELATIVE_METRICS if relative else PAIRED_METRICS)
+    cols, rows = _paired_stats(arms, base, relative)
     lines = [
         "| arm | pairs | " + " | ".join(h for _, h in cols) + " |",
         "|---|---:|" + "---:|" * len(cols),
     ]
     for a, cells in rows:
-        pairs = _pairs(a, base)
         shown = [
             _paired_cell(st, 1, " %") if relative else _paired_cell(st, _digits(m))
-            for m, _, st in cells
+            for m, st in cells
         ]
-        lines.append(f"| {a.name} | {pairs} | " + " | ".join(shown) + " |")
+        lines.append(f"| {a.name} | {_pairs(a, base)} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
 
 def holm_sentence(arms: Sequence[Arm], base: Arm, relative: bool = False) -> str:
     """Which of the table's tests stay below 0.05 after Holm's correction over all of them
     (:func:`lipsweep.decide.arms.holm`), or the smallest adjusted p when none does."""
-    tests = [(a, h, st) for a, cells in _paired_stats(arms, base, relative) for _, h, st in cells]
+    cols, rows = _paired_stats(arms, base, relative)
+    header = dict(cols)
+    tests = [(a, header[m], st) for a, cells in rows for m, st in cells]
     adj = holm([st.p for _, _, st in tests])
     found = [(q, a, h) for q, (a, h, _) in zip(adj, tests) if math.isfinite(q)]
     if not found:
@@ -201,22 +202,24 @@ def holm_sentence(arms: Sequence[Arm], base: Arm, relative: bool = False) -> str
     return head + f"none stays below 0.05 (smallest adjusted p={_fmt_p(q)}: {a.name}, {h})."
 
 
-def _forest_panels(arms: Sequence[Arm]) -> list[tuple[str, str, bool]]:
-    """(metric, axis label, relative) of the paired-differences figure: the accuracies in
-    points, the Lipschitz scales relative (percent), each only if some run logged it."""
+def _forest_rows(arms: Sequence[Arm], base: Arm) -> tuple[list[Arm], list[tuple[str, str, bool]]]:
+    """The arms sharing a seed with ``base`` and the panels (metric, axis label, relative) of
+    the paired-differences figure and the planning table: the accuracies in points, the
+    Lipschitz scales relative (percent), each only if some of those arms logged it."""
+    rows = [a for a in arms if a is not base and _pairs(a, base)]
     rel = {m for m, _ in RELATIVE_METRICS}
-    return [
+    panels = [
         (m, f"{h} (relative, %)" if m in rel else f"{h} (points)", m in rel)
-        for m, h in _present(arms, PAIRED_METRICS)
+        for m, h in _present(rows, PAIRED_METRICS)
     ]
+    return rows, panels
 
 
 def planning_markdown(arms: Sequence[Arm], base: Arm) -> str:
     """Seeds per arm the paired test of each forest panel (accuracies in points, the ||J_f||
     scales relative) would need to detect the observed difference with :data:`POWER` at the
     Bonferroni level 0.05 / (number of those tests); "" when no cell has a test."""
-    rows = [a for a in arms if a is not base and _pairs(a, base)]
-    panels = _forest_panels(rows)
+    rows, panels = _forest_rows(arms, base)
     diffs = {(a.arm_id, m): paired_values(a, base, m, rel) for a in rows for m, _, rel in panels}
     m_tests = sum(1 for v in diffs.values() if math.isfinite(paired_t(v).p))
     if not m_tests:
@@ -239,9 +242,8 @@ def planning_markdown(arms: Sequence[Arm], base: Arm) -> str:
         "|---|---:|" + "---:|" * len(panels),
     ]
     for a in rows:
-        pairs = _pairs(a, base)
         cells = [cell(diffs[(a.arm_id, m)]) for m, _, _ in panels]
-        lines.append(f"| {a.name} | {pairs} | " + " | ".join(cells) + " |")
+        lines.append(f"| {a.name} | {_pairs(a, base)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -251,8 +253,7 @@ def _forest_figure(arms: Sequence[Arm], base: Arm, path: Path) -> bool:
     (no file) when no arm shares a seed with ``base``."""
     from lipsweep.decide.plots import _new_figure, _save
 
-    rows = [a for a in arms if a is not base and _pairs(a, base)]
-    panels = _forest_panels(rows)
+    rows, panels = _forest_rows(arms, base)
     if not rows or not panels:
         return False
     fig = _new_figure(2.9 * len(panels) + 1.6, 0.45 * len(rows) + 1.3)
