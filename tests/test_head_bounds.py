@@ -392,3 +392,71 @@ def test_summary_counts_where_thm1_as_stated_falls_below_the_exact_norm():
     metrics = _head_metrics(arrays)
     assert metrics["lip_head_thm1_below_exact_frac"] == 0.25
     assert metrics["lip_head_thm1_ratio_min"] == 0.5
+
+
+# --- the bounds' spectral norms through QR (issue 27 item 9) -----------------------------------
+
+
+def _singular_spread(shape: tuple[int, ...], rank: int, seed: int) -> torch.Tensor:
+    """float64 matrices of the given rank with singular values from 1 down to 1e-9."""
+    g = torch.Generator().manual_seed(seed)
+    *lead, r, c = shape
+    u = torch.linalg.qr(torch.randn(*lead, r, rank, generator=g, dtype=torch.float64)).Q
+    v = torch.linalg.qr(torch.randn(*lead, c, rank, generator=g, dtype=torch.float64)).Q
+    s = torch.logspace(0, -9, rank, dtype=torch.float64) * 3.7
+    return (u * s) @ v.transpose(-2, -1)
+
+
+@pytest.mark.parametrize(
+    "shape,rank", [((3, 97, 8), 8), ((2, 9, 97), 9), ((3, 16, 16), 16), ((2, 50, 20), 5)]
+)
+def test_r_factor_keeps_the_spectral_norm(shape, rank):
+    """||R|| of the QR equals sigma_1 by torch.linalg.svdvals and numpy's SVD, in float64, for
+    tall, wide, square and rank-deficient matrices."""
+    from lipsweep.lipschitz.head_bounds import _r_factor
+
+    m = _singular_spread(shape, rank, seed=sum(shape))
+    r = _r_factor(m)
+    assert r.shape[-1] == r.shape[-2] == min(shape[-2:])
+    got = torch.linalg.matrix_norm(r, 2)
+    torch.testing.assert_close(got, torch.linalg.svdvals(m)[..., 0], rtol=1e-13, atol=0)
+    want = np.linalg.norm(m.numpy(), 2, axis=(-2, -1))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_bounds_take_no_svd_of_the_rank_d_matrices(bias):
+    """W_Q W_K^T is (D, D) of rank <= d and X is (N, D): the bounds reduce them by QR and take
+    SVDs of at most max(d, N) + 1 square, and give the values of the full-SVD formulas (the old
+    code ran an SVD of every (D, D) A_h: 3 s per ViT-B layer on one CPU core)."""
+    dim, d, n = 96, 8, 9
+    w, x = _random_head(5, dim=dim, d=d, bias=bias), _inputs("layernorm", seed=2, n=n, dim=dim)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        got = head_bounds_at(x, w)
+    svd_shapes = [e.input_shapes[0] for e in prof.events() if e.name == "aten::_linalg_svd"]
+    assert svd_shapes and max(max(s[-2:]) for s in svd_shapes) <= max(d, n) + 1, svd_shapes
+    xa, wq, wk, wv = (
+        (torch.cat([x, torch.ones(*x.shape[:-1], 1, dtype=x.dtype)], -1),)
+        + tuple(
+            torch.cat([m, b[:, None]], 1) for m, b in ((w.wq, w.bq), (w.wk, w.bk), (w.wv, w.bv))
+        )
+        if bias
+        else (x, w.wq, w.wk, w.wv)
+    )
+    top = lambda m: torch.linalg.svdvals(m)[..., 0]  # noqa: E731
+    a_norm, x_spec = top(wq @ wk.transpose(1, 2) * w.scale), top(xa)[:, None]
+    nq, nk, nv = top(wq), top(wk), top(wv)
+    p = head_probs(x, w)
+    want = {
+        "thm1": n
+        * (n + 1)
+        * torch.linalg.matrix_norm(xa, "fro")[:, None] ** 2
+        * nv
+        * (nq * nk + 1),
+        "thm2": 3**0.5
+        * nv
+        * (a_norm**2 * xa.norm(dim=-1).amax(-1)[:, None] ** 4 * (4 * n + 1) + n).sqrt(),
+        "thm3_g1": nv * (top(p) + 2 * x_spec**2 * a_norm * g1(p).amax(-1)),
+    }
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-12, atol=0, msg=name)

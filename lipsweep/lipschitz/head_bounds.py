@@ -135,6 +135,19 @@ def _spec_norm(m: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return torch.linalg.matrix_norm(m.to(dev), 2).to(m.device)
 
 
+def _r_factor(m: torch.Tensor) -> torch.Tensor:
+    """A square (..., s, s) matrix with the singular values of ``m`` (..., r, c), s = min(r, c).
+
+    The triangular R of m = Q R (of m^T when r < c), computed on m's device: Q has orthonormal
+    columns, so ||R x|| = ||m x|| and the spectra agree; Householder QR is backward stable, so
+    in float64 they agree to a few ulps of ||m||. A square ``m`` is returned as it is.
+    """
+    r, c = m.shape[-2:]
+    if r == c:
+        return m
+    return torch.linalg.qr(m if r > c else m.transpose(-2, -1), mode="r").R
+
+
 def head_bounds_at(
     x: torch.Tensor,
     w: HeadWeights,
@@ -144,8 +157,9 @@ def head_bounds_at(
 ) -> dict[str, torch.Tensor]:
     """Thm 1, 2, 3 and 3-with-g_1 for every image and head at inputs ``x`` (B, N, D).
 
-    ``radius`` is Thm 1's R (0: at X). ``linalg_placement`` picks where the SVDs (and the
-    'eigvalsh' softmax norms) run, see LINALG_DEVICES. Returns name -> (B, H), float64, on
+    ``radius`` is Thm 1's R (0: at X). ``linalg_placement`` picks where the small SVDs (and
+    the 'eigvalsh' softmax norms) run, see LINALG_DEVICES; the QRs that shrink W_Q, W_K,
+    W_V and X to their square R factors run on x's device. Returns name -> (B, H), float64, on
     x's device.
     """
     x = x.double()
@@ -153,10 +167,13 @@ def head_bounds_at(
     dev = linalg_device(x.device, linalg_placement)
     p = head_probs(x, w)  # (B, H, N, N)
     xa, wq, wk, wv = _augmented(x, w)
-    nq, nk, nv = (_spec_norm(m, dev) for m in (wq, wk, wv))  # (H,)
-    a_norm = _spec_norm(wq @ wk.transpose(1, 2) * w.scale, dev)
+    # W = Q R with R (H, d, d): ||W|| = ||R|| and ||W_Q W_K^T|| = ||R_Q R_K^T||, so no SVD of
+    # a (D, D) matrix of rank <= d; the QRs run on x's device, the d x d SVDs on ``dev``.
+    rq, rk, rv = (_r_factor(m) for m in (wq, wk, wv))  # (H, d, d)
+    nq, nk, nv = (_spec_norm(m, dev) for m in (rq, rk, rv))  # (H,)
+    a_norm = _spec_norm(rq @ rk.transpose(1, 2) * w.scale, dev)  # ||A||, A = W_Q W_K^T s
     x_fro = torch.linalg.matrix_norm(xa, "fro")[:, None]  # (B, 1)
-    x_spec = _spec_norm(xa, dev)[:, None]
+    x_spec = _spec_norm(_r_factor(xa), dev)[:, None]  # (B, min(N, D), min(N, D)) via QR
     r_tok = xa.norm(dim=-1).amax(-1)[:, None]  # max_i ||X_i||
     p_spec = _spec_norm(p, dev)  # (B, H)
     p_m = p.to(dev) if softmax_method == "eigvalsh" else p
