@@ -147,6 +147,49 @@ def test_flags_restored_after_an_error():
     assert model.training and all(a.fused_attn for a in attention_modules(model))
 
 
+def _saved_activation_bytes(model: nn.Module, fn) -> int:
+    """Bytes of the non-parameter tensors autograd saves for backward while ``fn`` runs."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    total = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        if t.untyped_storage().data_ptr() not in params:
+            total += t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total
+
+
+@pytest.mark.parametrize("route", ["exact", "lanczos"])
+def test_measurement_records_no_graph_towards_the_weights(route):
+    """Input gradients only (issue 27 item 9): the measurement saves exactly what one forward
+    with frozen weights saves (no activations for weight gradients, nothing for the JVPs'
+    forwards), leaves no .grad, and gives each parameter its requires_grad back. The old code
+    failed both routes (exact: 844 kB saved against this floor of 583 kB)."""
+    torch.manual_seed(0)
+    model = create_model(tiny_model_config(img_size=16, depth=2)).eval()
+    model.net.head.bias.requires_grad_(False)  # a mixed state must come back as it was
+    want = [p.requires_grad for p in model.parameters()]
+    x = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+
+    def frozen_forward() -> None:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        model(x.clone().requires_grad_())
+        for p, req in zip(model.parameters(), want):
+            p.requires_grad_(req)
+
+    floor = _saved_activation_bytes(model, frozen_forward)
+    assert floor > 0
+    got = _saved_activation_bytes(model, lambda: jacobian_norm_result(model, x, 20, route=route))
+    assert got == floor
+    assert [p.requires_grad for p in model.parameters()] == want
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_batch_size_chunks_do_not_change_results(small_vit, small_batch):
     whole = jacobian_spectral_norm(small_vit, small_batch, 10, route="exact")
     chunked = jacobian_spectral_norm(small_vit, small_batch, 10, route="exact", batch_size=3)

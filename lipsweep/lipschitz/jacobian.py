@@ -20,8 +20,9 @@ where they cross (figures: docs/benchmarks.md, "Why these designs").
 
 timm's fused attention kernel has no forward-mode derivative, so the iterative routes switch it
 off (:func:`lipsweep.trial.attention.set_fused_attention`) around their JVPs and restore it after;
-the exact route keeps it (first-order VJPs only). The model is put in eval mode for the measurement
-and every submodule's mode is restored after.
+the exact route keeps it (first-order VJPs only). The model is put in eval mode with its
+parameters frozen for the measurement (:func:`measurement_mode`); every submodule's mode and
+every parameter's ``requires_grad`` are restored after.
 
 Example::
 
@@ -84,15 +85,27 @@ def resolve_route(route: str, num_classes: int) -> str:
 
 @contextlib.contextmanager
 def measurement_mode(model: nn.Module, fused: Optional[bool] = None) -> Iterator[None]:
-    """Eval mode (and optionally the fused-attention flag) for the duration; both restored."""
+    """Eval mode, frozen parameters (and optionally the fused-attention flag) for the duration;
+    each module's mode, each parameter's ``requires_grad`` and the flags are restored.
+
+    Every measurement differentiates with respect to its input only. With the parameters
+    frozen, the forward passes record no graph towards the weights: the VJP's forward saves
+    no activations for weight gradients and the JVP's forward (``torch.func.jvp``) builds no
+    backward graph at all (figures: docs/benchmarks.md, "Hot path").
+    """
     modes = [(m, m.training) for m in model.modules()]
+    grads = [(p, p.requires_grad) for p in model.parameters()]
     flags = set_fused_attention(model, fused) if fused is not None else None
     model.eval()
     try:
+        for p, _ in grads:
+            p.requires_grad_(False)
         yield
     finally:
         for m, was in modes:
             m.training = was
+        for p, req in grads:
+            p.requires_grad_(req)
         if flags is not None:
             restore_fused_attention(model, flags)
 
