@@ -350,3 +350,30 @@ def test_finite_under_bf16_autocast():
     exact = jasmin_penalty_from_qk([(qb.detach().float(), kb.detach().float(), 0.25)], 10, "mean")
     assert fast.item() == pytest.approx(exact.item(), rel=1e-5)
     assert fast.item() == pytest.approx(ref.item(), rel=1e-2)
+
+
+@pytest.mark.parametrize("ranks", [(0, 1), (0, 1, 9, 10), (0, 3, 3, 5), (4, 0)])
+def test_cpu_selection_positions_follow_the_tie_rule(ranks):
+    """The int-key selection returns, at each asked rank, the position a full sort gives with
+    the documented tie rule (larger value first, then larger column), on rows full of ties."""
+    from lipsweep.regularizers._ranked_softmax import Workspace, _top_positions
+
+    g = torch.Generator().manual_seed(5)
+    e = (torch.randint(0, 6, (3, 2, 13, 13), generator=g) / 5.0).float()  # many equal values
+    got = _top_positions(e, ranks, Workspace())
+    # stable descending sort of the column-reversed rows: among equal values the larger column
+    # comes first
+    order = 12 - e.flip(-1).sort(dim=-1, descending=True, stable=True).indices
+    assert torch.equal(got, order[..., list(ranks)])
+
+
+def test_cpu_selection_knocks_out_only_what_a_later_rank_needs():
+    """JaSMin_10 reads ranks (0, 1, 9, 10): the selection takes 11 maxima and knocks out 10
+    winners (the last one is never ranked after), without gathering the 7 ranks it skips
+    (issue 27 item 9; the old code knocked out 11 and concatenated all 11 positions)."""
+    q, kk = qk(b=2, h=2, n=20, d=8, dtype=torch.float32)
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        ranked_softmax_probs(q, kk, 0.5, (0, 1, 9, 10))
+    names = [e.name for e in prof.events()]
+    assert names.count("aten::index_fill_") == 10
+    assert names.count("aten::cat") == 0

@@ -75,14 +75,16 @@ class Workspace:
         self._bufs.clear()
 
 
-def _top_positions(e: torch.Tensor, m: int, ws: Workspace) -> torch.Tensor:
-    """Distinct positions of the ``m`` largest entries of each row of ``e`` >= 0, descending.
+def _top_positions(e: torch.Tensor, ranks: tuple[int, ...], ws: Workspace) -> torch.Tensor:
+    """Distinct positions of the entries of rank ``ranks`` (0-based, descending) in each row of
+    ``e`` >= 0. (..., N, N) -> (..., N, len(ranks)) int64.
 
-    (..., N, N) -> (..., N, m) int64.
+    Only the ranks asked for are kept (JaSMin_k reads 4 of its k + 1), and the entry of the
+    last rank is not knocked out: nothing is ranked after it.
     """
-    n = e.shape[-1]
+    n, m = e.shape[-1], max(ranks) + 1
     if not _CPU_INT_KEYS or e.device.type != "cpu" or e.dtype != torch.float32 or n > 2**29:
-        return e.topk(m, dim=-1).indices
+        return _take_ranks(e.topk(m, dim=-1).indices, ranks)
     # float32 -> float64 is exact and leaves the low 29 mantissa bits 0; the bits of a
     # non-negative double order like the double, so OR-ing the column in keeps the order of
     # distinct values and breaks ties by column.
@@ -91,12 +93,15 @@ def _top_positions(e: torch.Tensor, m: int, ws: Workspace) -> torch.Tensor:
     low = (1 << max(1, (n - 1).bit_length())) - 1
     flat = key.view(-1)
     offsets = torch.arange(0, key.numel(), n).view(key.shape[:-1] + (1,))
-    out = []
-    for _ in range(m):
+    out = torch.empty(key.shape[:-1] + (len(ranks),), dtype=torch.int64)
+    for j in range(m):
         pos = key.amax(dim=-1, keepdim=True).bitwise_and_(low)  # (..., N, 1)
-        flat.index_fill_(0, (pos + offsets).view(-1), -1)  # keys are >= 0
-        out.append(pos)
-    return torch.cat(out, -1)
+        for col, r in enumerate(ranks):
+            if r == j:
+                out[..., col : col + 1] = pos
+        if j < m - 1:
+            flat.index_fill_(0, (pos + offsets).view(-1), -1)  # keys are >= 0
+    return out
 
 
 def _operands(
@@ -159,7 +164,7 @@ class _RankedSoftmax(torch.autograd.Function):
             mx = s.amax(-1, keepdim=True)  # (G, N, 1)
             e = s.sub_(mx).exp_()
             z = e.sum(-1, keepdim=True)
-            pos = _take_ranks(_top_positions(e, max(ranks) + 1, ws), ranks)  # (G, N, r)
+            pos = _top_positions(e, ranks, ws)  # (G, N, r)
             probs = e.gather(-1, pos).div_(z)
             lse = mx.add_(z.log_())
         ctx.scale, ctx.ws = scale, ws
