@@ -154,8 +154,12 @@ def _saved_activation_bytes(model: nn.Module, fn) -> int:
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         nonlocal total
-        if t.untyped_storage().data_ptr() not in params:
-            total += t.untyped_storage().nbytes()
+        try:
+            ptr, size = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
+        except RuntimeError:  # a torch.func wrapper: saved during a JVP's forward
+            ptr, size = None, t.numel() * t.element_size()
+        if ptr not in params:
+            total += size
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -168,7 +172,7 @@ def test_measurement_records_no_graph_towards_the_weights(route):
     """Input gradients only (issue 27 item 9): the measurement saves exactly what one forward
     with frozen weights saves (no activations for weight gradients, nothing for the JVPs'
     forwards), leaves no .grad, and gives each parameter its requires_grad back. The old code
-    failed both routes (exact: 844 kB saved against this floor of 583 kB)."""
+    failed both routes (saved 844 kB exact, 21.7 MB Lanczos, against this floor of 583 kB)."""
     torch.manual_seed(0)
     model = create_model(tiny_model_config(img_size=16, depth=2)).eval()
     model.net.head.bias.requires_grad_(False)  # a mixed state must come back as it was
