@@ -1493,8 +1493,9 @@ def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> Non
     sec = s.data.setdefault("smoke_trial", {})
     if timeout_s is not None and timeout_s < SMOKE_MIN_S:
         sec["lipsweep_train"] = {
+            "space": str(space),
             "skipped": f"{max(timeout_s, 0):.0f} s left for it (its cap or --deadline-s), "
-            f"under the {SMOKE_MIN_S:.0f} s a smoke trial needs"
+            f"under the {SMOKE_MIN_S:.0f} s a smoke trial needs",
         }
         _log.warning("smoke trial: skipped (%s)", sec["lipsweep_train"]["skipped"])
         return
@@ -1719,6 +1720,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(SECTIONS)}",
     )
     p.add_argument(
+        "--phases",
+        default=None,
+        help="comma-separated phases to run, in the suite's order (default: all of the "
+        "chosen sections; e.g. a second device call: train_modes,lipschitz_detail,"
+        "run_trial,compile)",
+    )
+    p.add_argument(
         "--space",
         type=Path,
         default=DEFAULT_SPACE,
@@ -1786,6 +1794,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         if not caps[name] > 0:
             p.error(f"--cap: {name} must be positive, got {value}")
     args.cap = caps
+    known = {ph.name for ph in PHASES}
+    if args.phases is not None and not set(args.phases.split(",")) <= known:
+        unknown_phases = sorted(set(args.phases.split(",")) - known)
+        p.error(f"--phases: unknown {unknown_phases}; choose from {sorted(known)}")
     if not args.cap_scale > 0:
         p.error(f"--cap-scale: must be positive, got {args.cap_scale}")
     if not args.space.is_file():
@@ -1829,7 +1841,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.quick,
         args.out,
     )
-    run_phases(suite, plan_phases(args.sections.split(","), args.smoke_trial), args.deadline_s)
+    plan = plan_phases(args.sections.split(","), args.smoke_trial)
+    if args.phases is not None:
+        plan = [ph for ph in plan if ph.name in args.phases.split(",") or ph.name == "smoke_trial"]
+    run_phases(suite, plan, args.deadline_s)
     suite.data["meta"]["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     suite.write()
     _log.info(

@@ -215,7 +215,7 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
         "lipschitz_s",
     }
     assert abs(sum(proj["parts_s"].values()) - proj["total_s"]) < 1.0
-    assert 0 < proj["lipschitz_share"] < 1 and 0 < proj["checkpoint_share"] < 1
+    assert 0 < proj["lipschitz_share"] < 1 and 0 <= proj["checkpoint_share"] < 1
 
 
 def _bench_module(name: str):
@@ -594,3 +594,17 @@ def test_gpu_report_shows_the_smoke_trial() -> None:
     skipped = {"lipsweep_train": {"skipped": "40 s left before --deadline-s"}}
     assert "skipped (40 s left" in gpu_report.report({"smoke_trial": skipped})
     assert "Smoke trial" not in gpu_report.report({})
+
+
+def test_a_bad_space_exits_2_with_one_line_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    gs = _suite_module()
+    space = tmp_path / "bad.yaml"
+    space.write_text("name: s\nfixed: {epochs: -1}\ngrid: [{regularizer: none}]\n")
+    out = tmp_path / "s.json"
+    argv = ["--device", "cpu", "--quick", "--out", str(out), "--space", str(space)]
+    assert gs.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--space" in err[0] and "epochs: must be > 0" in err[0]
+    assert not out.exists()
