@@ -261,12 +261,27 @@ def lipschitz_tables(d: dict[str, Any]) -> str:
     verdict = placement_verdict(h, bool(d.get("meta", {}).get("gpu")))
     if verdict:
         out += ["", verdict]
-    s = lip.get("summary_c100", {})
-    out += [
-        "",
-        f"`lipschitz_summary` (defaults, C = 100) on {s.get('images')} images: "
-        f"{fmt(s.get('seconds'))} s.",
+    parts = lip.get("parts", {})
+    rows = [
+        [name, fmt(_get(parts, name, "images")), fmt((_get(parts, name, "s_per_image") or 0) * 1e3)]
+        for name in ("jacobian", "margin", "tokens", "softmax", "heads")
+        if name in parts
     ]
+    if rows:
+        out += [
+            "",
+            f"The projected space's `lipschitz_summary` by part (C = {parts.get('num_classes')}, "
+            f"route {parts.get('route')}, batch {parts.get('batch')}):\n",
+            table(["part", "images", "ms / image"], rows),
+        ]
+    s = lip.get("summary", {})
+    if s:
+        out += [
+            "",
+            f"Whole `lipschitz_summary` (C = {s.get('num_classes')}) on {s.get('images')} images "
+            f"({s.get('head_images')} for the head bounds): {fmt(s.get('seconds'))} s; the parts "
+            f"predict {fmt(s.get('parts_predicted_s'))} s (ratio {fmt(s.get('ratio_to_parts'))}).",
+        ]
     return "\n".join(out)
 
 
@@ -312,22 +327,71 @@ def trial_tables(d: dict[str, Any]) -> str:
         "",
     ]
     p = tr.get("projection", {})
-    parts = p.get("parts_s", {})
-    rows = [[k.removesuffix("_s").replace("_", " "), fmt(v, 0)] for k, v in parts.items()]
-    rows.append(["**total**", f"**{fmt(p.get('total_s'), 0)}**"])
-    out.append(
-        f"Projected cost of one paper trial (40 epochs x 97 steps of 512, whole "
-        f"10,000-image test split) on {p.get('device')}:\n"
-    )
-    out.append(table(["part", "seconds"], rows))
-    out.append("")
-    out.append(
-        f"= **{fmt(p.get('hours'), 3)} h** (slowest regularizer: "
-        f"{fmt(p.get('hours_slowest_regularizer'), 3)} h; target {p.get('target_hours')} "
-        f"h); the 31-trial grid: {fmt(p.get('grid_31_trials_hours'), 1)} h. Missing "
-        f"inputs: {p.get('missing') or 'none'}."
-    )
+    out.append(projection_text(p))
     return "\n".join(out)
+
+
+def projection_text(p: dict[str, Any]) -> str:
+    """The projected trial: which space, its assumptions, the parts, the shares, the
+    checkpoint cadence and what a preemption loses."""
+    a = p.get("assumptions", {})
+    parts = p.get("parts_s", {})
+    total = p.get("total_s")
+    rows = [
+        [
+            k.removesuffix("_s").replace("_", " "),
+            fmt(v, 0),
+            pct(v / total) if v is not None and total else "-",
+        ]
+        for k, v in parts.items()
+    ]
+    rows.append(["**total**", f"**{fmt(total, 0)}**", "100.0 %" if total else "-"])
+    pre = p.get("preemption", {})
+    return "\n".join(
+        [
+            f"Projected cost of one trial of **`{p.get('space')}`** (its first trial; read from "
+            f"the space: {a.get('epochs')} epochs x {a.get('steps_per_epoch')} steps of "
+            f"{a.get('batch_size')} on {a.get('train_images')} images, clean evaluation of "
+            f"{a.get('eval_images')} images every epoch, a checkpoint every "
+            f"{a.get('checkpoint_every')} epoch(s) ({a.get('checkpoints')} in all), attacks on "
+            f"{a.get('attack_images')} images, the Lipschitz summary on {a.get('lip_images')} "
+            f"images ({a.get('lip_head_images')} for the head bounds), {a.get('num_classes')} "
+            f"classes) on {p.get('device')}, train step `{a.get('train_step_key')}` x "
+            f"{fmt(a.get('batch_scale'))}:\n",
+            table(["part", "seconds", "share"], rows),
+            "",
+            f"= **{fmt(p.get('hours'), 3)} h** (slowest regularizer: "
+            f"{fmt(p.get('hours_slowest_regularizer'), 3)} h; target {p.get('target_hours')} h"
+            f"); the {p.get('grid_trials')}-trial grid: {fmt(p.get('grid_hours'), 1)} h. "
+            f"Lipschitz share {pct(p.get('lipschitz_share'))}; checkpoint share "
+            f"{pct(p.get('checkpoint_share'))} (target <= {pct(p.get('checkpoint_share_target'))}"
+            f"; met from `checkpoint_every` {fmt(p.get('checkpoint_every_for_target'))}; upload "
+            f"not included). A preemption loses at most {pre.get('epochs_lost_max_in_training')}"
+            f" epoch(s) in training ({fmt(pre.get('lost_s_max_in_training'), 0)} s), and "
+            f"{pre.get('epochs_lost_in_final_evaluation')} epoch(s) plus the evaluation during "
+            f"the final evaluation ({fmt(pre.get('lost_s_in_final_evaluation'), 0)} s). "
+            f"Missing inputs: {p.get('missing') or 'none'}.",
+        ]
+    )
+
+
+def phases_table(d: dict[str, Any]) -> str:
+    """The order the suite ran in, each phase's cap, time and outcome ('' without phases)."""
+    phases = _get(d, "meta", "phases") or []
+    rows = [
+        [
+            str(i),
+            ph.get("name", "?"),
+            "mandatory" if ph.get("mandatory") else "optional",
+            fmt(ph.get("cap_s"), 0),
+            fmt(ph.get("seconds"), 1),
+            str(ph.get("status")) + (f" ({ph['reason']})" if ph.get("reason") else ""),
+        ]
+        for i, ph in enumerate(phases, 1)
+    ]
+    if not rows:
+        return ""
+    return table(["#", "phase", "kind", "cap s", "seconds", "status"], rows)
 
 
 SMOKE_METRICS = ("acc_clean", "acc_pgd_4", "acc_aa_2", "lip_jacobian_median")
@@ -357,8 +421,11 @@ def smoke_line(d: dict[str, Any]) -> str:
 
 
 def report(d: dict[str, Any]) -> str:
-    parts = [
-        device_line(d.get("meta", {})),
+    parts = [device_line(d.get("meta", {}))]
+    order = phases_table(d)
+    if order:
+        parts.append("### Order and caps\n\n" + order)
+    parts += [
         "### Train step\n\n" + train_tables(d),
         "### Regularizers\n\n" + regularizer_table(d),
         "### Per-epoch evaluation and checkpoint\n\n" + checkpoint_table(d),

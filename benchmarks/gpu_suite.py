@@ -1,7 +1,7 @@
-"""One command that measures lipsweep's GPU path (issue 17, item 6) and writes one JSON file.
+"""One command that measures lipsweep's GPU path (issues 17, 27) and writes one JSON file.
 
-    python benchmarks/gpu_suite.py --device cuda --out gpu_suite.json          # one H100, < 8 min
-    python benchmarks/gpu_suite.py --device cpu --quick --out quick.json       # 2 CPUs, < 3 min
+    python benchmarks/gpu_suite.py --device cuda --smoke-trial --out gpu_suite.json   # one H100
+    python benchmarks/gpu_suite.py --device cpu --quick --out quick.json              # 2 CPUs
 
 It runs on a machine with its own torch (>= 2.4; the device image has 2.11) and timm but no
 Ray, MLflow, Optuna or network: it imports none of them, directly or through lipsweep, and uses
@@ -9,30 +9,41 @@ pyautoattack when it is importable (``benchmarks/fetch_wheels.sh`` puts a wheel 
 else it skips AutoAttack with a warning. Every figure comes from lipsweep's own functions
 (``engine.train_one_epoch``, the regularizers, ``attacks``, ``lipschitz``, ``checkpoint``,
 ``trial.run_trial``); each measurement is guarded, so one failure records an error string and
-the suite goes on. The JSON is rewritten after every section, so a run cut short keeps what
+the suite goes on. The JSON is rewritten after every phase, so a run cut short keeps what
 it measured. ``--quick`` takes the same code path with tiny shapes (a 2-block width-64 ViT,
-small batches and image counts). Sections:
+small batches and image counts).
 
-- ``train``: ViT-B (patch 4, 32 px, 65 tokens, random init) train-step time and peak memory at
-  batch 64/256/512 in fp32, TF32, bf16 and bf16 + torch.compile; model FLOP utilisation (FLOPs
-  counted analytically, cross-checked with torch.utils.flop_counter) against a bf16 matmul
-  measured in the same run.
-- ``regularizers``: each regularizer's step time as a ratio to the baseline at ViT-B bf16 batch
-  512 (CUDA events, interleaved rounds, medians) and its host syncs per step
-  (``torch.cuda.set_sync_debug_mode``; null on CPU).
-- ``checkpoint``: per-epoch clean evaluation (fp32 and bf16 autocast) and checkpoint save/load.
-- ``attacks``: FGSM and PGD-4 images/s in fp32 and bf16 and the accuracy difference, and each
-  AutoAttack stage alone in seconds per 1000 attacked images, on a briefly trained ViT.
-- ``lipschitz``: ||J_f|| cost at C = 10 and C = 100, the trial-level summary at C = 100, and the
-  head bounds split into matvec (Lanczos) and eigh/SVD time, with CPU vs device placement of the
-  small eigh/SVD.
-- ``trial``: a one-epoch ``run_trial`` on a CIFAR-shaped slice (the embedded CIFAR-10 sample) on
-  the device, and the projected H100-hours of one paper trial with its arithmetic.
+What it measures for is a search space (``--space``, default ``search_spaces/paper_cifar100.yaml``):
+the projection of one trial reads every assumption from that space's first trial (epochs,
+batch, split sizes, evaluation and attack settings, Lipschitz image counts with ``0`` = the
+whole evaluation split, ``checkpoint_every``, precision, classes) and names the space.
 
-``--smoke-trial SPACE`` additionally runs the first trial of a search space (default
-``search_spaces/gpu_smoke.yaml``) through ``python -m lipsweep train`` (no Ray, no MLflow) and
-records it under ``smoke_trial``. ``benchmarks/gpu_report.py`` turns the JSON into the tables
-of docs/benchmarks.md.
+Order (issue 27 item 8), each phase under a cap (``Sizes.caps``; ``meta.phases`` records the
+order, each cap, its time and whether it was done, capped, skipped or failed):
+
+1. ``smoke_trial`` (with ``--smoke-trial SPACE``, default ``search_spaces/gpu_smoke.yaml``): the
+   first trial of that space through ``python -m lipsweep train`` (no Ray, no MLflow).
+2. The mandatory phases, which the projection and the issue's figures need:
+   ``train`` (the bf16 matmul rate and the space's train step at its batch), ``regularizers``
+   (each regularizer's step-time ratio to the baseline at ViT-B bf16 batch 512, CUDA events,
+   interleaved rounds, medians, and host syncs per step), ``checkpoint`` (per-epoch clean
+   evaluation in fp32 and bf16 autocast, checkpoint save and load), ``attacks`` (FGSM and
+   PGD-4 images/s in fp32, TF32 and bf16 and the accuracy difference; each AutoAttack stage
+   alone in s per 1000 attacked images, on a briefly trained ViT), ``lipschitz`` (seconds per
+   image of each part of the space's Lipschitz summary at its number of classes), and
+   ``projection`` (the device-hours of one trial of the space with its arithmetic, the
+   Lipschitz and checkpoint shares, the ``checkpoint_every`` that keeps checkpoints under 3 %,
+   and what a preemption loses).
+3. The optional phases, while ``--budget-s`` and ``--deadline-s`` leave room for their whole
+   cap: ``train_modes`` (fp32, TF32 and bf16 at every batch; MFU against the matmul rate, FLOPs
+   cross-checked with torch.utils.flop_counter), ``lipschitz_detail`` (||J_f|| at C = 10 and
+   100, the head bounds split into matvecs and eigh/SVD with their CPU vs device placement, and
+   the whole summary against the sum of its parts), ``run_trial`` (one epoch of ``run_trial``
+   on the embedded CIFAR-10 sample), and ``compile`` last (bf16 + torch.compile).
+
+A phase past its cap is stopped (SIGALRM; the smoke trial's subprocess is killed) and what it
+measured is kept. ``benchmarks/gpu_report.py`` turns the JSON into the tables of
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -52,7 +64,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -91,19 +103,21 @@ REGULARIZERS: dict[str, dict[str, Any]] = {
 }
 TARGET_RATIO = {"jasmin_k10_mean": 1.05, "jasmin_k10_max": 1.05, "specformer": 1.02}
 AA_STAGES = ("apgd-ce", "apgd-t", "fab-t", "square")
-PAPER = {
-    "epochs": 40,
-    "train_images": 50_000,
-    "test_images": 10_000,
-    "batch_size": 512,
-    "num_classes": 100,
-}
-"""One paper trial (docs/science.md §2): ViT-B on CIFAR-100, 40 epochs at batch 512, whole test
-split."""
-PAPER_FRACTIONS = {"clean": 0.909, "after_pgd2": 0.2685, "after_aa2": 0.0212}
-"""Share of test images each attack stage sees, from the paper's Table 3 baseline row (clean
-90.9 %, PGD2 26.85 %, AA2 2.12 %): FGSM, PGD and APGD-CE attack the correct images; APGD-T
-the ones APGD-CE left (taken as PGD2's survivors); FAB-T and Square the final survivors."""
+DEFAULT_SPACE = ROOT / "search_spaces" / "paper_cifar100.yaml"
+"""The space the suite measures for and projects (``--space``): every assumption of the
+projection (epochs, batch, split sizes, evaluation, attack and Lipschitz image counts,
+checkpoint cadence, precision, classes) is read from its first trial."""
+SPLITS = {"cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000)}
+"""(train, test) sizes of the whole splits, for a space's ``train_size: 0`` / ``eval_size: 0``."""
+BASELINE_ACC = {"cifar100": (90.9, 26.85, 2.12), "cifar10": (98.56, 45.45, 2.13)}
+"""The paper's baseline (clean, PGD-2, AA-2) accuracy in %, Table 3 (CIFAR-100) and Table 4
+(CIFAR-10): the share of images each attack stage sees. FGSM, PGD and the first AutoAttack
+stage attack the correct images; the second stage the ones the first left (taken as PGD-2's
+survivors); later stages the final survivors. Another dataset: every stage sees every image."""
+TARGET_HOURS = 0.25
+"""Issue 17: one paper trial in <= 15 minutes on one H100."""
+CHECKPOINT_SHARE_TARGET = 0.03
+"""Issue 27: checkpoints take <= 3 % of a projected trial."""
 
 
 @dataclass
@@ -130,6 +144,7 @@ class Sizes:
     trial_batch: int
     trial_eval: int
     budget_s: float
+    caps: dict[str, float]
 
 
 FULL = Sizes(
@@ -153,6 +168,22 @@ FULL = Sizes(
     trial_batch=256,
     trial_eval=500,
     budget_s=450.0,
+    # one device call is 600 s with ~60 s of imports: the smoke trial and the mandatory
+    # phases (the first seven) fit in 500 s; the optional ones run while --budget-s and
+    # --deadline-s leave room for their whole cap
+    caps={
+        "smoke_trial": 150.0,
+        "train": 45.0,
+        "regularizers": 75.0,
+        "checkpoint": 45.0,
+        "attacks": 100.0,
+        "lipschitz": 75.0,
+        "projection": 10.0,
+        "train_modes": 90.0,
+        "lipschitz_detail": 75.0,
+        "run_trial": 90.0,
+        "compile": 120.0,
+    },
 )
 QUICK = Sizes(
     model={"model": "vit_tiny_patch16_224", "depth": 2, "embed_dim": 64, "num_heads": 2},
@@ -175,7 +206,44 @@ QUICK = Sizes(
     trial_batch=32,
     trial_eval=32,
     budget_s=150.0,
+    caps={
+        "smoke_trial": 120.0,
+        "train": 30.0,
+        "regularizers": 60.0,
+        "checkpoint": 30.0,
+        "attacks": 60.0,
+        "lipschitz": 40.0,
+        "projection": 10.0,
+        "train_modes": 60.0,
+        "lipschitz_detail": 40.0,
+        "run_trial": 60.0,
+        "compile": 120.0,
+    },
 )
+
+
+@dataclass
+class Target:
+    """The search space measured for and projected: its file, name, trial count and the
+    validated config of its first trial (a grid's first point: the baseline in the paper
+    spaces; the regularizers' cost enters as the measured step-time ratios)."""
+
+    path: str
+    name: str
+    trials: int
+    cfg: TrialConfig
+
+
+def load_target(path: Path) -> Target:
+    """Read ``path`` with lipsweep's own space loader (no Ray, no MLflow)."""
+    from lipsweep.sweep.space import load_space
+
+    path = Path(path).resolve()
+    spec = load_space(path)
+    if not spec.trials:
+        raise ValueError(f"--space {path}: no trial to project (a grid space is needed)")
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return Target(str(shown), spec.name, len(spec.trials), TrialConfig.from_flat(spec.trials[0]))
 
 
 # ---------------------------------------------------------------- helpers
@@ -184,8 +252,17 @@ QUICK = Sizes(
 class Suite:
     """The JSON being built, the time budget, and the guard that keeps one failure local."""
 
-    def __init__(self, out: Path, device: torch.device, sizes: Sizes, quick: bool) -> None:
+    def __init__(
+        self,
+        out: Path,
+        device: torch.device,
+        sizes: Sizes,
+        quick: bool,
+        space: Path = DEFAULT_SPACE,
+    ) -> None:
         self.out, self.device, self.sizes, self.quick = out, device, sizes, quick
+        self.target = load_target(space)
+        self.num_classes = self.target.cfg.model.num_classes
         self.t0 = time.perf_counter()
         self.data: dict[str, Any] = {"meta": {}, "errors": []}
 
@@ -434,79 +511,121 @@ def syncs_per_step(run_steps: Callable[[int], Any], device: torch.device) -> dic
 # ---------------------------------------------------------------- sections
 
 
-def section_train(s: Suite) -> None:
+def projected_mode(cfg: TrialConfig, device: torch.device) -> str:
+    """The train-step mode a trial of ``cfg`` runs on ``device`` (a key prefix of
+    ``train.runs``): precision 'auto' is bf16 autocast on CUDA and fp32 elsewhere."""
+    if cfg.run.compile:
+        return "bf16_compile"
+    precision = cfg.run.precision
+    if precision == "auto":
+        precision = "bf16" if device.type == "cuda" else "fp32"
+    return precision
+
+
+def projected_batch(s: Suite) -> int:
+    """The batch the projection needs: the space's (the largest quick batch with --quick)."""
+    return max(s.sizes.batches) if s.quick else s.target.cfg.optim.batch_size
+
+
+def _train_run(
+    s: Suite, model: PixelModel, net: torch.nn.Module, mode: str, batch: int, r: dict[str, Any]
+) -> None:
+    """One ``train.runs`` entry: ms/step, images/s, peak memory and MFU of ``mode`` at ``batch``."""
+    dev, sz, sec = s.device, s.sizes, s.data["train"]
+    r.update(mode=mode, batch=batch)
+    opt = build_optimizer(model, OptimConfig(lr=0.01))
+    batches = random_batches(sz.steps, batch, s.num_classes, dev)
+    precision = "bf16" if mode.startswith("bf16") else "fp32"
+    reg = create_regularizer("none")
+    with matmul_mode(mode):
+        if mode == "bf16_compile":
+            with Clock(dev) as clk:  # compilation (and recompilation) time
+                train_steps(net, reg, opt, batches[:1], precision, dev, s.num_classes)
+            r["compile_s"] = round(clk.seconds, 2)
+        reset_peak(dev)
+        step = time_steps(net, reg, opt, batches, sz.warmup, precision, dev, s.num_classes)
+    r["step_ms"] = round(step * 1e3, 3)
+    r["images_per_s"] = round(batch / step, 1)
+    r["peak_mem_gib"] = peak_gib(dev)
+    tflops = sec["flops_per_image"] * batch / step / 1e12
+    peak = sec.get("matmul", {}).get("bf16_tflops")
+    r["model_tflops"] = round(tflops, 5)
+    r["mfu_vs_bf16_matmul"] = round(tflops / peak, 4) if peak else None
+    _log.info(
+        "train %-12s batch %4d: %8.2f ms/step  %8.0f img/s  peak %s GiB  MFU %s",
+        mode,
+        batch,
+        r["step_ms"],
+        r["images_per_s"],
+        r["peak_mem_gib"],
+        r["mfu_vs_bf16_matmul"],
+    )
+
+
+def phase_train(s: Suite) -> None:
+    """Mandatory: the bf16 matmul rate and the step the projection needs (the space's
+    precision at its batch)."""
     sec = s.data.setdefault("train", {})
     dev, sz = s.device, s.sizes
     with s.guard(sec, "matmul") as r:
         r["n"] = sz.matmul_n
         r["bf16_tflops"] = round(bf16_matmul_tflops(sz.matmul_n, dev), 5)
         _log.info("bf16 matmul %d^3: %.1f TFLOP/s", sz.matmul_n, r["bf16_tflops"])
-    model = build_vit(sz, PAPER["num_classes"], dev)
+    model = build_vit(sz, s.num_classes, dev)
     shape = model_shape(model)
     sec["model"] = shape
     sec["flops_per_image"] = vit_train_flops_per_image(shape)
+    mode, batch = projected_mode(s.target.cfg, dev), projected_batch(s)
+    if mode == "bf16_compile":  # compiling is the optional last phase; measure uncompiled
+        mode = "bf16"
+    runs = sec.setdefault("runs", {})
+    with s.guard(runs, f"{mode}_b{batch}") as r:
+        _train_run(s, model, model, mode, batch, r)
+
+
+def phase_train_modes(s: Suite) -> None:
+    """Optional: every other mode x batch, and the FLOP count cross-check."""
+    sec = s.data.setdefault("train", {})
+    dev, sz = s.device, s.sizes
+    model = build_vit(sz, s.num_classes, dev)
+    sec.setdefault("flops_per_image", vit_train_flops_per_image(model_shape(model)))
     with s.guard(sec, "flop_counter") as r:
         r["flops_per_image"] = counted_train_flops_per_image(model, dev)
         r["ratio_to_analytic"] = round(r["flops_per_image"] / sec["flops_per_image"], 4)
-    peak = sec.get("matmul", {}).get("bf16_tflops")
-    reg = create_regularizer("none")
     runs = sec.setdefault("runs", {})
-    compiled = None
-    for mode in MODES:
-        for batch in sz.compile_batches if mode == "bf16_compile" else sz.batches:
-            key = f"{mode}_b{batch}"
-            with s.guard(runs, key, optional=mode == "bf16_compile") as r:
-                if "skipped" in r:
-                    continue
-                r.update(mode=mode, batch=batch)
-                if mode == "bf16_compile":
-                    # the first batch gets the static graph a trial runs (one batch size);
-                    # the next ones the dynamic-batch graph of torch.compile's recompile
-                    r["graph"] = "static" if compiled is None else "dynamic"
-                    if compiled is None:
-                        compiled = torch.compile(model)
-                net = compiled if mode == "bf16_compile" else model
-                opt = build_optimizer(model, OptimConfig(lr=0.01))
-                batches = random_batches(sz.steps, batch, PAPER["num_classes"], dev)
-                precision = "bf16" if mode.startswith("bf16") else "fp32"
-                with matmul_mode(mode):
-                    if mode == "bf16_compile":
-                        with Clock(dev) as clk:  # compilation (and recompilation) time
-                            train_steps(
-                                net, reg, opt, batches[:1], precision, dev, PAPER["num_classes"]
-                            )
-                        r["compile_s"] = round(clk.seconds, 2)
-                    reset_peak(dev)
-                    step = time_steps(
-                        net, reg, opt, batches, sz.warmup, precision, dev, PAPER["num_classes"]
-                    )
-                r["step_ms"] = round(step * 1e3, 3)
-                r["images_per_s"] = round(batch / step, 1)
-                r["peak_mem_gib"] = peak_gib(dev)
-                tflops = sec["flops_per_image"] * batch / step / 1e12
-                r["model_tflops"] = round(tflops, 5)
-                r["mfu_vs_bf16_matmul"] = round(tflops / peak, 4) if peak else None
-                _log.info(
-                    "train %-12s batch %4d: %8.2f ms/step  %8.0f img/s  peak %s GiB  MFU %s",
-                    mode,
-                    batch,
-                    r["step_ms"],
-                    r["images_per_s"],
-                    r["peak_mem_gib"],
-                    r["mfu_vs_bf16_matmul"],
-                )
-                del opt
+    for mode in MODES[:-1]:
+        for batch in sz.batches:
+            if "step_ms" in runs.get(f"{mode}_b{batch}", {}):
+                continue  # the mandatory phase measured it
+            with s.guard(runs, f"{mode}_b{batch}") as r:
+                _train_run(s, model, model, mode, batch, r)
         s.write()
     top = runs.get(f"bf16_b{max(sz.batches)}", {})
     sec["target_mfu_bf16_b512"] = {"target": 0.40, "measured": top.get("mfu_vs_bf16_matmul")}
+
+
+def phase_compile(s: Suite) -> None:
+    """Optional and last: bf16 + torch.compile. The first batch gets the static graph a trial
+    runs (one batch size); the next ones the dynamic-batch graph of torch.compile's recompile."""
+    sec = s.data.setdefault("train", {})
+    dev, sz = s.device, s.sizes
+    model = build_vit(sz, s.num_classes, dev)
+    sec.setdefault("flops_per_image", vit_train_flops_per_image(model_shape(model)))
+    compiled = torch.compile(model)
+    runs = sec.setdefault("runs", {})
+    for i, batch in enumerate(sz.compile_batches):
+        with s.guard(runs, f"bf16_compile_b{batch}") as r:
+            r["graph"] = "static" if i == 0 else "dynamic"
+            _train_run(s, model, compiled, "bf16_compile", batch, r)
+        s.write()
 
 
 def section_regularizers(s: Suite) -> None:
     sec = s.data.setdefault("regularizers", {})
     dev, sz = s.device, s.sizes
     sec.update(batch=sz.reg_batch, precision="bf16", rounds=sz.rounds, steps=sz.steps)
-    model = build_vit(sz, PAPER["num_classes"], dev)
-    batches = random_batches(sz.steps, sz.reg_batch, PAPER["num_classes"], dev)
+    model = build_vit(sz, s.num_classes, dev)
+    batches = random_batches(sz.steps, sz.reg_batch, s.num_classes, dev)
     variants = sec.setdefault("variants", {})
     times: dict[str, list[float]] = {k: [] for k in REGULARIZERS}
     for rnd in range(sz.rounds):
@@ -532,14 +651,14 @@ def section_regularizers(s: Suite) -> None:
                             sz.warmup if rnd == 0 else 1,
                             "bf16",
                             dev,
-                            PAPER["num_classes"],
+                            s.num_classes,
                         )
                     )
                     if rnd == 0:
                         r.update(
                             syncs_per_step(
                                 lambda n: train_steps(
-                                    model, reg, opt, batches[:n], "bf16", dev, PAPER["num_classes"]
+                                    model, reg, opt, batches[:n], "bf16", dev, s.num_classes
                                 ),
                                 dev,
                             )
@@ -572,11 +691,11 @@ def section_checkpoint(s: Suite) -> None:
 
     sec = s.data.setdefault("checkpoint", {})
     dev, sz = s.device, s.sizes
-    model = build_vit(sz, PAPER["num_classes"], dev)
+    model = build_vit(sz, s.num_classes, dev)
     with s.guard(sec, "eval_clean") as r:
         g = torch.Generator().manual_seed(1)
         x = torch.randint(0, 256, (sz.eval_images, 3, 32, 32), generator=g, dtype=torch.uint8)
-        y = torch.randint(0, PAPER["num_classes"], (sz.eval_images,), generator=g)
+        y = torch.randint(0, s.num_classes, (sz.eval_images,), generator=g)
         r.update(images=sz.eval_images, batch=256)
         for precision in ("fp32", "bf16"):
             with autocast_context(dev, precision):
@@ -596,10 +715,10 @@ def section_checkpoint(s: Suite) -> None:
             model,
             create_regularizer("none"),
             opt,
-            random_batches(1, 8, PAPER["num_classes"], dev),
+            random_batches(1, 8, s.num_classes, dev),
             "fp32",
             dev,
-            PAPER["num_classes"],
+            s.num_classes,
         )  # momentum buffers exist
         root = Path(tempfile.mkdtemp(prefix="gpu_suite_ckpt_"))
         try:
@@ -750,10 +869,10 @@ def section_attacks(s: Suite) -> None:
         "correctly classified ones); s_per_1000 is per attacked image",
     )
     n = aa["images"]
-    for stage in AA_STAGES:
-        with s.guard(aa, stage, optional=True) as r:
-            if "skipped" in r:
-                continue
+    # the space's stages first (the projection needs them), then the other standard ones
+    stages = list(dict.fromkeys([*s.target.cfg.robustness.aa_attacks, *AA_STAGES]))
+    for stage in stages:
+        with s.guard(aa, stage) as r:
             with tf32_matmuls(True):  # as evaluate_robustness runs it in a trial
                 res = AutoAttack(model, 2 / 255, attacks=[stage], iters=10, batch_size=batch).run(
                     x[:n], y[:n]
@@ -851,10 +970,73 @@ def _head_split(s: Suite, model: PixelModel, x: torch.Tensor) -> dict[str, Any]:
     return out
 
 
-def section_lipschitz(s: Suite) -> None:
+LIP_PARTS = ("jacobian", "margin", "tokens", "softmax", "heads")
+"""The parts of ``lipschitz_summary``, each timed per image: ||J_f|| (pixels), the logit
+margin (one forward pass), ||d f / d T|| (tokens), the softmax-Jacobian rows, the head bounds."""
+
+
+def _lip_estimators(cfg: Any, route: str) -> dict[str, Callable[[PixelModel, torch.Tensor], Any]]:
+    """The summary's estimators as ``cfg`` (the space's LipschitzConfig) builds them."""
+    from lipsweep.lipschitz import create_estimator
+    from lipsweep.lipschitz.jacobian import measurement_mode
+    from lipsweep.lipschitz.margin import logit_margin
+
+    def margin(model: PixelModel, x: torch.Tensor) -> torch.Tensor:
+        with measurement_mode(model), torch.no_grad():
+            return logit_margin(model(x).float()).cpu()
+
+    ests: dict[str, Callable[[PixelModel, torch.Tensor], Any]] = {
+        "jacobian": create_estimator(f"jacobian_{route}", iters=cfg.lip_iters, tol=cfg.lip_tol),
+        "margin": margin,
+    }
+    if cfg.lip_tokens:
+        ests["tokens"] = create_estimator(
+            "token_jacobian", route=route, iters=cfg.lip_iters, tol=cfg.lip_tol
+        )
+    if cfg.lip_softmax:
+        ests["softmax"] = create_estimator("softmax_jacobian", method=cfg.lip_softmax_method)
+    if cfg.lip_head_bounds:
+        ests["heads"] = create_estimator(
+            "head_bounds", route=cfg.lip_head_route, iters=cfg.lip_head_iters, tol=cfg.lip_head_tol
+        )
+    return ests
+
+
+def phase_lipschitz(s: Suite) -> None:
+    """Mandatory: seconds per image of each part of the space's Lipschitz summary, at its
+    number of classes and settings (route, iterations, tolerance, parts switched on), batched
+    as a trial batches them; the projection multiplies each by the space's image count."""
+    from lipsweep.lipschitz.jacobian import resolve_route
+
+    sec = s.data.setdefault("lipschitz", {})
+    dev, sz, cfg = s.device, s.sizes, s.target.cfg.lipschitz
+    c = s.num_classes
+    route = resolve_route(cfg.lip_route, c)
+    model = build_vit(sz, c, dev).eval()
+    x = torch.rand(sz.summary_images, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    x = x.to(dev)
+    parts = sec.setdefault("parts", {})
+    parts.update(num_classes=c, route=route, batch=cfg.lip_batch_size)
+    for name, est in _lip_estimators(cfg, route).items():
+        with s.guard(parts, name) as r:
+            xs = x[: sz.head_images] if name == "heads" else x
+            est(model, xs[:1])  # warm-up
+            with Clock(dev) as clk:
+                for i in range(0, len(xs), cfg.lip_batch_size):
+                    est(model, xs[i : i + cfg.lip_batch_size])
+            r.update(images=len(xs), seconds=round(clk.seconds, 4))
+            r["s_per_image"] = clk.seconds / len(xs)
+            _log.info("lipschitz %-8s C=%d: %.2f ms/image", name, c, r["s_per_image"] * 1e3)
+        s.write()
+
+
+def phase_lipschitz_detail(s: Suite) -> None:
+    """Optional: ||J_f|| at C = 10 and 100 against a forward+backward, the head bounds split
+    into matvecs and eigh/SVD with their placement, and the whole ``lipschitz_summary`` timed
+    against the sum of its parts (a check of the projection's per-part arithmetic)."""
     import torch.nn.functional as F
 
-    from lipsweep.lipschitz import LipschitzConfig, jacobian_norm_result, lipschitz_summary
+    from lipsweep.lipschitz import jacobian_norm_result, lipschitz_summary
 
     sec = s.data.setdefault("lipschitz", {})
     dev, sz = s.device, s.sizes
@@ -895,29 +1077,39 @@ def section_lipschitz(s: Suite) -> None:
         )
         _log.info("head bounds: %s", r)
     s.write()
-    with s.guard(sec, "summary_c100", optional=True) as r:
-        if "skipped" not in r:
-            cfg = LipschitzConfig(lip_figures=False)
-            with Clock(dev) as clk:
-                metrics = lipschitz_summary(models.get(100) or build_vit(sz, 100, dev), x, cfg)
-            r.update(
-                images=len(x),
-                lip_images=cfg.lip_images,
-                seconds=round(clk.seconds, 3),
-                lip_head_images=cfg.lip_head_images,
-                lip_jacobian_median=metrics.get("lip_jacobian_median"),
-            )
-            _log.info("lipschitz_summary C=100 on %d images: %.2f s", len(x), r["seconds"])
-
-
-def section_trial(s: Suite) -> None:
-    sec = s.data.setdefault("trial", {})
-    sz = s.sizes
-    with s.guard(sec, "run_trial", optional=True) as r:
-        if "skipped" not in r:
-            _run_trial(s, r)
-    with s.guard(sec, "projection") as r:
-        r.update(project_paper_trial(s.data, s.device, max(sz.batches)))
+    with s.guard(sec, "summary") as r:
+        c = s.num_classes
+        cfg = replace(
+            s.target.cfg.lipschitz,
+            lip_images=len(x),
+            lip_softmax_images=0,
+            lip_head_images=sz.head_images,
+            lip_figures=False,
+        )
+        model = models.get(c) or build_vit(sz, c, dev).eval()
+        with Clock(dev) as clk:
+            lipschitz_summary(model, x, cfg)
+        parts = sec.get("parts", {})
+        predicted = sum(
+            (parts[k]["s_per_image"] * (sz.head_images if k == "heads" else len(x)))
+            for k in LIP_PARTS
+            if "s_per_image" in parts.get(k, {})
+        )
+        r.update(
+            num_classes=c,
+            images=len(x),
+            head_images=sz.head_images,
+            seconds=round(clk.seconds, 3),
+            parts_predicted_s=round(predicted, 3),
+            ratio_to_parts=round(clk.seconds / predicted, 3) if predicted else None,
+        )
+        _log.info(
+            "lipschitz_summary C=%d on %d images: %.2f s (parts predict %.2f s)",
+            c,
+            len(x),
+            r["seconds"],
+            predicted,
+        )
 
 
 def _run_trial(s: Suite, r: dict[str, Any]) -> None:
@@ -984,86 +1176,267 @@ def _get(d: dict, *keys: str) -> Any:
     return d
 
 
-def project_paper_trial(
-    data: dict[str, Any], device: torch.device | str, batch: int
-) -> dict[str, Any]:
-    """Device-hours of one paper trial (docs/science.md §2) from the suite's own figures, with the
-    sums.
+def _num(v: Any) -> float:
+    """A measured number, NaN where it is missing (0 is a measurement, not a gap)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
-    ``batch`` is the largest batch the train section measured (512; smaller with --quick,
-    where the step time is scaled linearly to 512).
-    """
-    p, f = PAPER, PAPER_FRACTIONS
-    steps = p["train_images"] // p["batch_size"]
-    step_s = (_get(data, "train", "runs", f"bf16_b{batch}", "step_ms") or float("nan")) / 1e3
-    scale = p["batch_size"] / batch if batch else float("nan")  # quick mode: linear in batch
-    n = p["test_images"]
-    # per-epoch evaluation runs with precision 'auto': bf16 autocast on CUDA, fp32 on CPU;
-    # the final clean pass and the attacks' accuracies are strict fp32, the attack passes TF32
-    cuda = str(device).startswith("cuda")
-    eval_epoch = _get(
-        data, "checkpoint", "eval_clean", "bf16_s_per_10k" if cuda else "fp32_s_per_10k"
-    ) or float("nan")
-    eval_10k = _get(data, "checkpoint", "eval_clean", "fp32_s_per_10k") or float("nan")
-    save_s = _get(data, "checkpoint", "save", "save_s") or float("nan")
-    attack_key = "tf32_images_per_s" if cuda else "fp32_images_per_s"
-    pgd = _get(data, "attacks", "pgd4", attack_key) or float("nan")
-    fgsm = _get(data, "attacks", "fgsm", attack_key) or float("nan")
-    aa = {
-        st: (_get(data, "attacks", "autoattack", st, "s_per_1000") or float("nan")) / 1000
-        for st in AA_STAGES
+
+def _step_seconds(data: dict[str, Any], mode: str, batch: int) -> tuple[float, int, str]:
+    """(seconds per step at ``batch``, the batch it was measured at, its ``train.runs`` key):
+    the run at ``batch`` itself, else the largest measured batch of ``mode`` scaled linearly
+    (--quick measures tiny batches); NaN when ``mode`` has none."""
+    runs = _get(data, "train", "runs") or {}
+    measured = {
+        int(k.rsplit("_b", 1)[1]): v["step_ms"] / 1e3
+        for k, v in runs.items()
+        if k.rsplit("_b", 1)[0] == mode and isinstance(v, dict) and v.get("step_ms")
     }
-    lip = _get(data, "lipschitz", "summary_c100", "seconds") or float("nan")
-    lip_imgs = _get(data, "lipschitz", "summary_c100", "images") or 0
-    lip_full = lip * (500 / lip_imgs) if lip_imgs else float("nan")  # lip_images = 500
+    if not measured:
+        return float("nan"), 0, f"{mode}_b{batch}"
+    at = batch if batch in measured else max(measured)
+    return measured[at] * batch / at, at, f"{mode}_b{at}"
+
+
+def _aa_fractions(dataset: str, stages: int) -> tuple[list[float], float, str]:
+    """(share of images each AutoAttack stage sees, share FGSM/PGD see, their source)."""
+    if dataset not in BASELINE_ACC:
+        return [1.0] * stages, 1.0, f"no paper baseline for {dataset}: every stage, every image"
+    clean, pgd2, aa2 = (v / 100 for v in BASELINE_ACC[dataset])
+    table = "Table 3" if dataset == "cifar100" else "Table 4"
+    shares = [clean, pgd2] + [aa2] * max(stages - 2, 0)
+    return shares[:stages], clean, f"paper {table} baseline ({dataset})"
+
+
+def checkpoint_epochs(epochs: int, every: int) -> list[int]:
+    """The epochs a trial checkpoints (:func:`lipsweep.trial.run.checkpoint_due`)."""
+    from lipsweep.trial.run import checkpoint_due
+
+    return [e for e in range(1, epochs + 1) if checkpoint_due(e, epochs, every)]
+
+
+def preemption_loss(epochs: int, every: int) -> dict[str, Any]:
+    """What a preemption loses with checkpoints every ``every`` epochs.
+
+    A trial resumes from its last *uploaded* checkpoint: every due epoch before the last one
+    (``tune.report`` with a checkpoint); the last epoch's checkpoint travels only with the final
+    report, after the final evaluation (``sweep/trainable.py``). So a preemption in epoch e
+    loses the epochs since the last uploaded checkpoint before e, e included, and one during the
+    final evaluation loses the epochs after the last uploaded checkpoint and the evaluation.
+    """
+    uploaded = [0] + [e for e in checkpoint_epochs(epochs, every) if e < epochs]
+    in_training = max(e - max(u for u in uploaded if u < e) for e in range(1, epochs + 1))
+    return {
+        "restore_points": uploaded[1:],
+        "epochs_lost_max_in_training": in_training,
+        "epochs_lost_in_final_evaluation": epochs - uploaded[-1],
+    }
+
+
+def project_trial(data: dict[str, Any], target: Target, device: torch.device | str) -> dict:
+    """Device-seconds of one trial of ``target`` (its first grid point) from the suite's own
+    figures, with every part, every assumption and where each came from.
+
+    Every count and setting is read from the space: epochs, batch, train/eval split sizes
+    (``train_size``/``eval_size`` 0 = the whole split), precision and compile, the per-epoch
+    evaluation, ``checkpoint_every``, the attacks with their radii, steps, iterations and
+    ``attack_images`` (0 = every evaluation image), and the Lipschitz image counts
+    (``lip_images`` 0 = every evaluation image) with the parts switched on.
+    """
+    cfg, dev = target.cfg, torch.device(device)
+    cuda = dev.type == "cuda"
+    data_cfg, optim, robust, lip, run = (
+        cfg.data,
+        cfg.optim,
+        cfg.robustness,
+        cfg.lipschitz,
+        cfg.run,
+    )
+    if data_cfg.dataset in SPLITS:
+        n_train_split, n_test_split = SPLITS[data_cfg.dataset]
+    else:
+        raise ValueError(
+            f"dataset: the whole-split sizes of {data_cfg.dataset!r} are unknown to the "
+            f"projection (known: {sorted(SPLITS)})"
+        )
+    n_train = min(data_cfg.train_size or n_train_split, n_train_split)
+    n_eval = min(data_cfg.eval_size or n_test_split, n_test_split)
+    n_att = min(robust.attack_images or n_eval, n_eval)
+    n_lip = min(lip.lip_images or n_eval, n_eval)
+    n_soft = min(lip.lip_softmax_images or n_lip, n_lip)
+    n_head = min(lip.lip_head_images or n_lip, n_lip)
+    epochs, batch = optim.epochs, optim.batch_size
+    steps = n_train // batch if n_train >= batch else 1  # drop_last, as num_train_batches
+
+    mode = projected_mode(cfg, dev)
+    step_s, measured_batch, step_key = _step_seconds(data, mode, batch)
+    if not math.isfinite(step_s) and mode == "bf16_compile":  # compile is optional, last
+        mode = "bf16"
+        step_s, measured_batch, step_key = _step_seconds(data, mode, batch)
+    eval_key = "bf16_s_per_10k" if cuda else "fp32_s_per_10k"  # precision 'auto'
+    eval_epoch = _num(_get(data, "checkpoint", "eval_clean", eval_key)) / 1e4
+    eval_fp32 = _num(_get(data, "checkpoint", "eval_clean", "fp32_s_per_10k")) / 1e4
+    save_s = _num(_get(data, "checkpoint", "save", "save_s"))
+    ckpts = checkpoint_epochs(epochs, run.checkpoint_every)
+    attack_key = "bf16" if robust.attack_precision == "bf16" else ("tf32" if cuda else "fp32")
+    rate = {
+        a: _num(_get(data, "attacks", a, f"{attack_key}_images_per_s")) for a in ("fgsm", "pgd4")
+    }
+    aa_shares, atk_share, shares_from = _aa_fractions(data_cfg.dataset, len(robust.aa_attacks))
+    evaluate = run.evaluate
+    used = set(robust.attacks) if evaluate else set()
+
+    def aa_stage_s(stage: str) -> float:
+        per = _num(_get(data, "attacks", "autoattack", stage, "s_per_1000"))
+        return per / 1000 * robust.aa_iters / 10 * robust.aa_restarts
+
+    lip_parts = _get(data, "lipschitz", "parts") or {}
+
+    def per_image(part: str) -> float:
+        return _num(_get(lip_parts, part, "s_per_image"))
+
+    lip_counts = {"jacobian": n_lip, "margin": n_lip}
+    if lip.lip_tokens:
+        lip_counts["tokens"] = n_lip
+    if lip.lip_softmax:
+        lip_counts["softmax"] = n_soft
+    if lip.lip_head_bounds:
+        lip_counts["heads"] = n_head
+    lipschitz_s = sum(n * per_image(k) for k, n in lip_counts.items()) if evaluate else 0.0
     parts = {
-        "train_s": p["epochs"] * steps * step_s * scale,
-        "epoch_eval_s": p["epochs"] * eval_epoch * n / 1e4,
-        "checkpoints_s": p["epochs"] * save_s,
-        "final_clean_s": eval_10k * n / 1e4,
-        "fgsm_2eps_s": 2 * n * f["clean"] / fgsm,
-        "pgd4_2eps_s": 2 * n * f["clean"] / pgd,
-        "aa_s": n
-        * (
-            f["clean"] * aa["apgd-ce"]
-            + f["after_pgd2"] * aa["apgd-t"]
-            + f["after_aa2"] * (aa["fab-t"] + aa["square"])
-        ),
-        "lipschitz_s": lip_full,
+        "train_s": epochs * steps * step_s,
+        "epoch_eval_s": epochs * n_eval * eval_epoch,
+        "checkpoints_s": len(ckpts) * save_s,
+        "final_clean_s": (n_att if evaluate else n_eval) * eval_fp32,
+        "fgsm_s": len(robust.fgsm_eps) * n_att * atk_share / rate["fgsm"]
+        if "fgsm" in used
+        else 0.0,
+        "pgd_s": len(robust.pgd_eps)
+        * robust.pgd_restarts
+        * n_att
+        * atk_share
+        * (robust.pgd_steps / 4)
+        / rate["pgd4"]
+        if "pgd" in used
+        else 0.0,
+        "aa_s": len(robust.aa_eps)
+        * n_att
+        * sum(f * aa_stage_s(st) for f, st in zip(aa_shares, robust.aa_attacks))
+        if "autoattack" in used
+        else 0.0,
+        "lipschitz_s": lipschitz_s,
     }
     regs = data.get("regularizers", {}).get("variants", {})
     worst = max((v.get("ratio") or 1.0 for v in regs.values()), default=1.0)
     total = sum(parts.values())
     total_worst = total + parts["train_s"] * (worst - 1.0)
     missing = [k for k, v in parts.items() if not math.isfinite(v)]
+    epoch_s = steps * step_s + n_eval * eval_epoch
+    final_eval_s = total - parts["train_s"] - parts["epoch_eval_s"] - parts["checkpoints_s"]
+
+    def share(v: float) -> Optional[float]:
+        return round(v / total, 4) if math.isfinite(v) and math.isfinite(total) else None
+
+    def ckpt_share(every: int) -> float:
+        n = len(checkpoint_epochs(epochs, every))
+        return n * save_s / (total + (n - len(ckpts)) * save_s)
+
+    meets = [n for n in range(1, epochs + 1) if ckpt_share(n) <= CHECKPOINT_SHARE_TARGET]
+    loss = preemption_loss(epochs, run.checkpoint_every)
+    lost_train = loss["epochs_lost_max_in_training"] * epoch_s
+    lost_final = loss["epochs_lost_in_final_evaluation"] * epoch_s + final_eval_s
+
+    def r(v: float, digits: int = 1) -> Optional[float]:
+        return round(v, digits) if math.isfinite(v) else None
+
     return {
+        "space": target.path,
+        "space_name": target.name,
+        "trial": "the space's first trial (its baseline); regularizers enter as step ratios",
         "device": str(device),
         "assumptions": {
-            **p,
+            "dataset": data_cfg.dataset,
+            "epochs": epochs,
+            "batch_size": batch,
+            "train_images": n_train,
             "steps_per_epoch": steps,
-            "measured_batch": batch,
-            "batch_scale": scale,
-            "fractions_attacked": f,
-            "epoch_eval": "evaluate_clean on the whole test split every epoch, "
+            "eval_images": n_eval,
+            "attack_images": n_att,
+            "lip_images": n_lip,
+            "lip_softmax_images": n_soft if lip.lip_softmax else 0,
+            "lip_head_images": n_head if lip.lip_head_bounds else 0,
+            "lip_parts": lip_counts,
+            "num_classes": cfg.model.num_classes,
+            "train_mode": mode,
+            "train_step_key": step_key,
+            "measured_batch": measured_batch,
+            "batch_scale": batch / measured_batch if measured_batch else None,
+            "epoch_eval": f"evaluate_clean on {n_eval} images every epoch, "
             + ("bf16 autocast (precision auto on CUDA)" if cuda else "fp32"),
-            "checkpoint_every": 1,
-            "attack_precision": "fp32, TF32 matmuls in the attack passes" if cuda else "fp32",
-            "lip_images": 500,
-            "note": "train_s = epochs x steps_per_epoch x bf16 step time (baseline) x "
-            "batch_scale; attacks scale the suite's images/s to the attacked share "
-            "of 10,000 images; AutoAttack stages use their s per 1000 attacked images",
+            "checkpoint_every": run.checkpoint_every,
+            "checkpoints": len(ckpts),
+            "checkpoint_upload": "OPEN: not measured (the GPU machine has no network); "
+            "checkpoints_s is the local save (host copy, safetensors, sha256, fsync)",
+            "attacks": sorted(used),
+            "attack_precision": attack_key,
+            "fgsm_eps": robust.fgsm_eps,
+            "pgd_eps": robust.pgd_eps,
+            "pgd_steps": robust.pgd_steps,
+            "pgd_restarts": robust.pgd_restarts,
+            "aa_eps": robust.aa_eps,
+            "aa_attacks": robust.aa_attacks,
+            "aa_iters": robust.aa_iters,
+            "aa_restarts": robust.aa_restarts,
+            "attacked_shares": {"fgsm_pgd": atk_share, "aa_stages": aa_shares},
+            "attacked_shares_from": shares_from,
+            "note": "train_s = epochs x steps_per_epoch x step time (scaled linearly from "
+            "measured_batch); PGD scales the measured PGD-4 by pgd_steps / 4, AutoAttack the "
+            "measured 10-iteration stages by aa_iters / 10 x aa_restarts; the Lipschitz parts "
+            "are the measured seconds per image x the space's image counts",
         },
-        "parts_s": {k: (round(v, 1) if math.isfinite(v) else None) for k, v in parts.items()},
+        "parts_s": {k: r(v) for k, v in parts.items()},
         "missing": missing,
-        "total_s": round(total, 1) if math.isfinite(total) else None,
-        "hours": round(total / 3600, 4) if math.isfinite(total) else None,
-        "hours_slowest_regularizer": round(total_worst / 3600, 4)
-        if math.isfinite(total_worst)
-        else None,
+        "total_s": r(total),
+        "hours": r(total / 3600, 4),
+        "hours_slowest_regularizer": r(total_worst / 3600, 4),
         "slowest_regularizer_ratio": worst,
-        "target_hours": 0.25,
-        "grid_31_trials_hours": round(31 * total / 3600, 2) if math.isfinite(total) else None,
+        "target_hours": TARGET_HOURS,
+        "within_target": bool(total <= TARGET_HOURS * 3600) if math.isfinite(total) else None,
+        "lipschitz_share": share(parts["lipschitz_s"]),
+        "checkpoint_share": share(parts["checkpoints_s"]),
+        "checkpoint_share_target": CHECKPOINT_SHARE_TARGET,
+        "checkpoint_every_for_target": (meets[0] if meets else None)
+        if math.isfinite(total)
+        else None,
+        "preemption": {
+            **loss,
+            "epoch_s": r(epoch_s),
+            "lost_s_max_in_training": r(lost_train),
+            "lost_s_in_final_evaluation": r(lost_final),
+        },
+        "grid_trials": target.trials,
+        "grid_hours": r(target.trials * total / 3600, 2),
     }
+
+
+def phase_projection(s: Suite) -> None:
+    """Mandatory, last of them: the projected trial of the space from what was measured."""
+    sec = s.data.setdefault("trial", {})
+    sec["projection"] = project_trial(s.data, s.target, s.device)
+    p = sec["projection"]
+    _log.info(
+        "projection (%s): %s h, Lipschitz share %s, checkpoint share %s (every %d)",
+        p["space"],
+        p["hours"],
+        p["lipschitz_share"],
+        p["checkpoint_share"],
+        p["assumptions"]["checkpoint_every"],
+    )
+
+
+def phase_run_trial(s: Suite) -> None:
+    """Optional: one epoch of ``run_trial`` on the device, evaluation included."""
+    with s.guard(s.data.setdefault("trial", {}), "run_trial") as r:
+        _run_trial(s, r)
 
 
 # The GPU machine has no network: no hub weights, no bucket. The smoke trial keeps every other
@@ -1073,7 +1446,8 @@ SMOKE_OFFLINE = {"pretrained": "", "dataset": "embedded", "data_dir": ""}
 
 
 SMOKE_MIN_S = 60.0
-"""The smoke trial is skipped (and says so) when less than this is left before --deadline-s."""
+"""The smoke trial is skipped (and says so) when its cap, or what is left before --deadline-s,
+is below this."""
 
 
 def _run_echoed(cmd: list[str], timeout_s: Optional[float]) -> tuple[Optional[int], str]:
@@ -1119,8 +1493,9 @@ def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> Non
     sec = s.data.setdefault("smoke_trial", {})
     if timeout_s is not None and timeout_s < SMOKE_MIN_S:
         sec["lipsweep_train"] = {
-            "skipped": f"{max(timeout_s, 0):.0f} s left before --deadline-s, under the "
-            f"{SMOKE_MIN_S:.0f} s a smoke trial needs"
+            "space": str(space),
+            "skipped": f"{max(timeout_s, 0):.0f} s left for it (its cap or --deadline-s), "
+            f"under the {SMOKE_MIN_S:.0f} s a smoke trial needs",
         }
         _log.warning("smoke trial: skipped (%s)", sec["lipsweep_train"]["skipped"])
         return
@@ -1149,7 +1524,7 @@ def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> Non
             r["output_tail"] = err[-3000:]
             if rc is None:
                 raise RuntimeError(
-                    f"lipsweep train killed after {timeout_s:.0f} s (--deadline-s); its "
+                    f"lipsweep train killed after {timeout_s:.0f} s (its cap); its "
                     "output so far is in smoke_trial.lipsweep_train.output_tail"
                 )
             r["rc"] = rc
@@ -1161,6 +1536,137 @@ def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> Non
         finally:
             shutil.rmtree(work, ignore_errors=True)
         _log.info("smoke trial: rc %s, %.1f s", r.get("rc"), r.get("wall_s", float("nan")))
+
+
+# ---------------------------------------------------------------- order and caps
+
+
+class PhaseCapped(BaseException):
+    """Raised in the main thread when a phase runs past its cap. A BaseException, so the
+    measurement guards (which record an ``Exception`` and go on) let it through to the runner."""
+
+
+@contextlib.contextmanager
+def time_cap(seconds: float) -> Iterator[None]:
+    """Raise :class:`PhaseCapped` in the body after ``seconds`` (SIGALRM; the main thread only,
+    elsewhere the cap is not enforced). A timer already set (pytest-timeout) is restored."""
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise PhaseCapped(f"over its cap of {seconds:.0f} s")
+
+    t0 = time.monotonic()
+    old_handler = signal.signal(signal.SIGALRM, fire)
+    old_delay, _ = signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler)
+        if old_delay:
+            signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - t0), 1e-3))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of the suite: what it runs, into which JSON section, and whether the
+    projection needs it (mandatory) or it only adds detail (optional)."""
+
+    name: str
+    section: str
+    run: Callable[..., Optional[str]]
+    mandatory: bool
+
+
+PHASES = (
+    Phase("train", "train", phase_train, True),
+    Phase("regularizers", "regularizers", section_regularizers, True),
+    Phase("checkpoint", "checkpoint", section_checkpoint, True),
+    Phase("attacks", "attacks", section_attacks, True),
+    Phase("lipschitz", "lipschitz", phase_lipschitz, True),
+    Phase("projection", "trial", phase_projection, True),
+    Phase("train_modes", "train", phase_train_modes, False),
+    Phase("lipschitz_detail", "lipschitz", phase_lipschitz_detail, False),
+    Phase("run_trial", "trial", phase_run_trial, False),
+    Phase("compile", "train", phase_compile, False),
+)
+"""The order after the smoke trial: the mandatory phases (what the projection and the issue's
+figures need), then the optional ones, compiling last (its cold compile is the longest and
+least needed part)."""
+MIN_PHASE_S = 5.0
+"""A mandatory phase with less than this left before --deadline-s is skipped, not started."""
+DEADLINE_MARGIN_S = 15.0
+"""Kept free before --deadline-s for the final JSON write."""
+
+
+def plan_phases(sections: list[str], smoke_space: Optional[Path]) -> list[Phase]:
+    """The phases to run, in order: the smoke trial first (with ``--smoke-trial``), then
+    :data:`PHASES` of the chosen sections."""
+    plan = [p for p in PHASES if p.section in sections]
+    if smoke_space is not None:
+
+        def smoke(s: Suite, cap: Optional[float] = None) -> str:
+            smoke_trial(s, smoke_space, cap)
+            r = s.data["smoke_trial"]["lipsweep_train"]
+            if "skipped" in r:
+                return "skipped"
+            if str(r.get("error", "")).startswith("RuntimeError: lipsweep train killed"):
+                return "capped"
+            return "error" if "error" in r else "done"
+
+        plan.insert(0, Phase("smoke_trial", "smoke_trial", smoke, True))
+    return plan
+
+
+def run_phases(s: Suite, plan: list[Phase], deadline_s: Optional[float] = None) -> None:
+    """Run ``plan`` in order, each phase under its cap (``Sizes.caps``), and record in
+    ``meta.phases`` what each did: done, capped (stopped at its cap; what it measured is kept),
+    skipped (an optional phase once --budget-s is spent or its cap no longer fits before
+    --deadline-s; a mandatory one with under MIN_PHASE_S left) or error."""
+    log = s.data["meta"].setdefault("phases", [])
+    for ph in plan:
+        cap = s.sizes.caps[ph.name]
+        rec: dict[str, Any] = {"name": ph.name, "section": ph.section, "mandatory": ph.mandatory}
+        log.append(rec)
+        left = None if deadline_s is None else deadline_s - s.elapsed() - DEADLINE_MARGIN_S
+        reason = None
+        if not ph.mandatory and s.over_budget():
+            reason = f"--budget-s of {s.sizes.budget_s:.0f} s spent"
+        elif left is not None and not ph.mandatory and cap > left:
+            reason = f"its cap of {cap:.0f} s does not fit in the {max(left, 0):.0f} s left"
+        elif left is not None and left < MIN_PHASE_S:
+            reason = f"{max(left, 0):.0f} s left before --deadline-s"
+        if left is not None:
+            cap = min(cap, max(left, 0.0))
+        rec.update(cap_s=round(cap, 1), start_s=round(s.elapsed(), 1))
+        if reason:
+            rec.update(status="skipped", reason=reason, seconds=0.0)
+            _log.warning("phase %s: skipped (%s)", ph.name, reason)
+            continue
+        _log.info("== %s (cap %.0f s, %.0f s elapsed)", ph.name, cap, s.elapsed())
+        t0 = time.perf_counter()
+        try:
+            if ph.name == "smoke_trial":  # a subprocess, killed at its cap by _run_echoed
+                rec["status"] = ph.run(s, cap) or "done"
+            else:
+                with time_cap(cap):
+                    rec["status"] = ph.run(s) or "done"
+        except PhaseCapped as cut:
+            rec["status"] = "capped"
+            _log.warning("phase %s: %s; what it measured is kept", ph.name, cut)
+        except Exception as exc:  # noqa: BLE001 - the suite records and goes on
+            msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            rec.update(status="error", error=msg)
+            s.data["errors"].append(f"{ph.name}: {msg}")
+            _log.error("%s failed: %s\n%s", ph.name, msg, traceback.format_exc(limit=4))
+        finally:
+            rec["seconds"] = round(time.perf_counter() - t0, 2)
+            s.write()
 
 
 # ---------------------------------------------------------------- main
@@ -1181,6 +1687,7 @@ def meta(device: torch.device, args: argparse.Namespace, sizes: Sizes) -> dict[s
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "budget_s": sizes.budget_s,
+        "caps_s": sizes.caps,
     }
     try:
         import pyautoattack  # noqa: F401
@@ -1213,11 +1720,38 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(SECTIONS)}",
     )
     p.add_argument(
+        "--phases",
+        default=None,
+        help="comma-separated phases to run, in the suite's order (default: all of the "
+        "chosen sections; e.g. a second device call: train_modes,lipschitz_detail,"
+        "run_trial,compile)",
+    )
+    p.add_argument(
+        "--space",
+        type=Path,
+        default=DEFAULT_SPACE,
+        help="the search space whose first trial is measured for and projected "
+        "(default: search_spaces/paper_cifar100.yaml)",
+    )
+    p.add_argument(
         "--budget-s",
         type=float,
         default=None,
-        help="soft time budget: optional parts (compile, AutoAttack stages, the "
-        "Lipschitz summary, run_trial) are skipped once it is spent",
+        help="soft time budget: the optional phases (other train modes, Lipschitz detail, "
+        "run_trial, compile) are skipped once it is spent",
+    )
+    p.add_argument(
+        "--cap-scale",
+        type=float,
+        default=1.0,
+        help="multiply every phase's cap (a loaded CPU box needs more than the stated caps)",
+    )
+    p.add_argument(
+        "--cap",
+        action="append",
+        default=[],
+        metavar="PHASE=S",
+        help="set one phase's cap in seconds (repeatable)",
     )
     p.add_argument(
         "--smoke-trial",
@@ -1232,9 +1766,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         "--deadline-s",
         type=float,
         default=None,
-        help="hard limit in seconds from the suite's start (after imports): the smoke trial "
-        "gets what is left minus 15 s, is killed at that point with its output kept, and is "
-        f"skipped under {SMOKE_MIN_S:.0f} s, so the JSON is always written in time",
+        help="hard limit in seconds from the suite's start (after imports): every phase's cap "
+        "is cut to what is left minus 15 s, optional phases whose cap does not fit are "
+        f"skipped, and the smoke trial is skipped under {SMOKE_MIN_S:.0f} s, so the JSON is "
+        "always written in time",
     )
     p.add_argument(
         "--threads",
@@ -1247,6 +1782,26 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     unknown = set(args.sections.split(",")) - set(SECTIONS)
     if unknown:
         p.error(f"--sections: unknown {sorted(unknown)}; choose from {list(SECTIONS)}")
+    caps = {}
+    for item in args.cap:
+        name, _, value = item.partition("=")
+        try:
+            caps[name] = float(value)
+        except ValueError:
+            p.error(f"--cap: {item!r} is not PHASE=SECONDS")
+        if name not in QUICK.caps:
+            p.error(f"--cap: unknown phase {name!r}; choose from {sorted(QUICK.caps)}")
+        if not caps[name] > 0:
+            p.error(f"--cap: {name} must be positive, got {value}")
+    args.cap = caps
+    known = {ph.name for ph in PHASES}
+    if args.phases is not None and not set(args.phases.split(",")) <= known:
+        unknown_phases = sorted(set(args.phases.split(",")) - known)
+        p.error(f"--phases: unknown {unknown_phases}; choose from {sorted(known)}")
+    if not args.cap_scale > 0:
+        p.error(f"--cap-scale: must be positive, got {args.cap_scale}")
+    if not args.space.is_file():
+        p.error(f"--space: {args.space} is not a file")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch.cuda.is_available() is False on this machine")
     return args
@@ -1268,11 +1823,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     if threads:
         torch.set_num_threads(threads)
     sizes = QUICK if args.quick else FULL
-    if args.budget_s is not None:
-        sizes = Sizes(**{**sizes.__dict__, "budget_s": args.budget_s})
+    caps = {k: v * args.cap_scale for k, v in sizes.caps.items()} | args.cap
+    budget = sizes.budget_s if args.budget_s is None else args.budget_s
+    sizes = Sizes(**{**sizes.__dict__, "budget_s": budget, "caps": caps})
     device = torch.device(args.device)
-    suite = Suite(args.out, device, sizes, args.quick)
+    try:
+        suite = Suite(args.out, device, sizes, args.quick, args.space)
+    except ValueError as err:  # ConfigError included: the space's own one-line message
+        print(f"gpu_suite.py: error: --space: {err}", file=sys.stderr)
+        return 2
     suite.data["meta"] = meta(device, args, sizes)
+    suite.data["meta"]["space"] = suite.target.path
     _log.info(
         "gpu_suite on %s (%s), quick=%s -> %s",
         device,
@@ -1280,25 +1841,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.quick,
         args.out,
     )
-    runners = {
-        "train": section_train,
-        "regularizers": section_regularizers,
-        "checkpoint": section_checkpoint,
-        "attacks": section_attacks,
-        "lipschitz": section_lipschitz,
-        "trial": section_trial,
-    }
-    wanted = args.sections.split(",")
-    for name in SECTIONS:
-        if name not in wanted:
-            continue
-        _log.info("== %s (%.0f s elapsed)", name, suite.elapsed())
-        with suite.guard(suite.data, name):
-            runners[name](suite)
-        suite.write()
-    if args.smoke_trial is not None:
-        left = None if args.deadline_s is None else args.deadline_s - suite.elapsed() - 15.0
-        smoke_trial(suite, args.smoke_trial, left)
+    plan = plan_phases(args.sections.split(","), args.smoke_trial)
+    if args.phases is not None:
+        plan = [ph for ph in plan if ph.name in args.phases.split(",") or ph.name == "smoke_trial"]
+    run_phases(suite, plan, args.deadline_s)
     suite.data["meta"]["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     suite.write()
     _log.info(

@@ -106,7 +106,8 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
     """The whole suite, --device cpu --quick: every section and key, no errors, no Ray."""
     env, log = _blocked_env(tmp_path)
     out = tmp_path / "suite.json"
-    # a generous budget: on a loaded CI box every optional part still runs
+    # a generous budget and caps: on a loaded CI box every phase still runs to its end; the
+    # smoke trial comes first and, capped at 30 s, is skipped (under the 60 s it needs)
     proc = _run(
         [
             sys.executable,
@@ -116,6 +117,12 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
             "--quick",
             "--budget-s",
             "1200",
+            "--cap-scale",
+            "10",
+            "--smoke-trial",
+            "search_spaces/smoke.yaml",
+            "--cap",
+            "smoke_trial=30",
             "--out",
             str(out),
         ],
@@ -129,6 +136,12 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
     assert data["meta"]["quick"] is True and data["meta"]["device"] == "cpu"
     for section in ("train", "regularizers", "attacks", "lipschitz", "checkpoint", "trial"):
         assert section in data and "error" not in data[section], section
+    phases = data["meta"]["phases"]
+    assert [p["name"] for p in phases] == ["smoke_trial"] + [p.name for p in _suite_module().PHASES]
+    assert phases[0]["status"] == "skipped" and phases[0]["cap_s"] == 30
+    assert all(p["status"] == "done" for p in phases[1:]), phases
+    assert all(p["seconds"] <= p["cap_s"] + 1 for p in phases), phases
+    assert data["meta"]["space"] == "search_spaces/paper_cifar100.yaml"
 
     train = data["train"]
     assert train["flops_per_image"] > 0 and train["matmul"]["bf16_tflops"] > 0
@@ -137,6 +150,7 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
             run = train["runs"][f"{mode}_b{batch}"]
             assert run["step_ms"] > 0 and run["mfu_vs_bf16_matmul"] > 0
             assert run["peak_mem_gib"] is None  # CPU: no CUDA allocator
+    assert train["flop_counter"]["ratio_to_analytic"] > 0
     assert train["runs"]["bf16_compile_b8"]["step_ms"] > 0
     assert train["runs"]["bf16_compile_b8"]["compile_s"] > 0
     assert train["runs"]["bf16_compile_b8"]["graph"] == "static"
@@ -177,24 +191,31 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
         "measure_head_bounds_s",
     ):
         assert heads[key] >= 0, key
-    assert lip["summary_c100"]["seconds"] > 0
+    parts = lip["parts"]
+    assert parts["num_classes"] == 100 and parts["route"] == "lanczos"
+    for name in ("jacobian", "margin", "tokens", "softmax", "heads"):
+        assert parts[name]["s_per_image"] > 0, name
+    assert lip["summary"]["seconds"] > 0 and lip["summary"]["parts_predicted_s"] > 0
 
     trial = data["trial"]
     assert trial["run_trial"]["config"]["device"] == "cpu"
     assert {"acc_clean", "acc_pgd_4", "acc_aa_2"} <= set(trial["run_trial"]["metrics"])
     proj = trial["projection"]
     assert proj["missing"] == [] and proj["hours"] > 0
+    assert proj["space"] == "search_spaces/paper_cifar100.yaml"
+    assert proj["assumptions"]["lip_images"] == 10_000 and proj["assumptions"]["checkpoints"] == 4
     assert set(proj["parts_s"]) == {
         "train_s",
         "epoch_eval_s",
         "checkpoints_s",
         "final_clean_s",
-        "fgsm_2eps_s",
-        "pgd4_2eps_s",
+        "fgsm_s",
+        "pgd_s",
         "aa_s",
         "lipschitz_s",
     }
     assert abs(sum(proj["parts_s"].values()) - proj["total_s"]) < 1.0
+    assert 0 < proj["lipschitz_share"] < 1 and 0 <= proj["checkpoint_share"] < 1
 
 
 def _bench_module(name: str):
@@ -310,35 +331,190 @@ def test_guard_records_one_failure_and_the_suite_goes_on(tmp_path: Path) -> None
     assert json.loads((tmp_path / "s.json").read_text())["errors"] == suite.data["errors"]
 
 
-def test_projection_arithmetic() -> None:
-    """One paper trial = 40 x 97 steps + 41 clean passes + 40 checkpoints + attacks + Lipschitz."""
+MEASURED = {
+    "train": {
+        "runs": {
+            "bf16_b512": {"step_ms": 100.0},
+            "bf16_b64": {"step_ms": 20.0},
+            "fp32_b512": {"step_ms": 300.0},
+        }
+    },
+    "regularizers": {"variants": {"baseline": {"ratio": 1.0}, "j": {"ratio": 1.5}}},
+    "checkpoint": {
+        "eval_clean": {"fp32_s_per_10k": 2.0, "bf16_s_per_10k": 1.0},
+        "save": {"save_s": 1.0},
+    },
+    "attacks": {  # a CUDA trial attacks in fp32 with TF32 matmuls
+        "pgd4": {"fp32_images_per_s": 1.0, "tf32_images_per_s": 909.0},
+        "fgsm": {"fp32_images_per_s": 1.0, "tf32_images_per_s": 1818.0},
+        "autoattack": {st: {"s_per_1000": 10.0} for st in ("apgd-ce", "apgd-t", "fab-t", "square")},
+    },
+    "lipschitz": {
+        "parts": {
+            "jacobian": {"s_per_image": 0.01},
+            "margin": {"s_per_image": 0.0},
+            "tokens": {"s_per_image": 0.01},
+            "softmax": {"s_per_image": 0.001},
+            "heads": {"s_per_image": 0.5},
+        }
+    },
+}
+
+
+def test_projection_reads_every_assumption_from_the_paper_space() -> None:
+    """Issue 27 item 4: one paper_cifar100 trial, every count from the space. The old
+    projection took 500 Lipschitz images (the config default) and a checkpoint every epoch
+    from its own constants; the space says lip_images 0 (all 10,000) and checkpoint_every 10."""
     gs = _suite_module()
-    data = {
-        "train": {"runs": {"bf16_b512": {"step_ms": 100.0}}},
-        "regularizers": {"variants": {"baseline": {"ratio": 1.0}, "j": {"ratio": 1.5}}},
-        "checkpoint": {
-            "eval_clean": {"fp32_s_per_10k": 2.0, "bf16_s_per_10k": 1.0},
-            "save": {"save_s": 1.0},
-        },
-        "attacks": {  # a CUDA trial attacks in fp32 with TF32 matmuls
-            "pgd4": {"fp32_images_per_s": 1.0, "tf32_images_per_s": 909.0},
-            "fgsm": {"fp32_images_per_s": 1.0, "tf32_images_per_s": 1818.0},
-            "autoattack": {st: {"s_per_1000": 10.0} for st in gs.AA_STAGES},
-        },
-        "lipschitz": {"summary_c100": {"seconds": 5.0, "images": 500}},
-    }
-    proj = gs.project_paper_trial(data, "cuda", 512)
-    parts = proj["parts_s"]
+    target = gs.load_target(ROOT / "search_spaces" / "paper_cifar100.yaml")
+    proj = gs.project_trial(MEASURED, target, "cuda")
+    parts, a = proj["parts_s"], proj["assumptions"]
+    assert proj["space"] == "search_spaces/paper_cifar100.yaml" and proj["grid_trials"] == 31
+    assert (a["train_images"], a["eval_images"], a["attack_images"]) == (50_000, 10_000, 10_000)
+    assert (a["lip_images"], a["lip_softmax_images"], a["lip_head_images"]) == (10_000, 10_000, 16)
     assert parts["train_s"] == 388.0  # 40 x 97 x 0.1 s
     # per-epoch evaluation in bf16 autocast (precision auto on CUDA), the final pass in fp32
     assert parts["epoch_eval_s"] == 40.0 and parts["final_clean_s"] == 2.0
-    assert parts["checkpoints_s"] == 40.0 and parts["lipschitz_s"] == 5.0
-    assert parts["pgd4_2eps_s"] == 20.0 and parts["fgsm_2eps_s"] == 10.0  # 2 x 9090 images
+    assert parts["checkpoints_s"] == 4.0 and a["checkpoints"] == 4  # epochs 10, 20, 30, 40
+    assert parts["pgd_s"] == 20.0 and parts["fgsm_s"] == 10.0  # 2 eps x 9090 images
     assert parts["aa_s"] == round(1e4 * 0.01 * (0.909 + 0.2685 + 2 * 0.0212), 1)
-    assert proj["missing"] == [] and proj["total_s"] == round(sum(parts.values()), 1)
-    assert proj["hours_slowest_regularizer"] == round((proj["total_s"] + 194.0) / 3600, 4)
-    cpu = gs.project_paper_trial(data, "cpu", 512)  # a CPU trial: fp32 everywhere
-    assert cpu["parts_s"]["epoch_eval_s"] == 80.0 and cpu["parts_s"]["pgd4_2eps_s"] == 18180.0
+    # 10,000 images x (J_f + tokens + softmax rows) + 16 images x head bounds
+    assert parts["lipschitz_s"] == 10_000 * 0.021 + 16 * 0.5
+    total = 388 + 40 + 4 + 2 + 10 + 20 + 1e4 * 0.01 * (0.909 + 0.2685 + 2 * 0.0212) + 218
+    assert proj["total_s"] == round(total, 1) and proj["missing"] == []
+    assert proj["lipschitz_share"] == round(218 / total, 4)
+    assert proj["checkpoint_share"] == round(4 / total, 4)
+    # every 2 epochs (20 checkpoints) is the first cadence under 3 %: 20 / (total + 16) < 0.03
+    assert proj["checkpoint_every_for_target"] == 2
+    assert proj["hours_slowest_regularizer"] == round((total + 194.0) / 3600, 4)
+    pre = proj["preemption"]
+    assert pre["restore_points"] == [10, 20, 30] and pre["epochs_lost_max_in_training"] == 10
+    assert pre["epochs_lost_in_final_evaluation"] == 10  # epoch 40 travels with the final report
+    epoch_s = 9.7 + 1.0
+    assert pre["lost_s_max_in_training"] == round(10 * epoch_s, 1)
+    assert pre["lost_s_in_final_evaluation"] == round(10 * epoch_s + total - 388 - 40 - 4, 1)
+
+
+def test_projection_follows_the_space_it_is_given(tmp_path: Path) -> None:
+    """Batch, classes, baseline accuracies, attack settings, image counts and precision come
+    from the projected space: the batch-64 recipe, CIFAR-10, a CPU trial, a quick-mode batch."""
+    gs = _suite_module()
+    recipe = gs.project_trial(
+        MEASURED, gs.load_target(ROOT / "search_spaces" / "specformer_recipe_cifar100.yaml"), "cuda"
+    )
+    assert recipe["assumptions"]["steps_per_epoch"] == 781
+    assert recipe["parts_s"]["train_s"] == round(40 * 781 * 0.02, 1)  # the b64 step, measured
+    c10 = gs.project_trial(
+        MEASURED, gs.load_target(ROOT / "search_spaces" / "paper_cifar10.yaml"), "cuda"
+    )
+    assert c10["assumptions"]["num_classes"] == 10
+    assert c10["parts_s"]["pgd_s"] == round(2 * 1e4 * 0.9856 / 909, 1)  # Table 4 baseline
+    cpu = gs.project_trial(
+        MEASURED, gs.load_target(ROOT / "search_spaces" / "paper_cifar100.yaml"), "cpu"
+    )  # precision auto: fp32 steps, fp32 per-epoch evaluation and attacks
+    assert cpu["parts_s"]["train_s"] == 40 * 97 * 0.3 and cpu["parts_s"]["epoch_eval_s"] == 80
+    assert cpu["parts_s"]["pgd_s"] == 18180.0
+    space = tmp_path / "s.yaml"
+    space.write_text(
+        "name: s\nfixed: {dataset: cifar100, data_dir: s3://b/c.npz, num_classes: 100,\n"
+        "  epochs: 3, batch_size: 256,\n"
+        "  eval_size: 2000, attack_images: 500, lip_images: 100, lip_head_images: 0,\n"
+        "  lip_softmax: false, pgd_steps: 8, pgd_eps: [4], attacks: [pgd, autoattack],\n"
+        "  aa_attacks: [apgd-ce], aa_iters: 20, checkpoint_every: 2}\n"
+        "grid: [{regularizer: none}]\n"
+    )
+    quick = {**MEASURED, "train": {"runs": {"bf16_b16": {"step_ms": 10.0}}}}
+    own = gs.project_trial(quick, gs.load_target(space), "cuda")
+    p, a = own["parts_s"], own["assumptions"]
+    assert a["train_step_key"] == "bf16_b16" and a["batch_scale"] == 16.0
+    assert p["train_s"] == round(3 * 195 * 0.01 * 16, 1)
+    assert p["epoch_eval_s"] == 3 * 2000 * 1e-4 and p["checkpoints_s"] == 2.0  # epochs 2, 3
+    assert p["fgsm_s"] == 0.0 and p["pgd_s"] == round(500 * 0.909 * 2 / 909, 1)
+    assert p["aa_s"] == round(500 * 0.909 * 0.01 * 2, 1)
+    assert p["lipschitz_s"] == round(100 * 0.02 + 100 * 0.5, 1)  # heads on all 100 (0 = all)
+    assert own["preemption"]["restore_points"] == [2]
+
+
+def test_plan_runs_the_smoke_trial_first_then_mandatory_then_optional_compile_last() -> None:
+    """Issue 27 item 8: with a lent GPU the order is the smoke trial, the phases the projection
+    needs (each capped), then the optional ones with compile last; the smoke trial and the
+    mandatory caps fit one 600 s device call (about 60 s of it for the imports)."""
+    gs = _suite_module()
+    plan = gs.plan_phases(list(gs.SECTIONS), ROOT / "search_spaces" / "gpu_smoke.yaml")
+    names = [p.name for p in plan]
+    assert names[0] == "smoke_trial" and names[-1] == "compile"
+    kinds = [p.mandatory for p in plan]
+    assert kinds == sorted(kinds, reverse=True) and kinds.count(True) == 7
+    assert names[1:7] == [
+        "train",
+        "regularizers",
+        "checkpoint",
+        "attacks",
+        "lipschitz",
+        "projection",
+    ]
+    for sizes in (gs.FULL, gs.QUICK):
+        assert set(sizes.caps) == set(names)
+    assert sum(gs.FULL.caps[p.name] for p in plan if p.mandatory) <= 540 - gs.DEADLINE_MARGIN_S
+    assert [p.name for p in gs.plan_phases(["trial"], None)] == ["projection", "run_trial"]
+
+
+def _phase_suite(tmp_path: Path, **caps: float):
+    gs = _suite_module()
+    import torch
+
+    sizes = gs.Sizes(**{**gs.QUICK.__dict__, "caps": caps})
+    return gs, gs.Suite(tmp_path / "s.json", torch.device("cpu"), sizes, quick=True)
+
+
+def test_a_phase_past_its_cap_is_stopped_and_the_next_one_runs(tmp_path: Path) -> None:
+    """The cap is enforced (SIGALRM), not only checked between phases: a phase stuck past it
+    is stopped, what it measured stays, and the suite goes on."""
+    import time
+
+    gs, suite = _phase_suite(tmp_path, stuck=0.3, next=5.0, extra=5.0)
+
+    def stuck(s) -> None:
+        s.data.setdefault("x", {})["before"] = 1
+        with s.guard(s.data["x"], "inner"):  # a measurement guard does not swallow the cap
+            time.sleep(10)
+        s.data["x"]["after"] = 1
+
+    def ok(s) -> None:
+        s.data["x"][f"ran_{len(s.data['meta']['phases'])}"] = 1
+
+    plan = [
+        gs.Phase("stuck", "x", stuck, True),
+        gs.Phase("next", "x", ok, True),
+        gs.Phase("extra", "x", ok, False),
+    ]
+    t0 = time.monotonic()
+    gs.run_phases(suite, plan)
+    assert time.monotonic() - t0 < 5
+    done = [(p["name"], p["status"]) for p in suite.data["meta"]["phases"]]
+    assert done == [("stuck", "capped"), ("next", "done"), ("extra", "done")]
+    assert suite.data["x"]["before"] == 1 and "after" not in suite.data["x"]
+    assert suite.data["x"]["ran_2"] == suite.data["x"]["ran_3"] == 1
+    assert suite.data["meta"]["phases"][0]["seconds"] < 2
+    assert json.loads((tmp_path / "s.json").read_text())["meta"]["phases"][0]["status"] == "capped"
+
+
+def test_optional_phases_give_way_to_the_budget_and_the_deadline(tmp_path: Path) -> None:
+    gs, suite = _phase_suite(tmp_path, must=10.0, nice=10.0)
+    plan = [
+        gs.Phase("must", "x", lambda s: None, True),
+        gs.Phase("nice", "x", lambda s: None, False),
+    ]
+    # 22 s before the deadline: the mandatory phase runs with its cap cut to what is left
+    # (minus the 15 s margin), the optional one, whose 10 s cap does not fit, is skipped
+    gs.run_phases(suite, plan, deadline_s=suite.elapsed() + 22.0)
+    must, nice = suite.data["meta"]["phases"]
+    assert must["status"] == "done" and 5.0 <= must["cap_s"] <= 7.0
+    assert nice["status"] == "skipped" and "does not fit" in nice["reason"]
+    suite.sizes = gs.Sizes(**{**suite.sizes.__dict__, "budget_s": -1.0})
+    suite.data["meta"]["phases"] = []
+    gs.run_phases(suite, plan)
+    assert [p["status"] for p in suite.data["meta"]["phases"]] == ["done", "skipped"]
 
 
 def test_sync_split_charges_the_epoch_end_check_to_the_epoch(monkeypatch) -> None:
@@ -418,3 +594,17 @@ def test_gpu_report_shows_the_smoke_trial() -> None:
     skipped = {"lipsweep_train": {"skipped": "40 s left before --deadline-s"}}
     assert "skipped (40 s left" in gpu_report.report({"smoke_trial": skipped})
     assert "Smoke trial" not in gpu_report.report({})
+
+
+def test_a_bad_space_exits_2_with_one_line_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    gs = _suite_module()
+    space = tmp_path / "bad.yaml"
+    space.write_text("name: s\nfixed: {epochs: -1}\ngrid: [{regularizer: none}]\n")
+    out = tmp_path / "s.json"
+    argv = ["--device", "cpu", "--quick", "--out", str(out), "--space", str(space)]
+    assert gs.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--space" in err[0] and "epochs: must be > 0" in err[0]
+    assert not out.exists()

@@ -169,6 +169,26 @@ def test_summary_metrics_arrays_and_figures(model, images, tmp_path):
     assert not model.training and all(a.fused_attn for a in attention_modules(model))
 
 
+def test_per_row_softmax_arrays_are_stored_once_in_float32(model, images, tmp_path):
+    """Issue 27 item 6: one value per (image, layer, head, row) is 94 M values per array on a
+    ViT-B test split; lipschitz.npz keeps them in float32 (they were float64), rounded from the
+    exact float64 values, while per-image arrays and every metric stay float64."""
+    from lipsweep.lipschitz.softmax_jacobian import softmax_jacobian_stats
+
+    cfg = _small_cfg(lip_head_bounds=False, lip_tokens=False, lip_figures=False)
+    metrics = lipschitz_summary(model, images, cfg, out_dir=tmp_path)
+    exact = softmax_jacobian_stats(model, images[:4])
+    with np.load(tmp_path / NPZ_NAME) as npz:
+        for name in ("softmax_norm", "softmax_g1"):
+            assert npz[name].dtype == np.float32, name
+            # float32 rounding: within one float32 ulp (2^-23 relative) of the float64 value
+            np.testing.assert_allclose(npz[name], exact[name].numpy(), rtol=2.0**-23, atol=0)
+        assert npz["jacobian_norm"].dtype == np.float64
+    ratio = exact["softmax_g1"] / exact["softmax_norm"]
+    top = float(ratio[exact["softmax_norm"] > 1e-12].max())
+    assert metrics["lip_softmax_ratio_max"] == pytest.approx(top, rel=1e-12)  # from float64
+
+
 def test_summary_parts_can_be_switched_off(model, images, tmp_path):
     cfg = _small_cfg(
         lip_softmax=False, lip_head_bounds=False, lip_figures=False, lip_route="lanczos"

@@ -65,7 +65,7 @@ EXPECTED = {
     "lip_images": 0,
 }
 # lines another helper owns (data source), and settings without a recipe value
-NOT_RECIPE = {"dataset", "data_dir", "download", "pretrained", "device"}
+NOT_RECIPE = {"dataset", "data_dir", "download", "pretrained", "device", "checkpoint_every"}
 
 
 @pytest.mark.parametrize("dataset", ["cifar100", "cifar10"])
