@@ -467,6 +467,13 @@ def _redact_record(record: logging.LogRecord) -> bool:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from lipsweep.core.stdio import reader_gone_safe
+
+    with reader_gone_safe():  # `lipsweep ... | head -1`: a closed stdout never kills the work
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
