@@ -304,6 +304,10 @@ def run_export_command(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     check_out(out, args.force)  # --force replaces only a previous export (issue 16)
+    if args.register is not None:  # before any MLflow work or write; "" is refused too
+        from lipsweep.tracking.model import check_model_name
+
+        check_model_name(args.register)
     rule = args.select or DEFAULT_SELECT_RULE
     parse_selection_rule(rule)  # validate before any MLflow work
     tracker = read_tracker(args.tracking_uri, args.experiment)
