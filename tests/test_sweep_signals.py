@@ -151,3 +151,60 @@ def test_resume_with_the_same_space_passes_the_check(tmp_path):
     saved = json.loads((tmp_path / "ray_results" / "exp" / RECORD_FILE).read_text())
     assert space_changes(saved, space_record(spec)) == []
     assert len(saved["trials"]) == 2
+
+
+def test_a_closed_stdout_is_dropped_not_fatal(tmp_path):
+    """Any command, no Ray: the reader is gone before the first write. Before: Python's
+    'Exception ignored ... BrokenPipeError' and exit 120."""
+    import sys
+
+    from _sweep_helpers import ROOT
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lipsweep", "models"],
+        cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # like `| head -0`: nobody will read
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "BrokenPipeError" not in err and "stdout was closed by its reader" in err, err
+
+
+def test_stop_signals_go_through_tunes_own_stop_request():
+    """The routing of StopSignals, against Tune's real handler (ray.tune's
+    _setup_signal_catching, which tune.run installs), without a Ray cluster."""
+    import os
+
+    from ray.tune.tune import _setup_signal_catching
+
+    from lipsweep.sweep.signals import FINISH, TUNE, StopSignals, exit_code
+
+    assert [exit_code(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)] == [
+        130,
+        143,
+        129,
+    ]
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
+    with StopSignals() as stop:  # starting up: unwind at once
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGHUP)
+            signal.sigtimedwait([], 0)  # let the handler run here
+        assert stop.received == signal.SIGHUP
+    with StopSignals() as stop:  # inside Tune's loop: Tune's stop event, no exception
+        stop.enter(TUNE)
+        event = _setup_signal_catching()
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.sigtimedwait([], 0)
+        assert event.is_set() and stop.received == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):  # a second signal: at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 0)
+    with StopSignals() as stop:  # closing the runs: finish that first
+        stop.enter(FINISH)
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.sigtimedwait([], 0)
+        assert stop.received == signal.SIGINT
+    assert {s: signal.getsignal(s) for s in before} == before

@@ -70,4 +70,9 @@ def reader_gone_safe() -> Iterator[None]:
     try:
         yield
     finally:
+        for stream in (sys.stdout, sys.stderr):  # what is still buffered, while wrapped
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
         sys.stdout, sys.stderr = saved
