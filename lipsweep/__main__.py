@@ -370,9 +370,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def check_out_config(out: Path, flat: dict, overwrite: bool) -> None:
     """Refuse to resume into ``out`` if it holds a run of a different config (unless
-    ``overwrite``): its checkpoint would silently be trained or evaluated under this one."""
+    ``overwrite``): its checkpoint would silently be trained or evaluated under this one.
+    The checkpoints carry their config's hash, so this holds without ``config.json`` too."""
+    if overwrite:
+        return
+    from lipsweep.trial.checkpoint import foreign_checkpoint
+
+    if foreign := foreign_checkpoint(out / "checkpoints", flat):
+        raise UsageError(
+            f"--out {out} holds a checkpoint of a different config: {foreign}; pass "
+            "--overwrite to start over, or choose another --out"
+        )
     saved_file = out / "config.json"
-    if overwrite or not saved_file.is_file():
+    if not saved_file.is_file():
         return
     try:
         saved = json.loads(saved_file.read_text())
@@ -467,6 +477,13 @@ def _redact_record(record: logging.LogRecord) -> bool:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from lipsweep.core.stdio import reader_gone_safe
+
+    with reader_gone_safe():  # `lipsweep ... | head -1`: a closed stdout never kills the work
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -70,3 +70,34 @@ def spill_path(storage: str, experiment: str) -> Path:
     if is_remote(exp):
         return Path.cwd() / f".{experiment}-{SPILL_FILE}"
     return local_path(exp) / SPILL_FILE
+
+
+def read_text(path: str) -> Optional[str]:
+    """The text of the file ``path`` (local or a pyarrow-readable URI); ``None`` if absent."""
+    if is_remote(path):
+        import pyarrow.fs as pafs
+
+        fs, p = pafs.FileSystem.from_uri(path)
+        if fs.get_file_info(p).type == pafs.FileType.NotFound:
+            return None
+        with fs.open_input_stream(p) as fh:
+            return fh.read().decode()
+    try:
+        return local_path(path).read_text()
+    except FileNotFoundError:
+        return None
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` (local: through a temporary file renamed into place)."""
+    if is_remote(path):
+        import pyarrow.fs as pafs
+
+        fs, p = pafs.FileSystem.from_uri(path)
+        with fs.open_output_stream(p) as fh:
+            fh.write(text.encode())
+        return
+    target = local_path(path)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, target)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -30,6 +31,7 @@ import numpy as np
 
 from lipsweep.decide.pareto import Objective, Trial, _as_float, as_trials, config_label, fmt_value
 
+_log = logging.getLogger("lipsweep.decide")
 SEED_PARAM = "seed"
 LEVEL = 0.95
 """Coverage of every interval reported here."""
@@ -76,10 +78,22 @@ class Arm:
     def seeds(self) -> list[Any]:
         return [_seed(t) for t in self.runs]
 
-    def values(self, metric: str) -> dict[Any, float]:
-        """{seed: finite value of ``metric``} (runs without one left out)."""
-        out = {}
+    @property
+    def repeated_seeds(self) -> dict[Any, list[str]]:
+        """{seed: run ids} for each seed that has more than one run (the first is used)."""
+        by_seed: dict[Any, list[str]] = {}
         for t in self.runs:
+            by_seed.setdefault(_seed(t), []).append(t.run_id)
+        return {s: ids for s, ids in by_seed.items() if len(ids) > 1}
+
+    def values(self, metric: str) -> dict[Any, float]:
+        """{seed: finite value of ``metric``} (runs without one left out). A seed with several
+        runs counts once, with its first run (by run id; :func:`group_arms` warns)."""
+        out = {}
+        used = {_seed(t): t.run_id for t in reversed(self.runs)}  # the first run of each seed
+        for t in self.runs:
+            if used[_seed(t)] != t.run_id:
+                continue
             v = _as_float(t.metrics.get(metric))
             if v is not None and math.isfinite(v):
                 out[_seed(t)] = v
@@ -110,7 +124,18 @@ def group_arms(records: Sequence[Mapping[str, Any] | Trial]) -> list[Arm]:
     for k, ts in groups.items():
         digest = hashlib.sha1(json.dumps(k).encode()).hexdigest()[:10]
         ts = sorted(ts, key=lambda t: (str(_seed(t)).zfill(12), t.run_id))
-        arms.append(Arm(digest, names[k], k, tuple(ts)))
+        arm = Arm(digest, names[k], k, tuple(ts))
+        for seed, ids in arm.repeated_seeds.items():
+            _log.warning(
+                "arm %s: seed %s has %d runs (%s); its statistics use run %s only, the "
+                "others are left out (rerun the arm with distinct seeds to count them)",
+                arm.name,
+                seed,
+                len(ids),
+                ", ".join(ids),
+                ids[0],
+            )
+        arms.append(arm)
     return sorted(arms, key=lambda a: (not is_baseline(a), a.name, a.arm_id))
 
 

@@ -113,7 +113,10 @@ def rank_sweep(tracker: Tracker, objective_specs: Optional[list[str]]):
     objectives = resolve_objectives(objective_specs)
     sweep = load_sweep_runs(tracker)
     _check_objectives(objectives, sweep.records)
-    return sweep, pareto_rank(sweep.records, objectives)
+    result = pareto_rank(sweep.records, objectives)
+    for run_id, why in result.excluded.items():  # e.g. acc_clean = inf: never ranked
+        _log.warning("run %s is left out of the ranking and the front: %s", run_id, why)
+    return sweep, result
 
 
 @dataclass
@@ -143,8 +146,8 @@ def rank_runs_or_arms(records: list[dict[str, Any]], result: Any, per_run: bool)
     arm_ranks = [int(r) for r in arm_res.ranks]
     arm_of = {t.run_id: i for i, a in enumerate(arms) for t in a.runs}
     by_arms = not per_run and max_seeds(arms) >= 2
-    ranks = (
-        [arm_ranks[arm_of[r["run_id"]]] for r in records]
+    ranks = (  # a run that is not ranked itself (result.excluded) is on no front
+        [0 if r["run_id"] in result.excluded else arm_ranks[arm_of[r["run_id"]]] for r in records]
         if by_arms
         else [int(r) for r in result.ranks]
     )
@@ -301,6 +304,10 @@ def run_export_command(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     check_out(out, args.force)  # --force replaces only a previous export (issue 16)
+    if args.register is not None:  # before any MLflow work or write; "" is refused too
+        from lipsweep.tracking.model import check_model_name
+
+        check_model_name(args.register)
     rule = args.select or DEFAULT_SELECT_RULE
     parse_selection_rule(rule)  # validate before any MLflow work
     tracker = read_tracker(args.tracking_uri, args.experiment)
@@ -321,7 +328,9 @@ def run_export_command(args: argparse.Namespace) -> int:
             raise _usage(f"--select {rule}: {err}") from None
         run_id, how = sel.run_id, f"{rule} ({sel.explanation})"
     path = export_run(tracker, run_id, out, selected_by=how, force=args.force)
-    version = register_export(tracker, run_id, path, args.register) if args.register else None
+    version = (
+        register_export(tracker, run_id, path, args.register) if args.register is not None else None
+    )
     metrics = json.loads((path / "metrics.json").read_text())
     keys = (ACC_CLEAN, attack_metric("pgd", 4), attack_metric("aa", 2), LIP_JACOBIAN_MEDIAN)
     sys.stdout.write(

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -225,13 +226,18 @@ def as_trials(records: Sequence[Mapping[str, Any] | Trial]) -> list[Trial]:
 
 
 def _as_float(x: Any) -> float | None:
-    """A metric or param value as float (MLflow params are strings); None if not a number."""
+    """A metric or param value as float (MLflow params are strings); None if not a number.
+
+    MLflow's stores cannot hold infinities: they keep +-inf as +-1.7976931348623157e308, the
+    largest double, which reads back finite. That value is turned back into +-inf here, so
+    an infinite metric is never ranked (a real metric is never that large)."""
     if isinstance(x, bool) or x is None:
         return None
     try:
-        return float(x)
+        v = float(x)
     except (TypeError, ValueError):
         return None
+    return math.copysign(math.inf, v) if abs(v) == sys.float_info.max else v
 
 
 def metric_value(trial: Trial, name: str) -> float | None:

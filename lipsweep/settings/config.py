@@ -196,12 +196,7 @@ class TrialConfig:
     run: RunConfig = field(default_factory=RunConfig)
 
     def __post_init__(self) -> None:
-        if self.model.num_classes != self.data.num_classes:
-            raise ConfigError(
-                "num_classes",
-                f"{self.model.num_classes} does not match dataset "
-                f"{self.data.dataset!r} ({self.data.num_classes} classes)",
-            )
+        self._check_classes()
         if self.model.img_size != self.data.image_size:
             raise ConfigError(
                 "img_size",
@@ -220,6 +215,39 @@ class TrialConfig:
                 "normalization",
                 f"{norm!r} mean/std with dataset "
                 f"{self.data.dataset!r}; use normalization: {self.data.dataset}",
+            )
+
+    def _check_classes(self) -> None:
+        """CIFAR fixes the class count; an npz or image folder takes an explicit num_classes
+        when every label is below it, else the count its labels give. At least 2 classes."""
+        n, src = self.model.num_classes, self.data.source
+        if src is None and n != self.data.num_classes:
+            raise ConfigError(
+                "num_classes",
+                f"{n} does not match dataset {self.data.dataset!r} "
+                f"({self.data.num_classes} classes)",
+            )
+        inferred = src is not None and n == src.num_classes
+        if src is not None and src.max_label >= n:
+            if inferred:  # the data's own count: name the data (as the source check does)
+                from lipsweep.trial.data_sources import label_range_problem
+
+                raise ConfigError(
+                    "data_dir",
+                    f"{self.data.data_dir}: "
+                    + label_range_problem(src.max_label, n, src.classes_from),
+                )
+            raise ConfigError(
+                "num_classes",
+                f"{n}, but {self.data.data_dir} has label {src.max_label}; every label must "
+                "be below num_classes",
+            )
+        if n < 2:
+            where = f"{self.data.data_dir}: {src.classes_from} give" if inferred else "got"
+            raise ConfigError(
+                "data_dir" if inferred else "num_classes",
+                f"{where} {n} class; a classifier needs at least 2 (its evaluation compares "
+                "the true class's logit with the others)",
             )
 
     def to_flat(self) -> dict[str, Any]:

@@ -120,6 +120,11 @@ class DataConfig:
                 )
 
     @property
+    def source(self) -> Optional[SourceInfo]:
+        """What a checked npz/imagefolder source holds (``None`` for CIFAR and embedded)."""
+        return self._source
+
+    @property
     def num_classes(self) -> int:
         """Classes of the source: fixed for CIFAR, read from the data for npz/imagefolder.
 

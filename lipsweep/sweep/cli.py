@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -64,7 +65,9 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         owner_id,
         run_sweep,
     )
+    from lipsweep.sweep.signals import StopSignals, exit_code
     from lipsweep.sweep.space import load_space
+    from lipsweep.sweep.space_record import check_resume_space
     from lipsweep.tracking import redact_uri
 
     spec = load_space(args.space)
@@ -94,6 +97,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
                 "--resume to continue it, or choose another --experiment / "
                 "--storage"
             )
+        if args.resume:  # the one rule for an edited space: any change exits 2, named
+            check_resume_space(spec, storage, experiment)
         opts = SweepOptions(
             experiment=experiment,
             storage=storage,
@@ -115,18 +120,25 @@ def run_sweep_command(args: argparse.Namespace) -> int:
             storage,
             shown_uri,
         )
-        outcome = run_sweep(spec, opts)
+        with StopSignals() as stop:
+            try:
+                outcome = run_sweep(spec, opts, stop)
+            except KeyboardInterrupt:  # a signal while Ray or the parent run was starting
+                outcome = None
     finally:
         if lock is not None:
             lock.release()
-    if outcome.interrupted:
-        sys.stdout.write(
-            f"sweep interrupted; resume with: lipsweep sweep {args.space} "
-            f"--experiment {experiment} --storage {storage} --resume\n"
-        )
-        return 130
+    resume_line = (
+        f"sweep interrupted; resume with: lipsweep sweep {args.space} "
+        f"--experiment {experiment} --storage {storage} --resume\n"
+    )
+    if outcome is None or outcome.interrupted:
+        sys.stdout.write(resume_line)
+        return exit_code(stop.received or signal.SIGINT)
     sys.stdout.write(outcome.summary + "\n")
     sys.stdout.write(
         f"MLflow parent run {outcome.parent_run_id} in experiment {experiment!r} ({shown_uri})\n"
     )
+    if stop.received:  # arrived while the runs were being closed: the sweep is complete
+        return exit_code(stop.received)
     return 0 if outcome.ok else 1

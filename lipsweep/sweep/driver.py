@@ -31,7 +31,9 @@ from typing import Any, Optional
 
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
+from lipsweep.sweep.signals import FINISH, TUNE, StopSignals
 from lipsweep.sweep.space import SweepSpec, sample_space
+from lipsweep.sweep.space_record import save_record
 from lipsweep.tracking import (
     FAILED,
     FINISHED,
@@ -307,8 +309,12 @@ def _local_token_auth() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
-def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
-    """Run (or resume) a validated sweep; see the module docstring for the guarantees."""
+def run_sweep(
+    spec: SweepSpec, opts: SweepOptions, stop: Optional[StopSignals] = None
+) -> SweepOutcome:
+    """Run (or resume) a validated sweep; see the module docstring for the guarantees.
+
+    ``stop`` (active for the call) turns SIGINT/SIGTERM/SIGHUP into a clean shutdown."""
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "60")
@@ -340,6 +346,8 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
         **{f"fixed.{k}": v for k, v in spec.fixed.items()},
     }
     _init_ray(opts)  # before the parent run: a Ray that cannot start leaves nothing RUNNING
+    stop = stop or StopSignals()
+    stop.reinstall()  # ray.init replaced the SIGTERM handler with sys.exit
     try:
         if opts.resume:
             tracker.replay(spill)
@@ -395,7 +403,10 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
         else:
             kwargs = {"param_space": param_space} if param_space is not None else {}
             tuner = tune.Tuner(trainable, tune_config=tune_cfg, run_config=run_cfg, **kwargs)
+            save_record(spec, opts.storage, opts.experiment)  # what --resume compares against
+        stop.enter(TUNE)
         results = tuner.fit()
+        stop.enter(FINISH)
         del results  # outcomes come from the callbacks (and MLflow, for earlier runs)
         _backfill_outcomes(mlflow_cb, tracker, parent)
         interrupted = len(mlflow_cb.outcomes) < spec.num_trials

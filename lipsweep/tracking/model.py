@@ -15,6 +15,29 @@ PYFUNC_REQUIREMENTS = ("torch", "timm", "safetensors", "numpy", "mlflow")
 installed where the model is served (``--env-manager local``)."""
 
 
+MAX_MODEL_NAME = 256  # the registry's name column (String(256) in MLflow's SQL stores)
+
+
+def check_model_name(name: str) -> None:
+    """A registered-model name MLflow accepts (its own rule: not blank, no '/' or ':', a
+    plain path; plus the SQL column's length), else ConfigError naming ``--register``."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import _validate_model_name
+
+    from lipsweep.core.config_base import ConfigError, show
+
+    try:
+        _validate_model_name(name)
+    except MlflowException as exc:
+        raise ConfigError(
+            "--register", f"MLflow refuses the model name {show(name)}: {exc.message}"
+        ) from None
+    if len(name) > MAX_MODEL_NAME:
+        raise ConfigError(
+            "--register", f"a model name has at most {MAX_MODEL_NAME} characters, got {len(name)}"
+        )
+
+
 def save_pyfunc_model(
     folder: Path, dst: Path, img_size: int, num_classes: int, export_format: Optional[Any] = None
 ) -> Path:

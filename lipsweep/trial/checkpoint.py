@@ -2,10 +2,12 @@
 
 A checkpoint is a folder ``epoch_NNNN`` holding ``model.safetensors``, ``optimizer.safetensors``
 (tensor state, flattened), ``regularizer.safetensors`` (e.g. a regularizer's power-iteration
-vectors) and ``state.json`` (epoch, step, non-tensor optimizer state, and a SHA-256 of every
-file). It is written to a hidden temporary folder, fsync'ed, then renamed into place, so a
-crash or a full disk never leaves a half-written checkpoint under a real name; the previous
-checkpoint is only pruned after the new one is in place. Loading verifies the checksums and
+vectors) and ``state.json`` (epoch, step, non-tensor optimizer state, a SHA-256 of every
+file, and the trial's flat config with its SHA-256, ``config_sha256``: a checkpoint resumes
+only under the configuration it was trained with, see :func:`config_mismatch`). It is
+written to a hidden temporary folder, fsync'ed, then renamed into place, so a crash or a full
+disk never leaves a half-written checkpoint under a real name; the previous checkpoint is
+only pruned after the new one is in place. Loading verifies the checksums and
 falls back to the newest intact checkpoint, saying which.
 """
 
@@ -29,6 +31,8 @@ from safetensors.torch import save_file
 _log = logging.getLogger(__name__)
 _NAME = re.compile(r"^epoch_(\d{4,})$")
 STATE_FILE = "state.json"
+CONFIG_KEY = "config"  # the flat trial config a checkpoint was trained under
+CONFIG_HASH_KEY = "config_sha256"
 
 
 class CheckpointError(RuntimeError):
@@ -45,6 +49,44 @@ class Checkpoint:
     optimizer: dict[str, torch.Tensor]
     regularizer: dict[str, torch.Tensor]
     state: dict[str, Any] = field(default_factory=dict)
+
+
+def config_digest(flat: dict[str, Any]) -> str:
+    """SHA-256 of a flat trial config as canonical JSON (sorted keys, tuples as lists)."""
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def config_mismatch(state: dict[str, Any], flat: dict[str, Any]) -> Optional[str]:
+    """``None`` if the checkpoint whose ``state.json`` is ``state`` was trained under
+    ``flat``; else what differs (the settings, when the state lists its config)."""
+    saved = state.get(CONFIG_KEY)
+    digest = state.get(CONFIG_HASH_KEY) or (
+        config_digest(saved) if isinstance(saved, dict) else None
+    )
+    if digest is None:
+        return "it does not record the configuration it was trained with"
+    if digest == config_digest(flat):
+        return None
+    if not isinstance(saved, dict):
+        return f"configuration sha256 {digest[:12]} differs from {config_digest(flat)[:12]}"
+    now = json.loads(json.dumps(flat, default=str))
+    keys = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+    shown = ", ".join(f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in keys[:6])
+    return shown + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+
+
+def foreign_checkpoint(root: Path, flat: dict[str, Any]) -> Optional[str]:
+    """The first checkpoint under ``root`` trained under another configuration than ``flat``,
+    as ``'<path>: <what differs>'`` (reads only each ``state.json``; unreadable ones are left
+    to :func:`load_latest`, which skips them)."""
+    for path in reversed(list_checkpoints(root)):
+        try:
+            state = json.loads(_read_regular(path, STATE_FILE))
+        except (OSError, ValueError, CheckpointError):
+            continue
+        if isinstance(state, dict) and (why := config_mismatch(state, flat)):
+            return f"{path}: {why}"
+    return None
 
 
 def _sha256(path: Path) -> str:
@@ -129,6 +171,8 @@ def save_checkpoint(
             save_file(tensors, str(tmp / name))
             digests[name] = _sha256(tmp / name)
         meta = dict(state, epoch=epoch, optimizer_meta=opt_meta, sha256=digests)
+        if isinstance(state.get(CONFIG_KEY), dict):
+            meta[CONFIG_HASH_KEY] = config_digest(state[CONFIG_KEY])
         with open(tmp / STATE_FILE, "w") as fh:
             json.dump(meta, fh)
             fh.flush()

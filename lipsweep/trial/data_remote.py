@@ -10,8 +10,11 @@ A trial whose ``data_dir`` is such a URI calls :func:`fetch_prepared`: under an 
 ``fcntl.flock`` on ``<cache>/<sha256>.lock`` it copies the file into
 ``<cache>/<sha256>/<name>`` (cache: ``$LIPSWEEP_DATA_CACHE`` or ``~/.cache/lipsweep/data``),
 verifies the sha256 while copying and renames it into place. Concurrent trials on a node copy
-once; the others wait on the lock and then read the cached copy. A missing or damaged source is a
-:class:`ConfigError` naming ``data_dir``: the trial fails with that reason and is not retried.
+once; the others wait on the lock and then read the cached copy. Every use checks the cached
+copy again: its size and the (mtime, size, inode) stamp of its last full verification, and
+the full sha256 when they differ; a copy that no longer matches is copied again. A missing or
+damaged source is a :class:`ConfigError` naming ``data_dir``: the trial fails with that reason
+and is not retried.
 """
 
 from __future__ import annotations
@@ -177,8 +180,9 @@ def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Ma
         raise ConfigError("--dataset", f"must be one of {sorted(CLASSES)}, got {show(dataset)}")
     if not source.exists() and not download:
         raise ConfigError("--source", f"no such file or folder {show(str(source))}")
-    fs, base = _dest_fs(dest)
+    fs, base = _dest_fs(dest)  # checked, not created: a bad --source leaves no --dest behind
     arrays = _check_arrays(dataset, _arrays_from_source(dataset, source, download))
+    fs.create_dir(base, recursive=True)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     data = buf.getvalue()
@@ -206,11 +210,11 @@ def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Ma
 
 
 def _dest_fs(dest: str) -> tuple[Any, str]:
+    """(filesystem, base path) of ``--dest``, checked but not created yet."""
     import pyarrow.fs as pafs
 
     if not is_uri(dest):
         path = Path(dest).expanduser().resolve()
-        path.mkdir(parents=True, exist_ok=True)
         return pafs.LocalFileSystem(), str(path)
     try:
         fs, base = pafs.FileSystem.from_uri(dest)
@@ -218,9 +222,7 @@ def _dest_fs(dest: str) -> tuple[Any, str]:
         raise ConfigError(
             "--dest", f"not a URI pyarrow can open {show(dest)}: {str(exc).splitlines()[0]}"
         ) from None
-    base = base.rstrip("/")
-    fs.create_dir(base, recursive=True)
-    return fs, base
+    return fs, base.rstrip("/")
 
 
 def _write(fs: Any, path: str, data: bytes) -> None:
@@ -287,12 +289,20 @@ def fetch_prepared(uri: str, dataset: Optional[str] = None) -> Path:
         )
     root = cache_root()
     target = root / manifest.sha256 / manifest.file
-    if target.is_file():
+    if _cached_copy_ok(target, manifest):
         return target
     with _locked(root / f"{manifest.sha256}.lock"):
-        if target.is_file():  # another trial on this node copied it while we waited
+        if _cached_copy_ok(target, manifest):  # another trial copied it while we waited
             _log.info("data %s: cached copy %s", uri, target)
             return target
+        if target.exists():
+            _log.warning(
+                "data %s: the cached copy %s does not match its sha256 (modified or "
+                "damaged); copying it again",
+                uri,
+                target,
+            )
+            target.unlink()
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         fs, path = pafs.FileSystem.from_uri(uri)
@@ -317,8 +327,43 @@ def fetch_prepared(uri: str, dataset: Optional[str] = None) -> Path:
                 "(changed or damaged); prepare it again",
             )
         os.replace(tmp, target)
+        _stamp(target).write_text(json.dumps(_stat_key(target)))
         _log.info("data %s: copied %.1f MB into %s", uri, manifest.bytes / 1e6, target)
     return target
+
+
+def _stamp(target: Path) -> Path:
+    return target.with_name(f".{target.name}.verified")
+
+
+def _stat_key(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_mtime_ns, st.st_size, st.st_ino]
+
+
+def _cached_copy_ok(target: Path, manifest: Manifest) -> bool:
+    """Whether the cached copy is the manifest's file, checked on every use: cheaply (its size
+    and the (mtime, size, inode) recorded when its sha256 was last verified), and by the full
+    sha256 when that stamp does not match (then the stamp is renewed)."""
+    try:
+        key = _stat_key(target)
+    except OSError:
+        return False
+    if key[1] != manifest.bytes:
+        return False
+    try:
+        if json.loads(_stamp(target).read_text()) == key:
+            return True
+    except (OSError, ValueError):
+        pass
+    digest = hashlib.sha256()
+    with open(target, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    if digest.hexdigest() != manifest.sha256:
+        return False
+    _stamp(target).write_text(json.dumps(key))
+    return True
 
 
 def local_source(data_dir: str, dataset: str) -> Path:

@@ -8,15 +8,20 @@ npz
     Arrays ``x_train``, ``y_train``, ``x_test``, ``y_test``; optional ``label_names`` (one per
     class). Images uint8 (0-255), RGB, square, either NCHW ``(N, 3, H, W)`` or NHWC
     ``(N, H, W, 3)`` (the layout is detected from where the 3 is, NCHW when both fit).
-    Labels are integers ``0 .. C-1``: ``C = len(label_names)`` if given, else
-    ``max(y_train) + 1``; every test label must be a training class.
+    Labels are integers ``0 .. C-1``: ``C = len(label_names)`` if given; else an explicit
+    ``num_classes`` setting, which wins when every label is below it; else it is inferred
+    as ``max(y_train) + 1`` (then every test label must be a training class). Labels at or
+    above C are refused, and so is C < 2 (a classifier needs two classes).
 
 imagefolder (torchvision ``ImageFolder`` layout)
     ``data_dir/train/<class>/<image>`` and ``data_dir/test/<class>/<image>`` (.png, .jpg,
     .jpeg, .bmp, .webp). Classes are the sorted folder names of ``train/``; ``test/`` must
     have the same class folders. Every image must have the same square size (no resizing:
     resize beforehand, e.g. to 32x32 for the tiny ViT); grey or RGBA images are converted to
-    RGB.
+    RGB, and 16-bit grey images are scaled to 8 bits (``round(v * 255 / 65535)``), not
+    clipped. The check decodes every image once, so a truncated or corrupt file, 32-bit
+    pixels or a decompression bomb (a header claiming more than Pillow's
+    ``MAX_IMAGE_PIXELS``) is refused naming the file, before anything is written.
 """
 
 from __future__ import annotations
@@ -25,15 +30,19 @@ import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from lipsweep.core.config_base import ConfigError
 
+if TYPE_CHECKING:
+    from PIL import Image
+
 _log = logging.getLogger("lipsweep.trial.data")
 
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")  # Pillow's 16-bit grey PNG modes
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 SPLITS = ("train", "test")
 FIELD = "data_dir"
@@ -48,6 +57,8 @@ class SourceInfo:
     layout: str  # "NCHW" or "NHWC" for npz, "files" for an image folder
     n_train: int
     n_test: int
+    max_label: int = -1  # the highest label in either split
+    classes_from: str = "the class folders"  # where num_classes comes from
 
 
 def _fail(path: Path | str, problem: str) -> ConfigError:
@@ -104,18 +115,29 @@ def check_npz_arrays(
     lo = min(int(y_tr.min()), int(y_te.min()))
     if lo < 0:
         raise _fail(path, f"labels must be 0 .. C-1, found {lo}")
+    hi = max(int(y_tr.max()), int(y_te.max()))
     if label_names is not None:
         num_classes, source = len(label_names), f"{len(label_names)} label_names"
-    else:
+        if hi >= num_classes:
+            raise _fail(path, label_range_problem(hi, num_classes, source))
+    else:  # inferred; an explicit num_classes may be larger (TrialConfig checks the labels)
         num_classes, source = int(y_tr.max()) + 1, "the training labels"
-    hi = max(int(y_tr.max()), int(y_te.max()))
-    if hi >= num_classes:
-        raise _fail(
-            path,
-            f"label {hi} is out of range: {source} give {num_classes} classes "
-            f"(0 .. {num_classes - 1})",
-        )
-    return SourceInfo(num_classes, int(hw["train"][0]), layouts["train"], len(y_tr), len(y_te))
+    return SourceInfo(
+        num_classes,
+        int(hw["train"][0]),
+        layouts["train"],
+        len(y_tr),
+        len(y_te),
+        max_label=hi,
+        classes_from=source,
+    )
+
+
+def label_range_problem(label: int, num_classes: int, source: str) -> str:
+    return (
+        f"label {label} is out of range: {source} give {num_classes} classes "
+        f"(0 .. {num_classes - 1}); set num_classes if the data has more"
+    )
 
 
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], Optional[np.ndarray]]:
@@ -199,6 +221,18 @@ def _folder_index(root: Path) -> tuple[list[str], dict[str, list[tuple[Path, int
     return classes["train"], files
 
 
+def rgb8(im: "Image.Image", name: str) -> np.ndarray:
+    """(H, W, 3) uint8 pixels of a Pillow image: 16-bit grey scaled to 8 bits (Pillow's
+    ``convert`` clips it at 255), 32-bit pixels refused (ValueError), the rest converted."""
+    if im.mode in SIXTEEN_BIT_MODES:
+        wide = np.asarray(im).astype(np.uint32)  # (H, W), 0..65535
+        grey = ((wide * 255 + 32767) // 65535).astype(np.uint8)  # round(v * 255 / 65535)
+        return np.repeat(grey[:, :, None], 3, axis=2)
+    if im.mode in ("I", "F"):
+        raise ValueError(f"{name} has 32-bit {im.mode} pixels; save it with 8 or 16 bits")
+    return np.asarray(im.convert("RGB"))
+
+
 def _image_size(root: Path, files: dict[str, list[tuple[Path, int]]]) -> int:
     from PIL import Image, UnidentifiedImageError
 
@@ -206,9 +240,17 @@ def _image_size(root: Path, files: dict[str, list[tuple[Path, int]]]) -> int:
     for split in SPLITS:
         for f, _ in files[split]:
             try:
-                with Image.open(f) as im:  # reads the header only
+                with Image.open(f) as im:
                     s = im.size
-            except (OSError, UnidentifiedImageError) as err:
+                    im.load()  # a truncated or corrupt file fails here, not mid-training
+                    rgb8(im, str(f.relative_to(root)))
+            except (
+                OSError,
+                UnidentifiedImageError,
+                Image.DecompressionBombError,
+                SyntaxError,
+                ValueError,
+            ) as err:
                 raise _fail(root, f"cannot read image {f.relative_to(root)}: {err}") from None
             if s[0] != s[1]:
                 raise _fail(
@@ -232,7 +274,8 @@ def _image_size(root: Path, files: dict[str, list[tuple[Path, int]]]) -> int:
 def _inspect_folder_cached(root: str, stamp: tuple[int, ...]) -> SourceInfo:
     classes, files = _folder_index(Path(root))
     size = _image_size(Path(root), files)
-    return SourceInfo(len(classes), size, "files", len(files["train"]), len(files["test"]))
+    n = len(classes)
+    return SourceInfo(n, size, "files", len(files["train"]), len(files["test"]), max_label=n - 1)
 
 
 def inspect_image_folder(root: str | Path) -> SourceInfo:
@@ -264,7 +307,7 @@ def load_image_folder(root: str | Path) -> tuple[np.ndarray, ...]:
         x = np.empty((len(files[split]), 3, info.image_size, info.image_size), np.uint8)
         for i, (f, _) in enumerate(files[split]):
             with Image.open(f) as im:
-                x[i] = np.asarray(im.convert("RGB")).transpose(2, 0, 1)  # (3, H, W)
+                x[i] = rgb8(im, str(f)).transpose(2, 0, 1)  # (3, H, W)
         out += [x, np.array([lab for _, lab in files[split]], dtype=np.int64)]
     _log.info(
         "image folder %s: %d classes %s, %d train / %d test images of %dx%d",

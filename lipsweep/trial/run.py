@@ -27,7 +27,14 @@ import torch
 from lipsweep.core.metric_names import ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.checkpoint import Checkpoint, load_latest, save_checkpoint, unflatten_optimizer
+from lipsweep.trial.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    config_mismatch,
+    load_latest,
+    save_checkpoint,
+    unflatten_optimizer,
+)
 from lipsweep.trial.data import (
     create_mixup,
     load_splits,
@@ -158,6 +165,11 @@ def run_trial(
         _log.warning("no intact checkpoint in %s; restarting the trial from epoch 1", ckpt_root)
     start = 1
     history: list[dict[str, float]] = []
+    if ckpt is not None and (why := config_mismatch(ckpt.state, cfg.to_flat())):
+        raise CheckpointError(
+            f"{ckpt.path} was trained under another configuration ({why}); it is not resumed "
+            "under this one: use another output folder, or delete it to start over"
+        )
     if ckpt is not None:
         _restore(ckpt, model, optimizer, regularizer)
         start = ckpt.epoch + 1

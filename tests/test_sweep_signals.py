@@ -1,0 +1,210 @@
+"""Issue 32 §4: signals, a closed stdout and ``--resume`` after the space file changed.
+
+Real local Ray (num_cpus fixed, a private RAY_TMPDIR per test) and real MLflow on SQLite; one
+tiny trial each. The space checks on ``--resume`` need neither: they exit 2 before Ray starts.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import pytest
+from _sweep_helpers import (
+    children,
+    epochs_logged,
+    parents,
+    ray_sandbox,
+    run_sweep_cli,
+    runs,
+    sqlite_uri,
+    steps,
+    sweep_cmd,
+    sweep_process,
+    wait_for,
+    write_space,
+)
+
+from lipsweep.__main__ import main
+from lipsweep.sweep.space import load_space
+from lipsweep.sweep.space_record import (
+    RECORD_FILE,
+    check_resume_space,
+    save_record,
+    space_changes,
+    space_record,
+)
+
+TWO = "  - regularizer: none\n  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, code, resume",
+    [(signal.SIGTERM, 143, True), (signal.SIGHUP, 129, False)],
+    ids=["SIGTERM", "SIGHUP"],
+)
+def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
+    tmp_path, sig, code, resume
+):
+    """Before: SIGTERM aborted the driver (rc 134) and SIGHUP killed it; runs stayed RUNNING."""
+    epochs = 3
+    space = write_space(tmp_path, "  - regularizer: none\n", epochs=epochs)
+    uri, log = sqlite_uri(tmp_path), tmp_path / "sweep.log"
+    with ray_sandbox() as box:
+        with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log) as proc:
+            wait_for(lambda: epochs_logged(uri) >= 1, 600, "epoch 1 in MLflow", proc, 0.2)
+            proc.send_signal(sig)
+            proc.wait(timeout=300)
+        out = log.read_text(errors="replace")
+        assert proc.returncode == code, out[-4000:]
+        assert "Traceback" not in out, out[-4000:]
+        assert f"{signal.Signals(sig).name}: stopping the sweep" in out
+        statuses = {r.data.tags["lipsweep.kind"]: r.info.status for r in runs(uri)}
+        assert statuses == {"sweep": "KILLED", "trial": "KILLED"}, statuses
+        assert (tmp_path / "ray_results" / "exp" / RECORD_FILE).is_file()
+        if not resume:
+            return
+        resumed = run_sweep_cli(sweep_cmd(tmp_path, space, "--resume"), tmp_path, box)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr[-4000:]
+    (kid,) = children(uri)
+    assert kid.info.status == "FINISHED"
+    assert steps(uri, kid.info.run_id) == list(range(1, epochs + 1))
+    assert parents(uri)[0].info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_closed_stdout_does_not_stop_the_sweep(tmp_path):
+    """``lipsweep sweep ... | head -1``. Before: a BrokenPipeError traceback killed the driver
+    and its runs stayed RUNNING."""
+    space = write_space(tmp_path, "  - regularizer: none\n", epochs=2)
+    uri, err = sqlite_uri(tmp_path), tmp_path / "stderr.log"
+    with ray_sandbox() as box, open(err, "wb") as fh:
+        proc = subprocess.Popen(
+            sweep_cmd(tmp_path, space, "--status-every", "0.2"),
+            cwd=tmp_path,
+            env=box.env(),
+            stdout=subprocess.PIPE,
+            stderr=fh,
+        )
+        try:
+            assert proc.stdout.readline()  # what `head -1` reads; then it goes away
+            proc.stdout.close()
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    log = err.read_text(errors="replace")
+    assert proc.returncode == 0, log[-4000:]
+    assert "BrokenPipeError" not in log and "Traceback" not in log, log[-4000:]
+    assert "stdout was closed by its reader" in log
+    assert all(r.info.status == "FINISHED" for r in runs(uri))
+    (kid,) = children(uri)
+    assert steps(uri, kid.info.run_id) == [1, 2]
+
+
+def _started(tmp_path, grid: str):
+    """A space and the record a sweep of it would have written (no Ray needed)."""
+    space = write_space(tmp_path, grid, epochs=1)
+    (tmp_path / "ray_results" / "exp").mkdir(parents=True)
+    save_record(load_space(space), str(tmp_path / "ray_results"), "exp")
+    return space
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda t: t.replace("lr: 1.0e-3", "lr: 2.0e-3"), "lr 0.001 -> 0.002"),
+        (lambda t: t.replace("  - regularizer: none\n", ""), "point [none seed=0] removed"),
+        (
+            lambda t: t.replace(
+                "aggregation: mean}",
+                "aggregation: mean}\n  - {regularizer: jasmin, k: 10, lam: 1.0e-2, "
+                "aggregation: max}",
+            ),
+            "point [jasmin k=10",
+        ),
+        (lambda t: t.replace("lam: 1.0e-2", "lam: 1.0e-3"), "lam 0.01 -> 0.001"),
+        (lambda t: t + "max_failures: 5\n", "max_failures changed: 2 -> 5"),
+    ],
+    ids=["edited-lr", "removed", "added", "edited-point", "setting"],
+)
+def test_resume_after_the_space_changed_exits_2_naming_the_change(tmp_path, capsys, edit, named):
+    """Before: an added point never ran (exit 130 on every retry), an edited lr was ignored."""
+    space = _started(tmp_path, TWO)
+    space.write_text(edit(space.read_text()))
+    argv = sweep_cmd(tmp_path, space, "--resume")[3:]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--resume: the space changed" in err, err
+    assert named in err, err
+    assert not (tmp_path / "mlflow.db").exists()  # refused before anything was written
+
+
+def test_resume_with_the_same_space_passes_the_check(tmp_path):
+    space = _started(tmp_path, TWO)
+    spec = load_space(space)
+    check_resume_space(spec, str(tmp_path / "ray_results"), "exp")  # no error
+    # the record is plain JSON, and an identical space has no changes
+    saved = json.loads((tmp_path / "ray_results" / "exp" / RECORD_FILE).read_text())
+    assert space_changes(saved, space_record(spec)) == []
+    assert len(saved["trials"]) == 2
+
+
+def test_a_closed_stdout_is_dropped_not_fatal(tmp_path):
+    """Any command, no Ray: the reader is gone before the first write. Before: Python's
+    'Exception ignored ... BrokenPipeError' and exit 120."""
+    import sys
+
+    from _sweep_helpers import ROOT
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lipsweep", "models"],
+        cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # like `| head -0`: nobody will read
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "BrokenPipeError" not in err and "stdout was closed by its reader" in err, err
+
+
+def test_stop_signals_go_through_tunes_own_stop_request():
+    """The routing of StopSignals, against Tune's real handler (ray.tune's
+    _setup_signal_catching, which tune.run installs), without a Ray cluster."""
+    import os
+
+    from ray.tune.tune import _setup_signal_catching
+
+    from lipsweep.sweep.signals import FINISH, TUNE, StopSignals, exit_code
+
+    assert [exit_code(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)] == [
+        130,
+        143,
+        129,
+    ]
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
+    with StopSignals() as stop:  # starting up: unwind at once
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGHUP)
+            signal.sigtimedwait([], 0)  # let the handler run here
+        assert stop.received == signal.SIGHUP
+    with StopSignals() as stop:  # inside Tune's loop: Tune's stop event, no exception
+        stop.enter(TUNE)
+        event = _setup_signal_catching()
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.sigtimedwait([], 0)
+        assert event.is_set() and stop.received == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):  # a second signal: at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 0)
+    with StopSignals() as stop:  # closing the runs: finish that first
+        stop.enter(FINISH)
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.sigtimedwait([], 0)
+        assert stop.received == signal.SIGINT
+    assert {s: signal.getsignal(s) for s in before} == before

@@ -1,0 +1,78 @@
+"""Issue 32 §5: silent wrong answers (an infinite metric, a repeated seed, 16-bit PNGs, a
+modified cached dataset, an explicit num_classes). Real MLflow on SQLite, real files."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+from lipsweep.__main__ import main
+from lipsweep.decide.arms import arm_stats, group_arms
+
+
+def _store(tmp_path, runs):
+    """A real MLflow SQLite store: a parent sweep run and ``runs`` (params, metrics) as
+    FINISHED trial runs; returns (uri, [run ids])."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = MlflowClient(uri)
+    exp = c.create_experiment("x", artifact_location=(tmp_path / "artifacts").as_uri())
+    parent = c.create_run(exp, tags={"lipsweep.kind": "sweep"}).info.run_id
+    ids = []
+    for i, (params, metrics) in enumerate(runs):
+        rid = c.create_run(
+            exp, run_name=f"t{i}", tags={"lipsweep.kind": "trial", "mlflow.parentRunId": parent}
+        ).info.run_id
+        for k, v in params.items():
+            c.log_param(rid, k, v)
+        for k, v in metrics.items():
+            c.log_metric(rid, k, v)
+        c.set_terminated(rid, "FINISHED")
+        ids.append(rid)
+    return uri, ids
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf])
+def test_an_infinite_metric_is_never_ranked_nor_tagged_pareto(tmp_path, caplog, bad):
+    """MLflow stores inf as 1.798e308. Before: that run ranked first and was tagged
+    pareto=true, and the scatter plot crashed on acc_clean = inf."""
+    runs = [
+        ({"regularizer": "none", "seed": "0"}, {"acc_clean": 80.0, "acc_pgd_4": 10.0}),
+        ({"regularizer": "jasmin", "k": "0", "seed": "0"}, {"acc_clean": 70.0, "acc_pgd_4": 20.0}),
+        ({"regularizer": "jasmin", "k": "10", "seed": "0"}, {"acc_clean": bad, "acc_pgd_4": 30.0}),
+    ]
+    uri, ids = _store(tmp_path, runs)
+    caplog.set_level(logging.WARNING)
+    argv = ["pareto", "--experiment", "x", "--tracking-uri", uri]
+    assert main([*argv, "--objective", "acc_clean:max", "--objective", "acc_pgd_4:max"]) == 0
+    from lipsweep.tracking import TrackingReader
+
+    reader = TrackingReader(uri, "x")
+    tags = {rid: reader.get_run(rid).data.tags for rid in ids}
+    assert [tags[r]["pareto"] for r in ids] == ["true", "true", "false"]
+    assert tags[ids[2]]["pareto_rank"] == "0"
+    shown = "inf" if bad > 0 else "-inf"
+    assert f"run {ids[2]} is left out of the ranking and the front: acc_clean is {shown}" in (
+        caplog.text
+    )
+
+
+def _rec(rid, seed, clean):
+    return {
+        "run_id": rid,
+        "metrics": {"acc_clean": clean},
+        "params": {"regularizer": "none", "lr": "0.001", "seed": str(seed)},
+    }
+
+
+def test_a_repeated_seed_counts_once_and_the_run_used_is_named(caplog):
+    """Before: two runs of one arm with seed 0 (10 and 30): the arm's 'mean' was whichever
+    came last (30), the other run silently dropped."""
+    caplog.set_level(logging.WARNING)
+    (arm,) = group_arms([_rec("b-run", 0, 30.0), _rec("a-run", 0, 10.0), _rec("c-run", 1, 20.0)])
+    s = arm_stats(arm, "acc_clean")
+    assert (s.n, s.mean) == (2, 15.0)  # seed 0 -> a-run (10), seed 1 -> 20
+    assert "seed 0 has 2 runs (a-run, b-run); its statistics use run a-run only" in caplog.text
