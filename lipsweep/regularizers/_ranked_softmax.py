@@ -35,6 +35,7 @@ Elsewhere (CUDA, float64) ``topk`` on E is used. Both rank p itself, as the pape
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Optional, Sequence
 
@@ -123,6 +124,7 @@ def _dense_backward(
     mx: torch.Tensor,
     z: torch.Tensor,
     pos: torch.Tensor,
+    ranks: tuple[int, ...],
     grad: torch.Tensor,
     ws: Workspace,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,10 +147,14 @@ def _dense_backward(
     c = grad * y  # G_r y_r
     ds = e.mul_(c.sum(-1, keepdim=True).mul_(inv_z).neg_())  # -p * sum_r c_r: unselected
     # Selected entries: own (1 - y) - y * others, never c - y * sum(c) (see docstring).
-    same = pos.unsqueeze(-1) == pos.unsqueeze(-2)  # (G, N, r, r)
-    own = (c.unsqueeze(-2) * same).sum(-1)  # sum of c over the ranks at this position
-    others = (c.unsqueeze(-2) * ~same).sum(-1)
-    ds.scatter_(-1, pos, own * (1 - y) - y * others)  # dL/dS
+    # Distinct ranks sit at distinct positions, so which columns share one is static (built
+    # on the device from eye and fills: no host-to-device copy, see the module docstring).
+    same = torch.eye(len(ranks), dtype=c.dtype, device=c.device)  # (r, r)
+    for i, j in itertools.permutations(range(len(ranks)), 2):
+        if ranks[i] == ranks[j]:
+            same[i, j] = 1.0
+    own, others = c @ same, c @ (1 - same)  # (G, N, r): c summed at / off this position
+    ds.scatter_(-1, pos, own.mul_(1 - y).sub_(others.mul_(y)))  # dL/dS
     dq = torch.bmm(ds, kc).mul_(scale)  # (G, N, d)
     dk = torch.bmm(ds.transpose(1, 2), qs)  # scale is in qs
     return dq, dk
@@ -181,7 +187,7 @@ class _RankedSoftmax(torch.autograd.Function):
             z = e.sum(-1, keepdim=True)
             pos = _take_ranks(_top_positions(e, max(ranks) + 1, ws), ranks)  # (G, N, r)
             probs = e.gather(-1, pos).div_(z)
-        ctx.scale, ctx.ws = scale, ws
+        ctx.scale, ctx.ranks, ctx.ws = scale, ranks, ws
         ctx.save_for_backward(q, k, mx, z, pos.to(torch.int32))
         return probs.view(q.shape[:-2] + (n, r))
 
@@ -194,7 +200,7 @@ class _RankedSoftmax(torch.autograd.Function):
         pos = pos.long()
         with torch.autocast(q.device.type, enabled=False):
             qs, kc = _operands(q, k, ctx.scale, dtype, ctx.ws)
-            dq, dk = _dense_backward(qs, kc, ctx.scale, mx, z, pos, grad, ctx.ws)
+            dq, dk = _dense_backward(qs, kc, ctx.scale, mx, z, pos, ctx.ranks, grad, ctx.ws)
         return dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), None, None, None
 
 
