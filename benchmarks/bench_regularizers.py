@@ -227,14 +227,14 @@ def _vit_b_analysis(batch: int = 512) -> str:
     layers, heads, n, dim = 12, 12, 65, 768
     maps = layers * batch * heads * n * n * 4
     rows = layers * batch * heads * n
-    kept = rows * (4 + 4 * 4)  # lse float32 + 4 int32 positions
+    kept = rows * (2 * 4 + 4 * 4)  # max and sum float32 + 4 int32 positions
     transient = batch * heads * n * n * 4  # one layer's S, during fwd/bwd
     qk = layers * 2 * batch * n * dim * 2  # q, k (bf16), already saved by SDPA
     return (
         f"ViT-B, batch {batch}, N={n}, 12 layers x 12 heads: the attention maps P in "
         f"float32 take {maps / 2**30:.2f} GiB, all kept until backward if materialised "
         f"(autograd through softmax and topk keeps more); this design keeps "
-        f"{kept / 2**20:.0f} MiB (per row: lse + up to 4 int32 positions) plus one "
+        f"{kept / 2**20:.0f} MiB (per row: max and sum + up to 4 int32 positions) plus one "
         f"layer's S at a time ({transient / 2**20:.0f} MiB, transient); the q and k it "
         f"reads ({qk / 2**30:.2f} GiB in bf16) are saved by the fused attention anyway."
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
 
 from lipsweep.trial.models import ModelConfig, PixelModel, create_model
 
@@ -16,6 +17,14 @@ SHARED_NPZ = ROOT.parent / "shared" / "data" / "cifar10_subset.npz"
 EMBEDDED_NPZ = ROOT / "lipsweep" / "data" / "cifar10_sample.npz"
 
 torch.set_num_threads(int(os.environ.get("LIPSWEEP_TEST_THREADS", "2")))
+
+# Property tests: in CI (CI set, as .ci/run does) Hypothesis draws the same examples on every
+# run (derandomize: a failure reproduces, never "fails by chance") and keeps no database; a
+# local run draws fresh examples, keeps the ones that failed in .hypothesis/ and prints the
+# blob to reproduce one. Regressions it found are pinned with @example (issue 32).
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
 def tiny_model_config(**overrides) -> ModelConfig:

@@ -84,6 +84,73 @@ def test_power_and_seeds_match_published_values():
     assert seeds_for_power([1.0, 1.0], 0.05) is None and seeds_for_power([-1.0, 1.0], 0.05) is None
 
 
+def test_a_constant_difference_up_to_rounding_has_no_t_test():
+    """Issue 32: accuracies 100 * count / 500 with the arm exactly 3 images better on every
+    seed differ by 0.5999999999999943 or 0.6000000000000085 (float rounding), std 7.8e-15:
+    a t-test called that p = 6.8e-57 and seed planning asked for > 200 seeds."""
+    base_counts = [412, 407, 415, 398, 421]
+    diffs = [100 * (c + 3) / 500 - 100 * c / 500 for c in base_counts]
+    assert len(set(diffs)) > 1 and 0 < t_interval(diffs).std < 1e-13  # the trap is real
+    for n in (2, 5):
+        s = paired_t(diffs[:n])
+        assert s.mean == pytest.approx(0.6) and math.isnan(s.p)
+        assert seeds_for_power(diffs[:n], 0.05) is None
+    # a real spread of one image (0.2 points) is still tested: mean 0.64, std 0.0894427,
+    # t = 0.64 / (0.0894427 / sqrt 5) = 16.0; df 4: p = 2 P(T > 16) = 8.9e-5 (t table)
+    real = [100 * (c + 3 + (i == 0)) / 500 - 100 * c / 500 for i, c in enumerate(base_counts)]
+    assert paired_t(real).p == pytest.approx(8.9e-5, rel=0.01)
+    assert seeds_for_power(real, 0.05) == 3  # d = 7.16: power 0.573 at n = 2 (mpmath)
+
+
+def _mpmath_power(n: int, d: float, alpha: float) -> float:
+    """Power of the two-sided paired t-test by direct integration in mpmath (independent of
+    scipy's noncentral t): T = (Z + d sqrt n) / sqrt(V / (n-1)), V ~ chi2(n-1), so
+    P(|T| > c) = E_V[1 - Phi(c s - nc) + Phi(-c s - nc)] with s = sqrt(V / (n-1))."""
+    import mpmath as mp
+    from scipy.stats import t as student_t
+
+    mp.mp.dps = 30
+    df, nc = n - 1, mp.mpf(d) * mp.sqrt(n)
+    c, half = mp.mpf(float(student_t.ppf(1 - alpha / 2, df))), mp.mpf(df) / 2
+
+    def integrand(v):
+        if v == 0:
+            return mp.zero  # an endpoint: integrable (df = 1) or zero density
+        s = mp.sqrt(v / df)
+        dens = mp.exp((half - 1) * mp.log(v) - v / 2 - half * mp.log(2) - mp.loggamma(half))
+        return (1 - mp.ncdf(c * s - nc) + mp.ncdf(-c * s - nc)) * dens
+
+    return float(mp.quad(integrand, [0, df, 4 * df, 20 * df + 50, mp.inf]))
+
+
+@pytest.mark.parametrize(
+    "n,d,alpha",
+    [
+        (2, 5.477, 0.05),
+        (3, 5.477, 0.05),
+        (4, 5.477, 0.05),
+        (5, 5.477, 0.05),
+        (2, 20.0, 0.05),
+        (3, 3.0, 0.001),
+        (10, 1.0, 0.05),
+        (4, 0.3, 0.01),
+    ],
+)
+def test_power_against_an_mpmath_integral(n, d, alpha):
+    """Issue 32: scipy's nct.cdf(-crit, df, nc) is NaN at large nc; the power is not."""
+    assert paired_t_power(n, d, alpha) == pytest.approx(_mpmath_power(n, d, alpha), abs=1e-9)
+
+
+def test_seeds_for_large_effects():
+    """d = 5.477: power 0.46 at n = 2 and 0.988 at 3 (mpmath, test above), so 3 seeds, not 6;
+    d = 20 at alpha 0.05: 2, not 3; d = 3 at alpha 0.001: 7, not 9 (powers by mpmath)."""
+    for d, alpha, want in ((5.477, 0.05, 3), (20.0, 0.05, 2), (3.0, 0.001, 7)):
+        diffs = [d - 1.0, d, d + 1.0]  # mean d, sd 1
+        assert seeds_for_power(diffs, alpha) == want
+        assert 0.8 <= _mpmath_power(want, d, alpha)
+        assert want == 2 or _mpmath_power(want - 1, d, alpha) < 0.8  # 2 is the least n
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A real MLflow SQLite store: a parent sweep run and the RUNS as FINISHED trial runs."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_model_config
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lipsweep.lipschitz import (
@@ -96,6 +96,7 @@ def test_closed_forms():
     logits=st.lists(st.floats(-40, 40, allow_nan=False), min_size=2, max_size=40),
     temp=st.sampled_from([0.01, 0.3, 1.0, 5.0]),
 )
+@example(logits=[8.640625, 12.296875], temp=0.01)  # p_(2) ~ 1e-159: ||M|| was above g_1
 def test_interlacing_bound_on_arbitrary_rows(logits, temp):
     """p_(2) <= ||M(p)|| <= g_1(p) <= min(p_(1), 1/2) for any softmax row (Thm 4, Cor. 1)."""
     p = (torch.tensor([logits], dtype=torch.float64) / temp).softmax(-1)
@@ -105,6 +106,51 @@ def test_interlacing_bound_on_arbitrary_rows(logits, temp):
     assert top[1].item() * (1 - 1e-12) <= norm + 1e-300
     assert norm <= bound * (1 + RATIO_TOL) + 1e-300
     assert bound <= min(top[0].item(), 0.5) + 1e-15
+
+
+def _mpmath_top_eigenvalue(p: torch.Tensor) -> float:
+    """lambda_max(diag(p) - p p^T) of the row the code promises to describe: the float64 entries
+    below the top as given, p_(1) = 1 - their sum, in 700-digit mpmath (1 - p_(1) cancels in
+    fewer digits). Bisection on the secular equation lam = p1 (c + r) / (1 + r),
+    r = sum_{i != 1} p_i^2 / (lam - p_i), inside [p_(2), trace] (Cauchy interlacing and PSD),
+    to 2^-80 of the bracket."""
+    import mpmath as mp
+
+    with mp.workdps(700):
+        vals = sorted((mp.mpf(float(v)) for v in p.tolist()), reverse=True)
+        others = vals[1:]
+        c = mp.fsum(others)
+        p1 = 1 - c
+        lo, hi = others[0], p1 * c + mp.fsum(v * (1 - v) for v in others)
+
+        def f(lam):
+            r = mp.fsum(v * v / (lam - v) for v in others if v)
+            return lam - p1 * (c + r) / (1 + r)
+
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+        return float((lo + hi) / 2)
+
+
+def _peaked_row(n: int, gap: float) -> torch.Tensor:
+    """softmax of scores [0, -gap, -gap - 0.5, -gap - 1, ...] (n entries) in float64."""
+    scores = torch.cat([torch.zeros(1), -gap - 0.5 * torch.arange(n - 1)]).double()
+    return scores.softmax(-1)
+
+
+@pytest.mark.parametrize("method", ["secular", "eigvalsh"])
+def test_softmax_norm_against_mpmath_down_to_p2_1e_300(method):
+    """Issue 32: eigvalsh was 19% low on 2-entry rows with p_(2) <= 1.9e-22 and 57-60% on 17
+    entries (gaps 100-600); secular was up to 50% off below p_(2) ~ 1e-154. Both must agree
+    with a 700-digit reference to 1e-12 for p_(2) down to 1e-300 and N from 2 to 197."""
+    rows = [_peaked_row(n, gap) for n in (2, 17, 197) for gap in (3, 50, 100, 365.6, 600, 690)]
+    rows += [torch.tensor([1 - 1.9e-22, 1.9e-22], dtype=torch.float64)]
+    for p in rows:
+        assert 1e-301 < p.topk(2).values[1] < 0.1
+        want = _mpmath_top_eigenvalue(p)
+        got = softmax_jacobian_norm(p, method).item()
+        assert got == pytest.approx(want, rel=1e-12, abs=0), (len(p), float(p.topk(2).values[1]))
 
 
 def test_ratio_is_at_least_one_and_close_to_one_on_a_trained_vit(trained_tiny_model, cifar_sample):

@@ -225,6 +225,48 @@ def test_bad_inputs_are_rejected():
         jacobian_spectral_norm(nn.Flatten(0), torch.rand(2, 3, 2, 2), 10)
 
 
+def test_power_route_flags_converged_only_within_tolerance_of_svdvals():
+    """Issue 32: a linear 10-logit model with singular values 1, .99, .98, .97, .96 and five of
+    0.5. The old stopping rule (Rayleigh quotient changed < tol) returned sigma_1^2 = 0.9899
+    (2% low, 20 x tol) flagged converged after 26 steps. Every value flagged converged must be
+    within tol of sigma_1^2 (svdvals), whatever the iteration cap; unflagged ones are lower
+    bounds."""
+    g = torch.Generator().manual_seed(0)
+    n_in = 3 * 4 * 4
+    u = torch.linalg.qr(torch.randn(10, 10, generator=g, dtype=torch.float64)).Q
+    v = torch.linalg.qr(torch.randn(n_in, 10, generator=g, dtype=torch.float64)).Q
+    sv = torch.tensor([1, 0.99, 0.98, 0.97, 0.96] + [0.5] * 5, dtype=torch.float64)
+    w = u @ torch.diag(sv) @ v.T
+    sigma1_sq = float(torch.linalg.svdvals(w)[0]) ** 2
+    x = torch.rand(2, 3, 4, 4, generator=g, dtype=torch.float64)
+    tol = 1e-3
+    for iters in (26, 100, 2000):
+        res = jacobian_norm_result(_Linear(w), x, iters=iters, route="power", tol=tol)
+        vals = res.values.double() ** 2
+        assert (vals <= sigma1_sq * (1 + 1e-12)).all()  # a Rayleigh quotient: a lower bound
+        ok = res.converged
+        assert ((sigma1_sq - vals[ok]) <= tol * sigma1_sq).all(), (iters, vals, ok)
+    assert res.converged.all()  # 2000 steps are enough for this spectrum
+
+
+def test_head_exact_norm_is_nan_where_lanczos_did_not_converge():
+    """Issue 32: head_exact_norm dropped the Lanczos converged flag, so a too-low cap silently
+    understated the "exact" value. Capped at 2 steps it is NaN; uncapped it matches 'full'."""
+    from lipsweep.lipschitz import head_exact_norm, head_weights
+    from lipsweep.lipschitz.head_bounds import AttentionInputs
+
+    torch.manual_seed(0)
+    cfg = tiny_model_config(img_size=16, patch_size=4, depth=1, embed_dim=32, num_heads=2)
+    model = create_model(cfg).double().eval()
+    with torch.no_grad(), AttentionInputs(model) as rec:
+        model(torch.rand(2, 3, 16, 16, dtype=torch.float64))
+    x, w = rec.inputs[0], head_weights(rec.blocks[0])
+    capped = head_exact_norm(x, w, "lanczos", iters=2, tol=1e-10)
+    assert capped.shape == (2, 2) and bool(capped.isnan().all())
+    full = head_exact_norm(x, w, "full")
+    torch.testing.assert_close(head_exact_norm(x, w, "lanczos", iters=400, tol=1e-10), full)
+
+
 @pytest.mark.parametrize("solver", [lanczos_top_eigenvalue, power_top_eigenvalue])
 def test_krylov_solvers_on_known_spectra(solver):
     """Rows are independent diagonal PSD operators with known top eigenvalues."""

@@ -189,12 +189,26 @@ def t_interval(values: Sequence[float]) -> Stats:
     return Stats(n, mean, std, mean - half, mean + half)
 
 
+SPREAD_RTOL = 1e-9
+"""A spread of paired differences below this fraction of their largest magnitude is rounding,
+not spread: differences of float64 values of size M carry errors ~1e-16 M, so "the arm is 3
+images better on every seed" gives 0.5999999999999943 and 0.6000000000000085 (std 7.8e-15),
+which a t-test would call p = 7e-57 (issue 32). Real measurements never agree to 9 digits."""
+
+
+def _no_spread(s: Stats, diffs: Sequence[float]) -> bool:
+    """True when the std of ``diffs`` is zero up to rounding (:data:`SPREAD_RTOL`)."""
+    scale = max((abs(v) for v in diffs if v is not None and math.isfinite(v)), default=0.0)
+    return not s.std > SPREAD_RTOL * scale
+
+
 def paired_t(diffs: Sequence[float]) -> Stats:
     """:func:`t_interval` of paired differences plus the two-sided p-value of H0: mean 0.
-    With a zero std (every pair differs by the same amount, common with a few seeds and
-    accuracies on few images) the t statistic is undefined and so is p: NaN, not 0."""
+    With no spread (every pair differs by the same amount, common with a few seeds and
+    accuracies on few images; equal up to rounding, :data:`SPREAD_RTOL`) the t statistic is
+    undefined and so is p: NaN, not 0."""
     s = t_interval(diffs)
-    if s.n < 2 or s.std == 0:
+    if s.n < 2 or _no_spread(s, diffs):
         return s
     from scipy.stats import t as student_t
 
@@ -225,13 +239,16 @@ MAX_PLANNED_SEEDS = 200
 def paired_t_power(n: int, d: float, alpha: float) -> float:
     """Power of the two-sided paired t-test at level ``alpha`` with ``n`` pairs when the true
     standardised mean difference (Cohen's d = mean / sd of the differences) is ``d``: the
-    noncentral t with n - 1 degrees of freedom and noncentrality d sqrt(n) (Cohen 1988, ch. 2)."""
+    noncentral t with n - 1 degrees of freedom and noncentrality d sqrt(n) (Cohen 1988, ch. 2),
+    P(T > crit) + P(T < -crit). The lower tail is taken as P(-T > crit), -T being noncentral t
+    with noncentrality -d sqrt(n): scipy's ``nct.cdf(-crit, df, nc)`` returns NaN at large nc
+    (d = 5.5, n = 2..5; issue 32), its ``sf`` does not (checked against mpmath in the tests)."""
     from scipy.stats import nct
     from scipy.stats import t as student_t
 
     df, nc = n - 1, d * math.sqrt(n)
     crit = float(student_t.ppf(1 - alpha / 2, df))
-    return float(nct.sf(crit, df, nc) + nct.cdf(-crit, df, nc))
+    return float(nct.sf(crit, df, nc) + nct.sf(crit, df, -nc))
 
 
 def seeds_for_power(
@@ -241,9 +258,10 @@ def seeds_for_power(
     if the true mean and spread of the differences were the observed ones. A planning guide,
     not a promise: from a few seeds the observed d is itself uncertain, and the effects that
     look largest are the likeliest to be overestimated. None when d is undefined (fewer than
-    2 differences, or no spread) or zero; ``max_n + 1`` when more than ``max_n`` are needed."""
+    2 differences, or no spread, :data:`SPREAD_RTOL`) or zero; ``max_n + 1`` when more than
+    ``max_n`` are needed."""
     s = t_interval(diffs)
-    if s.n < 2 or not s.std > 0 or s.mean == 0:
+    if s.n < 2 or _no_spread(s, diffs) or s.mean == 0:
         return None
     d = abs(s.mean) / s.std
     for n in range(2, max_n + 1):

@@ -43,8 +43,8 @@ class LipschitzConfig:
     lip_iters: int = 100
     """Cap on J J^T applications per batch for the iterative routes."""
     lip_tol: float = 1e-3
-    """Relative tolerance of the iterative routes on ||J||^2 (Lanczos residual, power
-    Rayleigh-quotient change)."""
+    """Relative tolerance of the iterative routes on ||J||^2 (their residual estimate; a
+    sample that does not meet it within lip_iters counts as not converged)."""
     lip_batch_size: int = 64
     """Images per batch for every Lipschitz estimate."""
     lip_images: int = 500
@@ -69,7 +69,8 @@ class LipschitzConfig:
     lip_head_route: str = "auto"
     """Exact head norm by 'lanczos', the 'full' Jacobian (small heads only) or 'auto'."""
     lip_head_iters: int = 300
-    """Cap on Lanczos steps for the exact head norms."""
+    """Cap on Lanczos steps for the exact head norms (a head not converged within it is NaN,
+    never an understated value)."""
     lip_head_tol: float = 1e-8
     """Relative Lanczos residual tolerance for the exact head norms."""
     lip_figures: bool = True

@@ -261,7 +261,8 @@ def _lanczos_norm(
 
     u0 = start_vector(b * heads, n * d, x.dtype, x.device)
     res = lanczos_top_eigenvalue(op, u0, iters, tol, eigh_device)
-    return res.value.clamp_min(0).sqrt().reshape(b, heads)
+    value = torch.where(res.converged, res.value, torch.full_like(res.value, math.nan))
+    return value.clamp_min(0).sqrt().reshape(b, heads)  # NaN stays NaN
 
 
 def head_exact_norm(
@@ -274,6 +275,8 @@ def head_exact_norm(
 ) -> torch.Tensor:
     """||J_Attn(X)||_2 of every head at every input ``x`` (B, N, D) -> (B, H), float64.
 
+    A head whose Lanczos did not meet ``tol`` within ``iters`` steps is NaN: its last Ritz
+    value is only a lower bound, and an "exact" value must never be understated (issue 32).
     ``linalg_placement``: where the Lanczos route's Ritz eigh runs (LINALG_DEVICES).
     """
     if route not in HEAD_ROUTES:

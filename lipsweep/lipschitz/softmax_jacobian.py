@@ -52,15 +52,18 @@ def _top_split(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 def softmax_jacobian_matrix(p: torch.Tensor) -> torch.Tensor:
     """M(p) = diag(p) - p p^T for each row of ``p`` (..., N) -> (..., N, N).
 
-    The diagonal is formed as p_i (1 - p_i) with the complement of the top entry summed from
-    the other entries, which keeps peaked rows accurate (see :func:`_top_split`).
+    The diagonal is written as p_i (1 - p_i), with the complement of the top entry summed from
+    the other entries (see :func:`_top_split`), and never as -p_i^2 + (p_i (1 - p_i) + p_i^2):
+    for the top entry of a peaked row that sum cancels and loses the small term (eigvalsh was
+    19-60% low on such rows, issue 32).
     """
     _, _, _, c1 = _top_split(p)
     comp = 1 - p
     top = p.argmax(-1, keepdim=True)
     comp = comp.scatter(-1, top, c1.unsqueeze(-1))
     m = -p.unsqueeze(-1) * p.unsqueeze(-2)
-    return m + torch.diag_embed(p * comp - torch.diagonal(m, dim1=-2, dim2=-1))
+    torch.diagonal(m, dim1=-2, dim2=-1).copy_(p * comp)
+    return m
 
 
 def g1(p: torch.Tensor) -> torch.Tensor:
@@ -94,6 +97,10 @@ def _secular_top(p: torch.Tensor) -> torch.Tensor:
     negative value to a positive one: Newton on G inside the bracket (bisection when a step
     leaves it). A row leaves the working set once its step is below 1e-14 relative (4-5 steps
     on attention rows; the few rows whose root hugs p_(2) bisect on a small working set).
+
+    Each row is solved in units of its p_(2) (lam' = lam / p_(2), r = p_(2) r'): on very peaked
+    rows p_i^2 is subnormal or zero below p_(2) ~ 1e-154, and the unscaled equation was up to
+    50% off there (issue 32); scaled, every term is O(1) down to p_(2) ~ 1e-300.
     """
     p1, p2, others, c1 = _top_split(p)
     shape, n = p1.shape, p.shape[-1]
@@ -101,27 +108,30 @@ def _secular_top(p: torch.Tensor) -> torch.Tensor:
     # Closed forms: p_(1) = p_(2) gives lam = p_(1); p_(2) = 0 leaves the 1x1 block p1 (1 - p1).
     out = torch.where(p1 <= p2, p1, p1 * c1)
     idx = torch.nonzero((p1 > p2) & (p2 > 0)).squeeze(1)
-    a1, lo, c, o = p1[idx], p2[idx].clone(), c1[idx], others[idx]
-    hi, o2 = a1.clone(), o * o
-    lam = a1 * (c + lo)  # g_1: a start, not a bracket
+    a1, unit, c = p1[idx], p2[idx], c1[idx]
+    o = others[idx] / unit.unsqueeze(-1)  # scaled: the largest is 1
+    lo, hi, cs, o2 = torch.ones_like(unit), a1 / unit, c / unit, o * o
+    lam = a1 * (cs + lo)  # g_1 / p_(2): a start, not a bracket
     lam = torch.where((lam > lo) & (lam <= hi), lam, (lo + hi) / 2)
     for _ in range(_NEWTON_STEPS):
         inv = 1 / (lam.unsqueeze(-1) - o)  # zero entries add 0 below
         t = o2 * inv
-        r, dr = t.sum(-1), -(t * inv).sum(-1)
-        big_g = lam - a1 * (c + r) / (1 + r)
+        r, dr = t.sum(-1), -(t * inv).sum(-1)  # r' and dr'/dlam'
+        big_g = lam - a1 * (cs + r) / (1 + unit * r)
         neg = big_g < 0
         lo, hi = torch.where(neg, lam, lo), torch.where(neg, hi, lam)
-        newton = lam - big_g / (1 - a1 * a1 * dr / (1 + r) ** 2)
+        newton = lam - big_g / (1 - a1 * a1 * dr / (1 + unit * r) ** 2)
         nxt = torch.where((newton > lo) & (newton <= hi), newton, (lo + hi) / 2)
         moving = (nxt - lam).abs() > _REL_STEP * lam.abs()
         lam = nxt
         if not bool(moving.all()):
-            out[idx[~moving]] = lam[~moving]
-            idx, a1, lo, hi, c, o, o2, lam = (v[moving] for v in (idx, a1, lo, hi, c, o, o2, lam))
+            out[idx[~moving]] = lam[~moving] * unit[~moving]
+            idx, a1, lo, hi, cs, o, o2, lam, unit = (
+                v[moving] for v in (idx, a1, lo, hi, cs, o, o2, lam, unit)
+            )
             if idx.numel() == 0:
                 break
-    out[idx] = lam
+    out[idx] = lam * unit
     return out.reshape(shape)
 
 

@@ -5,8 +5,9 @@ probabilities: p_(1), p_(2) (and p_(k), p_(k+1) for k >= 2). With scores S = sca
 row max m and Z = sum_j exp(s_j - m), p_(j) = exp(s_(j) - m) / Z exactly, so the (B, H, N, N)
 map is needed only transiently. :class:`_RankedSoftmax` computes the ranked probabilities
 in one pass and saves for backward only what autograd already holds (q and k: the fused
-attention kernel saves them too) plus per row the log-sum-exp (float32) and r <= 4 int32
-positions; the backward recomputes S for one layer at a time.
+attention kernel saves them too) plus per row the max score m and the sum Z (float32) and
+r <= 4 int32 positions; the backward recomputes S for one layer at a time and p = exp(s - m) / Z
+from them, as the forward did (not from a rounded log-sum-exp: see :func:`_dense_backward`).
 
 Gradient (p = softmax(s), y_r = p at the position i_r of rank r, G_r = dL/dy_r)::
 
@@ -34,6 +35,7 @@ Elsewhere (CUDA, float64) ``topk`` on E is used. Both rank p itself, as the pape
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Optional, Sequence
 
@@ -124,16 +126,40 @@ def _dense_backward(
     qs: torch.Tensor,
     kc: torch.Tensor,
     scale: float,
-    lse: torch.Tensor,
+    mx: torch.Tensor,
+    z: torch.Tensor,
     pos: torch.Tensor,
+    ranks: tuple[int, ...],
     grad: torch.Tensor,
     ws: Workspace,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """All arguments flattened to (G, N, .). Returns dL/dq, dL/dk as (G, N, d)."""
-    p = _scores(qs, kc, ws).sub_(lse).exp_()  # (G, N, N) softmax
-    c = grad * p.gather(-1, pos)  # (G, N, r)
-    ds = p.mul_(-c.sum(-1, keepdim=True))  # -p * sum_r c_r
-    ds.scatter_add_(-1, pos, c)  # dL/dS
+    """All arguments flattened to (G, N, .). Returns dL/dq, dL/dk as (G, N, d).
+
+    p = e / z with e = exp(s - mx), as the forward formed it (and as ``torch.softmax`` does):
+    the top entry's e is exp(0) = 1, so its p is 1 / z rounded once, the value the forward
+    returned. On a peaked row the upstream gradient of the top entry is large (~1 / (1 - p_(1))
+    from g_1 in float32) and its dL/ds is that times p (1 - p): computed as
+    c - p * sum(c) it would round at the size of c, so each selected entry is formed as
+    own (1 - p) - p * others from the same rounded p as the forward's (1 - p_(1)), which
+    cancels as autograd through softmax does. exp(s - lse) with lse = mx + log z rounded to
+    float32 carried ulp(mx) / 2 in the exponent and made the gradient 10-40 times noisier than
+    autograd on peaked rows (issue 32). 1 / z is folded into the per-row factors: no extra
+    (G, N, N) pass.
+    """
+    e = _scores(qs, kc, ws).sub_(mx).exp_()  # (G, N, N), p = e / z
+    inv_z = z.reciprocal()  # (G, N, 1): the top entry's p, as the forward rounded it
+    y = e.gather(-1, pos).mul_(inv_z)  # (G, N, r): the forward's probabilities
+    c = grad * y  # G_r y_r
+    ds = e.mul_(c.sum(-1, keepdim=True).mul_(inv_z).neg_())  # -p * sum_r c_r: unselected
+    # Selected entries: own (1 - y) - y * others, never c - y * sum(c) (see docstring).
+    # Distinct ranks sit at distinct positions, so which columns share one is static (built
+    # on the device from eye and fills: no host-to-device copy, see the module docstring).
+    same = torch.eye(len(ranks), dtype=c.dtype, device=c.device)  # (r, r)
+    for i, j in itertools.permutations(range(len(ranks)), 2):
+        if ranks[i] == ranks[j]:
+            same[i, j] = 1.0
+    own, others = c @ same, c @ (1 - same)  # (G, N, r): c summed at / off this position
+    ds.scatter_(-1, pos, own.mul_(1 - y).sub_(others.mul_(y)))  # dL/dS
     dq = torch.bmm(ds, kc).mul_(scale)  # (G, N, d)
     dk = torch.bmm(ds.transpose(1, 2), qs)  # scale is in qs
     return dq, dk
@@ -166,21 +192,20 @@ class _RankedSoftmax(torch.autograd.Function):
             z = e.sum(-1, keepdim=True)
             pos = _top_positions(e, ranks, ws)  # (G, N, r)
             probs = e.gather(-1, pos).div_(z)
-            lse = mx.add_(z.log_())
-        ctx.scale, ctx.ws = scale, ws
-        ctx.save_for_backward(q, k, lse, pos.to(torch.int32))
+        ctx.scale, ctx.ranks, ctx.ws = scale, ranks, ws
+        ctx.save_for_backward(q, k, mx, z, pos.to(torch.int32))
         return probs.view(q.shape[:-2] + (n, r))
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):
-        q, k, lse, pos = ctx.saved_tensors
+        q, k, mx, z, pos = ctx.saved_tensors
         dtype, (n, r) = _compute_dtype(q.dtype), (q.shape[-2], pos.shape[-1])
         grad = grad.to(dtype).reshape(-1, n, r)
         pos = pos.long()
         with torch.autocast(q.device.type, enabled=False):
             qs, kc = _operands(q, k, ctx.scale, dtype, ctx.ws)
-            dq, dk = _dense_backward(qs, kc, ctx.scale, lse, pos, grad, ctx.ws)
+            dq, dk = _dense_backward(qs, kc, ctx.scale, mx, z, pos, ctx.ranks, grad, ctx.ws)
         return dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), None, None, None
 
 

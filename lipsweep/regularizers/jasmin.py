@@ -20,7 +20,7 @@ materialises P, but p_(j) = exp(s_(j) - lse(s)) for the top k+1 scores s_(j) of 
 :class:`~lipsweep.trial.attention.QKRecorder` (fused SDPA untouched) and feeds them to
 :func:`~lipsweep.regularizers._ranked_softmax.ranked_softmax_probs`, a custom autograd
 Function that recomputes S one layer at a time and keeps for backward only per-row
-log-sum-exps and r <= 4 int32 positions (<= 20 bytes per row instead of 4N).
+max score and sum (float32) and r <= 4 int32 positions (<= 24 bytes per row instead of 4N).
 
 Why this design: it is cheaper in time and memory than plain autograd through softmax and
 topk, than the same under torch.utils.checkpoint, than one call over the stacked layers, and

@@ -48,15 +48,27 @@ def head_weights(attn: nn.Module) -> torch.Tensor:
     return qkv.weight.view(3 * h, d, qkv.weight.shape[1])
 
 
+def _unit_or_keep(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """Rows of ``new`` scaled to unit norm; where a row is zero (W^T u = 0: the head's matrix
+    was zero that step), the row of ``old`` instead, or a fixed unit vector if that is zero
+    too. A zero vector would stay zero and its head would never be penalised again (issue 32;
+    F.normalize returned zero there). No host sync. (n, m) -> (n, m)."""
+    norm = new.norm(dim=-1, keepdim=True)
+    old_norm = old.norm(dim=-1, keepdim=True)
+    fallback = torch.where(old_norm > 0, old, torch.full_like(old, old.shape[-1] ** -0.5))
+    return torch.where(norm > 0, new / norm.clamp_min(torch.finfo(new.dtype).tiny), fallback)
+
+
 @torch.no_grad()
 def power_iteration_(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, iters: int) -> None:
-    """``iters`` steps of v <- W^T u / |.|, u <- W v / |.| in place.
+    """``iters`` steps of v <- W^T u / |.|, u <- W v / |.| in place; a vector is never left at
+    zero (:func:`_unit_or_keep`).
 
     Shapes: w (n, d, D), u (n, d), v (n, D).
     """
     for _ in range(iters):
-        v.copy_(F.normalize(torch.bmm(u.unsqueeze(1), w).squeeze(1), dim=-1, eps=1e-12))
-        u.copy_(F.normalize(torch.bmm(w, v.unsqueeze(-1)).squeeze(-1), dim=-1, eps=1e-12))
+        v.copy_(_unit_or_keep(torch.bmm(u.unsqueeze(1), w).squeeze(1), v))
+        u.copy_(_unit_or_keep(torch.bmm(w, v.unsqueeze(-1)).squeeze(-1), u))
 
 
 def spectral_norms(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
