@@ -4,6 +4,7 @@ what the demo and the report write."""
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 from pathlib import Path
@@ -73,3 +74,54 @@ def test_make_clean_removes_what_the_demo_and_the_report_write(tmp_path):
         text=True,
     ).stdout.split()
     assert ignored == made, ignored
+
+
+def test_artifact_downloads_draw_no_progress_bars_into_a_log(tmp_path, capsys, monkeypatch):
+    """MLflow's tqdm bars ('Downloading artifacts: 100%|...') went into logs from report and
+    export (both download through TrackingReader); with stderr not a terminal they are off,
+    as under `make` they always were."""
+    import numpy as np
+
+    from lipsweep.tracking import FINISHED, Tracker, TrackingReader
+
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    tracker = Tracker(uri, "e")
+    parent = tracker.open_parent(str(tmp_path / "ray"), "e", {"space": "test"})
+    lip = tmp_path / "lip"
+    lip.mkdir()
+    for name in ("a", "b"):
+        np.savez(lip / f"{name}.npz", x=np.linspace(1.0, 2.0, 8))
+    rid = tracker.open_child(parent, "t0", "t0", {"regularizer": "none", "seed": 0})
+    tracker.log_artifacts(rid, lip, "lipschitz")
+    tracker.end(rid, FINISHED)
+    capsys.readouterr()
+    got = TrackingReader(uri, "e").download_artifacts(rid, "lipschitz", tmp_path / "dl")
+    err = capsys.readouterr().err
+    assert sorted(p.name for p in Path(got).iterdir()) == ["a.npz", "b.npz"]
+    assert "Downloading artifacts" not in err and "%|" not in err, err
+
+
+def test_sweep_console_says_when_a_trial_starts_its_evaluation(caplog):
+    """After the last epoch a trial evaluates for half a minute (the demo) to hours (ViT-B)
+    with no event: the console says so when the last epoch's result arrives."""
+    import logging
+    from types import SimpleNamespace
+
+    from lipsweep.settings.config import TrialConfig
+    from lipsweep.sweep.callbacks import ConsoleProgress
+
+    flat = TrialConfig.from_flat({"epochs": 2, "eval_size": 64}).to_flat()
+    cb = ConsoleProgress(1, status_every=0, stream=io.StringIO())
+    trial = SimpleNamespace(trial_id="t0", config={"trial": flat}, status="RUNNING")
+    with caplog.at_level(logging.INFO, logger="lipsweep.sweep"):
+        cb.on_trial_result(0, [trial], trial, {"epoch": 1, "loss": 2.0, "acc_clean": 20.0})
+        assert "evaluating" not in caplog.text
+        cb.on_trial_result(0, [trial], trial, {"epoch": 2, "loss": 1.9, "acc_clean": 21.0})
+    assert "t0 [none seed=0] evaluating: clean, FGSM, PGD, AutoAttack" in caplog.text
+    assert "on 64 images" in caplog.text
+    no_eval = {**flat, "evaluate": False}
+    caplog.clear()
+    trial = SimpleNamespace(trial_id="t1", config={"trial": no_eval}, status="RUNNING")
+    cb.on_trial_result(0, [trial], trial, {"epoch": 2, "loss": 1.9, "acc_clean": 21.0})
+    assert "evaluating" not in caplog.text
