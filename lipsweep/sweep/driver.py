@@ -318,6 +318,9 @@ def run_sweep(spec: SweepSpec, opts: SweepOptions) -> SweepOutcome:
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     if not (sys.stdout.isatty() and sys.stderr.isatty()):  # a log: no ANSI colour codes
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # around Ray's "(train_trial pid=N)"
+    # A trial's few worker lines (its device) are shown when they happen: Ray's dedup held the
+    # second trial's back until shutdown, after the summary. Read when Ray is first imported.
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     from ray import tune
 
     from lipsweep.sweep.callbacks import (
