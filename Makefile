@@ -29,8 +29,10 @@ $(CURDIR)/$(TOOLS)/bin/uv:
 	|| { echo "could not install uv with $(PYTHON): install python3-venv or python3-pip," \
 	     "or uv itself (https://docs.astral.sh/uv/)" >&2; exit 1; }
 
+# --quiet: uv's list of the ~160 packages it installed is noise; errors still show.
 .venv/.synced: pyproject.toml uv.lock | $(UV)
-	env -u VIRTUAL_ENV $(UV) sync --frozen --extra dev
+	@echo "installing the locked stack (uv.lock) into .venv: about 6 GB, minutes the first time"
+	env -u VIRTUAL_ENV $(UV) sync --frozen --extra dev --quiet
 	touch $@
 
 setup: .venv/.synced

@@ -211,6 +211,8 @@ def _setup_and_run(clone: Path, env: dict[str, str], tmp_path: Path) -> None:
         ["make", "setup"], cwd=clone, env=env, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # a few lines (the commands make echoes), not uv's list of every package it installed
+    assert len((proc.stdout + proc.stderr).splitlines()) < 20, proc.stdout + proc.stderr
     assert (clone / ".tools" / "bin" / "uv").is_file()
     assert not (tmp_path / "home" / ".local").exists()
     assert "does not match the project environment" not in proc.stderr
