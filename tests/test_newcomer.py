@@ -125,3 +125,14 @@ def test_sweep_console_says_when_a_trial_starts_its_evaluation(caplog):
     trial = SimpleNamespace(trial_id="t1", config={"trial": no_eval}, status="RUNNING")
     cb.on_trial_result(0, [trial], trial, {"epoch": 2, "loss": 1.9, "acc_clean": 21.0})
     assert "evaluating" not in caplog.text
+
+
+def test_demo_names_the_mlflow_that_setup_installed(monkeypatch):
+    """The demo's last lines said `mlflow ui ...`, which is not on the PATH after `make
+    setup` (exit 127): it names this environment's own mlflow, as the README does."""
+    from lipsweep.sweep.demo import installed_tool
+
+    monkeypatch.chdir(ROOT)
+    tool = installed_tool("mlflow")  # ROOT / an absolute path is that path
+    assert tool != "mlflow" and (ROOT / tool).is_file(), tool
+    assert ".venv/bin/mlflow ui --backend-store-uri" in README
