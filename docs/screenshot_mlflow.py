@@ -14,7 +14,8 @@ aggregation, the Pareto tags and the objectives). The table's view is chosen the
 "share" button does it: an experiment tag ``mlflow.sharedViewState.<key>`` holding the view
 state, opened with ``?viewStateShareKey=<key>`` (this is the one write to the store).
 Needs ``chromium`` on the PATH (``apt-get install chromium``); nothing leaves the machine
-(the server binds 127.0.0.1).
+(the server binds the loopback address 127.0.0.2). The page opens in MLflow 3's model-training
+view (``workflowType=machine_learning``), the one the README describes, not the GenAI view.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ RUNS_COLUMNS = (
     "metrics.lip_jacobian_median"
 )
 SHARE_KEY = "lipsweep-docs-runs"
+UI_HOST = "127.0.0.2"
+"""Loopback, but not 127.0.0.1 or localhost: there MLflow 3.17 opens its Assistant panel over
+a third of the page, which is not what a user of a shared tracking server sees."""
 
 
 def share_runs_view(tracking_uri: str, exp_id: str, parent_id: str, columns: str) -> str:
@@ -176,12 +180,15 @@ def main() -> None:
         sys.exit("error: chromium not found; install it with `apt-get install chromium`")
     exp_id, run_id = find_runs(args.tracking_uri, args.experiment, args.run)
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://{UI_HOST}:{port}"
+    # MLflow 3 opens its GenAI view unless told (the experiment tag is not enough on a first
+    # visit): the model-training view is the one the docs describe
+    view = "workflowType=machine_learning"
     if args.view == "runs":
         key = share_runs_view(args.tracking_uri, exp_id, run_id, args.columns)
-        url = f"{base}/#/experiments/{exp_id}/runs?viewStateShareKey={key}"
+        url = f"{base}/#/experiments/{exp_id}/runs?viewStateShareKey={key}&{view}"
     else:
-        url = f"{base}/#/experiments/{exp_id}/runs/{run_id}/artifacts/{args.artifact}"
+        url = f"{base}/#/experiments/{exp_id}/runs/{run_id}/artifacts/{args.artifact}?{view}"
     server = subprocess.Popen(
         [
             sys.executable,
@@ -191,9 +198,13 @@ def main() -> None:
             "--backend-store-uri",
             args.tracking_uri,
             "--host",
-            "127.0.0.1",
+            UI_HOST,
             "--port",
             str(port),
+            "--allowed-hosts",
+            f"{UI_HOST}:{port}",
+            "--cors-allowed-origins",  # the UI's own POSTs (runs search) carry its origin
+            base,
             "--workers",
             "1",
             "--x-frame-options",

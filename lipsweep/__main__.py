@@ -237,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="the N best runs by Pareto rank (default: the runs on the front)",
+        help="the N best by Pareto rank: arms (every run of each) when an arm has 2 or more "
+        "seeds, as pareto ranks them, else runs (default: the front)",
     )
     p.add_argument(
         "--run-id",
@@ -275,8 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray instance")
     _add_tracking(p)
 
-    p = _add_command(sub, "models", "list the timm ViT architectures lipsweep can build", common)
-    _add_tracking(p)
+    # no --tracking-uri: it lists timm's ViTs and never touches MLflow (docs/contract.md)
+    _add_command(sub, "models", "list the timm ViT architectures lipsweep can build", common)
 
     _add_data_parser(sub, common)
     return parser

@@ -1,8 +1,12 @@
-"""Shared fixtures: the embedded CIFAR-10 sample and a briefly trained tiny ViT."""
+"""Shared fixtures: the embedded CIFAR-10 sample and a briefly trained tiny ViT; and a private
+Ray temp dir for the session, removed at its end."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +29,20 @@ torch.set_num_threads(int(os.environ.get("LIPSWEEP_TEST_THREADS", "2")))
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+# Every local Ray the tests start (in this process or in a sweep subprocess) keeps its session
+# (logs, object spill, sockets) here, not in the shared /tmp/ray, which grew by 423 MB per run.
+# Short on purpose: Ray's Unix socket paths live under it (108-byte limit). A test that sets
+# its own RAY_TMPDIR (tests/_sweep_helpers.RaySandbox) keeps it.
+_RAY_TMPDIR = tempfile.mkdtemp(prefix="lsr", dir="/tmp")
+os.environ["RAY_TMPDIR"] = _RAY_TMPDIR
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()  # an in-process Ray still holds files there
+    shutil.rmtree(_RAY_TMPDIR, ignore_errors=True)
 
 
 def tiny_model_config(**overrides) -> ModelConfig:

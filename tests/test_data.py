@@ -72,7 +72,11 @@ def test_npz_source_and_eval_subset(tmp_path, ref):
     cfg = DataConfig(dataset="npz", data_dir=str(path), eval_size=200, train_size=300)
     s = load_splits(cfg)
     assert s.x_train.shape == (300, 3, 32, 32) and cfg.num_classes == 10
-    assert torch.equal(s.x_eval, torch.from_numpy(ref["x_test"][s.eval_indices.numpy()]))
+    idx = s.eval_indices.numpy()
+    assert torch.equal(s.x_eval, torch.from_numpy(ref["x_test"][idx]))
+    # the labels of the same images, not the first 200 labels (which differ here)
+    assert torch.equal(s.y_eval, torch.from_numpy(ref["y_test"][idx]).long())
+    assert not np.array_equal(ref["y_test"][idx], ref["y_test"][: len(idx)])
 
 
 def test_torchvision_cifar10_local_folder(tmp_path, monkeypatch, ref):

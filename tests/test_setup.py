@@ -1,48 +1,129 @@
 """`make setup` from a clone on a stock Debian/Ubuntu python3: PEP 668 marker, no uv on PATH.
 
-The python3 here is a copy of the test interpreter whose stdlib folder holds an
+The python3 here is a copy of a host interpreter whose stdlib folder holds an
 EXTERNALLY-MANAGED marker (a venv shares its base's stdlib, so the marker needs a copied
-prefix: the binary plus links to every stdlib entry). pip refuses `--user` installs with it,
-as on Debian, and the Makefile must bootstrap uv anyway. Needs PyPI for the uv wheel; the
-pinned stack comes from uv's warm cache (hard links on the same filesystem).
+prefix: the binary plus links to every stdlib entry, to its shared libpython, and to the
+site folders it finds relative to its prefix, which is where Debian keeps pip:
+``lib/python3/dist-packages``). pip refuses `--user` installs with it, as on Debian, and the
+Makefile must bootstrap uv anyway. Each test runs on the interpreter behind the test suite
+and, where it is another one, on the system's ``/usr/bin/python3``: a python.org or pyenv
+build, a uv-managed one and a Debian/Ubuntu one each keep pip and ensurepip somewhere else,
+and a host that lacks what a case needs is skipped with the reason. Needs PyPI for the uv
+wheel; the pinned stack comes from uv's warm cache (hard links on the same filesystem).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+MARKER = "EXTERNALLY-MANAGED"
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+# What the copy needs to know of a base interpreter, asked of the interpreter itself: a venv's
+# python answers for its base (sys.base_prefix); Debian's site.getsitepackages([prefix]) lists
+# lib/python3/dist-packages, a python.org or uv-managed build lib/python3.X/site-packages.
+_PROBE = """
+import importlib.util, json, os, site, sys, sysconfig
+v = {"base": sys.base_prefix, "installed_base": sys.base_prefix}
+print(json.dumps({
+    "executable": os.path.realpath(sys.executable),
+    "prefix": sys.base_prefix,
+    "stdlib": sysconfig.get_paths(vars=v)["stdlib"],
+    "site": site.getsitepackages([sys.base_prefix]),
+    "libdir": sysconfig.get_config_var("LIBDIR") or "",
+    "pip": importlib.util.find_spec("pip") is not None,
+    "ensurepip": importlib.util.find_spec("ensurepip") is not None,
+    "venv": sys.prefix != sys.base_prefix,
+}))
+"""
 
 
-def _marked_python(dest: Path, with_ensurepip: bool = True) -> Path:
-    """A python3 whose stdlib carries EXTERNALLY-MANAGED (optionally without ensurepip)."""
-    real = Path(os.path.realpath(sys.executable))
-    stdlib = Path(
-        sysconfig.get_paths(vars={"base": sys.base_prefix, "installed_base": sys.base_prefix})[
-            "stdlib"
-        ]
-    )
-    lib = dest / "lib" / stdlib.name
+def _probe(python: Path) -> dict:
+    """The base interpreter of ``python`` (a venv's is the one it links to), described."""
+    out = subprocess.run(
+        [python, "-I", "-c", _PROBE], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    info = json.loads(out)
+    return _probe(Path(info["executable"])) if info["venv"] else info
+
+
+def _host_pythons() -> list:
+    """The interpreter behind the suite, and the system's python3 when it is another one."""
+    hosts = [pytest.param(Path(sys.executable), id="suite-python")]
+    if SYSTEM_PYTHON.is_file():
+        mine = os.path.realpath(_probe(Path(sys.executable))["executable"])
+        if os.path.realpath(SYSTEM_PYTHON) != mine:
+            hosts.append(pytest.param(SYSTEM_PYTHON, id="system-python"))
+    return hosts
+
+
+def _link(src: Path, dest: Path) -> None:
+    if src.exists() and not os.path.lexists(dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.symlink_to(src)
+
+
+def _marked_python(base: Path, dest: Path, with_ensurepip: bool = True) -> Path:
+    """A copy of ``base`` whose stdlib carries EXTERNALLY-MANAGED (optionally without
+    ensurepip), with pip where ``base`` has it. Skips when ``base`` cannot model the case."""
+    info = _probe(base)
+    prefix, stdlib = Path(info["prefix"]), Path(info["stdlib"])
+    if not info["pip"] and not (with_ensurepip and info["ensurepip"]):
+        pytest.skip(
+            f"{base} (prefix {prefix}) has neither pip nor ensurepip: it cannot model a "
+            "python3 that bootstraps uv (Debian's python3-pip or python3-venv)"
+        )
+    lib = dest / stdlib.relative_to(prefix)
     lib.mkdir(parents=True)
     for entry in stdlib.iterdir():
-        if entry.name == "ensurepip" and not with_ensurepip:
-            continue
+        if entry.name == MARKER or (entry.name == "ensurepip" and not with_ensurepip):
+            continue  # never write through a link into the host's own stdlib
         (lib / entry.name).symlink_to(entry)
-    (lib / "EXTERNALLY-MANAGED").write_text(
-        "[externally-managed]\nError=Use apt or a venv (test marker).\n"
-    )
-    (dest / "bin").mkdir()
+    (lib / MARKER).write_text("[externally-managed]\nError=Use apt or a venv (test marker).\n")
+    # site folders under the prefix (Debian's pip is in lib/python3/dist-packages); only pip's
+    # own packages are meant to be found there, nothing is installed into them
+    for site_dir in map(Path, info["site"]):
+        if site_dir.is_relative_to(prefix) and not site_dir.is_relative_to(stdlib):
+            _link(site_dir, dest / site_dir.relative_to(prefix))
+    # a build linked against $ORIGIN/../lib/libpython3.X.so (uv-managed, python.org --enable-shared)
+    libdir = Path(info["libdir"])
+    if libdir.is_dir() and libdir.is_relative_to(prefix):
+        for so in libdir.glob("libpython3*.so*"):
+            _link(so, dest / libdir.relative_to(prefix) / so.name)
+    real = Path(info["executable"])
+    (dest / "bin").mkdir(exist_ok=True)
     py = dest / "bin" / real.name
     shutil.copy2(real, py)
-    (dest / "bin" / "python3").symlink_to(py.name)
+    if py.name != "python3":
+        (dest / "bin" / "python3").symlink_to(py.name)
     return dest / "bin" / "python3"
+
+
+def test_marked_python_finds_its_pip_and_the_marker(tmp_path):
+    """The fixture itself, on every host interpreter (seconds): the copy reads its own
+    stdlib (with the marker), imports pip where the base has it, and leaves the host alone."""
+    for param in _host_pythons():
+        (base,) = param.values
+        info = _probe(base)
+        marker = Path(info["stdlib"]) / MARKER
+        before = marker.read_bytes() if marker.is_file() else None
+        try:
+            py = _marked_python(base, tmp_path / param.id)
+        except pytest.skip.Exception:
+            continue
+        copy = _probe(py)
+        assert Path(copy["stdlib"]).is_relative_to(tmp_path / param.id), copy
+        assert (Path(copy["stdlib"]) / MARKER).read_text().startswith("[externally-managed]")
+        assert copy["pip"] == info["pip"], (param.id, info, copy)
+        assert (marker.read_bytes() if marker.is_file() else None) == before, marker
 
 
 def _clone(dest: Path) -> Path:
@@ -103,20 +184,35 @@ def _assert_marker_refuses_pip(py: Path, env: dict[str, str]) -> None:
         text=True,
         timeout=120,
     )
-    assert refused.returncode != 0 and "externally-managed" in refused.stderr, refused.stderr
+    # a base without pip (a uv-managed one may have only ensurepip) cannot install at all
+    no_pip = not _probe(py)["pip"] and "No module named pip" in refused.stderr
+    assert refused.returncode != 0 and ("externally-managed" in refused.stderr or no_pip), (
+        refused.stderr
+    )
 
 
 @pytest.mark.slow
-def test_make_setup_on_externally_managed_python_without_uv(tmp_path):
-    py = _marked_python(tmp_path / "python")
+@pytest.mark.parametrize("base", _host_pythons())
+def test_make_setup_on_externally_managed_python_without_uv(tmp_path, base):
+    py = _marked_python(base, tmp_path / "python")
     # an unrelated venv is active, as it often is: neither uv nor Ray may trip over it
     env = _env(py.parent, VIRTUAL_ENV=str(tmp_path / "someone-elses-venv"))
     _assert_marker_refuses_pip(py, env)
     clone = _clone(tmp_path / "clone")
+    try:
+        _setup_and_run(clone, env, tmp_path)
+    finally:  # the clone's .venv is the whole locked stack (GBs): never left in the temp dir
+        shutil.rmtree(clone / ".venv", ignore_errors=True)
+        shutil.rmtree(clone / ".tools", ignore_errors=True)
+
+
+def _setup_and_run(clone: Path, env: dict[str, str], tmp_path: Path) -> None:
     proc = subprocess.run(
         ["make", "setup"], cwd=clone, env=env, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # a few lines (the commands make echoes), not uv's list of every package it installed
+    assert len((proc.stdout + proc.stderr).splitlines()) < 20, proc.stdout + proc.stderr
     assert (clone / ".tools" / "bin" / "uv").is_file()
     assert not (tmp_path / "home" / ".local").exists()
     assert "does not match the project environment" not in proc.stderr
@@ -130,12 +226,23 @@ def test_make_setup_on_externally_managed_python_without_uv(tmp_path):
     )
     assert version.returncode == 0, version.stderr
     assert version.stdout.startswith("lipsweep "), version.stdout
+    # what the README runs after setup, with no uv on PATH
+    script = subprocess.run(
+        [clone / ".venv" / "bin" / "lipsweep", "--version"],
+        cwd=clone,
+        env={**env, "VIRTUAL_ENV": ""},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert script.returncode == 0 and script.stdout == version.stdout, script.stderr
 
 
 @pytest.mark.slow
-def test_uv_bootstrap_without_python3_venv(tmp_path):
+@pytest.mark.parametrize("base", _host_pythons())
+def test_uv_bootstrap_without_python3_venv(tmp_path, base):
     """Debian's python3 without python3-venv (no ensurepip): pip --target, still no --user."""
-    py = _marked_python(tmp_path / "python", with_ensurepip=False)
+    py = _marked_python(base, tmp_path / "python", with_ensurepip=False)
     env = _env(py.parent)
     clone = _clone(tmp_path / "clone")
     uv = clone / ".tools" / "bin" / "uv"

@@ -76,6 +76,8 @@ def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
     regs = sorted(r.data.params["regularizer"] for r in kids)
     assert regs == ["jasmin", "jasmin", "none", "specformer"]
     assert "jasmin k=10" in proc.stderr  # one console line per trial event
+    # output to pipes, not a terminal: Ray's worker-line prefixes come without colour codes
+    assert "\x1b[" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
     parent_arts = {a.path for a in c.list_artifacts(parent.info.run_id)}
     assert "space.yaml" in parent_arts
 

@@ -70,13 +70,14 @@ def _model_card(config: dict[str, Any], metrics: dict[str, float]) -> str:
     shown = spec.shown if spec is not None else shown_params()
     reg_params = ", ".join(f"{k}={flat[k]}" for k in shown if k in flat)
     t = config["timm"]
+    kwargs = "".join(f", {k}={v!r}" for k, v in t["kwargs"].items())  # Python, not JSON
     return f"""# {t["model_name"]} — {reg}{f" ({reg_params})" if reg_params else ""}
 
 Exported by lipsweep from MLflow run `{src.get("run_id", "?")}` of experiment
 `{src.get("experiment", "?")}` (tracking URI `{src.get("tracking_uri", "?")}`), selected by
 `{src.get("selected_by", "run id")}`.
 
-- Architecture: `timm.create_model("{t["model_name"]}", **{json.dumps(t["kwargs"])})`
+- Architecture: `timm.create_model({t["model_name"]!r}{kwargs})`
 - Input: RGB pixels in [0, 1], {flat.get("img_size")}x{flat.get("img_size")}; normalisation
   (mean {config["normalization"]["mean"]}, std {config["normalization"]["std"]}) is applied by
   the loader's wrapper.
@@ -186,6 +187,7 @@ def write_export(
             str(tmp / "model.safetensors"),
             metadata={"format": "pt"},
         )
+        os.chmod(tmp / "model.safetensors", 0o666 & ~_umask())  # safetensors writes 0600
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
         (tmp / "README.md").write_text(_model_card(config, metrics))
@@ -204,6 +206,13 @@ def write_export(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _open_inside(folder: Path, name: str) -> tuple[Path, Any]:

@@ -146,6 +146,10 @@ def arm_markdown(arms: Sequence[Arm], arm_ranks: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
+def _at_most_seeds(n: int) -> str:
+    return "one seed each" if n == 1 else f"at most {n} seeds"
+
+
 def _pairs(arm: Arm, base: Arm) -> int:
     """Seeds both ``arm`` and ``base`` ran."""
     return len(set(arm.seeds) & set(base.seeds))
@@ -351,7 +355,7 @@ def write_report(
         f"# Sweep report: `{experiment}`",
         "",
         f"_{n_runs} FINISHED trial runs in {len(arms)} arms (configs that differ only in "
-        f"seed; at most {max_seeds(arms)} seeds). Written by `lipsweep report` (lipsweep "
+        f"seed; {_at_most_seeds(max_seeds(arms))}). Written by `lipsweep report` (lipsweep "
         f"{__version__}) from {source}._",
         "",
         "## Arms",

@@ -377,6 +377,16 @@ class ConsoleProgress(Callback):
             result.get(LOSS, float("nan")),
             result.get(ACC_CLEAN, float("nan")),
         )
+        flat = flat_config(trial.config)
+        last = result.get("epoch") is not None and result.get("epoch") == flat.get("epochs")
+        if last and flat.get("evaluate", True):
+            # the trial's evaluation runs next, with no event until it ends (half a minute
+            # on the demo, hours on ViT-B): say so instead of going quiet
+            _log.info(
+                "%s evaluating: clean, FGSM, PGD, AutoAttack and ||J_f|| on %s images",
+                self._name(trial),
+                flat.get("eval_size") or "all test",
+            )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self.done += 1

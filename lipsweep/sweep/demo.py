@@ -110,8 +110,22 @@ def run_demo(args: argparse.Namespace) -> int:
     sys.stdout.write(f"""
 == Where to look ==
 sweep: {t_sweep:.0f} s; Ray Tune state in {experiment_path(storage, args.experiment)}
-MLflow UI:  mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000
+MLflow UI:  {installed_tool("mlflow")} ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000
             then open http://127.0.0.1:5000 -> experiment '{args.experiment}'
 export:     {Path(args.out).resolve()}  (load with lipsweep.load_exported(...))
+reruns:     the same seeds give these numbers again on this machine; another CPU or
+            torch build sums in another order and trains to other numbers
 """)
     return 0
+
+
+def installed_tool(name: str) -> str:
+    """The command that runs ``name`` from this interpreter's environment in a new shell:
+    ``.venv/bin/mlflow`` after ``make setup`` (whose bin folder is not on the PATH)."""
+    tool = Path(sys.executable).parent / name
+    if not tool.is_file():
+        return name
+    try:
+        return str(tool.relative_to(Path.cwd()))
+    except ValueError:
+        return str(tool)

@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,6 +322,11 @@ def run_sweep(
     # Under `uv run` Ray would rebuild the project env for its workers (a copy of the folder, a
     # second install, and a raylet warning that VIRTUAL_ENV does not match): use this one.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):  # a log: no ANSI colour codes
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # around Ray's "(train_trial pid=N)"
+    # A trial's few worker lines (its device) are shown when they happen: Ray's dedup held the
+    # second trial's back until shutdown, after the summary. Read when Ray is first imported.
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     from ray import tune
 
     from lipsweep.sweep.callbacks import (

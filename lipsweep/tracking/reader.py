@@ -10,6 +10,8 @@ extends it with the writes.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +79,8 @@ class TrackingReader:
     def _connect(self) -> Any:
         from mlflow.tracking import MlflowClient
 
+        if not sys.stderr.isatty():  # tqdm bars of artifact transfers are noise in a log
+            os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         lock = None if self.reader else sqlite_schema_lock(self.tracking_uri)
         try:  # the driver may create the store: its schema is made under a file lock
             return MlflowClient(tracking_uri=self.tracking_uri)

@@ -1,0 +1,138 @@
+"""What a newcomer met (issue 32 §10), held: the docs say what the CLI does, every command the
+README gives after setup runs with what ``make setup`` installed, and ``make clean`` removes
+what the demo and the report write."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+from pathlib import Path
+
+from lipsweep.__main__ import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _help(command: str) -> str:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if hasattr(a, "choices") and a.choices)
+    return sub.choices[command].format_help()
+
+
+def test_confirm_top_help_says_what_the_readme_says():
+    """``--top N`` counts arms when pareto ranks arms (README, docs/contract.md); the help
+    said 'the N best runs'."""
+    text = " ".join(_help("confirm").split())
+    assert "the N best by Pareto rank: arms (every run of each) when an arm has 2 or more" in text
+    assert "`--top N`: the N best arms" in README
+
+
+def test_report_header_with_one_seed_per_arm_reads_as_english(tmp_path):
+    from lipsweep.decide.arms import group_arms
+    from lipsweep.decide.pareto import DEFAULT_OBJECTIVES
+    from lipsweep.decide.report import write_report
+
+    params = [{"regularizer": "none"}, {"regularizer": "jasmin", "k": "0", "lam": "0.01"}]
+    recs = [
+        {"run_id": f"r{i}", "params": {**p, "seed": 0}, "metrics": {"acc_clean": 20.0 + i}}
+        for i, p in enumerate(params)
+    ]
+    arms = group_arms(recs)
+    md = write_report(
+        recs, arms, [1, 1], [1, 1], DEFAULT_OBJECTIVES, False, {}, tmp_path, "e", "test"
+    ).read_text()
+    assert "at most 1 seeds" not in md and "2 arms (configs that differ only in seed; one" in md
+
+
+def test_readme_commands_after_setup_need_no_uv_on_path():
+    """``uv run ...`` exits 127 where uv is not on PATH (uv then lives in .tools/): the README
+    runs the tools from .venv/bin, which ``make setup`` always creates."""
+    assert not re.search(r"^\s*uv run ", README, re.M), "README runs `uv run` after setup"
+    assert ".venv/bin/lipsweep --help" in README
+
+
+def test_make_clean_removes_what_the_demo_and_the_report_write(tmp_path):
+    """mlflow.db.lock (MLflow's SQLite lock) and reports/ (``lipsweep report``'s default
+    --out) were neither ignored nor cleaned."""
+    made = ["mlflow.db", "mlflow.db.lock", "reports/e/report.md", "exports/x/a", "ray_results/s/a"]
+    for name in made:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
+    keep = tmp_path / "configs" / "tiny.yaml"
+    keep.parent.mkdir()
+    keep.write_text("x")
+    subprocess.run(["make", "-s", "clean"], cwd=tmp_path, check=True, timeout=60)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["Makefile", "configs/tiny.yaml"], left
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *made],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert ignored == made, ignored
+
+
+def test_artifact_downloads_draw_no_progress_bars_into_a_log(tmp_path, capsys, monkeypatch):
+    """MLflow's tqdm bars ('Downloading artifacts: 100%|...') went into logs from report and
+    export (both download through TrackingReader); with stderr not a terminal they are off,
+    as under `make` they always were."""
+    import numpy as np
+
+    from lipsweep.tracking import FINISHED, Tracker, TrackingReader
+
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    tracker = Tracker(uri, "e")
+    parent = tracker.open_parent(str(tmp_path / "ray"), "e", {"space": "test"})
+    lip = tmp_path / "lip"
+    lip.mkdir()
+    for name in ("a", "b"):
+        np.savez(lip / f"{name}.npz", x=np.linspace(1.0, 2.0, 8))
+    rid = tracker.open_child(parent, "t0", "t0", {"regularizer": "none", "seed": 0})
+    tracker.log_artifacts(rid, lip, "lipschitz")
+    tracker.end(rid, FINISHED)
+    capsys.readouterr()
+    got = TrackingReader(uri, "e").download_artifacts(rid, "lipschitz", tmp_path / "dl")
+    err = capsys.readouterr().err
+    assert sorted(p.name for p in Path(got).iterdir()) == ["a.npz", "b.npz"]
+    assert "Downloading artifacts" not in err and "%|" not in err, err
+
+
+def test_sweep_console_says_when_a_trial_starts_its_evaluation(caplog):
+    """After the last epoch a trial evaluates for half a minute (the demo) to hours (ViT-B)
+    with no event: the console says so when the last epoch's result arrives."""
+    import logging
+    from types import SimpleNamespace
+
+    from lipsweep.settings.config import TrialConfig
+    from lipsweep.sweep.callbacks import ConsoleProgress
+
+    flat = TrialConfig.from_flat({"epochs": 2, "eval_size": 64}).to_flat()
+    cb = ConsoleProgress(1, status_every=0, stream=io.StringIO())
+    trial = SimpleNamespace(trial_id="t0", config={"trial": flat}, status="RUNNING")
+    with caplog.at_level(logging.INFO, logger="lipsweep.sweep"):
+        cb.on_trial_result(0, [trial], trial, {"epoch": 1, "loss": 2.0, "acc_clean": 20.0})
+        assert "evaluating" not in caplog.text
+        cb.on_trial_result(0, [trial], trial, {"epoch": 2, "loss": 1.9, "acc_clean": 21.0})
+    assert "t0 [none seed=0] evaluating: clean, FGSM, PGD, AutoAttack" in caplog.text
+    assert "on 64 images" in caplog.text
+    no_eval = {**flat, "evaluate": False}
+    caplog.clear()
+    trial = SimpleNamespace(trial_id="t1", config={"trial": no_eval}, status="RUNNING")
+    cb.on_trial_result(0, [trial], trial, {"epoch": 2, "loss": 1.9, "acc_clean": 21.0})
+    assert "evaluating" not in caplog.text
+
+
+def test_demo_names_the_mlflow_that_setup_installed(monkeypatch):
+    """The demo's last lines said `mlflow ui ...`, which is not on the PATH after `make
+    setup` (exit 127): it names this environment's own mlflow, as the README does."""
+    from lipsweep.sweep.demo import installed_tool
+
+    monkeypatch.chdir(ROOT)
+    tool = installed_tool("mlflow")  # ROOT / an absolute path is that path
+    assert tool != "mlflow" and (ROOT / tool).is_file(), tool
+    assert ".venv/bin/mlflow ui --backend-store-uri" in README
