@@ -548,12 +548,38 @@ def test_sweep_entry_without_cluster_settings_exits_2(tmp_path):
     assert bad.returncode == 2 and "expected KEY=VALUE" in bad.stderr, bad.stderr
 
 
-def test_sweep_entry_maps_arguments():
+def _sweep_entry():
     sys.path.insert(0, str(ENTRY.parent))
     try:
         import sweep_entry
     finally:
         sys.path.pop(0)
+    return sweep_entry
+
+
+def _cli_subcommands() -> list[str]:
+    """The subcommands of `lipsweep`, from its parser (not from a list kept beside it)."""
+    import argparse
+
+    from lipsweep.__main__ import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(sub.choices)
+
+
+def test_sweep_entry_passes_every_cli_subcommand_through():
+    """Issue 27 item 3: `ray submit ... -- report|confirm|data ...` ran `lipsweep sweep report`."""
+    commands = _cli_subcommands()
+    assert {"sweep", "report", "confirm", "data"} <= set(commands)
+    entry = _sweep_entry()
+    assert sorted(entry.SUBCOMMANDS) == sorted(commands)  # the list cannot drift from the CLI's
+    for name in commands:
+        argv = [name, "--experiment", "e"]
+        assert entry.lipsweep_argv(argv) == argv, name
+
+
+def test_sweep_entry_maps_arguments():
+    sweep_entry = _sweep_entry()
     assert sweep_entry.lipsweep_argv(["s.yaml", "--resume"]) == ["sweep", "s.yaml", "--resume"]
     assert sweep_entry.lipsweep_argv(["pareto", "--experiment", "e"]) == [
         "pareto",
