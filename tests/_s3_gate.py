@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 ACCOUNT = "123456789012"  # moto's default account
-ADMIN_KEY = "AKIAADMINADMINADMIN0"  # test setup (creating the bucket); never judged
+ADMIN_KEY = "LSTESTADMIN"  # test setup (creating the bucket); never judged
 
 Context = dict[str, str]
 

@@ -45,7 +45,7 @@ IAM = ROOT / "deploy" / "iam"
 README = ROOT / "deploy" / "README.md"
 BUCKET = "lipsweep-policy-test"
 PREFIX = f"{BUCKET}/lipsweep"
-HEAD_KEY, WORKER_KEY = "AKIAHEADHEADHEADHEAD", "AKIAWORKERWORKERWORK"
+HEAD_KEY, WORKER_KEY = "LSTESTHEAD", "LSTESTWORKER"
 SECRET = "s" * 40
 REGION = "us-east-1"
 
