@@ -287,3 +287,71 @@ def test_a_worker_reads_the_prepared_dataset(s3, tmp_path, monkeypatch):
     assert calls and {c.principal for c in calls} == {"worker"}
     assert [c for c in calls if not c.allowed] == []
     assert re.search(r"cifar10\.npz$", calls[-1].operation)
+
+
+# --- a real Tune run: the call list above is the one Tune makes -----------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_tune_run_passes_the_policies(s3, tmp_path, monkeypatch):
+    """Tuner.fit on S3 storage: the driver as the head, its trial actor as a worker (AWS
+    profiles: Tune copies a driver's AWS_ACCESS_KEY_ID into its trials, a profile it does not),
+    checkpoints past num_to_keep deleted; no request refused, both identities seen."""
+    import ray
+    from ray import tune
+
+    # defined here, so that cloudpickle ships it by value (the workers cannot import tests/)
+    def _tune_trainable(config):
+        import os
+        import tempfile
+
+        from ray import tune
+
+        for i in range(3):
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "state.safetensors"), "wb") as f:
+                    f.write(b"w" * 100)
+                tune.report({"acc": float(i)}, checkpoint=tune.Checkpoint.from_directory(d))
+
+    url, gate = s3
+    creds = tmp_path / "credentials"
+    creds.write_text(
+        f"[head]\naws_access_key_id = {HEAD_KEY}\naws_secret_access_key = {SECRET}\n"
+        f"[worker]\naws_access_key_id = {WORKER_KEY}\naws_secret_access_key = {SECRET}\n"
+    )
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {
+        "AWS_SHARED_CREDENTIALS_FILE": str(creds),
+        "AWS_PROFILE": "head",
+        "AWS_ENDPOINT_URL": url,
+        "AWS_REGION": REGION,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "RAY_AUTH_MODE": "disabled",
+    }.items():
+        monkeypatch.setenv(name, value)
+    start = len(gate.calls)
+    ray.init(
+        num_cpus=1,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"AWS_PROFILE": "worker"}},
+    )
+    try:
+        result = tune.Tuner(
+            _tune_trainable,
+            run_config=tune.RunConfig(
+                name="real",
+                storage_path=f"s3://{PREFIX}/ray_results",
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                verbose=0,
+            ),
+        ).fit()
+    finally:
+        ray.shutdown()
+    assert not result.errors and result[0].checkpoint is not None
+    calls = _new_calls(gate, start)
+    assert [c for c in calls if not c.allowed] == []
+    by = {p: [c.operation for c in calls if c.principal == p] for p in ("head", "worker")}
+    assert any(op.endswith("/tuner.pkl") for op in by["head"])
+    assert any("/checkpoint_000002/" in op for op in by["worker"])
+    assert any(op.startswith("POST") and op.endswith(BUCKET) for op in by["head"])  # deletion
