@@ -10,7 +10,9 @@ user's login shell. The head's start commands (``deploy/start_mlflow.sh start``)
 set in the environment win, so ``ray job submit --runtime-env-json`` can override them), changes
 to the project copy that ``ray up`` mounted (so ``search_spaces/...`` resolves there) and replaces
 itself with ``python -m lipsweep ARGS``. A first argument that is a lipsweep subcommand is passed
-through; anything else is a ``sweep``. Flags given after ``--`` win over the file.
+through (every one the ``lipsweep`` parser has: :data:`SUBCOMMANDS`, which
+``tests/test_cluster_config.py`` checks against the parser so that the two cannot drift);
+anything else is a ``sweep``. Flags given after ``--`` win over the file.
 
 It is self-contained (standard library only) because ``ray submit`` copies this one file.
 """
@@ -22,7 +24,8 @@ import sys
 from pathlib import Path
 
 ENV_FILE = "~/lipsweep.env"
-SUBCOMMANDS = ("sweep", "pareto", "export", "train", "demo", "models")
+# Every subcommand of `lipsweep` (lipsweep/__main__.py); a test compares this with its parser.
+SUBCOMMANDS = ("train", "sweep", "pareto", "export", "report", "confirm", "demo", "models", "data")
 REQUIRED = ("MLFLOW_TRACKING_URI", "LIPSWEEP_STORAGE")
 
 

