@@ -8,8 +8,10 @@ where undelivered MLflow writes are spilled. Torch-, Ray- and MLflow-free.
 from __future__ import annotations
 
 import os
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Iterator, Optional
 
 from lipsweep.core.config_base import ConfigError, show
 
@@ -101,3 +103,34 @@ def write_text(path: str, text: str) -> None:
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, target)
+
+
+@contextmanager
+def local_folder(source: str, names: Iterable[str]) -> Iterator[Path]:
+    """A local folder holding the entries ``names`` (files or folders) of the folder ``source``:
+    ``source`` itself when it is a local path, else a temporary download of just those entries
+    from a pyarrow-readable URI (``s3://``, ``gs://``, ``file://``), removed on exit. Entries
+    that do not exist are left out."""
+    if "://" not in source:
+        yield Path(source)
+        return
+    import pyarrow.fs as pafs
+
+    fs, base = pafs.FileSystem.from_uri(source)
+    with tempfile.TemporaryDirectory(prefix="lipsweep-fetch-") as tmp:
+        for name in names:
+            src = f"{base.rstrip('/')}/{name}"
+            kind = fs.get_file_info(src).type
+            if kind == pafs.FileType.NotFound:
+                continue
+            dst = Path(tmp) / name
+            (dst if kind == pafs.FileType.Directory else dst.parent).mkdir(
+                parents=True, exist_ok=True
+            )
+            pafs.copy_files(
+                src,
+                str(dst),
+                source_filesystem=fs,
+                destination_filesystem=pafs.LocalFileSystem(),
+            )
+        yield Path(tmp)

@@ -2,7 +2,11 @@
 
 :class:`MlflowSweepCallback` turns Tune's trial events into MLflow child runs under the
 sweep's parent run (see :mod:`lipsweep.tracking` for why the driver, and not the trials,
-writes). :class:`ConsoleProgress` prints one line per trial event with its state and key
+writes). Its hooks run inside Tune's control loop, which schedules nothing until they return,
+so they only queue: metrics, tags and statuses go to the tracker's write buffer, and a
+finished trial's checkpoint and Lipschitz artifacts to its background uploader
+(:meth:`lipsweep.tracking.Tracker.log_artifacts_later`; the run ends FINISHED once they have
+landed). :class:`ConsoleProgress` prints one line per trial event with its state and key
 metrics, instead of Tune's full-screen tables, and feeds
 :class:`lipsweep.sweep.progress.SweepProgress`
 for the status block (counts, ETA, best trial) on stdout.
@@ -13,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +67,13 @@ EPOCH_KEYS = (
 # attacks use), and MLflow's latest value, which the UI and `lipsweep pareto` read, must be
 # the final one.
 EPOCH_MLFLOW_NAMES = {ACC_CLEAN: EPOCH_ACC_CLEAN}
+CHECKPOINT_ARTIFACTS = (
+    ("artifacts", "lipschitz"),
+    ("model.safetensors", "checkpoint"),
+    ("config.json", "checkpoint"),
+    ("metrics.json", "checkpoint"),
+)
+"""What a finished trial's final checkpoint folder gives its MLflow run: (entry, artifact path)."""
 
 
 def epoch_metrics(values: dict[str, Any]) -> dict[str, float]:
@@ -131,6 +141,9 @@ class MlflowSweepCallback(Callback):
                 self.parent_id, tid, f"{tid} {trial_label(flat)}", flat
             )
         return self.runs[tid]
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.tracker.poll()  # end the runs whose artifacts have landed since
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self._run_for(trial)
@@ -234,21 +247,24 @@ class MlflowSweepCallback(Callback):
         )
 
     def _log_checkpoint(self, run_id: str, trial) -> None:
+        """Queue the upload of the final checkpoint's weights, config, metrics and Lipschitz
+        artifacts; it never runs in Tune's loop (a checkpoint on s3:// is fetched by the
+        uploader thread too)."""
         ckpt = trial.checkpoint
         if ckpt is None:
             return
         self.tracker.set_tags(run_id, {TAG_CHECKPOINT: ckpt.path})
-        with ckpt.as_directory() as src:
-            src = Path(src)
-            if (src / "artifacts").is_dir():
-                self.tracker.log_artifacts(run_id, src / "artifacts", "lipschitz")
-            with tempfile.TemporaryDirectory() as tmp:
-                dst = Path(tmp) / "checkpoint"
-                dst.mkdir()
-                for name in ("model.safetensors", "config.json", "metrics.json"):
-                    if (src / name).is_file():
-                        (dst / name).write_bytes((src / name).read_bytes())
-                self.tracker.log_artifacts(run_id, dst, "checkpoint")
+        self.tracker.log_artifacts_later(run_id, checkpoint_uri(ckpt), CHECKPOINT_ARTIFACTS)
+
+
+def checkpoint_uri(ckpt) -> str:
+    """Where a Tune checkpoint lives, as a string the uploader (and a spill file) can carry:
+    its local path, else ``<filesystem>://<path>`` (``s3://bucket/...``)."""
+    import pyarrow.fs as pafs
+
+    if isinstance(ckpt.filesystem, pafs.LocalFileSystem):
+        return ckpt.path
+    return f"{ckpt.filesystem.type_name}://{ckpt.path}"
 
 
 def trial_attack_tags(flat: dict[str, Any], result: dict[str, Any]) -> dict[str, str]:

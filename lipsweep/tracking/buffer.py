@@ -90,16 +90,21 @@ class WriteQueue:
 
     def spill(self, path: Path) -> int:
         """Append the queued writes to ``path`` (JSON lines) and empty the queue."""
-        n = len(self.pending)
-        if n:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a") as fh:
-                for record in self.pending:
-                    fh.write(json.dumps(record) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            self.pending.clear()
+        n = append_records(path, list(self.pending))
+        self.pending.clear()
         return n
+
+
+def append_records(path: Path, records: list[Record]) -> int:
+    """Append ``records`` to the spill file ``path`` (JSON lines, fsync'ed); how many."""
+    if records:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as fh:
+            for record in records:
+                fh.write(json.dumps(record) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    return len(records)
 
 
 def replay_spill(path: Path, deliver: Callable[[Record], None]) -> int:

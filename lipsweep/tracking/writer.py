@@ -12,10 +12,13 @@ Every call retries transient failures (:class:`lipsweep.tracking.reader.Tracking
 With ``buffer_writes=True`` (the sweep driver) writes that return nothing (metrics, params,
 tags, run status) do not wait for an unreachable server: they queue
 (:class:`lipsweep.tracking.buffer.WriteQueue`), so Tune's event loop (and the trials, which
-wait for it in ``tune.report``) keeps going through an outage; :meth:`Tracker.spill` and
-:meth:`Tracker.replay` carry what is left to the next ``--resume``. A full buffer raises
-:class:`TrackingError`. Calls that need an answer (searches, creating a run, artifact uploads)
-still block with retries.
+wait for it in ``tune.report``) keeps going through an outage. A trial's artifacts
+(:meth:`Tracker.log_artifacts_later`) never wait either: a background thread uploads them
+(:class:`lipsweep.tracking.uploads.UploadQueue`), and the run's later writes (its end) are
+held until they land, so a FINISHED run has its artifacts. :meth:`Tracker.flush` waits for
+both, :meth:`Tracker.spill` and :meth:`Tracker.replay` carry what is left to the next
+``--resume``. A full buffer raises :class:`TrackingError`. Calls that need an answer
+(searches, creating a run) still block with retries.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from lipsweep.tracking.buffer import Record, WriteQueue, replay_spill
+from lipsweep.tracking.buffer import Record, WriteQueue, append_records, replay_spill
 from lipsweep.tracking.provenance import dataset_input, provenance_tags
 from lipsweep.tracking.reader import TrackingReader
 from lipsweep.tracking.schema import (
@@ -40,7 +43,9 @@ from lipsweep.tracking.schema import (
     TAG_SWEEP_DIR,
     TAG_TRIAL_ID,
     SweepBusy,
+    TrackingError,
 )
+from lipsweep.tracking.uploads import UploadQueue
 
 _log = logging.getLogger("lipsweep.tracking")
 T = TypeVar("T")
@@ -53,11 +58,21 @@ class Tracker(TrackingReader):
     reader: bool = False  # read commands that tag runs: never create a store
     buffer_writes: bool = False
     max_pending: int = 100_000
+    max_uploads: int = 10_000
     _last_step: dict[str, int] = field(default_factory=dict, init=False)
     _queue: WriteQueue = field(init=False, repr=False)
+    _uploads: Optional[UploadQueue] = field(default=None, init=False, repr=False)
+    _upload_client: Any = field(default=None, init=False, repr=False)
+    _uploading: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _held: dict[str, list[Record]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._queue = WriteQueue(self._apply, self.shown_uri, self.backoff_s, self.max_pending)
+
+    def __getstate__(self) -> dict[str, Any]:  # Tune pickles callbacks; threads do not travel
+        state = super().__getstate__()
+        state["_uploads"] = state["_upload_client"] = None
+        return state
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         if self._queue.pending:
@@ -76,7 +91,11 @@ class Tracker(TrackingReader):
         """One JSON-able write; queued behind earlier ones if MLflow is unreachable."""
         record = {"op": op, "run_id": run_id, **args}
         if self.buffer_writes:
-            self._queue.append(record)
+            self.poll()
+            if run_id in self._uploading:  # after the run's artifacts, as it was called
+                self._held[run_id].append(record)
+            else:
+                self._queue.append(record)
         else:
             self._call(op, lambda: self._apply(record))
 
@@ -107,22 +126,106 @@ class Tracker(TrackingReader):
                     for d in record["datasets"]
                 ],
             )
+        elif op == "log_artifacts":
+            self._upload(record, self.client)
         else:  # pragma: no cover - records are built here
             raise ValueError(f"unknown MLflow write {op!r}")
 
+    # -- artifacts off the caller's thread ----------------------------------------------------
+    def log_artifacts_later(
+        self, run_id: str, source: str, items: Iterable[tuple[str, str]]
+    ) -> None:
+        """Upload entries of the folder ``source`` (a local path or a storage URI such as
+        ``s3://...``) to the run: each ``(name, artifact_path)``, a file or a folder; missing
+        entries are skipped. With ``buffer_writes`` this returns at once: a background thread
+        uploads (in order, retrying through an outage), and every later write to the run waits
+        until the upload has landed, so the run ends only once its artifacts are in. Without,
+        it uploads now."""
+        record = {
+            "op": "log_artifacts",
+            "run_id": run_id,
+            "source": source,
+            "items": [[name, art] for name, art in items],
+        }
+        if not self.buffer_writes:
+            self._call("log_artifacts", lambda: self._apply(record))
+            return
+        self.poll()
+        self.uploads.submit(record)
+        self._uploading[run_id] = self._uploading.get(run_id, 0) + 1
+        self._held.setdefault(run_id, [])
+
+    @property
+    def uploads(self) -> UploadQueue:
+        """The background uploads (created with the first one)."""
+        if self._uploads is None:
+            self._uploads = UploadQueue(
+                self._upload_in_thread, self.shown_uri, self.backoff_s, self.max_uploads
+            )
+        return self._uploads
+
+    def _upload_in_thread(self, record: Record) -> None:
+        if self._upload_client is None:  # the thread's own client, never the caller's
+            self._upload_client = self._connect()
+        self._upload(record, self._upload_client)
+
+    @staticmethod
+    def _upload(record: Record, client: Any) -> None:
+        from lipsweep.core.storage import local_folder
+
+        run_id, items = record["run_id"], record["items"]
+        with local_folder(record["source"], [name for name, _ in items]) as root:
+            if not root.is_dir():
+                raise FileNotFoundError(f"artifact folder {record['source']} does not exist")
+            for name, artifact_path in items:
+                path = root / name
+                if path.is_dir():
+                    client.log_artifacts(run_id, str(path), artifact_path)
+                elif path.is_file():
+                    client.log_artifact(run_id, str(path), artifact_path)
+
+    def poll(self) -> None:
+        """Queue the writes held behind uploads that have landed since the last call; an
+        upload that failed for good raises its :class:`TrackingError` here."""
+        if self._uploads is None:
+            return
+        for run_id in self._uploads.completed():
+            left = self._uploading.pop(run_id, 0) - 1
+            if left > 0:
+                self._uploading[run_id] = left
+                continue
+            for record in self._held.pop(run_id, []):
+                self._queue.append(record)
+
     @property
     def pending(self) -> int:
-        """Writes queued because MLflow was unreachable."""
-        return len(self._queue)
+        """Writes and uploads not yet delivered (queued, uploading, or held behind one)."""
+        held = sum(len(records) for records in self._held.values())
+        return len(self._queue) + (len(self._uploads) if self._uploads else 0) + held
 
     def flush(self, timeout_s: float = 600.0) -> int:
-        """Block until every queued write is delivered or ``timeout_s`` passes; returns how
-        many are left."""
-        return self._queue.flush(timeout_s)
+        """Block until every queued write and upload is delivered or ``timeout_s`` passes;
+        returns how many are left (an upload that failed for good stays, to be spilled)."""
+        deadline = time.monotonic() + timeout_s
+        if self._uploads is not None:
+            self._uploads.wait(timeout_s)
+            try:
+                self.poll()
+            except TrackingError as err:
+                _log.error("%s", err)
+        self._queue.flush(max(0.0, deadline - time.monotonic()))
+        return self.pending
 
     def spill(self, path: Path) -> int:
-        """Append the queued writes to ``path`` (JSON lines) and empty the queue."""
-        return self._queue.spill(path)
+        """Append what is undelivered to ``path`` (JSON lines) and forget it: the queued
+        writes, then the uploads, then the writes held behind them (replayed in that order)."""
+        n = self._queue.spill(path)
+        if self._uploads is not None:
+            n += self._uploads.spill(path)
+        n += append_records(path, [r for records in self._held.values() for r in records])
+        self._held.clear()
+        self._uploading.clear()
+        return n
 
     def replay(self, path: Path) -> int:
         """Deliver the writes spilled to ``path`` (blocking, in order), then remove it."""
