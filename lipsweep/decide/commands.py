@@ -300,7 +300,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     from lipsweep.decide.selection import DEFAULT_SELECT_RULE, parse_selection_rule
 
     out = Path(args.out)
-    check_out(out, args.force)  # --force replaces only a previous export (issue 16)
+    check_out(out, args.force, make_parents=False)  # --force: only a previous export (issue 16)
     rule = args.select or DEFAULT_SELECT_RULE
     parse_selection_rule(rule)  # validate before any MLflow work
     tracker = read_tracker(args.tracking_uri, args.experiment)
