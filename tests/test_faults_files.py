@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _sweep_helpers import ROOT, TINY_FLAT, mlflow_client, write_space
+from _sweep_helpers import ROOT, mlflow_client, write_space
 
 pytestmark = pytest.mark.faults
 
@@ -269,3 +269,312 @@ def test_every_folder_option_refuses_a_read_only_filesystem(tmp_path):
     for res, (name, flag, template) in _subprocess_table(w, space, wrap):
         _check([res], [(name, flag)], template, "Read-only file system")
     assert _tree(tmp_path) == before
+
+
+# -- item 7: train --overwrite ------------------------------------------------------------------
+def _main(argv: list[str], capsys) -> tuple[int, list[str]]:
+    from lipsweep.__main__ import main
+
+    rc = main(argv)
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def test_train_overwrite_deletes_only_a_folder_train_made(tmp_path, monkeypatch, capsys):
+    """``train --out . --overwrite`` deleted the working folder's files, then crashed."""
+    from lipsweep.__main__ import TRAIN_MARKER, prepare_out
+
+    w = tmp_path / "work"
+    (w / "sub").mkdir(parents=True)
+    (w / "notes.txt").write_text("mine\n")
+    (w / "sub" / "data.csv").write_text("1,2\n")
+    (w / "mine").mkdir()
+    (w / "mine" / "config.json").write_text("{}")  # looks like a run, made by someone else
+    monkeypatch.chdir(w)
+    before = _tree(tmp_path)
+    for out, why in (
+        (".", "working folder"),
+        ("..", "working folder"),
+        (str(w), "working folder"),
+        ("mine", f"no {TRAIN_MARKER} file"),
+    ):
+        rc, err = _main(["train", "--set", "epochs=1", "--out", out, "--overwrite"], capsys)
+        assert rc == 2 and len(err) == 1 and why in err[0], (out, err)
+        assert _tree(tmp_path) == before, out
+    # a folder train made (its marker) is replaced, and keeps being one
+    ours = w / "runs" / "old"
+    prepare_out(ours, '{"epochs": 1}', overwrite=False)
+    (ours / "epoch_0001").mkdir()
+    prepare_out(ours, '{"epochs": 2}', overwrite=True)
+    assert sorted(p.name for p in ours.iterdir()) == [TRAIN_MARKER, "config.json"]
+    # a folder of the user's own that train writes into never gets the marker
+    prepare_out(w / "mine", '{"epochs": 1}', overwrite=False)
+    assert not (w / "mine" / TRAIN_MARKER).exists()
+
+
+# -- item 8: data prepare never rewrites its source ---------------------------------------------
+def _small_npz(path: Path) -> Path:
+
+    rng = np.random.default_rng(0)
+    np.savez(
+        path,
+        x_train=rng.integers(0, 256, (20, 3, 32, 32), dtype=np.uint8),
+        y_train=np.arange(20) % 10,
+        x_test=rng.integers(0, 256, (10, 3, 32, 32), dtype=np.uint8),
+        y_test=np.arange(10),
+        label_names=np.array([f"c{i}" for i in range(10)]),
+    )
+    return path
+
+
+def test_data_prepare_never_rewrites_its_source(tmp_path, capsys):
+    d = tmp_path / "d"
+    d.mkdir()
+    src = _small_npz(d / "cifar10.npz")
+    other = tmp_path / "e"
+    other.mkdir()
+    os.link(src, other / "cifar10.npz")  # a hard link: the same file under --dest
+    before = _tree(tmp_path)
+    for source, dest in ((src, d), (src, other), (d / ".." / "d" / "cifar10.npz", d)):
+        argv = ["data", "prepare", "--dataset", "cifar10", "--source", str(source)]
+        rc, err = _main([*argv, "--dest", str(dest)], capsys)
+        assert rc == 2 and len(err) == 1 and "would overwrite --source" in err[0], err
+        assert "--dest" in err[0] and _tree(tmp_path) == before
+
+    assert "label_names" in np.load(src, allow_pickle=False).files
+
+
+# -- item 9: a manifest names a plain file inside the cache -------------------------------------
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("file", "../../escaped.npz"),
+        ("file", "/tmp/lipsweep-escaped.npz"),
+        ("file", "a/b.npz"),
+        ("file", ".."),
+        ("file", ".hidden.npz"),
+        ("sha256", "../../" + "0" * 58),
+    ],
+)
+def test_a_manifest_cannot_name_a_path_outside_the_cache(tmp_path, monkeypatch, field, value):
+    from lipsweep.__main__ import main
+    from lipsweep.core.config_base import ConfigError
+    from lipsweep.trial.data_remote import MANIFEST_SUFFIX, fetch_prepared
+
+    bucket = tmp_path / "bucket"
+    src = _small_npz(tmp_path / "src.npz")
+    argv = ["data", "prepare", "--dataset", "cifar10", "--source", str(src)]
+    assert main([*argv, "--dest", f"file://{bucket}"]) == 0
+    manifest = bucket / f"cifar10.npz{MANIFEST_SUFFIX}"
+    doc = json.loads(manifest.read_text())
+    doc[field] = value
+    manifest.write_text(json.dumps(doc))
+    cache = tmp_path / "deep" / "er" / "cache"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("LIPSWEEP_DATA_CACHE", str(cache))
+    before = _tree(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        fetch_prepared(f"file://{bucket}/cifar10.npz", "cifar10")
+    assert err.value.field == "data_dir" and field in err.value.message
+    assert _tree(tmp_path) == before and not Path("/tmp/lipsweep-escaped.npz").exists()
+
+
+# -- items 10, 11 and the all-zero histogram: report ---------------------------------------------
+def _sweep_store(tmp_path: Path, experiment: str) -> tuple[str, str]:
+    """A real MLflow store holding one finished sweep of 2 seeds whose per-image Jacobians
+    are all zero (a constant model); returns (uri, parent run id)."""
+    from _sweep_helpers import mlflow_client
+
+    from lipsweep.tracking.schema import TAG_KIND, TAG_PARENT
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'm.db'}"
+    (tmp_path / "store").mkdir()
+    c = mlflow_client(uri)
+    exp = c.create_experiment(experiment, artifact_location=str(tmp_path / "store" / "art"))
+    parent = c.create_run(exp, tags={TAG_KIND: "sweep"}).info.run_id
+    npz = tmp_path / "store" / "lipschitz.npz"
+    np.savez(npz, jacobian_norm=np.zeros(16), jacobian_per_margin=np.zeros(16))
+    for seed in (0, 1):
+        run = c.create_run(exp, tags={TAG_KIND: "trial", TAG_PARENT: parent}).info.run_id
+        c.log_param(run, "regularizer", "none")
+        c.log_param(run, "seed", str(seed))
+        for key, value in (
+            ("acc_clean", 10.0 + seed),
+            ("acc_pgd_4", 5.0),
+            ("acc_aa_2", 1.0),
+            ("lip_jacobian_median", 0.0),
+        ):
+            c.log_metric(run, key, value)
+        c.log_artifact(run, str(npz), "lipschitz")
+        c.set_terminated(run)
+    c.set_terminated(parent)
+    return uri, parent
+
+
+def test_report_logs_only_its_files_and_stays_under_reports(tmp_path, monkeypatch, capsys):
+    """``report --out .`` in a home folder logged .env and .ssh/ to MLflow; an experiment named
+    ``../x`` wrote its report outside reports/; all-zero Jacobians raised IndexError."""
+
+    uri, parent = _sweep_store(tmp_path, "../escape")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".env").write_text(f"PASSWORD={SECRET}\n")
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+    (home / "holiday.png").write_bytes(b"\x89PNG mine")
+    monkeypatch.chdir(home)
+    argv = ["report", "--experiment", "../escape", "--tracking-uri", uri]
+    rc, err = _main([*argv, "--out", "."], capsys)
+    assert rc == 0, err
+    c = mlflow_client(uri)
+    logged = sorted(a.path for a in c.list_artifacts(parent, "report"))
+    drawn = ["report/jacobian_by_arm.png", "report/pareto_scatter.png", "report/report.md"]
+    assert logged == drawn, logged  # not .env, .ssh/ nor holiday.png; no ratio figure at 0
+    assert "‖J_f‖ / margin is zero" in (home / "report.md").read_text()
+    before = _tree(tmp_path)
+    rc, err = _main(argv, capsys)
+    assert rc == 0, err
+    new = sorted(set(_tree(tmp_path)) - set(before))
+    (folder,) = (home / "reports").iterdir()
+    assert folder.name.startswith("_escape-") and all(
+        p.startswith("home/reports/" + folder.name) or p == "home/reports" for p in new
+    ), new
+
+
+def test_a_histogram_of_equal_values_is_drawn(tmp_path):
+
+    from lipsweep.decide.report import _hist_figure
+
+    assert not _hist_figure({"a": np.zeros(4)}, tmp_path / "z.png", "x", "t", True)
+    assert _hist_figure({"a": np.zeros(4)}, tmp_path / "lin.png", "x", "t", False)
+    assert _hist_figure({"a": np.full(4, 3.0)}, tmp_path / "log.png", "x", "t", True)
+    assert not _hist_figure({"a": np.full(4, np.nan)}, tmp_path / "n.png", "x", "t", False)
+
+
+def test_safe_folder_name_stays_inside():
+    from lipsweep.core.paths import safe_folder_name
+
+    for name in ("../x", "/abs/x", "a/b", "..", ".", "", "a\nb", "é", "x" * 300):
+        safe = safe_folder_name(name)
+        assert safe and "/" not in safe and not safe.startswith(".") and len(safe) < 120, name
+        assert (Path("/r") / safe).resolve().parent == Path("/r"), name
+    assert safe_folder_name("smoke-1_a.b") == "smoke-1_a.b"
+    assert safe_folder_name("a/b") != safe_folder_name("a_b")
+
+
+# -- item 12: credentials in a URI's query -------------------------------------------------------
+def test_credentials_in_a_uri_query_are_never_shown_or_stored(tmp_path, capsys):
+
+    from lipsweep.core.redact import redact_uri
+    from lipsweep.tracking import Tracker
+
+    for uri, shown in (
+        (f"postgresql://u@h/db?password={SECRET}", "postgresql://***@h/db?password=***"),
+        (f"postgresql://h/db?sslmode=require&password={SECRET}", "sslmode=require&password=***"),
+        (f"s3://b/k.npz?access_key=AK&secret_key={SECRET}", "access_key=***&secret_key=***"),
+        (f"https://h/x?X-Amz-Signature={SECRET}&X-Amz-Date=1", "X-Amz-Signature=***&X-Amz-Date=1"),
+        (f"http://h/x?token={SECRET}#frag", "token=***#frag"),
+        (f"mysql://u:p@{SECRET}@h/db", "mysql://***@h/db"),
+    ):
+        assert SECRET not in redact_uri(uri) and shown in redact_uri(uri), redact_uri(uri)
+    assert redact_uri("sqlite:////a@b?mode=ro") == "sqlite:////a@b?mode=ro"
+    uri = f"postgresql://u@127.0.0.1:1/db?password={SECRET}"
+    rc, err = _main(["pareto", "--experiment", "e", "--tracking-uri", uri], capsys)
+    assert rc == 2 and len(err) == 1 and "--tracking-uri" in err[0], err
+    assert SECRET not in err[0] and "password=***" in err[0], err
+    # stored: a dataset URI with a key in it, as an MLflow param of a run
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    tracker = Tracker(store, "e")
+    run = mlflow_client(store).create_run(tracker.experiment_id).info.run_id
+    tracker.log_params(run, {"data_dir": f"s3://b/c.npz?secret_key={SECRET}"})
+    tracker.flush(30)
+    assert (
+        mlflow_client(store).get_run(run).data.params["data_dir"] == "s3://b/c.npz?secret_key=***"
+    )
+
+
+# -- section 8: a newline in a file name ---------------------------------------------------------
+def test_a_newline_in_an_image_name_stays_on_one_line(tmp_path, capsys):
+    root = tmp_path / "imgs"
+    for split in ("train", "test"):
+        (root / split / "c0").mkdir(parents=True)
+    (root / "train" / "c0" / "x\nlipsweep train: done.png").write_bytes(b"not an image")
+    (root / "test" / "c0" / "y.png").write_bytes(b"not an image")
+    argv = ["train", "--set", "dataset=imagefolder", "--set", f"data_dir={root}"]
+    rc, err = _main([*argv, "--out", str(tmp_path / "out")], capsys)
+    assert rc == 2 and len(err) == 1, err
+    assert "x\\nlipsweep train: done.png" in err[0], err
+
+
+# -- section 7: half-written state under ulimit -f -----------------------------------------------
+def _limited(cwd: Path, limit: int, *argv: str) -> subprocess.CompletedProcess:
+    """``lipsweep ARGV`` with ``ulimit -f`` at ``limit`` bytes (Python ignores SIGXFSZ, so a
+    write past it fails with EFBIG, as a full disk fails with ENOSPC)."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LIPSWEEP_TEST_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "lipsweep", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=cap,
+    )
+
+
+def _one_line_exit_1(proc: subprocess.CompletedProcess, needle: str) -> None:
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [ln for ln in err if ": error: " in ln]
+    assert len(errors) == 1 and needle in errors[0], proc.stderr[-3000:]
+
+
+def test_write_errors_leave_no_temporary_and_print_one_line(tmp_path):
+    src = _small_npz(tmp_path / "src.npz")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    argv = ["data", "prepare", "--dataset", "cifar10", "--source", str(src), "--dest", str(dest)]
+    _one_line_exit_1(_limited(tmp_path, 50_000, *argv), "File too large")
+    assert list(dest.iterdir()) == []  # neither the npz nor its .tmp-PID
+    out = tmp_path / "run"
+    train = ["train", "--out", str(out), "--set", "epochs=1", "--set", "train_size=64"]
+    train += [
+        "--set",
+        "eval_size=16",
+        "--set",
+        "depth=1",
+        "--set",
+        "embed_dim=64",
+        "--set",
+        "num_heads=4",
+    ]
+    _one_line_exit_1(_limited(tmp_path, 100_000, *train), "could not write checkpoint")
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name], list(out.rglob("*"))
+
+
+# -- section 8: the Ray token file of --dashboard ------------------------------------------------
+def test_the_dashboard_token_file_is_readable_by_its_owner_only(tmp_path, monkeypatch):
+    """Ray writes ~/.ray/auth_token with the umask (0644 under 022); lipsweep writes it first."""
+    from lipsweep.sweep.ray_token import private_token_file
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    old = os.umask(0o022)
+    try:
+        path = private_token_file()
+    finally:
+        os.umask(old)
+    assert path == tmp_path / ".ray" / "auth_token" and len(path.read_text()) >= 32
+    assert stat_mode(path) == 0o600 and stat_mode(path.parent) == 0o700
+    path.chmod(0o644)  # as Ray 2.60 leaves it
+    token = path.read_text()
+    assert private_token_file() == path and stat_mode(path) == 0o600
+    assert path.read_text() == token  # the token is kept, only its mode tightened
+
+
+def stat_mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
