@@ -18,11 +18,22 @@ from typing import Callable, Optional, Sequence
 
 from lipsweep import __version__
 from lipsweep.core.config_base import ConfigError, UsageError
+from lipsweep.core.paths import (
+    check_folder,
+    check_replaceable,
+    write_atomic,
+)
+from lipsweep.core.redact import redact_uri
 
 _log = logging.getLogger("lipsweep")
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
+TRAIN_OUT = "runs/train"
+TRAIN_MARKER = ".lipsweep-train"
+"""Written into every folder `lipsweep train` creates; ``--overwrite`` deletes only such a one."""
+TRAIN_WHAT = "a folder `lipsweep train` made"
 
 
 def _add_tracking(p: argparse.ArgumentParser) -> None:
@@ -94,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="flat YAML of trial settings")
     p.add_argument(
         "--out",
-        default="runs/train",
+        default=TRAIN_OUT,
         help="output folder (checkpoints, "
         "metrics.json, artifacts); rerunning with the same config resumes from "
         "its last checkpoint, a different config is refused",
@@ -102,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="delete --out first and start over (e.g. after changing the config)",
+        help="delete --out first and start over (e.g. after changing the config); only a "
+        "folder an earlier `lipsweep train` made (it holds " + TRAIN_MARKER + ") is deleted",
     )
     p.add_argument(
         "--set",
@@ -271,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--space", default=None, help="search space (default: smoke.yaml)")
     p.add_argument("--experiment", default="smoke", help="experiment name")
-    p.add_argument("--out", default="exports/smoke-best", help="export folder")
+    p.add_argument("--out", default=None, help="export folder (default: exports/smoke-best)")
     p.add_argument("--storage", default=None, help="Ray Tune storage path")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray instance")
     _add_tracking(p)
@@ -340,17 +352,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = TrialConfig.from_flat(overrides, source="--set")
     cfg.model.validate_name()
+    out = check_folder("--out", args.out, make_parents=args.out == TRAIN_OUT)
+    if args.overwrite:
+        check_replaceable("--out", out, TRAIN_MARKER, TRAIN_WHAT)
+    check_out_config(out, cfg.to_flat(), args.overwrite)
+    from lipsweep.trial.data_remote import cache_root, fetch_prepared, is_uri
+
+    remote = is_uri(cfg.data.data_dir)
+    if remote:
+        cache_root()  # $LIPSWEEP_DATA_CACHE checked before the manifest is read
     from lipsweep.trial.device import choose_device
 
     choose_device(cfg.run.device)  # device: cuda without CUDA exits 2 here; logs the choice
-    from lipsweep.trial.data_remote import fetch_prepared, is_uri
-
-    if is_uri(cfg.data.data_dir):  # a missing remote dataset exits 2 before anything is written
+    if remote:  # a missing remote dataset exits 2 before anything is written
         fetch_prepared(cfg.data.data_dir, cfg.data.dataset)
     from lipsweep.trial.run import run_trial
 
-    out = Path(args.out)
-    check_out_config(out, cfg.to_flat(), args.overwrite)
     _log.info(
         "training %s on %s, regularizer %s, %d epochs -> %s",
         cfg.model.model,
@@ -405,12 +422,18 @@ def check_out_config(out: Path, flat: dict, overwrite: bool) -> None:
 
 
 def prepare_out(out: Path, config_json: str, overwrite: bool) -> None:
-    """Create ``out`` (emptied first if ``overwrite``) and write the trial's config.json."""
-    if overwrite and out.exists():
+    """Create ``out`` and write the trial's config.json. With ``overwrite`` a previous train
+    folder (one holding :data:`TRAIN_MARKER`) is deleted first; nothing else ever is
+    (:func:`check_replaceable`). The marker goes only into a folder this made (missing or
+    empty before), so a folder of the user's own never becomes deletable."""
+    if overwrite and check_replaceable("--out", out, TRAIN_MARKER, TRAIN_WHAT):
         _log.info("--overwrite: deleting %s", out)
         shutil.rmtree(out)
+    made = not out.exists() or not any(out.iterdir())
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(config_json)
+    if made:
+        write_atomic(out / TRAIN_MARKER, "lipsweep train\n")
+    write_atomic(out / "config.json", config_json)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -470,11 +493,24 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def _redact_record(record: logging.LogRecord) -> bool:
-    from lipsweep.tracking import redact_uri
-
-    if "@" in (text := record.getMessage()):
-        record.msg, record.args = redact_uri(text), None
+    """No credential of a URI (userinfo or query, :func:`redact_uri`) in any log line."""
+    text = record.getMessage()
+    shown = redact_uri(text)
+    if shown != text:
+        record.msg, record.args = shown, None
     return True
+
+
+def error_line(command: str, message: object) -> str:
+    """The one line a failed command prints: credentials of URIs redacted, and every
+    character that is not printable (a newline in a file name, a tab, an escape) written as
+    ``repr`` writes it, so the message stays on one line and nothing in it can pass for
+    lipsweep's own output."""
+    text = "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+        for c in redact_uri(message)
+    )
+    return f"lipsweep {command}: error: {text}\n"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -493,16 +529,20 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    for handler in logging.getLogger().handlers:  # no user:password@ of a URI in any log line
+    for handler in logging.getLogger().handlers:  # no credential of a URI in any log line
         handler.addFilter(_redact_record)
     try:
         return COMMANDS[args.command](args)
     except ConfigError as err:
-        sys.stderr.write(f"lipsweep {args.command}: error: {err.format()}\n")
+        sys.stderr.write(error_line(args.command, err.format()))
         return EXIT_USAGE
     except UsageError as err:
-        sys.stderr.write(f"lipsweep {args.command}: error: {err}\n")
+        sys.stderr.write(error_line(args.command, err))
         return EXIT_USAGE
+    except OSError as err:  # WriteError (a full disk, ulimit -f: its temporary is gone), EIO
+        _log.debug("write failed", exc_info=True)
+        sys.stderr.write(error_line(args.command, err))
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

@@ -97,11 +97,13 @@ def test_every_subcommand_help_has_a_description_and_an_example():
 
 
 def _train_out(tmp_path: Path, **settings) -> Path:
-    """An --out folder as `lipsweep train` leaves it: config.json and a checkpoint."""
+    """An --out folder as `lipsweep train` leaves it: its marker, config.json and a checkpoint."""
+    from lipsweep.__main__ import TRAIN_MARKER
     from lipsweep.settings.config import TrialConfig
 
     out = tmp_path / "out"
     out.mkdir()
+    (out / TRAIN_MARKER).write_text("lipsweep train\n")
     (out / "config.json").write_text(TrialConfig.from_flat(settings).to_json())
     (out / "checkpoint.safetensors").write_bytes(b"weights")
     return out
@@ -143,7 +145,7 @@ def test_same_config_resumes_and_overwrite_starts_over(tmp_path):
     other = TrialConfig.from_flat({"epochs": 4})
     check_out_config(out, other.to_flat(), overwrite=True)
     prepare_out(out, other.to_json(), overwrite=True)  # start over: only the new config
-    assert [p.name for p in out.iterdir()] == ["config.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".lipsweep-train", "config.json"]
     assert '"epochs": 4' in (out / "config.json").read_text()
     (out / "config.json").write_text("{not json")
     with pytest.raises(UsageError, match="--overwrite"):

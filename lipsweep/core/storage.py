@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 from lipsweep.core.config_base import ConfigError, show
+from lipsweep.core.paths import check_folder
 
 SPILL_FILE = "lipsweep_mlflow_pending.jsonl"
 
@@ -32,11 +33,20 @@ def check_storage(storage: str) -> None:
 
 
 def resolve_storage(raw: Optional[str]) -> str:
-    """The storage a sweep uses: ``raw`` (or the default), a local path made absolute, and
-    checked (:func:`check_storage`, ConfigError naming --storage)."""
-    storage = raw or default_storage()
-    if "://" not in storage:
-        storage = str(Path(storage).expanduser().resolve())
+    """The storage a sweep uses: ``raw`` (or ``$LIPSWEEP_STORAGE``, or ``./ray_results``), a
+    local path checked as every folder option is (:func:`lipsweep.core.paths.check_folder`:
+    not a file, a link or read-only) and made absolute, and checked (:func:`check_storage`);
+    ConfigError naming --storage."""
+    storage = raw or os.environ.get("LIPSWEEP_STORAGE")
+    flag = "--storage" if raw else "LIPSWEEP_STORAGE"
+    if not storage:
+        storage, flag = default_storage(), "--storage"
+    if "://" not in storage or storage.startswith("file://"):
+        local = storage.removeprefix("file://")
+        check_storage(local)
+        checked = check_folder(flag, local, make_parents=not raw and flag == "--storage")
+        prefix = "file://" if storage.startswith("file://") else ""
+        storage = prefix + str(checked.resolve())
     check_storage(storage)
     return storage
 

@@ -303,7 +303,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     from lipsweep.decide.selection import DEFAULT_SELECT_RULE, parse_selection_rule
 
     out = Path(args.out)
-    check_out(out, args.force)  # --force replaces only a previous export (issue 16)
+    check_out(out, args.force, make_parents=False)  # --force: only a previous export (issue 16)
     if args.register is not None:  # before any MLflow work or write; "" is refused too
         from lipsweep.tracking.model import check_model_name
 

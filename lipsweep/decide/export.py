@@ -27,6 +27,12 @@ from safetensors.torch import save_file
 
 from lipsweep.core.config_base import ConfigError, UsageError, from_mapping, show
 from lipsweep.core.metric_names import SPEC_METRICS
+from lipsweep.core.paths import (
+    check_folder,
+    check_replaceable,
+    refuse_working_folder,
+    removing,
+)
 from lipsweep.regularizers import find_spec, shown_params
 from lipsweep.trial.models import PixelModel
 
@@ -122,39 +128,30 @@ class ExportError(ValueError):
         super().__init__(f"{self.file}: {field}: {message}")
 
 
-def check_out(out: str | os.PathLike, force: bool) -> None:
-    """Raise UsageError unless :func:`write_export` may write ``out``.
+def check_out(out: str | os.PathLike, force: bool, make_parents: bool = True) -> None:
+    """Raise ConfigError or UsageError unless :func:`write_export` may write ``out``.
 
-    A missing or empty folder is fine. Otherwise ``force`` is needed, and it replaces only a
-    previous lipsweep export (holding the marker file and nothing but export files); never the
-    working folder or one of its ancestors, whatever it holds."""
+    ``out`` must pass :func:`lipsweep.core.paths.check_folder` (not a file, a link or
+    read-only; its parent must exist unless ``make_parents``). A missing or empty folder is
+    fine. Otherwise ``force`` is needed, and it replaces only a previous lipsweep export
+    (holding the marker file and nothing but export files); never the working folder or one
+    of its ancestors, whatever it holds (:func:`lipsweep.core.paths.check_replaceable`)."""
+    check_folder("--out", out, make_parents=make_parents)
     out = Path(out)
-    if not out.exists() and not out.is_symlink():
+    if not out.exists():
         return
-    if out.is_symlink() or not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a folder; choose another --out")
-    real, cwd = out.resolve(), Path.cwd().resolve()
-    if real == cwd or real in cwd.parents:
-        raise UsageError(
-            f"--out {out} is the working folder or one of its ancestors; an "
-            "export is never written there, even with --force"
-        )
-    entries = list(out.iterdir())
-    if not entries:
+    refuse_working_folder("--out", out)
+    if not any(out.iterdir()):
         return
     if not force:
         raise UsageError(
             f"--out {out} exists and is not empty; pass --force to replace a previous export"
         )
-    marker = out / MARKER
-    if marker.is_symlink() or not marker.is_file():
-        raise UsageError(
-            f"--out {out} is not a lipsweep export (no {MARKER} file); --force "
-            "replaces only a previous export: remove the folder yourself or "
-            "choose another --out"
-        )
+    check_replaceable("--out", out, MARKER, "a lipsweep export")
     other = sorted(
-        e.name for e in entries if e.name not in EXPORT_FILES or e.is_symlink() or not e.is_file()
+        e.name
+        for e in out.iterdir()
+        if e.name not in EXPORT_FILES or e.is_symlink() or not e.is_file()
     )
     if other:
         raise UsageError(
@@ -181,7 +178,7 @@ def write_export(
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    try:
+    with removing(tmp, str(out), errors=(OSError, SafetensorError)):
         save_file(
             {k: v.contiguous() for k, v in state_dict.items()},
             str(tmp / "model.safetensors"),
@@ -203,8 +200,6 @@ def write_export(
             os.rename(old, out)
             raise
         shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -18,7 +18,9 @@ into arms (:mod:`lipsweep.decide.arms`) and writes to ``--out`` (default
 - ``jacobian_per_margin_by_arm.png``: the same divided by each image's logit margin
   (:mod:`lipsweep.lipschitz.margin`), the scale-free view of the same quantity.
 
-The folder is then logged to the sweep's parent run under ``report/``.
+The files it wrote (and nothing else of ``--out``) are then logged to the sweep's parent run
+under ``report/``. The default folder name is made from the experiment's name by
+:func:`lipsweep.core.paths.safe_folder_name`, so it stays under ``reports/``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -41,6 +44,7 @@ from lipsweep.core.metric_names import (
     aa_std_metric,
     attack_metric,
 )
+from lipsweep.core.paths import write_atomic
 from lipsweep.decide.arms import (
     MAX_PLANNED_SEEDS,
     POWER,
@@ -299,17 +303,24 @@ def _forest_figure(arms: Sequence[Arm], base: Arm, path: Path) -> bool:
 
 def _hist_figure(
     data: dict[str, np.ndarray], path: Path, xlabel: str, title: str, log_x: bool
-) -> None:
-    """Step histograms (density) of every arm's pooled per-image values, overlaid."""
+) -> bool:
+    """Step histograms (density) of every arm's pooled per-image values, overlaid; False
+    (nothing drawn) when no value can be placed on the axis (all zero on a log axis, none
+    finite). Equal values get a bin around them."""
     from lipsweep.decide.plots import _new_figure, _save
 
+    keep = {k: v[np.isfinite(v) & (v > 0)] if log_x else v[np.isfinite(v)] for k, v in data.items()}
+    keep = {k: v for k, v in keep.items() if len(v)}
+    if not keep:
+        return False
+    pooled = np.concatenate(list(keep.values()))
+    lo, hi = np.percentile(pooled, 0.5), np.percentile(pooled, 99.5)
+    if not hi > lo:  # one value (e.g. every ||J_f|| is 0): a bin around it
+        lo, hi = (lo / 2, lo * 2) if log_x else (lo - 0.5, hi + 0.5)
+    bins = np.geomspace(lo, hi, 50) if log_x else np.linspace(lo, hi, 50)
     fig = _new_figure(8, 4.5)
     ax = fig.subplots()
-    pooled = np.concatenate(list(data.values()))
-    pooled = pooled[np.isfinite(pooled) & (pooled > 0)] if log_x else pooled
-    lo, hi = np.percentile(pooled, 0.5), np.percentile(pooled, 99.5)
-    bins = np.geomspace(lo, hi, 50) if log_x else np.linspace(lo, hi, 50)
-    for name, v in data.items():
+    for name, v in keep.items():
         ax.hist(
             v,
             bins=bins,
@@ -325,6 +336,7 @@ def _hist_figure(
     ax.set_title(title)
     ax.legend(fontsize=7)
     _save(fig, path)
+    return True
 
 
 def write_report(
@@ -440,14 +452,13 @@ def write_report(
             jac[a.name] = np.concatenate([z["jacobian_norm"] for z in arrays])
             if all("jacobian_per_margin" in z for z in arrays):
                 ratio[a.name] = np.concatenate([z["jacobian_per_margin"] for z in arrays])
-    if jac:
-        _hist_figure(
-            jac,
-            out / FIGURES["jacobian"],
-            "‖J_f(x)‖₂ per evaluation image (logits w.r.t. [0, 1] pixels)",
-            "Local Lipschitz constants by arm",
-            False,
-        )
+    if jac and _hist_figure(
+        jac,
+        out / FIGURES["jacobian"],
+        "‖J_f(x)‖₂ per evaluation image (logits w.r.t. [0, 1] pixels)",
+        "Local Lipschitz constants by arm",
+        False,
+    ):
         md += [
             "The per-image ‖J_f(x)‖₂ of every arm (pooled over seeds), from each run's "
             f"`{NPZ_PATH}`:",
@@ -456,15 +467,14 @@ def write_report(
             "",
         ]
     else:
-        md += [f"No run logged `{NPZ_PATH}`: no ‖J_f‖ distributions.", ""]
-    if ratio:
-        _hist_figure(
-            ratio,
-            out / FIGURES["per_margin"],
-            "‖J_f(x)‖₂ / logit margin (top logit - runner-up), per image",
-            "Lipschitz constant at the logits' own scale",
-            True,
-        )
+        md += [f"No run logged finite values in `{NPZ_PATH}`: no ‖J_f‖ distributions.", ""]
+    if ratio and _hist_figure(
+        ratio,
+        out / FIGURES["per_margin"],
+        "‖J_f(x)‖₂ / logit margin (top logit - runner-up), per image",
+        "Lipschitz constant at the logits' own scale",
+        True,
+    ):
         md += [
             "The same divided by each image's logit margin (top logit minus the runner-up; "
             "log scale). Shrinking the logits lowers ‖J_f‖ but not this ratio, so an arm "
@@ -474,24 +484,21 @@ def write_report(
             f"![J_f per margin by arm]({FIGURES['per_margin']})",
             "",
         ]
+    elif ratio:
+        md += ["Every per-image ‖J_f‖ / margin is zero or not finite: no normalised figure.", ""]
     else:
         md += [
             "No run logged per-image logit margins (`jacobian_per_margin` in "
             f"`{NPZ_PATH}`, lipsweep >= this version): no normalised figure.",
             "",
         ]
-    path = out / REPORT_NAME
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(md))
-    tmp.replace(path)
-    return path
+    return write_atomic(out / REPORT_NAME, "\n".join(md))
 
 
-def _check_out(out: Path) -> None:
-    from lipsweep.core.config_base import UsageError
-
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a folder; choose another --out")
+def written_files(out: Path) -> list[Path]:
+    """What :func:`write_report` wrote into ``out``: ``report.md`` and the figures it drew
+    (it removes the others first). Only these are logged to MLflow, never the rest of ``out``."""
+    return [out / REPORT_NAME] + [out / f for f in FIGURES.values() if (out / f).is_file()]
 
 
 def _download_npz(tracker: Any, run_ids: Sequence[str], dest: Path) -> dict[str, Path]:
@@ -508,13 +515,17 @@ def _download_npz(tracker: Any, run_ids: Sequence[str], dest: Path) -> dict[str,
 
 def run_report_command(args: argparse.Namespace) -> int:
     """``lipsweep report``: see the module docstring."""
+    from lipsweep.core.paths import check_folder, safe_folder_name
     from lipsweep.decide.commands import _read_command, rank_runs_or_arms, rank_sweep, read_tracker
     from lipsweep.tracking import redact_uri
 
     @_read_command
     def run(args: argparse.Namespace) -> int:
-        out = Path(args.out or Path("reports") / args.experiment)
-        _check_out(out)
+        out = check_folder(
+            "--out",
+            args.out or Path("reports") / safe_folder_name(args.experiment),
+            make_parents=args.out is None,
+        )
         tracker = read_tracker(args.tracking_uri, args.experiment)
         sweep, result = rank_sweep(tracker, args.objective)
         rk = rank_runs_or_arms(sweep.records, result, per_run=False)
@@ -534,9 +545,14 @@ def run_report_command(args: argparse.Namespace) -> int:
             )
         logged = ""
         if sweep.parent_id is not None:
-            tracker.log_artifacts(sweep.parent_id, out, "report")
+            with tempfile.TemporaryDirectory() as tmp:
+                staged = Path(tmp) / "report"
+                staged.mkdir()
+                for f in written_files(out):
+                    shutil.copyfile(f, staged / f.name)
+                tracker.log_artifacts(sweep.parent_id, staged, "report")
             logged = f"; logged under report/ of parent run {sweep.parent_id}"
-        figs = sorted(p.name for p in out.glob("*.png"))
+        figs = sorted(p.name for p in written_files(out) if p.suffix == ".png")
         sys.stdout.write(
             f"wrote {path} ({len(rk.arms)} arms, {len(sweep.records)} runs; "
             f"figures: {', '.join(figs)}){logged}\n"

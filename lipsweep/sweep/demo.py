@@ -67,6 +67,10 @@ def pareto_args(experiment: str, tracking_uri: str) -> argparse.Namespace:
     )
 
 
+DEMO_OUT = "exports/smoke-best"
+"""The demo's export folder unless --out names one (its parent is created)."""
+
+
 def export_args(experiment: str, tracking_uri: str, out: str) -> argparse.Namespace:
     """The options of ``lipsweep export --experiment E --tracking-uri U --out O --force``."""
     return argparse.Namespace(
@@ -87,9 +91,12 @@ def export_args(experiment: str, tracking_uri: str, out: str) -> argparse.Namesp
 def run_demo(args: argparse.Namespace) -> int:
     from lipsweep.core.storage import experiment_path, resolve_storage, storage_exists
     from lipsweep.decide.commands import run_export_command, run_pareto_command
+    from lipsweep.decide.export import check_out
     from lipsweep.sweep.cli import run_sweep_command
 
     space = args.space or str(smoke_space_path())
+    out = args.out or DEMO_OUT
+    check_out(out, force=True, make_parents=args.out is None)  # before the sweep, not after
     storage = resolve_storage(args.storage)
     resume = storage_exists(experiment_path(storage, args.experiment))
     t0 = time.perf_counter()
@@ -103,7 +110,8 @@ def run_demo(args: argparse.Namespace) -> int:
     sys.stdout.write("\n== Pareto front ==\n")
     run_pareto_command(pareto_args(args.experiment, args.tracking_uri))
     sys.stdout.write("\n== Export ==\n")
-    run_export_command(export_args(args.experiment, args.tracking_uri, args.out))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    run_export_command(export_args(args.experiment, args.tracking_uri, out))
     from lipsweep.tracking import redact_uri
 
     uri = redact_uri(args.tracking_uri)  # shown, so without user:password@
@@ -112,7 +120,7 @@ def run_demo(args: argparse.Namespace) -> int:
 sweep: {t_sweep:.0f} s; Ray Tune state in {experiment_path(storage, args.experiment)}
 MLflow UI:  {installed_tool("mlflow")} ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000
             then open http://127.0.0.1:5000 -> experiment '{args.experiment}'
-export:     {Path(args.out).resolve()}  (load with lipsweep.load_exported(...))
+export:     {Path(out).resolve()}  (load with lipsweep.load_exported(...))
 reruns:     the same seeds give these numbers again on this machine; another CPU or
             torch build sums in another order and trains to other numbers
 """)

@@ -272,6 +272,10 @@ def _init_ray(opts: SweepOptions) -> None:
     else:
         if not opts.dashboard:  # the dashboard's login takes the token `ray get-auth-token` prints
             _local_token_auth()
+        elif os.environ.get("RAY_AUTH_MODE", "token").lower() == "token":
+            from lipsweep.sweep.ray_token import private_token_file
+
+            private_token_file()  # Ray would write ~/.ray/auth_token readable by everyone
         ctx = ray.init(
             num_cpus=opts.num_cpus,
             include_dashboard=opts.dashboard,

@@ -1,4 +1,5 @@
-"""Tracking URIs: which ``--tracking-uri`` MLflow can use, and how one is shown (no password).
+"""Tracking URIs: which ``--tracking-uri`` MLflow can use (shown through
+:func:`lipsweep.core.redact.redact_uri`: no password).
 
 A read command never creates a store, and a SQLite store's schema is created under a file lock
 (:func:`sqlite_schema_lock`), so two fresh drivers cannot race on it.
@@ -8,19 +9,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 from pathlib import Path
 from typing import IO, Optional
 
+from lipsweep.core.redact import redact_uri
+
 READ_HTTP_TIMEOUT_S = 8  # read commands: per-request timeout, no urllib3 retries
 DB_SCHEMES = ("postgresql", "mysql", "mssql")
-_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
-
-
-def redact_uri(text: str) -> str:
-    """``text`` with the userinfo (``user:password@``) of every URI in it replaced by
-    ``***@``: what logs, error lines and exports show or store instead of a credential."""
-    return _USERINFO.sub(r"\1***@", str(text))
 
 
 def _sqlite_path(uri: str) -> Optional[Path]:

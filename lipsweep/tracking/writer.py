@@ -46,6 +46,7 @@ from lipsweep.tracking.schema import (
     TrackingError,
 )
 from lipsweep.tracking.uploads import UploadQueue
+from lipsweep.tracking.uri import redact_uri
 
 _log = logging.getLogger("lipsweep.tracking")
 T = TypeVar("T")
@@ -323,7 +324,7 @@ class Tracker(TrackingReader):
         return run_id
 
     def log_params(self, run_id: str, params: dict[str, Any]) -> None:
-        items = [(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        items = [(k, redact_uri(v)[:6000]) for k, v in sorted(params.items())]  # e.g. data_dir
         for i in range(0, len(items), 100):
             self._write("log_batch", run_id, params=items[i : i + 100])
 

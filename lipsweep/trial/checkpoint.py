@@ -28,6 +28,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from lipsweep.core.paths import WriteError, removing
+
 _log = logging.getLogger(__name__)
 _NAME = re.compile(r"^epoch_(\d{4,})$")
 STATE_FILE = "state.json"
@@ -37,6 +39,11 @@ CONFIG_HASH_KEY = "config_sha256"
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written or read."""
+
+
+class CheckpointWriteError(CheckpointError, WriteError):
+    """A checkpoint could not be written (disk full, ``ulimit -f``); its temporary folder is
+    gone and the previous checkpoint untouched. An OSError too: the CLI prints one line."""
 
 
 @dataclass
@@ -142,6 +149,41 @@ def list_checkpoints(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
 
 
+def _write_folder(
+    tmp: Path,
+    model: dict[str, torch.Tensor],
+    optimizer: dict[str, Any],
+    regularizer: dict[str, torch.Tensor],
+    state: dict[str, Any],
+    epoch: int,
+) -> None:
+    """The files of one checkpoint, written and fsync'ed into the (new) folder ``tmp``."""
+    tmp.mkdir()
+    opt_tensors, opt_meta = flatten_optimizer(optimizer)
+    files = {
+        "model.safetensors": {k: v.detach().cpu().contiguous() for k, v in model.items()},
+        "optimizer.safetensors": opt_tensors,
+        "regularizer.safetensors": {
+            k: v.detach().cpu().contiguous() for k, v in regularizer.items()
+        },
+    }
+    digests = {}
+    for name, tensors in files.items():
+        save_file(tensors, str(tmp / name))
+        digests[name] = _sha256(tmp / name)
+    meta = dict(state, epoch=epoch, optimizer_meta=opt_meta, sha256=digests)
+    if isinstance(state.get(CONFIG_KEY), dict):
+        meta[CONFIG_HASH_KEY] = config_digest(state[CONFIG_KEY])
+    with open(tmp / STATE_FILE, "w") as fh:
+        json.dump(meta, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    for name in files:
+        with open(tmp / name, "rb") as fh:
+            os.fsync(fh.fileno())
+    _fsync_dir(tmp)
+
+
 def save_checkpoint(
     root: Path,
     epoch: int,
@@ -157,37 +199,14 @@ def save_checkpoint(
     tmp = root / f".tmp-epoch_{epoch:04d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        tmp.mkdir()
-        opt_tensors, opt_meta = flatten_optimizer(optimizer)
-        files = {
-            "model.safetensors": {k: v.detach().cpu().contiguous() for k, v in model.items()},
-            "optimizer.safetensors": opt_tensors,
-            "regularizer.safetensors": {
-                k: v.detach().cpu().contiguous() for k, v in regularizer.items()
-            },
-        }
-        digests = {}
-        for name, tensors in files.items():
-            save_file(tensors, str(tmp / name))
-            digests[name] = _sha256(tmp / name)
-        meta = dict(state, epoch=epoch, optimizer_meta=opt_meta, sha256=digests)
-        if isinstance(state.get(CONFIG_KEY), dict):
-            meta[CONFIG_HASH_KEY] = config_digest(state[CONFIG_KEY])
-        with open(tmp / STATE_FILE, "w") as fh:
-            json.dump(meta, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        for name in files:
-            with open(tmp / name, "rb") as fh:
-                os.fsync(fh.fileno())
-        _fsync_dir(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(root)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(
+        with removing(tmp, str(final), errors=()):  # any exception: the temporary is removed
+            _write_folder(tmp, model, optimizer, regularizer, state, epoch)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            _fsync_dir(root)
+    except (OSError, SafetensorError) as exc:  # safetensors reports a full disk as its own
+        raise CheckpointWriteError(
             f"could not write checkpoint {final}: {exc}; the previous checkpoint is untouched"
         ) from exc
     for old in list_checkpoints(root)[:-keep]:

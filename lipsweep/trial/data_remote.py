@@ -25,11 +25,19 @@ import hashlib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError, show
+from lipsweep.core.paths import (
+    WriteError,
+    check_env_folder,
+    check_folder,
+    removing,
+    write_atomic,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,6 +52,7 @@ CACHE_ENV = "LIPSWEEP_DATA_CACHE"
 CLASSES = {"cifar10": 10, "cifar100": 100}
 URI_SCHEMES = ("s3", "gs", "gcs", "file", "hdfs", "abfs", "abfss")
 _CHUNK = 8 << 20
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def is_uri(value: str) -> bool:
@@ -81,8 +90,9 @@ def check_uri(field: str, uri: str) -> str:
 
 
 def cache_root() -> Path:
-    """Per-node cache of prepared datasets: $LIPSWEEP_DATA_CACHE or ~/.cache/lipsweep/data."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "lipsweep" / "data")
+    """Per-node cache of prepared datasets: $LIPSWEEP_DATA_CACHE or ~/.cache/lipsweep/data,
+    checked as every folder option is (ConfigError naming LIPSWEEP_DATA_CACHE)."""
+    return check_env_folder(CACHE_ENV, Path.home() / ".cache" / "lipsweep" / "data")
 
 
 @dataclass(frozen=True)
@@ -102,13 +112,36 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str, where: str) -> "Manifest":
+        """Parse and check a manifest. Its ``file`` becomes a path in the cache, so it must be a
+        plain file name (no ``/``, ``..``, absolute path or NUL) and ``sha256`` 64 hex digits:
+        anything else is refused here, before any byte is copied."""
         try:
             raw = json.loads(text)
             if not isinstance(raw, dict) or raw.get("format") != FORMAT:
                 raise ValueError(f"format is not {FORMAT}")
-            return cls(**{k: raw[k] for k in cls.__dataclass_fields__})
+            m = cls(**{k: raw[k] for k in cls.__dataclass_fields__})
+            m._check()
+            return m
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError("data_dir", f"damaged manifest {where}: {exc}") from None
+
+    def _check(self) -> None:
+        f = self.file
+        if (
+            not isinstance(f, str)
+            or f in ("", ".", "..")
+            or f.startswith(".")
+            or any(c in f for c in "/\\\x00")
+            or not f.isprintable()
+            or len(f.encode()) > 255
+        ):
+            raise ValueError(f"file must be a plain file name inside the cache, got {show(f)}")
+        if not isinstance(self.sha256, str) or not _SHA256.fullmatch(self.sha256):
+            raise ValueError(f"sha256 must be 64 hex digits, got {show(self.sha256)}")
+        for key in ("bytes", "num_classes", "train", "test"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key} must be a whole number >= 0, got {show(value)}")
 
 
 # --- pack ---------------------------------------------------------------------------------------
@@ -171,7 +204,12 @@ def _check_arrays(dataset: str, arrays: Mapping[str, np.ndarray]) -> dict[str, n
 
 
 def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Manifest:
-    """Pack ``source`` into ``dest``/<dataset>.npz plus its manifest; returns the manifest."""
+    """Pack ``source`` into ``dest``/<dataset>.npz plus its manifest; returns the manifest.
+
+    Everything is checked before the first write: ``--dest`` (a local folder through
+    :func:`lipsweep.core.paths.check_folder`), and that no output is an input (``--source``
+    is never rewritten in place). Each file is written through a temporary that a failure
+    removes (WriteError, one line)."""
     import io
 
     import numpy as np
@@ -180,13 +218,16 @@ def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Ma
         raise ConfigError("--dataset", f"must be one of {sorted(CLASSES)}, got {show(dataset)}")
     if not source.exists() and not download:
         raise ConfigError("--source", f"no such file or folder {show(str(source))}")
-    fs, base = _dest_fs(dest)  # checked, not created: a bad --source leaves no --dest behind
+    local = None if is_uri(dest) and not dest.startswith("file://") else _local_dest(dest)
+    name = f"{dataset}.npz"
+    if local is not None:
+        _refuse_overwriting_source(source, [local / name, local / f"{name}{MANIFEST_SUFFIX}"])
+    # a remote --dest is parsed now and created only after the source checks out
+    fs, base = (None, "") if local is not None else _dest_fs(dest)
     arrays = _check_arrays(dataset, _arrays_from_source(dataset, source, download))
-    fs.create_dir(base, recursive=True)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     data = buf.getvalue()
-    name = f"{dataset}.npz"
     manifest = Manifest(
         dataset,
         name,
@@ -196,8 +237,14 @@ def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Ma
         len(arrays["y_train"]),
         len(arrays["y_test"]),
     )
-    _write(fs, f"{base}/{name}", data)
-    _write(fs, f"{base}/{name}{MANIFEST_SUFFIX}", manifest.to_json().encode())
+    if local is not None:
+        local.mkdir(parents=True, exist_ok=True)
+        write_atomic(local / name, data)
+        write_atomic(local / f"{name}{MANIFEST_SUFFIX}", manifest.to_json())
+    else:
+        fs.create_dir(base, recursive=True)
+        _write_object(fs, f"{base}/{name}", data)
+        _write_object(fs, f"{base}/{name}{MANIFEST_SUFFIX}", manifest.to_json().encode())
     _log.info(
         "prepared %s: %d train / %d test images, %.1f MB, sha256 %s",
         dataset,
@@ -209,13 +256,37 @@ def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Ma
     return manifest
 
 
+def _local_dest(dest: str) -> Path:
+    """A local ``--dest`` (a path or ``file://``), checked as every folder option is; a
+    ``file://`` URI is a prefix like ``s3://bucket/prefix``, so its missing folders are made."""
+    if dest.startswith("file://"):
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(dest)
+        if parts.netloc not in ("", "localhost"):
+            raise ConfigError("--dest", f"a file:// URI names no host, got {show(dest)}")
+        return check_folder("--dest", unquote(parts.path), make_parents=True)
+    return check_folder("--dest", dest)
+
+
+def _refuse_overwriting_source(source: Path, outputs: Sequence[Path]) -> None:
+    """ConfigError(--dest) when an output would replace the ``--source`` file (the same path,
+    a link to it, or a hard link): it would be rewritten in place, losing what it holds."""
+    if not source.is_file():
+        return
+    for out in outputs:
+        if out.resolve() == source.resolve() or (out.exists() and os.path.samefile(out, source)):
+            raise ConfigError(
+                "--dest",
+                f"{show(str(out))} would overwrite --source {show(str(source))}; "
+                "choose another --dest (an input is never rewritten in place)",
+            )
+
+
 def _dest_fs(dest: str) -> tuple[Any, str]:
-    """(filesystem, base path) of ``--dest``, checked but not created yet."""
+    """The filesystem and base path of a remote ``--dest``, checked but not created yet."""
     import pyarrow.fs as pafs
 
-    if not is_uri(dest):
-        path = Path(dest).expanduser().resolve()
-        return pafs.LocalFileSystem(), str(path)
     try:
         fs, base = pafs.FileSystem.from_uri(dest)
     except (ValueError, OSError, TypeError) as exc:
@@ -225,18 +296,13 @@ def _dest_fs(dest: str) -> tuple[Any, str]:
     return fs, base.rstrip("/")
 
 
-def _write(fs: Any, path: str, data: bytes) -> None:
-    """Write through a temporary name and move (object stores write whole objects anyway)."""
-    import pyarrow.fs as pafs
-
-    if isinstance(fs, pafs.LocalFileSystem):
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with fs.open_output_stream(tmp) as out:
-            out.write(data)
-        fs.move(tmp, path)
-    else:
+def _write_object(fs: Any, path: str, data: bytes) -> None:
+    """One whole object on an object store (no partial object is ever visible)."""
+    try:
         with fs.open_output_stream(path) as out:
             out.write(data)
+    except OSError as exc:
+        raise WriteError(f"could not write {path}: {str(exc).splitlines()[0]}") from exc
 
 
 # --- read ---------------------------------------------------------------------------------------
@@ -307,26 +373,25 @@ def fetch_prepared(uri: str, dataset: Optional[str] = None) -> Path:
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         fs, path = pafs.FileSystem.from_uri(uri)
         digest = hashlib.sha256()
-        try:
-            with fs.open_input_stream(path) as src, open(tmp, "wb") as dst:
-                while chunk := src.read(_CHUNK):
-                    digest.update(chunk)
-                    dst.write(chunk)
-                dst.flush()
-                os.fsync(dst.fileno())
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise ConfigError(
-                "data_dir", f"cannot read {uri}: {str(exc).splitlines()[0]}"
-            ) from None
-        if digest.hexdigest() != manifest.sha256:
-            tmp.unlink(missing_ok=True)
-            raise ConfigError(
-                "data_dir",
-                f"{uri} does not match its manifest's sha256 "
-                "(changed or damaged); prepare it again",
-            )
-        os.replace(tmp, target)
+        with removing(tmp, str(target), errors=()):  # any exception: no temporary left
+            try:
+                with fs.open_input_stream(path) as src, open(tmp, "wb") as dst:
+                    while chunk := src.read(_CHUNK):
+                        digest.update(chunk)
+                        dst.write(chunk)
+                    dst.flush()
+                    os.fsync(dst.fileno())
+            except OSError as exc:
+                raise ConfigError(
+                    "data_dir", f"cannot read {uri}: {str(exc).splitlines()[0]}"
+                ) from None
+            if digest.hexdigest() != manifest.sha256:
+                raise ConfigError(
+                    "data_dir",
+                    f"{uri} does not match its manifest's sha256 "
+                    "(changed or damaged); prepare it again",
+                )
+            os.replace(tmp, target)
         _stamp(target).write_text(json.dumps(_stat_key(target)))
         _log.info("data %s: copied %.1f MB into %s", uri, manifest.bytes / 1e6, target)
     return target

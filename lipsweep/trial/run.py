@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from lipsweep.core.metric_names import ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG
+from lipsweep.core.paths import write_atomic
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.settings.config import TrialConfig
 from lipsweep.trial.checkpoint import (
@@ -268,6 +268,4 @@ def run_trial(
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True))
