@@ -278,7 +278,7 @@ def test_report_writes_markdown_with_paired_stats(store, capsys, monkeypatch):
     assert (d / "rep" / "pareto_scatter.png").stat().st_size > 1000
     assert (d / "rep" / "paired_differences.png").stat().st_size > 1000
     assert "![Paired differences](paired_differences.png)" in md
-    assert "No run logged `lipschitz/lipschitz.npz`" in md
+    assert "No run logged finite values in `lipschitz/lipschitz.npz`" in md
     parent = c.search_runs(
         [c.get_experiment_by_name("arms").experiment_id], "tags.`lipsweep.kind` = 'sweep'"
     )[0].info.run_id
