@@ -74,7 +74,7 @@ def test_pareto_ranks_the_two_arms_by_their_means(swept):
 def test_report_writes_markdown_figures_and_logs_them(swept):
     d, uri = swept
     out = cli(d, "report", "--experiment", "exp", "--tracking-uri", uri, "--out", "rep")
-    assert "wrote rep/report.md (2 arms, 4 runs" in out
+    assert "rep/report.md (2 arms, 4 runs" in out  # the folder as resolved
     md = (d / "rep" / "report.md").read_text()
     assert "| baseline | 2 | 0, 1 |" in md and "| JaSMin k=0 λ=1e-2 mean | 2 | 0, 1 |" in md
     assert "Paired differences to the baseline" in md and " p=" in md

@@ -1,6 +1,6 @@
 """Credentials in URIs: the one function that hides them wherever a URI is shown or stored.
 
-A URI can carry a secret in its userinfo (``postgresql://user:password@host/db``) or in its
+A URI can carry a secret in its userinfo (``postgresql://user:<password>@host/db``) or in its
 query (``postgresql://u@h/db?password=...``, ``s3://b/k?access_key=..&secret_key=..``,
 ``...?X-Amz-Signature=...``, ``?token=...``). :func:`redact_uri` replaces both by ``***`` in any
 text: log lines, error lines, exports, MLflow params and Tune's pickled state. Torch-, Ray-
