@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 from lipsweep.core.config_base import ConfigError, show
-from lipsweep.core.paths import check_folder
+from lipsweep.core.paths import check_folder, write_atomic
 
 SPILL_FILE = "lipsweep_mlflow_pending.jsonl"
 
@@ -101,7 +101,7 @@ def read_text(path: str) -> Optional[str]:
 
 
 def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` (local: through a temporary file renamed into place)."""
+    """Write ``text`` to ``path`` (local: :func:`lipsweep.core.paths.write_atomic`)."""
     if is_remote(path):
         import pyarrow.fs as pafs
 
@@ -109,10 +109,7 @@ def write_text(path: str, text: str) -> None:
         with fs.open_output_stream(p) as fh:
             fh.write(text.encode())
         return
-    target = local_path(path)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, target)
+    write_atomic(local_path(path), text)
 
 
 @contextmanager
