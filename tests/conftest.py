@@ -45,6 +45,20 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     shutil.rmtree(_RAY_TMPDIR, ignore_errors=True)
 
 
+def small_npz(path: Path) -> Path:
+    """A 20-train/10-test CIFAR-10-shaped npz (uint8 images, labels, label names) at ``path``."""
+    rng = np.random.default_rng(0)
+    np.savez(
+        path,
+        x_train=rng.integers(0, 256, (20, 3, 32, 32), dtype=np.uint8),
+        y_train=np.arange(20) % 10,
+        x_test=rng.integers(0, 256, (10, 3, 32, 32), dtype=np.uint8),
+        y_test=np.arange(10),
+        label_names=np.array([f"c{i}" for i in range(10)]),
+    )
+    return path
+
+
 def tiny_model_config(**overrides) -> ModelConfig:
     """The tiny ViT used across tests: 32px, patch 4 (65 tokens), 4 blocks, width 128, 4 heads."""
     kw = dict(

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _sweep_helpers import ROOT, mlflow_client, write_space
+from conftest import small_npz
 
 pytestmark = pytest.mark.faults
 
@@ -312,24 +313,12 @@ def test_train_overwrite_deletes_only_a_folder_train_made(tmp_path, monkeypatch,
 
 
 # -- item 8: data prepare never rewrites its source ---------------------------------------------
-def _small_npz(path: Path) -> Path:
-
-    rng = np.random.default_rng(0)
-    np.savez(
-        path,
-        x_train=rng.integers(0, 256, (20, 3, 32, 32), dtype=np.uint8),
-        y_train=np.arange(20) % 10,
-        x_test=rng.integers(0, 256, (10, 3, 32, 32), dtype=np.uint8),
-        y_test=np.arange(10),
-        label_names=np.array([f"c{i}" for i in range(10)]),
-    )
-    return path
 
 
 def test_data_prepare_never_rewrites_its_source(tmp_path, capsys):
     d = tmp_path / "d"
     d.mkdir()
-    src = _small_npz(d / "cifar10.npz")
+    src = small_npz(d / "cifar10.npz")
     other = tmp_path / "e"
     other.mkdir()
     os.link(src, other / "cifar10.npz")  # a hard link: the same file under --dest
@@ -362,7 +351,7 @@ def test_a_manifest_cannot_name_a_path_outside_the_cache(tmp_path, monkeypatch, 
 
     Path("/tmp/lipsweep-escaped.npz").unlink(missing_ok=True)  # left by a run of old code
     bucket = tmp_path / "bucket"
-    src = _small_npz(tmp_path / "src.npz")
+    src = small_npz(tmp_path / "src.npz")
     argv = ["data", "prepare", "--dataset", "cifar10", "--source", str(src)]
     assert main([*argv, "--dest", f"file://{bucket}"]) == 0
     manifest = bucket / f"cifar10.npz{MANIFEST_SUFFIX}"
@@ -534,7 +523,7 @@ def _one_line_exit_1(proc: subprocess.CompletedProcess, needle: str) -> None:
 
 
 def test_write_errors_leave_no_temporary_and_print_one_line(tmp_path):
-    src = _small_npz(tmp_path / "src.npz")
+    src = small_npz(tmp_path / "src.npz")
     dest = tmp_path / "dest"
     dest.mkdir()
     argv = ["data", "prepare", "--dataset", "cifar10", "--source", str(src), "--dest", str(dest)]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import small_npz
 
 from lipsweep.__main__ import main
 from lipsweep.core.config_base import ConfigError
@@ -190,15 +191,7 @@ def test_a_modified_cached_dataset_is_checked_and_copied_again(tmp_path, monkeyp
     from lipsweep.trial.data_remote import fetch_prepared, read_manifest
 
     monkeypatch.setenv("LIPSWEEP_DATA_CACHE", str(tmp_path / "cache"))
-    src = tmp_path / "src.npz"
-    rng = np.random.default_rng(0)
-    np.savez(
-        src,
-        x_train=rng.integers(0, 256, (20, 3, 32, 32), dtype=np.uint8),
-        y_train=np.arange(20) % 10,
-        x_test=rng.integers(0, 256, (10, 3, 32, 32), dtype=np.uint8),
-        y_test=np.arange(10),
-    )
+    src = small_npz(tmp_path / "src.npz")
     dest = f"file://{tmp_path}/bucket"
     assert (
         main(["data", "prepare", "--dataset", "cifar10", "--source", str(src), "--dest", dest]) == 0
