@@ -42,8 +42,22 @@ from typing import Optional, Sequence
 import torch
 from torch.autograd.function import once_differentiable
 
+from lipsweep.regularizers import _ranked_softmax_triton as _triton
+
 _CPU_INT_KEYS = True
 """Rank float32 CPU rows through int64 keys (False: torch.topk everywhere; for benchmarks)."""
+
+_FUSED = True
+"""Use the fused Triton kernels (:mod:`._ranked_softmax_triton`) where they apply (CUDA);
+False: the unfused torch path everywhere (for benchmarks and tests)."""
+
+_SELECT = "auto"
+"""How rows are ranked: 'auto' (int64 keys for float32 CPU rows, else ``topk``), or one of
+'topk', 'sort', 'keys' everywhere (benchmarks/bench_jasmin_cuda.py compares them on a GPU)."""
+
+
+def _fused(q: torch.Tensor) -> bool:
+    return _FUSED and _triton.applies(q)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -85,17 +99,26 @@ def _top_positions(e: torch.Tensor, ranks: tuple[int, ...], ws: Workspace) -> to
     last rank is not knocked out: nothing is ranked after it.
     """
     n, m = e.shape[-1], max(ranks) + 1
-    if not _CPU_INT_KEYS or e.device.type != "cpu" or e.dtype != torch.float32 or n > 2**29:
+    select = _SELECT
+    if select == "auto":
+        cpu_keys = _CPU_INT_KEYS and e.device.type == "cpu" and e.dtype == torch.float32
+        select = "keys" if cpu_keys else "topk"
+    if select == "keys" and (e.dtype != torch.float32 or n > 2**29):
+        select = "topk"
+    if select == "topk":
         return _take_ranks(e.topk(m, dim=-1).indices, ranks)
+    if select == "sort":
+        return _take_ranks(e.sort(dim=-1, descending=True).indices[..., :m], ranks)
     # float32 -> float64 is exact and leaves the low 29 mantissa bits 0; the bits of a
     # non-negative double order like the double, so OR-ing the column in keeps the order of
     # distinct values and breaks ties by column.
-    key = ws.take("key", e.shape, torch.float64, e.device).copy_(e).view(torch.int64)
-    key.bitwise_or_(torch.arange(n))
+    dev = e.device
+    key = ws.take("key", e.shape, torch.float64, dev).copy_(e).view(torch.int64)
+    key.bitwise_or_(torch.arange(n, device=dev))
     low = (1 << max(1, (n - 1).bit_length())) - 1
     flat = key.view(-1)
-    offsets = torch.arange(0, key.numel(), n).view(key.shape[:-1] + (1,))
-    out = torch.empty(key.shape[:-1] + (len(ranks),), dtype=torch.int64)
+    offsets = torch.arange(0, key.numel(), n, device=dev).view(key.shape[:-1] + (1,))
+    out = torch.empty(key.shape[:-1] + (len(ranks),), dtype=torch.int64, device=dev)
     for j in range(m):
         pos = key.amax(dim=-1, keepdim=True).bitwise_and_(low)  # (..., N, 1)
         for col, r in enumerate(ranks):
@@ -185,6 +208,12 @@ class _RankedSoftmax(torch.autograd.Function):
         ctx, q: torch.Tensor, k: torch.Tensor, scale: float, ranks: tuple[int, ...], ws: Workspace
     ) -> torch.Tensor:
         dtype, (n, r) = _compute_dtype(q.dtype), (q.shape[-2], len(ranks))
+        ctx.scale, ctx.ranks, ctx.ws, ctx.fused = scale, ranks, ws, _fused(q)
+        if ctx.fused:
+            all_p, all_pos, mx, z = _triton.forward(q, k, scale, max(ranks) + 1)
+            pos = _take_ranks(all_pos, ranks).contiguous()
+            ctx.save_for_backward(q, k, mx, z, pos)
+            return _take_ranks(all_p, ranks).view(q.shape[:-2] + (n, r))
         with torch.autocast(q.device.type, enabled=False):
             s = _scores(*_operands(q, k, scale, dtype, ws), ws)  # (G, N, N)
             mx = s.amax(-1, keepdim=True)  # (G, N, 1)
@@ -192,7 +221,6 @@ class _RankedSoftmax(torch.autograd.Function):
             z = e.sum(-1, keepdim=True)
             pos = _top_positions(e, ranks, ws)  # (G, N, r)
             probs = e.gather(-1, pos).div_(z)
-        ctx.scale, ctx.ranks, ctx.ws = scale, ranks, ws
         ctx.save_for_backward(q, k, mx, z, pos.to(torch.int32))
         return probs.view(q.shape[:-2] + (n, r))
 
@@ -202,6 +230,9 @@ class _RankedSoftmax(torch.autograd.Function):
         q, k, mx, z, pos = ctx.saved_tensors
         dtype, (n, r) = _compute_dtype(q.dtype), (q.shape[-2], pos.shape[-1])
         grad = grad.to(dtype).reshape(-1, n, r)
+        if ctx.fused:  # the forward's path, whatever the switches say now
+            dq, dk = _triton.backward(q, k, ctx.scale, mx, z, pos, grad)
+            return dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), None, None, None
         pos = pos.long()
         with torch.autocast(q.device.type, enabled=False):
             qs, kc = _operands(q, k, ctx.scale, dtype, ctx.ws)
