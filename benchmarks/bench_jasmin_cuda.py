@@ -179,6 +179,57 @@ def section_parts(device: torch.device, quick: bool, out: dict) -> None:
     _log.info("parts: %s", json.dumps(out))
 
 
+def section_tune(device: torch.device, quick: bool, out: dict) -> None:
+    """Rows per block and warps of each fused kernel at ViT-B batch 512 (one layer): the
+    forward alone, then forward + backward with the best forward; leaves the best of each
+    set in ``_ranked_softmax_triton`` for the sections after it."""
+    tri = rs._triton
+    if device.type != "cuda" or not tri.available():
+        out["skipped"] = "needs CUDA and Triton"
+        return
+    b, h, n, d = (16, 2, 65, 32) if quick else (512, 12, 65, 64)
+    q, k = qk(b, h, n, d, device, seed=3)
+    scale, ranks, reps = d**-0.5, jasmin_ranks(10), 20
+    grid = [{"BLOCK_M": m, "num_warps": w} for m in (16, 32, 64) for w in (2, 4, 8)]
+    old_f, old_b = dict(tri.FWD_CONFIG), dict(tri.BWD_CONFIG)
+    fwd_ms: dict[str, float] = {}
+    for cfg in grid:
+        tri.FWD_CONFIG.clear()
+        tri.FWD_CONFIG.update(cfg)
+        try:
+            fwd_ms[json.dumps(cfg)] = timed(
+                lambda: rs.ranked_softmax_probs(q, k, scale, ranks), device, reps
+            )
+        except Exception as exc:
+            fwd_ms[json.dumps(cfg)] = f"{type(exc).__name__}: {exc}"
+    best_f = min((v, c) for c, v in fwd_ms.items() if isinstance(v, float))[1]
+    tri.FWD_CONFIG.clear()
+    tri.FWD_CONFIG.update(json.loads(best_f))
+    qg = q.detach().clone().requires_grad_()
+    kg = k.detach().clone().requires_grad_()
+
+    def fwd_bwd() -> None:
+        rs.ranked_softmax_probs(qg, kg, scale, ranks).sum().backward()
+
+    both_ms: dict[str, float] = {}
+    for cfg in grid:
+        tri.BWD_CONFIG.clear()
+        tri.BWD_CONFIG.update(cfg)
+        try:
+            both_ms[json.dumps(cfg)] = timed(fwd_bwd, device, reps)
+        except Exception as exc:
+            both_ms[json.dumps(cfg)] = f"{type(exc).__name__}: {exc}"
+    best_b = min((v, c) for c, v in both_ms.items() if isinstance(v, float))[1]
+    tri.BWD_CONFIG.clear()
+    tri.BWD_CONFIG.update(json.loads(best_b))
+    out.update(
+        forward_ms=fwd_ms, forward_backward_ms=both_ms, best_forward=json.loads(best_f),
+        best_backward=json.loads(best_b), defaults={"forward": old_f, "backward": old_b},
+    )  # fmt: skip
+    _log.info("tune: best forward %s %.4f ms, best backward %s, fwd+bwd %.4f ms",
+              best_f, fwd_ms[best_f], best_b, both_ms[best_b])  # fmt: skip
+
+
 def section_steps(device: torch.device, quick: bool, out: dict) -> None:
     sizes = gs.QUICK if quick else gs.FULL
     batch, steps, rounds = sizes.reg_batch, sizes.steps, sizes.rounds
@@ -290,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
                 section_accuracy(device, sec)
             elif name == "parts":
                 section_parts(device, args.quick, sec)
+            elif name == "tune":
+                section_tune(device, args.quick, sec)
             elif name == "steps":
                 section_steps(device, args.quick, sec)
             elif name == "profile":

@@ -56,7 +56,7 @@ def check(device: str) -> dict:
             ref = full.gather(-1, pos)
             (ref * w.double()).sum().backward()
             tol_p = 1e-5 if dtype == torch.float32 else 1e-5  # S is exact from bf16 inputs
-            err_p = float((p.double() - ref).norm() / ref.norm())
+            err_p = float((p.detach().double() - ref).norm() / ref.norm())
             err_q = float((q.grad.double() - qd.grad).norm() / qd.grad.norm())
             err_k = float((k.grad.double() - kd.grad).norm() / kd.grad.norm())
             # gradients come back in the input dtype: bf16 rounding is 2^-9 relative
@@ -80,6 +80,8 @@ def test_fused_kernels_on_cuda():
 
 def test_fused_kernels_in_the_triton_interpreter():
     pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("compiled on this machine: test_fused_kernels_on_cuda checks them")
     code = textwrap.dedent(
         """
         import sys

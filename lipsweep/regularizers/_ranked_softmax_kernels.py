@@ -79,31 +79,23 @@ def bwd(
         s = scores(q, k, scale, cols, N, IEEE)
         mx = tl.load(MX + g * N + rows, rmask, 0.0)
         inv_z = 1.0 / tl.load(Z + g * N + rows, rmask, 1.0)
-        e = tl.exp(s - mx[:, None])
+        p = tl.exp(s - mx[:, None]) * inv_z[:, None]  # the forward's probabilities
+        # c_r = G_r y_r scattered to its column (repeated ranks share one and add up)
         at = (g * N + rows) * R
-        csum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        cmap = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for r in tl.static_range(R):
             pr = tl.load(POS + at + r, rmask, -1)
-            yr = tl.sum(tl.where(cols[None, :] == pr[:, None], e, 0.0), 1) * inv_z
-            csum += tl.load(GRAD + at + r, rmask, 0.0) * yr
-        ds = e * (-(csum * inv_z))[:, None]
-        for r in tl.static_range(R):
-            pr = tl.load(POS + at + r, rmask, -1)
-            yr = tl.sum(tl.where(cols[None, :] == pr[:, None], e, 0.0), 1) * inv_z
-            own = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            for r2 in tl.static_range(R):
-                p2 = tl.load(POS + at + r2, rmask, -1)
-                y2 = tl.sum(tl.where(cols[None, :] == p2[:, None], e, 0.0), 1) * inv_z
-                c2 = tl.load(GRAD + at + r2, rmask, 0.0) * y2
-                own += tl.where(p2 == pr, c2, 0.0)
-            val = own * (1.0 - yr) - (csum - own) * yr
-            ds = tl.where(cols[None, :] == pr[:, None], val[:, None], ds)
+            gr = tl.load(GRAD + at + r, rmask, 0.0)
+            cmap += tl.where(cols[None, :] == pr[:, None], gr[:, None] * p, 0.0)
+        csum = tl.sum(cmap, 1)
+        # own (1 - p) - p * others at a selected column, -p sum_r c_r elsewhere (own = 0)
+        ds = cmap * (1.0 - p) - (csum[:, None] - cmap) * p
         if IEEE:
             dq = tl.dot(ds, k, input_precision="ieee") * scale
             dk += tl.dot(tl.trans(ds), q, input_precision="ieee")
         else:
-            dq = tl.dot(ds, k) * scale
-            dk += tl.dot(tl.trans(ds), q)
+            dq = tl.dot(ds, k, input_precision="tf32") * scale
+            dk += tl.dot(tl.trans(ds), q, input_precision="tf32")
         dqp = DQ + (g * N + rows[:, None]) * D + dd[None, :]
         tl.store(dqp, dq, qmask)
     dkp = DK + (g * N + cols[:, None]) * D + dd[None, :]

@@ -32,6 +32,11 @@ MAX_TOKENS = 256
 MAX_HEAD_DIM = 128
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
+FWD_CONFIG = {"BLOCK_M": 32, "num_warps": 4}
+"""Rows per block and warps of the forward kernel (benchmarks/bench_jasmin_cuda.py ``tune``)."""
+BWD_CONFIG = {"BLOCK_M": 16, "num_warps": 4}
+"""Rows per block and warps of the backward kernel."""
+
 
 def _pow2(n: int, floor: int = 16) -> int:
     return max(floor, 1 << max(0, n - 1).bit_length())
@@ -86,8 +91,8 @@ def forward(
     probs = torch.empty(g, n, m, device=dev, dtype=torch.float32)
     fwd[(g,)](
         q, k, mx, z, pos, probs, *_launch_args(q, k), float(scale),
-        M=m, BLOCK_M=32, BLOCK_N=_pow2(n), BLOCK_D=_pow2(d),
-        IEEE=q.dtype == torch.float32, num_warps=4,
+        M=m, BLOCK_N=_pow2(n), BLOCK_D=_pow2(d), IEEE=q.dtype == torch.float32,
+        **FWD_CONFIG,
     )  # fmt: skip
     return probs, pos, mx, z
 
@@ -110,7 +115,7 @@ def backward(
     dk = torch.empty_like(dq)
     bwd[(g,)](
         q, k, mx, z, pos.contiguous(), grad.contiguous(), dq, dk, *_launch_args(q, k),
-        float(scale), R=r, BLOCK_M=16, BLOCK_N=_pow2(n), BLOCK_D=_pow2(d),
-        IEEE=q.dtype == torch.float32, num_warps=4,
+        float(scale), R=r, BLOCK_N=_pow2(n), BLOCK_D=_pow2(d),
+        IEEE=q.dtype == torch.float32, **BWD_CONFIG,
     )  # fmt: skip
     return dq, dk
