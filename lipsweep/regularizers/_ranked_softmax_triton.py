@@ -32,7 +32,7 @@ MAX_TOKENS = 256
 MAX_HEAD_DIM = 128
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-FWD_CONFIG = {"BLOCK_M": 32, "num_warps": 4}
+FWD_CONFIG = {"BLOCK_M": 16, "num_warps": 2}
 """Rows per block and warps of the forward kernel (benchmarks/bench_jasmin_cuda.py ``tune``)."""
 BWD_CONFIG = {"BLOCK_M": 16, "num_warps": 4}
 """Rows per block and warps of the backward kernel."""
