@@ -255,6 +255,17 @@ def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
     assert "Placement:" not in gpu_report.report(data)  # a CPU run has no verdict
 
 
+def test_gpu_report_renders_the_kept_h100_run() -> None:
+    """The session-9 H100 JSON (docs/benchmarks.md's GPU figures) still renders, device named,
+    with the projection docs/benchmarks.md quotes and the placement verdict a GPU run gets."""
+    gpu_report = _bench_module("gpu_report")
+    data = json.loads((ROOT / "benchmarks" / "gpu_suite_h100.json").read_text())
+    text = gpu_report.report(data)
+    assert "Device: **NVIDIA H100 80GB HBM3**" in text
+    assert "**0.246 h**" in text and "Placement: the CPU is 3.46x faster" in text
+    assert "| jasmin_k10_mean | 127.88 | 1.955 |" in text and "rc 0" in text
+
+
 @pytest.mark.parametrize(
     ("svd", "ritz", "words"),
     [
