@@ -268,7 +268,8 @@ def test_a_run_ends_only_after_its_artifacts_and_a_lost_folder_is_loud(tmp_path,
     parent = tr.open_parent("dir", "exp", {})
     a, b, c = (tr.open_child(parent, t, t, {}) for t in "abc")
     src = _final_folder(tmp_path / "src", "a")
-    tr.log_artifacts_later(a, f"file://{src}", [("model.safetensors", "checkpoint")])
+    items = [("model.safetensors", "checkpoint"), ("artifacts", "lipschitz")]
+    tr.log_artifacts_later(a, f"file://{src}", items, move=["artifacts"])
     tr.end(a, "FINISHED")
     tr.end(b, "FINISHED")
     assert gated.started.wait(10)
@@ -276,11 +277,16 @@ def test_a_run_ends_only_after_its_artifacts_and_a_lost_folder_is_loud(tmp_path,
     assert tr.flush(timeout_s=0.5) == 2  # the upload and a's end; b ended
     status = {r.info.run_id: r.info.status for r in client(uri).runs()}
     assert (status[a], status[b]) == ("RUNNING", "FINISHED")
+    assert (src / "artifacts" / "lipschitz.npz").is_file()  # kept until the upload lands
     gated.gate.set()
     assert tr.flush(timeout_s=30) == 0
     assert client(uri).get_run(a).info.status == "FINISHED"
     dl = client(uri).download_artifacts(a, "checkpoint", tmp_path / "dl")
     assert _sha(dl / "model.safetensors") == _sha(src / "model.safetensors")
+    # moved: in MLflow once, gone from the source (issue 27 item 6); the rest stays
+    assert not (src / "artifacts").exists() and (src / "model.safetensors").is_file()
+    lip = client(uri).download_artifacts(a, "lipschitz", tmp_path / "dl2")
+    assert (Path(lip) / "lipschitz.npz").stat().st_size == 1024
 
     tr.log_artifacts_later(c, str(tmp_path / "gone"), [("model.safetensors", "checkpoint")])
     tr.end(c, "FINISHED")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from _sweep_helpers import (
@@ -73,6 +74,13 @@ def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
         arts = {a.path for a in c.list_artifacts(r.info.run_id)}
         assert {"checkpoint", "lipschitz"} <= arts
         assert "lipsweep.trial.checkpoint" in r.data.tags
+        # the per-row arrays travel to the driver in the final checkpoint and are stored
+        # once, in MLflow: the copy in Tune's storage is gone once the upload landed
+        final = Path(r.data.tags["lipsweep.trial.checkpoint"])
+        assert (final / "model.safetensors").is_file()
+        assert not (final / "artifacts").exists(), sorted(p.name for p in final.iterdir())
+        lip = {a.path for a in c.list_artifacts(r.info.run_id, "lipschitz")}
+        assert "lipschitz/lipschitz.npz" in lip, lip
     regs = sorted(r.data.params["regularizer"] for r in kids)
     assert regs == ["jasmin", "jasmin", "none", "specformer"]
     assert "jasmin k=10" in proc.stderr  # one console line per trial event

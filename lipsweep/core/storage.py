@@ -112,6 +112,31 @@ def write_text(path: str, text: str) -> None:
     write_atomic(local_path(path), text)
 
 
+def remove_entries(source: str, names: Iterable[str]) -> None:
+    """Delete the entries ``names`` (files or folders) of the folder ``source``, a local path or
+    a pyarrow-readable URI; entries that do not exist are skipped."""
+    if not is_remote(source):
+        import shutil
+
+        for name in names:
+            path = local_path(source) / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        return
+    import pyarrow.fs as pafs
+
+    fs, base = pafs.FileSystem.from_uri(source)
+    for name in names:
+        target = f"{base.rstrip('/')}/{name}"
+        kind = fs.get_file_info(target).type
+        if kind == pafs.FileType.Directory:
+            fs.delete_dir(target)
+        elif kind == pafs.FileType.File:
+            fs.delete_file(target)
+
+
 @contextmanager
 def local_folder(source: str, names: Iterable[str]) -> Iterator[Path]:
     """A local folder holding the entries ``names`` (files or folders) of the folder ``source``:

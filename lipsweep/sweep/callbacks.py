@@ -74,6 +74,9 @@ CHECKPOINT_ARTIFACTS = (
     ("metrics.json", "checkpoint"),
 )
 """What a finished trial's final checkpoint folder gives its MLflow run: (entry, artifact path)."""
+MOVED_ARTIFACTS = ("artifacts",)
+"""Entries of the final checkpoint that only travel in it (the Lipschitz per-row arrays, up to
+750 MB on a ViT-B split): removed from Tune's storage once MLflow has them (issue 27 item 6)."""
 
 
 def epoch_metrics(values: dict[str, Any]) -> dict[str, float]:
@@ -254,7 +257,9 @@ class MlflowSweepCallback(Callback):
         if ckpt is None:
             return
         self.tracker.set_tags(run_id, {TAG_CHECKPOINT: ckpt.path})
-        self.tracker.log_artifacts_later(run_id, checkpoint_uri(ckpt), CHECKPOINT_ARTIFACTS)
+        self.tracker.log_artifacts_later(
+            run_id, checkpoint_uri(ckpt), CHECKPOINT_ARTIFACTS, move=MOVED_ARTIFACTS
+        )
 
 
 def checkpoint_uri(ckpt) -> str:

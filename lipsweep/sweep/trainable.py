@@ -11,7 +11,9 @@ an epoch twice or skips one; with more, it repeats the epochs after its last che
 The last epoch is reported without a checkpoint: its checkpoint (the weights, ~690 MB for
 ViT-B with SGD momentum) travels once, in the final report, which carries the evaluation
 metrics, ``lipsweep_final = 1``, and a checkpoint folder holding the weights, ``config.json``,
-``metrics.json`` and the Lipschitz artifacts, which the driver copies into MLflow. (A failure
+``metrics.json`` and the Lipschitz artifacts, which the driver copies into MLflow and then
+removes from Tune's storage (they are stored once, in MLflow; the checkpoint keeps the
+weights, config and metrics). (A failure
 during the final evaluation therefore retrains the epochs after the last uploaded checkpoint.)
 
 A deterministic failure (a non-finite loss, a configuration error such as a missing remote

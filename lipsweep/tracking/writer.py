@@ -134,19 +134,25 @@ class Tracker(TrackingReader):
 
     # -- artifacts off the caller's thread ----------------------------------------------------
     def log_artifacts_later(
-        self, run_id: str, source: str, items: Iterable[tuple[str, str]]
+        self,
+        run_id: str,
+        source: str,
+        items: Iterable[tuple[str, str]],
+        move: Iterable[str] = (),
     ) -> None:
         """Upload entries of the folder ``source`` (a local path or a storage URI such as
         ``s3://...``) to the run: each ``(name, artifact_path)``, a file or a folder; missing
         entries are skipped. With ``buffer_writes`` this returns at once: a background thread
         uploads (in order, retrying through an outage), and every later write to the run waits
         until the upload has landed, so the run ends only once its artifacts are in. Without,
-        it uploads now."""
+        it uploads now. The entries named in ``move`` are deleted from ``source`` once the
+        whole upload has landed (a failed delete is logged, not retried: the upload stands)."""
         record = {
             "op": "log_artifacts",
             "run_id": run_id,
             "source": source,
             "items": [[name, art] for name, art in items],
+            "move": list(move),
         }
         if not self.buffer_writes:
             self._call("log_artifacts", lambda: self._apply(record))
@@ -184,6 +190,18 @@ class Tracker(TrackingReader):
                     client.log_artifacts(run_id, str(path), artifact_path)
                 elif path.is_file():
                     client.log_artifact(run_id, str(path), artifact_path)
+        if record.get("move"):
+            from lipsweep.core.storage import remove_entries
+
+            try:
+                remove_entries(record["source"], record["move"])
+            except OSError as err:  # the artifacts are in MLflow; a leftover copy costs storage
+                _log.warning(
+                    "uploaded, but could not remove %s from %s: %s",
+                    ", ".join(record["move"]),
+                    redact_uri(record["source"]),
+                    err,
+                )
 
     def poll(self) -> None:
         """Queue the writes held behind uploads that have landed since the last call; an
