@@ -419,7 +419,7 @@ def test_fast_gradient_at_an_exact_tie_is_a_valid_selections_gradient(k, dtype):
 def test_fast_gradient_on_peaked_rows_is_as_accurate_as_float32_autograd(offset, k):
     """Issue 32: peaked rows (top score 12 above the rest, all scores shifted by ``offset``),
     65 tokens, head dim 64 (N = 64 here: d >= N for the construction). Against float64
-    autograd, the float32 fast gradient's relative error must be no worse than that of plain
+    autograd, the float32 fast gradient's relative error must be within 2x of that of plain
     float32 autograd through softmax (the old backward, p = exp(s - lse) with a float32 lse,
     was 10-40 times worse)."""
     scores = spaced_scores(2, 4, 64, step=0.3, top_gap=12.0, offset=offset, seed=2)
@@ -434,7 +434,9 @@ def test_fast_gradient_on_peaked_rows_is_as_accurate_as_float32_autograd(offset,
     fast = torch.autograd.grad(jasmin_penalty_from_qk([(q, kk, scale)], k, "mean"), (q, kk))
     err_fast, err_plain = flat_rel_err(fast, want), flat_rel_err(plain, want)
     assert err_plain > 1e-5  # the rows are peaked enough to cost float32 digits
-    assert err_fast <= 1.25 * err_plain, (err_fast, err_plain)
+    # 2x, not 1x: the two float32 paths sum in different orders, and one config measured
+    # 1.24x on one CPU's kernels; the defect this guards against was 10-40x
+    assert err_fast <= 2.0 * err_plain, (err_fast, err_plain)
 
 
 # ------------------------------------------------------------------ finiteness at the edges
