@@ -16,6 +16,15 @@ def scores(q, k, scale, cols, n, IEEE: tl.constexpr):
 
 
 @triton.jit
+def load_rows(X, b, h, sb, sh, sn, sd, rows, dd, N, D):
+    """Rows ``rows`` of the (N, D) matrix of sample b, head h (zero past N and D), float32."""
+    mask = (rows[:, None] < N) & (dd[None, :] < D)
+    return tl.load(X + b * sb + h * sh + rows[:, None] * sn + dd[None, :] * sd, mask, 0.0).to(
+        tl.float32
+    )
+
+
+@triton.jit
 def fwd(
     Q, K, MX, Z, POS, P,
     sqb, sqh, sqn, sqd, skb, skh, skn, skd,
@@ -28,15 +37,11 @@ def fwd(
     h = g % H
     cols = tl.arange(0, BLOCK_N)
     dd = tl.arange(0, BLOCK_D)
-    kmask = (cols[:, None] < N) & (dd[None, :] < D)
-    kp = K + b * skb + h * skh + cols[:, None] * skn + dd[None, :] * skd
-    k = tl.load(kp, kmask, 0.0).to(tl.float32)
+    k = load_rows(K, b, h, skb, skh, skn, skd, cols, dd, N, D)
     for start in range(0, N, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
         rmask = rows < N
-        qmask = rmask[:, None] & (dd[None, :] < D)
-        qp = Q + b * sqb + h * sqh + rows[:, None] * sqn + dd[None, :] * sqd
-        q = tl.load(qp, qmask, 0.0).to(tl.float32)
+        q = load_rows(Q, b, h, sqb, sqh, sqn, sqd, rows, dd, N, D)
         s = scores(q, k, scale, cols, N, IEEE)
         mx = tl.max(s, 1)
         e = tl.exp(s - mx[:, None])
@@ -66,16 +71,12 @@ def bwd(
     h = g % H
     cols = tl.arange(0, BLOCK_N)
     dd = tl.arange(0, BLOCK_D)
-    kmask = (cols[:, None] < N) & (dd[None, :] < D)
-    kp = K + b * skb + h * skh + cols[:, None] * skn + dd[None, :] * skd
-    k = tl.load(kp, kmask, 0.0).to(tl.float32)
+    k = load_rows(K, b, h, skb, skh, skn, skd, cols, dd, N, D)
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     for start in range(0, N, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
         rmask = rows < N
-        qmask = rmask[:, None] & (dd[None, :] < D)
-        qp = Q + b * sqb + h * sqh + rows[:, None] * sqn + dd[None, :] * sqd
-        q = tl.load(qp, qmask, 0.0).to(tl.float32)
+        q = load_rows(Q, b, h, sqb, sqh, sqn, sqd, rows, dd, N, D)
         s = scores(q, k, scale, cols, N, IEEE)
         mx = tl.load(MX + g * N + rows, rmask, 0.0)
         inv_z = 1.0 / tl.load(Z + g * N + rows, rmask, 1.0)
@@ -97,6 +98,6 @@ def bwd(
             dq = tl.dot(ds, k, input_precision="tf32") * scale
             dk += tl.dot(tl.trans(ds), q, input_precision="tf32")
         dqp = DQ + (g * N + rows[:, None]) * D + dd[None, :]
-        tl.store(dqp, dq, qmask)
+        tl.store(dqp, dq, rmask[:, None] & (dd[None, :] < D))
     dkp = DK + (g * N + cols[:, None]) * D + dd[None, :]
-    tl.store(dkp, dk * scale, kmask)
+    tl.store(dkp, dk * scale, (cols[:, None] < N) & (dd[None, :] < D))
