@@ -32,7 +32,7 @@ ties get distinct positions), taking ``amax`` r times and knocking the winner ou
 its flat index: one vectorised pass per rank.
 Elsewhere (CUDA, float64) ``topk`` on E is used. Both rank p itself, as the paper does.
 
-On CUDA (float32, bfloat16, float16; N <= 256, head dim <= 128) the whole forward and backward
+On CUDA (float32, bfloat16, float16; N <= 128, head dim <= 64) the whole forward and backward
 run instead in the fused Triton kernels of :mod:`._ranked_softmax_triton`: the same values and
 the same backward formula, with S kept in registers (on an H100 a JaSMin step went from 1.95x
 to 1.26x the baseline; docs/benchmarks.md, "JaSMin on the GPU").

@@ -15,7 +15,7 @@ others; every other entry -p sum_r c_r), and dq = scale dS k, dk = scale dS^T q,
 summed over the row blocks inside the program (no atomics).
 
 Used by :class:`._ranked_softmax._RankedSoftmax` for CUDA tensors of float32, bfloat16 or
-float16 with N <= 256 and head dim <= 128 when Triton imports (torch's CUDA wheels bring it);
+float16 with N <= 128 and head dim <= 64 when Triton imports (torch's CUDA wheels bring it);
 else the unfused path. The kernels are defined on first use, so importing this module needs
 no Triton. ``TRITON_INTERPRET=1`` runs them on CPU tensors (tests/test_ranked_softmax_triton.py).
 """
@@ -28,8 +28,11 @@ from typing import Any
 
 import torch
 
-MAX_TOKENS = 256
-MAX_HEAD_DIM = 128
+MAX_TOKENS = 128
+"""Largest N served (one tile of 128 key columns): the shapes measured on the H100 (N = 65,
+d = 64). Longer sequences (224 px / patch 16: N = 197) keep the unfused path until a GPU
+session measures the kernels' register use there."""
+MAX_HEAD_DIM = 64
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 FWD_CONFIG = {"BLOCK_M": 16, "num_warps": 2}
