@@ -253,6 +253,8 @@ def _read_config(folder: Path) -> tuple[Path, dict[str, Any]]:
 def _check_config(path: Path, config: dict[str, Any]) -> tuple[str, dict[str, Any], tuple, tuple]:
     """(model name, timm kwargs, mean, std) of a config.json, each checked: only lipsweep's
     own ViT family with its own keyword arguments, built locally (never from the network)."""
+    from timm.models import split_model_name_tag
+
     from lipsweep.trial.models import ModelConfig, list_vit_models
 
     if config.get("format") != "lipsweep-export/1":
@@ -263,7 +265,9 @@ def _check_config(path: Path, config: dict[str, Any]) -> tuple[str, dict[str, An
     if not isinstance(spec, dict) or not isinstance(spec.get("kwargs"), dict):
         raise ExportError(path, "timm", "must be an object with model_name and kwargs")
     name, kwargs = spec.get("model_name"), spec["kwargs"]
-    if not isinstance(name, str) or name not in list_vit_models():
+    # a pretrained tag (``vit_base_patch16_224.orig_in21k_ft_in1k``) names the weights the
+    # trial started from, not the architecture: the export's own weights replace them
+    if not isinstance(name, str) or split_model_name_tag(name)[0] not in list_vit_models():
         raise ExportError(
             path,
             "timm.model_name",
