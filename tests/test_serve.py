@@ -81,7 +81,10 @@ def _images(n: int = 4) -> torch.Tensor:
 
 
 def test_export_keeps_a_non_default_normalization(tracked, tmp_path):
-    """CIFAR mean/std (not 0.5/0.5): the export reproduces the ORIGINAL model's logits."""
+    """CIFAR mean/std (not 0.5/0.5): the export reproduces the ORIGINAL model's logits, through
+    lipsweep and through timm alone."""
+    import timm
+
     import lipsweep
     from lipsweep.decide.commands import export_run
 
@@ -93,6 +96,13 @@ def test_export_keeps_a_non_default_normalization(tracked, tmp_path):
     x = _images()
     with torch.no_grad():
         assert torch.allclose(lipsweep.load_exported(out)(x), original(x), atol=1e-5, rtol=0)
+    # timm alone opens the same folder; its pretrained_cfg carries the CIFAR mean/std
+    net = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
+    data = timm.data.resolve_model_data_config(net)
+    assert data["mean"] == pytest.approx(original.mean.flatten().tolist())
+    mean, std = (torch.tensor(data[k]).view(1, 3, 1, 1) for k in ("mean", "std"))
+    with torch.no_grad():
+        assert torch.allclose(net((x - mean) / std), original(x), atol=1e-5, rtol=0)
 
 
 def test_writer_tags_kind_version_commit_and_dataset_input(tracked):
@@ -141,11 +151,15 @@ def test_registered_pyfunc_predicts_the_exported_logits(registered):
     import mlflow.pyfunc
 
     import lipsweep
+    from lipsweep.decide.export import card_body
 
     tracker, out, version = registered
     assert version == "1"
     mv = tracker.model_version_by_alias("tiny-vit", "champion")
-    assert str(mv.version) == "1" and mv.description == (out / "README.md").read_text()
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\n")  # the Hugging Face header: not in MLflow's description
+    assert str(mv.version) == "1" and mv.description == card_body(card)
+    assert mv.description.startswith("# vit_tiny_patch16_224")
     model_dir = tracker.download_artifacts(mv.run_id, "model", out.parent)
     assert (model_dir / "MLmodel").is_file() and not list(model_dir.rglob("*.pkl"))
     assert "python_model.pkl" not in (model_dir / "MLmodel").read_text()

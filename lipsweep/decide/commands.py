@@ -395,9 +395,10 @@ CHAMPION = "champion"
 def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> str:
     """Log the export as an MLflow pyfunc model (``model/`` of the run, see
     :func:`lipsweep.tracking.model.save_pyfunc_model`) and register it as a new version of ``name``,
-    aliased :data:`CHAMPION`, with the export's model card as its description. Returns the
+    aliased :data:`CHAMPION`, with the export's model card (less its Hugging Face YAML
+    header) as its description. Returns the
     version: ``mlflow.pyfunc.load_model("models:/NAME@champion")`` predicts logits."""
-    from lipsweep.decide.export import model_io
+    from lipsweep.decide.export import card_body, model_io
     from lipsweep.tracking.model import save_pyfunc_model
 
     io = model_io(folder)
@@ -408,6 +409,7 @@ def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> s
         tracker.log_artifacts(run_id, model_dir, "model")
     source = f"runs:/{run_id}/model"
     card = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""
+    card = card_body(card)
     version = tracker.register_model_version(name, source, run_id, description=card, alias=CHAMPION)
     _log.info("registered %s version %s (alias %s) from %s", name, version, CHAMPION, source)
     return version

@@ -1,9 +1,15 @@
 """Self-describing model exports: ``model.safetensors`` + ``config.json`` + ``metrics.json``.
 
-An export folder rebuilds with timm alone (``config.json["timm"]`` holds the architecture name
-and the keyword arguments of ``timm.create_model``; ``config.json["normalization"]`` the
-pixel mean/std), and :func:`load_exported` returns the model in eval mode mapping [0, 1]
-pixels to logits (docs/contract.md). Nothing is unpickled: weights are safetensors, the rest JSON.
+An export folder opens with timm alone, ``timm.create_model("local-dir:EXPORT",
+pretrained=True)``: config.json holds the keys timm's loader reads (``architecture``,
+``num_classes``, ``model_args``, ``pretrained_cfg`` with mean/std and input size) next to
+lipsweep's own record (``format``, ``timm``: the ``create_model`` arguments,
+``normalization``: the pixel mean/std, ``trial_config``, ``source``), and both readers take
+the one ``model.safetensors`` (the timm network's own state dict). :func:`load_exported`
+returns the model in eval mode mapping [0, 1] pixels to logits (docs/contract.md); timm's
+model takes pixels normalised with ``pretrained_cfg``'s mean/std and gives the same logits.
+The ``README.md`` model card carries the Hugging Face Hub's YAML header (``model-index``).
+Nothing is unpickled: weights are safetensors, the rest JSON.
 The folder is written to a temporary sibling and swapped into place, so a failed export never
 leaves a half-written folder nor loses the previous one; ``--force`` replaces only a folder
 marked as a previous export (:data:`MARKER`). :func:`load_exported` does not trust the folder
@@ -21,12 +27,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load as safetensors_load
 from safetensors.torch import save_file
 
 from lipsweep.core.config_base import ConfigError, UsageError, from_mapping, show
-from lipsweep.core.metric_names import SPEC_METRICS
+from lipsweep.core.metric_names import ACC_PREFIX, SPEC_METRICS
 from lipsweep.core.paths import (
     check_folder,
     check_replaceable,
@@ -55,19 +62,107 @@ def timm_spec(flat: dict[str, Any]) -> dict[str, Any]:
     return {"model_name": flat["model"], "kwargs": kwargs}
 
 
+TIMM_HUB_KEYS = ("architecture", "num_classes", "model_args", "pretrained_cfg")
+"""The top-level keys of config.json that timm's loader reads (``local-dir:``/``hf-hub:``);
+it ignores every other key, so lipsweep's own record sits beside them in the same file."""
+
+
+def timm_hub_config(
+    spec: dict[str, Any], mean: tuple[float, ...], std: tuple[float, ...]
+) -> dict[str, Any]:
+    """What ``timm.create_model("local-dir:EXPORT", pretrained=True)`` reads from config.json
+    (timm's ``_parse_model_cfg``): the architecture without its pretrained tag, the same
+    ``create_model`` arguments as ``spec`` (:func:`timm_spec`), and a ``pretrained_cfg`` (only
+    ``PretrainedCfg`` fields) whose mean/std/input size are the trial's, so timm's
+    ``resolve_model_data_config`` + ``create_transform`` give the model its inputs. A trial
+    sees its images whole at ``img_size`` (no resize, no crop): ``crop_pct`` 1."""
+    from timm.models import split_model_name_tag
+
+    kwargs = spec["kwargs"]
+    size = kwargs.get("img_size", 224)
+    num_classes = kwargs.get("num_classes", 1000)
+    return {
+        "architecture": split_model_name_tag(spec["model_name"])[0],
+        "num_classes": num_classes,
+        "model_args": dict(kwargs),
+        "pretrained_cfg": {
+            "input_size": [3, size, size],
+            "fixed_input_size": True,
+            "interpolation": "bicubic",
+            "crop_pct": 1.0,
+            "crop_mode": "center",
+            "mean": list(mean),
+            "std": list(std),
+            "num_classes": num_classes,
+            "first_conv": "patch_embed.proj",
+            "classifier": "head",
+        },
+    }
+
+
 def build_config_json(
     flat: dict[str, Any], mean: tuple[float, ...], std: tuple[float, ...], source: dict[str, Any]
 ) -> dict[str, Any]:
+    """config.json of an export: timm's keys (:func:`timm_hub_config`) and lipsweep's own
+    (``format``, ``timm``, ``normalization``, ``trial_config``, ``source``) side by side."""
+    spec = timm_spec(flat)
     return {
+        **timm_hub_config(spec, mean, std),
         "format": "lipsweep-export/1",
-        "timm": timm_spec(flat),
+        "timm": spec,
         "normalization": {"mean": list(mean), "std": list(std), "input_range": [0.0, 1.0]},
         "trial_config": flat,
         "source": source,
     }
 
 
+def _card_metadata(config: dict[str, Any], metrics: dict[str, float]) -> dict[str, Any]:
+    """The card's YAML header as the Hugging Face Hub reads it: library, task and the
+    ``model-index`` results (one per metric of the card's table, named as in MLflow; the
+    accuracies are ``type: accuracy`` in percent). Written, never pushed."""
+    flat = config["trial_config"]
+    dataset = str(flat.get("dataset"))
+    results = [
+        {
+            "name": k,
+            "type": "accuracy" if k.startswith(ACC_PREFIX) else k,
+            "value": float(metrics[k]),
+        }
+        for k in SPEC_METRICS
+        if k in metrics and math.isfinite(metrics[k])
+    ]
+    header: dict[str, Any] = {
+        "library_name": "timm",
+        "pipeline_tag": "image-classification",
+        "tags": ["image-classification", "timm", "lipsweep", "adversarial-robustness"],
+    }
+    if results:
+        header["model-index"] = [
+            {
+                "name": str(config["source"].get("run_name") or config["timm"]["model_name"]),
+                "results": [
+                    {
+                        "task": {"type": "image-classification", "name": "Image Classification"},
+                        "dataset": {"name": dataset, "type": dataset, "split": "test"},
+                        "metrics": results,
+                    }
+                ],
+            }
+        ]
+    return header
+
+
+def card_body(card: str) -> str:
+    """A model card without its YAML header (for where Markdown is shown as such: MLflow's
+    model version description)."""
+    if not card.startswith("---\n"):
+        return card
+    _, sep, body = card[len("---\n") :].partition("\n---\n")
+    return body.lstrip("\n") if sep else card
+
+
 def _model_card(config: dict[str, Any], metrics: dict[str, float]) -> str:
+    header = yaml.safe_dump(_card_metadata(config, metrics), sort_keys=False, allow_unicode=True)
     src = config["source"]
     flat = config["trial_config"]
     rows = "\n".join(f"| `{k}` | {metrics[k]:.4g} |" for k in SPEC_METRICS if k in metrics)
@@ -77,7 +172,10 @@ def _model_card(config: dict[str, Any], metrics: dict[str, float]) -> str:
     reg_params = ", ".join(f"{k}={flat[k]}" for k in shown if k in flat)
     t = config["timm"]
     kwargs = "".join(f", {k}={v!r}" for k, v in t["kwargs"].items())  # Python, not JSON
-    return f"""# {t["model_name"]} — {reg}{f" ({reg_params})" if reg_params else ""}
+    return f"""---
+{header}---
+
+# {t["model_name"]} — {reg}{f" ({reg_params})" if reg_params else ""}
 
 Exported by lipsweep from MLflow run `{src.get("run_id", "?")}` of experiment
 `{src.get("experiment", "?")}` (tracking URI `{src.get("tracking_uri", "?")}`), selected by
@@ -86,7 +184,8 @@ Exported by lipsweep from MLflow run `{src.get("run_id", "?")}` of experiment
 - Architecture: `timm.create_model({t["model_name"]!r}{kwargs})`
 - Input: RGB pixels in [0, 1], {flat.get("img_size")}x{flat.get("img_size")}; normalisation
   (mean {config["normalization"]["mean"]}, std {config["normalization"]["std"]}) is applied by
-  the loader's wrapper.
+  the loader's wrapper. timm alone opens this folder too (`local-dir:`, below): its model
+  takes the normalised pixels (config.json's `pretrained_cfg`) and gives the same logits.
 - Data: `{flat.get("dataset")}`; {flat.get("epochs")} epochs, {flat.get("optimizer")} lr
   {flat.get("lr")}, batch {flat.get("batch_size")}, seed {flat.get("seed")}.
 
@@ -101,6 +200,10 @@ images (`lip_jacobian_tokens_*`: w.r.t. the token embeddings, the paper's Fig. 4
 ```python
 import lipsweep
 model = lipsweep.load_exported("{"<this folder>"}")   # eval mode, [0, 1] pixels -> logits
+
+import timm  # or timm alone: the same network, on normalised pixels the same logits
+net = timm.create_model("local-dir:{"<this folder>"}", pretrained=True).eval()
+transform = timm.data.create_transform(**timm.data.resolve_model_data_config(net))
 ```
 """
 
@@ -253,6 +356,8 @@ def _read_config(folder: Path) -> tuple[Path, dict[str, Any]]:
 def _check_config(path: Path, config: dict[str, Any]) -> tuple[str, dict[str, Any], tuple, tuple]:
     """(model name, timm kwargs, mean, std) of a config.json, each checked: only lipsweep's
     own ViT family with its own keyword arguments, built locally (never from the network)."""
+    from timm.models import split_model_name_tag
+
     from lipsweep.trial.models import ModelConfig, list_vit_models
 
     if config.get("format") != "lipsweep-export/1":
@@ -263,7 +368,9 @@ def _check_config(path: Path, config: dict[str, Any]) -> tuple[str, dict[str, An
     if not isinstance(spec, dict) or not isinstance(spec.get("kwargs"), dict):
         raise ExportError(path, "timm", "must be an object with model_name and kwargs")
     name, kwargs = spec.get("model_name"), spec["kwargs"]
-    if not isinstance(name, str) or name not in list_vit_models():
+    # a pretrained tag (``vit_base_patch16_224.orig_in21k_ft_in1k``) names the weights the
+    # trial started from, not the architecture: the export's own weights replace them
+    if not isinstance(name, str) or split_model_name_tag(name)[0] not in list_vit_models():
         raise ExportError(
             path,
             "timm.model_name",
@@ -300,6 +407,37 @@ def _check_config(path: Path, config: dict[str, Any]) -> tuple[str, dict[str, An
         raise ExportError(path, "normalization.std", f"must be > 0, got {norm['std']}")
     kept = {k: getattr(cfg, k) for k in TIMM_KWARGS if k in kwargs}
     return cfg.model, kept, tuple(norm["mean"]), tuple(norm["std"])
+
+
+def _check_timm_keys(path: Path, config: dict[str, Any]) -> None:
+    """Refuse a config.json whose timm keys (:data:`TIMM_HUB_KEYS`) build another network, or
+    normalise otherwise, than lipsweep's own keys: timm and :func:`load_exported` would give
+    different logits. An export written before timm's keys (none of them) passes."""
+    if not any(k in config for k in TIMM_HUB_KEYS):
+        return
+    norm = config["normalization"]
+    want = timm_hub_config(config["timm"], norm["mean"], norm["std"])
+    pcfg = config.get("pretrained_cfg")
+    pcfg = pcfg if isinstance(pcfg, dict) else {}
+    args = config.get("model_args")
+    args = args if isinstance(args, dict) else {}
+    pairs = [
+        ("architecture", config.get("architecture"), want["architecture"]),
+        ("num_classes", config.get("num_classes"), want["num_classes"]),
+        *(
+            (f"model_args.{k}", args.get(k), want["model_args"].get(k))
+            for k in sorted({*map(str, args), *want["model_args"]})
+        ),
+        *((f"pretrained_cfg.{k}", pcfg.get(k), want["pretrained_cfg"][k]) for k in ("mean", "std")),
+    ]
+    for field, got, expected in pairs:
+        if got != expected or type(got) is not type(expected):
+            raise ExportError(
+                path,
+                field[:60],
+                f"{show(got)} disagrees with {show(expected)}, what lipsweep's keys (timm, "
+                "normalization) give: timm would build or feed another model than load_exported",
+            )
 
 
 def _read_weights(folder: Path, expected: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
@@ -359,6 +497,7 @@ def load_exported(
         )
     cfg_path, config = _read_config(folder)
     name, kwargs, mean, std = _check_config(cfg_path, config)
+    _check_timm_keys(cfg_path, config)
     try:
         with torch.device("meta"):  # shapes only: nothing is allocated
             shapes = {
