@@ -8,38 +8,31 @@ offending field or flag; configuration is validated before anything is started o
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import logging
-import os
-import shutil
 import sys
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from lipsweep import __version__
+from lipsweep.api._train import TRAIN_MARKER
+from lipsweep.api.options import TRAIN_OUT, default_ray_address, default_tracking_uri
 from lipsweep.core.config_base import ConfigError, UsageError
-from lipsweep.core.paths import (
-    check_folder,
-    check_replaceable,
-    write_atomic,
-)
 from lipsweep.core.redact import redact_uri
+
+if TYPE_CHECKING:
+    from lipsweep.api import ExportResult, ParetoResult, SweepResult
 
 _log = logging.getLogger("lipsweep")
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
-TRAIN_OUT = "runs/train"
-TRAIN_MARKER = ".lipsweep-train"
-"""Written into every folder `lipsweep train` creates; ``--overwrite`` deletes only such a one."""
-TRAIN_WHAT = "a folder `lipsweep train` made"
 
 
 def _add_tracking(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tracking-uri",
-        default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI),
+        default=default_tracking_uri(),
         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or a SQLite store "
         "mlflow.db in the working folder)",
     )
@@ -147,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--ray-address",
-        default=os.environ.get("RAY_ADDRESS"),
+        default=default_ray_address(),
         help="connect to this Ray cluster (default: $RAY_ADDRESS or a local one)",
     )
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance")
@@ -340,136 +333,156 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options(cls: type, args: argparse.Namespace) -> Any:
+    """The command's options dataclass from its parsed flags (a field per flag, same name)."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    from lipsweep.settings.config import TrialConfig, parse_override, settings_help
+    from lipsweep import api
 
     if args.help_settings:
-        sys.stdout.write(settings_help() + "\n")
+        from lipsweep.settings.config import settings_help
+
+        _out(settings_help())
         return 0
-    overrides = dict(parse_override(o) for o in args.overrides)
-    if args.config:
-        cfg = TrialConfig.from_yaml(args.config, overrides)
-    else:
-        cfg = TrialConfig.from_flat(overrides, source="--set")
-    cfg.model.validate_name()
-    out = check_folder("--out", args.out, make_parents=args.out == TRAIN_OUT)
-    if args.overwrite:
-        check_replaceable("--out", out, TRAIN_MARKER, TRAIN_WHAT)
-    check_out_config(out, cfg.to_flat(), args.overwrite)
-    from lipsweep.trial.data_remote import cache_root, fetch_prepared, is_uri
-
-    remote = is_uri(cfg.data.data_dir)
-    if remote:
-        cache_root()  # $LIPSWEEP_DATA_CACHE checked before the manifest is read
-    from lipsweep.trial.device import choose_device
-
-    choose_device(cfg.run.device)  # device: cuda without CUDA exits 2 here; logs the choice
-    if remote:  # a missing remote dataset exits 2 before anything is written
-        fetch_prepared(cfg.data.data_dir, cfg.data.dataset)
-    from lipsweep.trial.run import run_trial
-
-    _log.info(
-        "training %s on %s, regularizer %s, %d epochs -> %s",
-        cfg.model.model,
-        cfg.data.dataset,
-        cfg.regularizer.regularizer,
-        cfg.optim.epochs,
-        out,
-    )
-    prepare_out(out, cfg.to_json(), args.overwrite)
-    result = run_trial(cfg, out)
+    result = api.train(_options(api.TrainOptions, args))
     from lipsweep.core.metric_names import SUMMARY_METRICS
 
     keys = [k for k in SUMMARY_METRICS if k in result.metrics]
-    sys.stdout.write("  ".join(f"{k}={result.metrics[k]:.2f}" for k in keys) + "\n")
-    sys.stdout.write(f"metrics: {out / 'metrics.json'}\n")
+    _out("  ".join(f"{k}={result.metrics[k]:.2f}" for k in keys))
+    _out(f"metrics: {result.metrics_file}")
     return 0
 
 
-def check_out_config(out: Path, flat: dict, overwrite: bool) -> None:
-    """Refuse to resume into ``out`` if it holds a run of a different config (unless
-    ``overwrite``): its checkpoint would silently be trained or evaluated under this one.
-    The checkpoints carry their config's hash, so this holds without ``config.json`` too."""
-    if overwrite:
-        return
-    from lipsweep.trial.checkpoint import foreign_checkpoint
-
-    if foreign := foreign_checkpoint(out / "checkpoints", flat):
-        raise UsageError(
-            f"--out {out} holds a checkpoint of a different config: {foreign}; pass "
-            "--overwrite to start over, or choose another --out"
-        )
-    saved_file = out / "config.json"
-    if not saved_file.is_file():
-        return
-    try:
-        saved = json.loads(saved_file.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(
-            f"--out: cannot read {saved_file} ({err}); pass --overwrite to start over"
-        ) from None
-    if not isinstance(saved, dict):
-        raise UsageError(f"--out: {saved_file} is not a config; pass --overwrite to start over")
-    flat = json.loads(json.dumps(flat))  # tuples -> lists, as saved
-    differ = sorted(k for k in set(saved) | set(flat) if saved.get(k) != flat.get(k))
-    if differ:
-        shown = ", ".join(f"{k} ({saved.get(k)!r} -> {flat.get(k)!r})" for k in differ[:6])
-        more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""
-        raise UsageError(
-            f"--out {out} holds a run of a different config: {shown}{more}; "
-            "pass --overwrite to start over, or choose another --out"
-        )
-
-
-def prepare_out(out: Path, config_json: str, overwrite: bool) -> None:
-    """Create ``out`` and write the trial's config.json. With ``overwrite`` a previous train
-    folder (one holding :data:`TRAIN_MARKER`) is deleted first; nothing else ever is
-    (:func:`check_replaceable`). The marker goes only into a folder this made (missing or
-    empty before), so a folder of the user's own never becomes deletable."""
-    if overwrite and check_replaceable("--out", out, TRAIN_MARKER, TRAIN_WHAT):
-        _log.info("--overwrite: deleting %s", out)
-        shutil.rmtree(out)
-    made = not out.exists() or not any(out.iterdir())
-    out.mkdir(parents=True, exist_ok=True)
-    if made:
-        write_atomic(out / TRAIN_MARKER, "lipsweep train\n")
-    write_atomic(out / "config.json", config_json)
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from lipsweep.sweep.cli import run_sweep_command
+    from lipsweep import api
 
-    return run_sweep_command(args)
+    return print_sweep(api.sweep(_options(api.SweepOptions, args)))
+
+
+def print_sweep(result: "SweepResult") -> int:
+    """What ``lipsweep sweep`` prints, and its exit status: 0 only if every trial finished
+    (or was stopped early by the scheduler); 1 if one failed; 128 + N after signal N."""
+    import signal
+
+    from lipsweep.sweep.signals import exit_code
+
+    if result.planned:
+        _out("\n".join(result.planned))
+        return 0
+    if result.interrupted:
+        _out(
+            f"sweep interrupted; resume with: lipsweep sweep {result.space} --experiment "
+            f"{result.experiment} --storage {result.storage} --resume"
+        )
+        return exit_code(result.signal or signal.SIGINT)
+    _out(result.summary)
+    _out(
+        f"MLflow parent run {result.parent_run_id} in experiment {result.experiment!r} "
+        f"({result.tracking_uri})"
+    )
+    if result.signal:  # arrived while the runs were being closed: the sweep is complete
+        return exit_code(result.signal)
+    return 0 if result.ok else EXIT_FAILURE
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
-    from lipsweep.decide.commands import run_pareto_command
+    from lipsweep import api
 
-    return run_pareto_command(args)
+    print_pareto(api.pareto(_options(api.ParetoOptions, args)))
+    return 0
+
+
+def print_pareto(result: "ParetoResult") -> None:
+    _out(result.table)
+    if result.pick is not None:
+        _out(f"export pick ({result.pick.rule}): {result.pick.run_id} — {result.pick.explanation}")
+    on_front = sum(r == 1 for r in result.ranks.values())
+    _out(
+        f"tagged {len(result.ranks)} runs (pareto=true on {on_front});"
+        f" artifacts under pareto/ of parent run {result.parent_run_id}"
+    )
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from lipsweep.decide.commands import run_export_command
+    from lipsweep import api
 
-    return run_export_command(args)
+    print_export(api.export(_options(api.ExportOptions, args)))
+    return 0
+
+
+def print_export(result: "ExportResult") -> None:
+    from lipsweep.core.metric_names import ACC_CLEAN, LIP_JACOBIAN_MEDIAN, attack_metric
+    from lipsweep.decide.commands import CHAMPION
+
+    keys = (ACC_CLEAN, attack_metric("pgd", 4), attack_metric("aa", 2), LIP_JACOBIAN_MEDIAN)
+    m = result.metrics
+    _out(f"exported run {result.run_id} ({result.selected_by}) to {result.folder}")
+    _out("  " + "  ".join(f"{k}={m[k]:.2f}" for k in keys if k in m))
+    if result.registered is not None:
+        _out(
+            f"registered {result.registered} (alias {CHAMPION}): "
+            "mlflow.pyfunc.load_model(...).predict([0, 1] images) -> logits"
+        )
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from lipsweep.decide.report import run_report_command
+    from lipsweep import api
 
-    return run_report_command(args)
+    result = api.report(_options(api.ReportOptions, args))
+    logged = ""
+    if result.parent_run_id is not None:
+        logged = f"; logged under report/ of parent run {result.parent_run_id}"
+    _out(
+        f"wrote {result.report} ({result.arms} arms, {result.runs} runs; "
+        f"figures: {', '.join(p.name for p in result.figures)}){logged}"
+    )
+    return 0
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from lipsweep.decide.confirm import run_confirm_command
+    from lipsweep import api
 
-    return run_confirm_command(args)
+    result = api.confirm(_options(api.ConfirmOptions, args))
+    _out(result.table)
+    _out(
+        f"confirmed {len(result.confirmed)} runs, skipped {len(result.skipped)} already "
+        f"confirmed, {len(result.failed)} failed ({result.request})"
+    )
+    return 0 if result.ok else EXIT_FAILURE
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from lipsweep.sweep.demo import run_demo
+    from lipsweep import api
+    from lipsweep.api._demo import installed_tool
+    from lipsweep.tracking import redact_uri
 
-    return run_demo(args)
+    opts = _options(api.DemoOptions, args)
+    result = api.demo(opts)
+    rc = print_sweep(result.sweep)
+    if result.pareto is None or result.export is None:
+        _out("demo: the sweep did not finish every trial; see above")
+        return rc or EXIT_FAILURE
+    _out("\n== Pareto front ==")
+    print_pareto(result.pareto)
+    _out("\n== Export ==")
+    print_export(result.export)
+    uri = redact_uri(opts.tracking_uri)  # shown, so without user:password@
+    sys.stdout.write(f"""
+== Where to look ==
+sweep: {result.sweep_seconds:.0f} s; Ray Tune state in {result.sweep.experiment_path}
+MLflow UI:  {installed_tool("mlflow")} ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000
+            then open http://127.0.0.1:5000 -> experiment '{opts.experiment}'
+export:     {result.export.folder.resolve()}  (load with lipsweep.load_exported(...))
+reruns:     the same seeds give these numbers again on this machine; another CPU or
+            torch build sums in another order and trains to other numbers
+""")
+    return 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:

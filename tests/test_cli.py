@@ -98,7 +98,7 @@ def test_every_subcommand_help_has_a_description_and_an_example():
 
 def _train_out(tmp_path: Path, **settings) -> Path:
     """An --out folder as `lipsweep train` leaves it: its marker, config.json and a checkpoint."""
-    from lipsweep.__main__ import TRAIN_MARKER
+    from lipsweep.api._train import TRAIN_MARKER
     from lipsweep.settings.config import TrialConfig
 
     out = tmp_path / "out"
@@ -134,7 +134,7 @@ def test_train_into_out_of_another_config_exits_2_naming_the_fields(tmp_path, ca
 
 
 def test_same_config_resumes_and_overwrite_starts_over(tmp_path):
-    from lipsweep.__main__ import check_out_config, prepare_out
+    from lipsweep.api._train import check_out_config, prepare_out
     from lipsweep.settings.config import TrialConfig
 
     out = _train_out(tmp_path, epochs=3)

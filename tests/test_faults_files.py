@@ -282,7 +282,7 @@ def _main(argv: list[str], capsys) -> tuple[int, list[str]]:
 
 def test_train_overwrite_deletes_only_a_folder_train_made(tmp_path, monkeypatch, capsys):
     """``train --out . --overwrite`` deleted the working folder's files, then crashed."""
-    from lipsweep.__main__ import TRAIN_MARKER, prepare_out
+    from lipsweep.api._train import TRAIN_MARKER, prepare_out
 
     w = tmp_path / "work"
     (w / "sub").mkdir(parents=True)

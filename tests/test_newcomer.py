@@ -130,7 +130,7 @@ def test_sweep_console_says_when_a_trial_starts_its_evaluation(caplog):
 def test_demo_names_the_mlflow_that_setup_installed(monkeypatch):
     """The demo's last lines said `mlflow ui ...`, which is not on the PATH after `make
     setup` (exit 127): it names this environment's own mlflow, as the README does."""
-    from lipsweep.sweep.demo import installed_tool
+    from lipsweep.api._demo import installed_tool
 
     monkeypatch.chdir(ROOT)
     tool = installed_tool("mlflow")  # ROOT / an absolute path is that path

@@ -130,26 +130,32 @@ def test_mlflow_is_reached_through_the_tracking_package_only():
     ] == []
 
 
-def test_demo_calls_functions_with_the_parsers_defaults(monkeypatch):
-    """``demo`` builds each command's options itself (no ``__main__`` import); they are
-    exactly what the parser makes of the same command line, every other flag at its default."""
-    from lipsweep.__main__ import build_parser
-    from lipsweep.sweep.demo import export_args, pareto_args, sweep_args
+def test_demo_calls_the_api_with_the_parsers_defaults(monkeypatch, tmp_path):
+    """``demo`` builds each command's options itself, through :mod:`lipsweep.api` (no
+    ``__main__`` import, no ``argparse.Namespace``); they are exactly what the CLI makes of
+    the same command line, every other flag at its default."""
+    import os
+
+    from lipsweep.__main__ import _options, build_parser
+    from lipsweep.api import DemoOptions, ExportOptions, ParetoOptions, SweepOptions
+    from lipsweep.api._demo import demo_options
 
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    st = os.path.realpath(tmp_path / "st")
     parse = build_parser().parse_args
     common = ["--experiment", "e", "--tracking-uri", "sqlite:///m.db"]
-    assert vars(sweep_args("s.yaml", "e", "/st", "sqlite:///m.db", True, 2)) == vars(
-        parse(["sweep", "s.yaml", "--storage", "/st", *common, "--resume", "--num-cpus", "2"])
-    )
-    assert vars(sweep_args("s.yaml", "e", "/st", "sqlite:///m.db", False, None)) == vars(
-        parse(["sweep", "s.yaml", "--storage", "/st", *common])
-    )
-    assert vars(pareto_args("e", "sqlite:///m.db")) == vars(parse(["pareto", *common]))
-    assert vars(export_args("e", "sqlite:///m.db", "out")) == vars(
-        parse(["export", *common, "--out", "out", "--force"])
-    )
-    assert "lipsweep.__main__" not in import_graph()["lipsweep.sweep.demo"]
+    for resume, cpus, extra in ((True, 2, ["--resume", "--num-cpus", "2"]), (False, None, [])):
+        demo = DemoOptions(
+            space="s.yaml", experiment="e", out="out", storage=st, num_cpus=cpus,
+            tracking_uri="sqlite:///m.db",
+        )  # fmt: skip
+        sweep, pareto, export = demo_options(demo, resume)
+        argv = ["sweep", "s.yaml", "--storage", st, *common, *extra]
+        assert sweep == _options(SweepOptions, parse(argv))
+    assert pareto == _options(ParetoOptions, parse(["pareto", *common]))
+    assert export == _options(ExportOptions, parse(["export", *common, "--out", "out", "--force"]))
+    graph = import_graph()
+    assert "lipsweep.__main__" not in graph["lipsweep.api._demo"]
 
 
 _METRIC_LIKE = re.compile(r"(acc|lip_jacobian|lip_softmax|lip_head|loss)(_[a-z0-9_]*)?")

@@ -1,31 +1,25 @@
-"""``lipsweep pareto`` and ``lipsweep export``: decide on a finished sweep, in MLflow.
+"""The pieces ``pareto``, ``export``, ``report`` and ``confirm`` share: a sweep read from MLflow.
 
-Both read the FINISHED child runs of the experiment's sweep (runs stopped early by ASHA end
-KILLED and are left out). ``pareto`` ranks them (:mod:`lipsweep.decide.pareto`): over arms (configs
+They read the FINISHED child runs of the experiment's sweep (runs stopped early by ASHA end
+KILLED and are left out) and rank them (:mod:`lipsweep.decide.pareto`): over arms (configs
 that differ only in seed, :mod:`lipsweep.decide.arms`, ranked by their means) when an arm has
-two or more seeds, over single runs otherwise or with ``--per-run``. It prints the front, tags
-every run ``pareto=true|false`` and ``pareto_rank=N`` (its arm's, over arms), ``arm``,
-``arm_id``, ``arm_rank`` and ``arm_front=true|false``, and logs ``pareto/pareto.json`` and the
-figures to the parent run; running it twice gives the same tags and artifacts.
-``export`` picks a run (``--run-id`` or the ``--select`` rule on the front: over arms, the
-rule chooses an arm, then its most typical run, :mod:`lipsweep.decide.selection`), downloads its
+two or more seeds, over single runs otherwise or with ``--per-run``. The export pick is the
+``--select`` rule on that front (over arms, the rule chooses an arm, then its most typical
+run, :mod:`lipsweep.decide.selection`); :func:`export_run` downloads the run's
 ``checkpoint/`` artifacts and writes a self-describing folder (:mod:`lipsweep.decide.export`).
+The commands themselves, which put these together, are :mod:`lipsweep.api`.
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
 import json
 import logging
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from lipsweep.core.metric_names import ACC_CLEAN, LIP_JACOBIAN_MEDIAN, attack_metric
-from lipsweep.tracking import READ_RETRIES, Tracker, TrackingError, check_tracking_uri, redact_uri
+from lipsweep.tracking import READ_RETRIES, Tracker, check_tracking_uri
 
 _log = logging.getLogger("lipsweep.decide.commands")
 
@@ -49,21 +43,6 @@ def read_tracker(tracking_uri: str, experiment: str) -> Tracker:
     ``--tracking-uri`` fails within ~20 s."""
     check_tracking_uri(tracking_uri, must_exist=True)
     return Tracker(tracking_uri, experiment, retries=READ_RETRIES, reader=True)
-
-
-def _read_command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """MLflow failing under a read command is a --tracking-uri problem: exit 2, one line."""
-
-    @functools.wraps(fn)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except TrackingError as err:
-            shown = redact_uri(args.tracking_uri)
-            text = str(err).replace(f" at {shown}", "")
-            raise _usage(f"--tracking-uri {shown}: {text}") from None
-
-    return run
 
 
 def load_sweep_runs(tracker: Tracker) -> SweepRuns:
@@ -196,89 +175,7 @@ def arms_json(rk: Ranking, objectives) -> list[dict[str, Any]]:
     return out
 
 
-@_read_command
-def run_pareto_command(args: argparse.Namespace) -> int:
-    from lipsweep.decide.arms import arm_records, arm_table
-    from lipsweep.decide.pareto import front_table, pareto_json
-    from lipsweep.decide.plots import parallel_coordinates, scatter_front
-    from lipsweep.decide.selection import DEFAULT_SELECT_RULE
-
-    tracker = read_tracker(args.tracking_uri, args.experiment)
-    sweep, result = rank_sweep(tracker, args.objective)
-    rk = rank_runs_or_arms(sweep.records, result, getattr(args, "per_run", False))
-    ranks = rk.ranks
-    try:
-        selection = select_export(sweep.records, rk, DEFAULT_SELECT_RULE)
-    except ValueError:
-        selection = None
-    for rec, rank in zip(sweep.records, ranks):
-        i = rk.arm_of[rec["run_id"]]
-        tracker.set_tags(
-            rec["run_id"],
-            {
-                "pareto": "true" if rank == 1 else "false",
-                "pareto_rank": rank,
-                "arm": rk.arms[i].name,
-                "arm_id": rk.arms[i].arm_id,
-                "arm_rank": rk.arm_ranks[i],
-                "arm_front": "true" if rk.arm_ranks[i] == 1 else "false",
-            },
-        )
-    doc = pareto_json(sweep.records, ranks, result.objectives, selection=selection)
-    doc["ranked_by"] = "arms" if rk.by_arms else "runs"
-    doc["arms"] = arms_json(rk, result.objectives)
-    if rk.by_arms:  # the figures and the table show the arms (points = means over seeds)
-        fig_recs = arm_records(rk.arms, sorted({m for r in sweep.records for m in r["metrics"]}))
-        fig_ranks = rk.arm_ranks
-        sel_id = rk.arms[rk.arm_of[selection.run_id]].arm_id if selection else None
-        table = arm_table(rk.arms, rk.arm_ranks, result.objectives)
-    else:
-        fig_recs, fig_ranks = sweep.records, ranks
-        sel_id = selection.run_id if selection else None
-        table = front_table(sweep.records, ranks, result.objectives)
-    if sweep.parent_id is not None:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "pareto"
-            out.mkdir()
-            (out / "pareto.json").write_text(json.dumps(doc, indent=2, sort_keys=True))
-            what = "arm means over seeds" if rk.by_arms else "clean vs robust accuracy"
-            scatter_front(
-                fig_recs,
-                fig_ranks,
-                path=out / "pareto_scatter.png",
-                selected=sel_id,
-                objectives=result.objectives,
-                title=f"{args.experiment}: {what}",
-            )
-            parallel_coordinates(
-                fig_recs,
-                fig_ranks,
-                result.objectives,
-                path=out / "pareto_parallel.png",
-                selected=sel_id,
-            )
-            (out / "pareto_front.txt").write_text(table)
-            _write_pareto_table(
-                tracker, sweep.parent_id, out, sweep.records, ranks, result.objectives
-            )
-            tracker.log_artifacts(sweep.parent_id, out, "pareto")
-        tracker.set_tags(
-            sweep.parent_id,
-            {"pareto_front_size": sum(r == 1 for r in ranks), "pareto_ranked_by": doc["ranked_by"]},
-        )
-    sys.stdout.write(table + "\n")
-    if selection is not None:
-        sys.stdout.write(
-            f"export pick ({DEFAULT_SELECT_RULE}): {selection.run_id} — {selection.explanation}\n"
-        )
-    sys.stdout.write(
-        f"tagged {len(ranks)} runs (pareto=true on {sum(r == 1 for r in ranks)});"
-        f" artifacts under pareto/ of parent run {sweep.parent_id}\n"
-    )
-    return 0
-
-
-def _write_pareto_table(
+def write_pareto_table(
     tracker: Tracker, parent_id: str, out: Path, records: list, ranks: list[int], objectives: Any
 ) -> None:
     """pareto/pareto_table.json: the ranking as an MLflow table artifact, tagged as one."""
@@ -295,55 +192,6 @@ def _write_pareto_table(
     tag = logged_artifacts_tag(run.data.tags.get(LOGGED_ARTIFACTS_TAG), f"pareto/{TABLE_FILE}")
     if tag is not None:
         tracker.set_tags(parent_id, {LOGGED_ARTIFACTS_TAG: tag})
-
-
-@_read_command
-def run_export_command(args: argparse.Namespace) -> int:
-    from lipsweep.decide.export import check_out
-    from lipsweep.decide.selection import DEFAULT_SELECT_RULE, parse_selection_rule
-
-    out = Path(args.out)
-    check_out(out, args.force, make_parents=False)  # --force: only a previous export (issue 16)
-    if args.register is not None:  # before any MLflow work or write; "" is refused too
-        from lipsweep.tracking.model import check_model_name
-
-        check_model_name(args.register)
-    rule = args.select or DEFAULT_SELECT_RULE
-    parse_selection_rule(rule)  # validate before any MLflow work
-    tracker = read_tracker(args.tracking_uri, args.experiment)
-    if args.run_id:
-        sweep = load_sweep_runs(tracker)
-        if args.run_id not in sweep.runs:
-            raise _usage(
-                f"--run-id {args.run_id} is not a FINISHED trial run of experiment "
-                f"{args.experiment!r}"
-            )
-        run_id, how = args.run_id, "--run-id"
-    else:
-        sweep, result = rank_sweep(tracker, args.objective)
-        rk = rank_runs_or_arms(sweep.records, result, getattr(args, "per_run", False))
-        try:
-            sel = select_export(sweep.records, rk, rule)
-        except ValueError as err:
-            raise _usage(f"--select {rule}: {err}") from None
-        run_id, how = sel.run_id, f"{rule} ({sel.explanation})"
-    path = export_run(tracker, run_id, out, selected_by=how, force=args.force)
-    version = (
-        register_export(tracker, run_id, path, args.register) if args.register is not None else None
-    )
-    metrics = json.loads((path / "metrics.json").read_text())
-    keys = (ACC_CLEAN, attack_metric("pgd", 4), attack_metric("aa", 2), LIP_JACOBIAN_MEDIAN)
-    sys.stdout.write(
-        f"exported run {run_id} ({how}) to {path}\n  "
-        + "  ".join(f"{k}={metrics[k]:.2f}" for k in keys if k in metrics)
-        + "\n"
-    )
-    if version is not None:
-        sys.stdout.write(
-            f"registered models:/{args.register}/{version} (alias {CHAMPION}): "
-            "mlflow.pyfunc.load_model(...).predict([0, 1] images) -> logits\n"
-        )
-    return 0
 
 
 def download_checkpoint(tracker: Tracker, run_id: str) -> tuple[dict[str, Any], bytes]:

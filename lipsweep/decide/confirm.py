@@ -32,7 +32,6 @@ minutes per image batch on a CPU. It is not for results.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -40,7 +39,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from lipsweep.core.metric_names import AA_STD_PREFIX, aa_std_metric, aa_to_std
 
@@ -249,7 +248,9 @@ def is_confirmed(run, eps: list[int], request: str) -> bool:
     )
 
 
-def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
+def choose_runs(
+    tracker, experiment: str, run_ids: Optional[Sequence[str]], top: Optional[int]
+) -> list[str]:
     """Run ids to confirm: ``--run-id``s, or the runs of the ``--top`` N by Pareto rank
     (default: the front), in rank order. Over arms (an arm with >= 2 seeds, as ``pareto``
     ranks them) N counts arms and every run of a chosen arm is confirmed; else N counts runs
@@ -258,14 +259,14 @@ def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
     from lipsweep.decide.arms import arm_stats
     from lipsweep.decide.commands import load_sweep_runs, rank_runs_or_arms, rank_sweep
 
-    if args.run_id:
+    if run_ids:
         sweep = load_sweep_runs(tracker)
-        for rid in args.run_id:
+        for rid in run_ids:
             if rid not in sweep.runs:
                 raise UsageError(
-                    f"--run-id {rid} is not a FINISHED trial run of experiment {args.experiment!r}"
+                    f"--run-id {rid} is not a FINISHED trial run of experiment {experiment!r}"
                 )
-        return list(dict.fromkeys(args.run_id))
+        return list(dict.fromkeys(run_ids))
     sweep, result = rank_sweep(tracker, None)
     rk = rank_runs_or_arms(sweep.records, result, per_run=False)
     first = result.objectives[0]
@@ -279,7 +280,7 @@ def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
                 rk.arms[i].arm_id,
             ),
         )
-        arms = [i for i in arms if rk.arm_ranks[i] == 1] if args.top is None else arms[: args.top]
+        arms = [i for i in arms if rk.arm_ranks[i] == 1] if top is None else arms[:top]
         return [run.run_id for i in arms for run in rk.arms[i].runs]
     ranks = rk.ranks
 
@@ -288,14 +289,14 @@ def choose_runs(tracker, args: argparse.Namespace) -> list[str]:
         return ranks[i], -sign * v, sweep.records[i]["run_id"]
 
     order = sorted((i for i in range(len(ranks)) if ranks[i] > 0), key=key)
-    if args.top is None:
+    if top is None:
         order = [i for i in order if ranks[i] == 1]
     else:
-        order = order[: args.top]
+        order = order[:top]
     return [sweep.records[i]["run_id"] for i in order]
 
 
-def _run_local(
+def run_local(
     tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int]
 ) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome], Optional[BaseException]]]:
     """Evaluate the jobs one after the other in this process (checkpoints fetched lazily)."""
@@ -337,7 +338,7 @@ def _evaluate_task(*args: Any, **kwargs: Any) -> ConfirmOutcome:
     return evaluate_standard(*args, device=device, **kwargs)
 
 
-def _run_ray(
+def run_ray(
     tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int], address: str
 ) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome], Optional[BaseException]]]:
     """Evaluate each job as a Ray task on the cluster at ``address``; yields as they end."""
@@ -382,7 +383,7 @@ def _run_ray(
         ray.shutdown()
 
 
-def _log_outcome(tracker, run_id: str, out: ConfirmOutcome) -> None:
+def log_outcome(tracker, run_id: str, out: ConfirmOutcome) -> None:
     """Metrics and tags in one MLflow batch: a run is confirmed entirely or not at all."""
     tracker.log_together(run_id, out.metrics, out.tags)
 
@@ -407,84 +408,3 @@ def reranked_table(tracker) -> str:
     if rk.by_arms:
         return arm_table(rk.arms, rk.arm_ranks, result.objectives)
     return front_table(sweep.records, result.ranks, result.objectives)
-
-
-def run_confirm_command(args: argparse.Namespace) -> int:
-    """``lipsweep confirm``: see the module docstring."""
-    from lipsweep.decide.commands import _read_command
-
-    return _read_command(_confirm)(args)
-
-
-def _confirm(args: argparse.Namespace) -> int:
-    from lipsweep.core.config_base import UsageError
-    from lipsweep.decide.commands import read_tracker
-
-    if args.top is not None and args.run_id:
-        raise UsageError("--top and --run-id exclude each other; give one")
-    if args.top is not None and args.top < 1:
-        raise UsageError(f"--top must be >= 1, got {args.top}")
-    if args.images < 0:
-        raise UsageError(f"--images must be >= 0 (0: the whole test split), got {args.images}")
-    if args.address:
-        from lipsweep.core.ray_address import check_ray_address
-
-        check_ray_address(args.address, flag="--address")  # before any MLflow or Ray work
-    iters = budget_iters()
-    request = request_key(args.images, iters)
-    tracker = read_tracker(args.tracking_uri, args.experiment)
-    run_ids = choose_runs(tracker, args)
-    jobs, skipped = [], 0
-    for rid in run_ids:
-        run = tracker.get_run(rid)
-        eps = run_eps(run.data.params)
-        label = f"run {rid[:8]} ({run.info.run_name or rid})"
-        if is_confirmed(run, eps, request):
-            skipped += 1
-            _log.info(
-                "%s: skipped, already confirmed (%s: %s)",
-                label,
-                request,
-                ", ".join(
-                    f"{confirm_metric(e)}={run.data.metrics[confirm_metric(e)]:.2f}" for e in eps
-                ),
-            )
-            continue
-        jobs.append(ConfirmJob(rid, label, eps))
-    _log.info(
-        "confirming %d runs with %s AutoAttack (%s), %d already confirmed",
-        len(jobs),
-        "standard" if iters is None else f"REDUCED test-only ({ITERS_ENV}={iters})",
-        request,
-        skipped,
-    )
-    runner = (
-        _run_ray(tracker, jobs, args.images, iters, args.address)
-        if args.address
-        else _run_local(tracker, jobs, args.images, iters)
-    )
-    failed = 0
-    for job, out, err in runner:
-        if err is not None or out is None:
-            failed += 1
-            _log.error(
-                "%s: confirm failed: %s: %s (the other runs go on; rerun confirm to retry it)",
-                job.label,
-                type(err).__name__,
-                err,
-            )
-            continue
-        _log_outcome(tracker, job.run_id, out)
-        _log.info(
-            "%s: %s on %d images in %.0f s",
-            job.label,
-            ", ".join(f"{k}={v:.2f}" for k, v in out.metrics.items()),
-            out.n_images,
-            out.seconds,
-        )
-    sys.stdout.write(reranked_table(tracker) + "\n")
-    sys.stdout.write(
-        f"confirmed {len(jobs) - failed} runs, skipped {skipped} already "
-        f"confirmed, {failed} failed ({request})\n"
-    )
-    return 1 if failed else 0

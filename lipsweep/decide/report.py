@@ -1,4 +1,4 @@
-"""``lipsweep report``: a markdown report of a sweep's arms, with figures, from MLflow.
+"""``lipsweep report`` (:func:`lipsweep.api.report`): a markdown report of a sweep's arms.
 
 Reads the FINISHED trial runs of ``--experiment`` (as ``lipsweep pareto`` does), groups them
 into arms (:mod:`lipsweep.decide.arms`) and writes to ``--out`` (default
@@ -25,12 +25,8 @@ under ``report/``. The default folder name is made from the experiment's name by
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
-import shutil
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -501,7 +497,7 @@ def written_files(out: Path) -> list[Path]:
     return [out / REPORT_NAME] + [out / f for f in FIGURES.values() if (out / f).is_file()]
 
 
-def _download_npz(tracker: Any, run_ids: Sequence[str], dest: Path) -> dict[str, Path]:
+def download_npz(tracker: Any, run_ids: Sequence[str], dest: Path) -> dict[str, Path]:
     """run_id -> local lipschitz.npz, for the runs that logged one."""
     found = {}
     for rid in run_ids:
@@ -511,52 +507,3 @@ def _download_npz(tracker: Any, run_ids: Sequence[str], dest: Path) -> dict[str,
             continue
         found[rid] = tracker.download_artifacts(rid, NPZ_PATH, dest / rid)
     return found
-
-
-def run_report_command(args: argparse.Namespace) -> int:
-    """``lipsweep report``: see the module docstring."""
-    from lipsweep.core.paths import check_folder, safe_folder_name
-    from lipsweep.decide.commands import _read_command, rank_runs_or_arms, rank_sweep, read_tracker
-    from lipsweep.tracking import redact_uri
-
-    @_read_command
-    def run(args: argparse.Namespace) -> int:
-        out = check_folder(
-            "--out",
-            args.out or Path("reports") / safe_folder_name(args.experiment),
-            make_parents=args.out is None,
-        )
-        tracker = read_tracker(args.tracking_uri, args.experiment)
-        sweep, result = rank_sweep(tracker, args.objective)
-        rk = rank_runs_or_arms(sweep.records, result, per_run=False)
-        with tempfile.TemporaryDirectory() as tmp:
-            npz = _download_npz(tracker, [r["run_id"] for r in sweep.records], Path(tmp))
-            path = write_report(
-                sweep.records,
-                rk.arms,
-                rk.arm_ranks,
-                rk.ranks,
-                result.objectives,
-                rk.by_arms,
-                npz,
-                out,
-                args.experiment,
-                redact_uri(args.tracking_uri),
-            )
-        logged = ""
-        if sweep.parent_id is not None:
-            with tempfile.TemporaryDirectory() as tmp:
-                staged = Path(tmp) / "report"
-                staged.mkdir()
-                for f in written_files(out):
-                    shutil.copyfile(f, staged / f.name)
-                tracker.log_artifacts(sweep.parent_id, staged, "report")
-            logged = f"; logged under report/ of parent run {sweep.parent_id}"
-        figs = sorted(p.name for p in written_files(out) if p.suffix == ".png")
-        sys.stdout.write(
-            f"wrote {path} ({len(rk.arms)} arms, {len(sweep.records)} runs; "
-            f"figures: {', '.join(figs)}){logged}\n"
-        )
-        return 0
-
-    return run(args)

@@ -93,6 +93,8 @@ class TrialOutcome:
     status: str
     reason: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
+    run_id: str = ""
+    """Its MLflow child run."""
 
 
 class MlflowSweepCallback(Callback):
@@ -128,6 +130,7 @@ class MlflowSweepCallback(Callback):
                     found.info.run_name or tid,
                     found.info.status,
                     found.data.tags.get(TAG_FAILURE, ""),
+                    run_id=found.info.run_id,
                 )
                 _log.warning(
                     "trial %s already completed in MLflow run %s (%s) before the "
@@ -209,14 +212,14 @@ class MlflowSweepCallback(Callback):
             self.tracker.set_tags(run_id, {TAG_FAILURE: result[ERROR_KEY]})
             self.tracker.end(run_id, FAILED)
             self.outcomes[trial.trial_id] = TrialOutcome(
-                trial.trial_id, label, FAILED, result[ERROR_KEY]
+                trial.trial_id, label, FAILED, result[ERROR_KEY], run_id=run_id
             )
             return
         if not result.get(FINAL_KEY):
             self.tracker.set_tags(run_id, {TAG_EARLY_STOPPED: "true"})
             self.tracker.end(run_id, KILLED)
             self.outcomes[trial.trial_id] = TrialOutcome(
-                trial.trial_id, label, KILLED, "stopped early by the scheduler"
+                trial.trial_id, label, KILLED, "stopped early by the scheduler", run_id=run_id
             )
             return
         final = {
@@ -233,7 +236,9 @@ class MlflowSweepCallback(Callback):
         self.tracker.set_tags(run_id, trial_attack_tags(flat_config(trial.config), result))
         self._log_checkpoint(run_id, trial)
         self.tracker.end(run_id, FINISHED)
-        self.outcomes[trial.trial_id] = TrialOutcome(trial.trial_id, label, FINISHED, metrics=final)
+        self.outcomes[trial.trial_id] = TrialOutcome(
+            trial.trial_id, label, FINISHED, metrics=final, run_id=run_id
+        )
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         run_id = self._run_for(trial)
@@ -247,6 +252,7 @@ class MlflowSweepCallback(Callback):
             trial_label(flat_config(trial.config)),
             FAILED,
             reason.strip().splitlines()[-1][:300] if reason.strip() else "error",
+            run_id=run_id,
         )
 
     def _log_checkpoint(self, run_id: str, trial) -> None:
@@ -436,14 +442,25 @@ class ConsoleProgress(Callback):
         self.show_status()
 
 
+def outcome_counts(outcomes: dict[str, TrialOutcome], total: int) -> dict[str, int]:
+    """finished, stopped (early, by the scheduler), failed, not_run and total."""
+    status = [o.status for o in outcomes.values()]
+    return {
+        "finished": status.count(FINISHED),
+        "stopped": status.count(KILLED),
+        "failed": status.count(FAILED),
+        "not_run": max(0, total - len(outcomes)),
+        "total": total,
+    }
+
+
 def summarize(outcomes: dict[str, TrialOutcome], total: int) -> tuple[bool, str]:
     """(all finished?, a summary listing failures)."""
     failed = [o for o in outcomes.values() if o.status == FAILED]
-    finished = sum(o.status == FINISHED for o in outcomes.values())
-    stopped = sum(o.status == KILLED for o in outcomes.values())
+    n = outcome_counts(outcomes, total)
     lines = [
-        f"{finished} finished, {stopped} stopped early, {len(failed)} failed, "
-        f"{max(0, total - len(outcomes))} not run, of {total} trials"
+        f"{n['finished']} finished, {n['stopped']} stopped early, {n['failed']} failed, "
+        f"{n['not_run']} not run, of {total} trials"
     ]
     lines += [f"  FAILED {o.trial_id} [{o.label}]: {o.reason}" for o in failed]
     ok = not failed and len(outcomes) >= total

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
@@ -47,6 +47,9 @@ from lipsweep.tracking import (
     TrackingError,
     redact_uri,
 )
+
+if TYPE_CHECKING:
+    from lipsweep.sweep.callbacks import TrialOutcome
 
 _log = logging.getLogger("lipsweep.sweep")
 INTERRUPTED = "sweep interrupted"
@@ -95,6 +98,8 @@ class SweepOutcome:
     parent_run_id: str
     experiment_path: str
     interrupted: bool = False
+    trials: list[TrialOutcome] = field(default_factory=list)
+    """How each trial ended that had ended by the return (those of earlier calls included)."""
 
 
 class SweepLock:
@@ -432,7 +437,8 @@ def run_sweep(
             _close_interrupted(tracker, parent, spill, tracking_error, spec, opts)
     if interrupted:
         reason = f"MLflow unreachable: {tracking_error}" if tracking_error else "interrupted"
-        return SweepOutcome(False, reason, parent, exp_path, interrupted=True)
+        trials = list(mlflow_cb.outcomes.values())
+        return SweepOutcome(False, reason, parent, exp_path, interrupted=True, trials=trials)
     ok, summary = summarize(mlflow_cb.outcomes, spec.num_trials)
     undelivered = _deliver(tracker, spill, FLUSH_TIMEOUT_S)
     if not undelivered:  # statuses are only read once every buffered write has landed
@@ -449,7 +455,7 @@ def run_sweep(
             f"{redact_uri(opts.tracking_uri)}; saved to {spill}. Rerun with --resume "
             "once MLflow is reachable to deliver them"
         )
-    return SweepOutcome(ok, summary, parent, exp_path)
+    return SweepOutcome(ok, summary, parent, exp_path, trials=list(mlflow_cb.outcomes.values()))
 
 
 def _sweep_datasets(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -522,7 +528,9 @@ def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:
         if reason.startswith(INTERRUPTED):
             continue
         if tid and tid not in cb.outcomes and run.info.status in (FINISHED, FAILED, KILLED):
-            cb.outcomes[tid] = TrialOutcome(tid, run.info.run_name or tid, run.info.status, reason)
+            cb.outcomes[tid] = TrialOutcome(
+                tid, run.info.run_name or tid, run.info.status, reason, run_id=run.info.run_id
+            )
 
 
 def dry_run_lines(spec: SweepSpec) -> list[str]:

@@ -1,0 +1,147 @@
+"""The Python API: each ``lipsweep`` command as a function with typed options and a typed result.
+
+::
+
+    from lipsweep import api
+
+    swept = api.sweep(space="search_spaces/smoke.yaml", num_cpus=2)  # or SweepOptions(...)
+    swept.counts, [r.run_id for r in swept.runs]
+    front = api.pareto(experiment=swept.experiment).front
+    api.export(experiment=swept.experiment, out="exports/best").folder
+
+Each function takes either one options dataclass (:mod:`lipsweep.api.options`: the same
+names and defaults as the command's flags) or its fields as keywords. The options are
+checked when they are made: a bad value raises :class:`ConfigError` naming the flag before
+anything is read, written or started; what only the world can answer (an unknown experiment,
+a non-empty folder, an existing sweep) raises :class:`UsageError`, still before the first
+write. The CLI (:mod:`lipsweep.__main__`) is argparse around these functions: it exits 2 on
+either error, and prints the result.
+
+Importing this module is light (no torch, Ray or MLflow): each function imports what it
+runs when it is called.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from lipsweep.api.options import (
+    ConfirmOptions,
+    DemoOptions,
+    ExportOptions,
+    ParetoOptions,
+    ReportOptions,
+    SweepOptions,
+    TrainOptions,
+    make_options,
+)
+from lipsweep.api.results import (
+    ConfirmedRun,
+    ConfirmResult,
+    DemoResult,
+    ExportPick,
+    ExportResult,
+    FailedRun,
+    FrontMember,
+    OutcomeCounts,
+    ParetoResult,
+    ReportResult,
+    SweepResult,
+    TrainResult,
+    TrialRun,
+)
+from lipsweep.core.config_base import ConfigError, UsageError
+
+__all__ = [
+    "train",
+    "sweep",
+    "pareto",
+    "report",
+    "confirm",
+    "export",
+    "demo",
+    "TrainOptions",
+    "SweepOptions",
+    "ParetoOptions",
+    "ReportOptions",
+    "ConfirmOptions",
+    "ExportOptions",
+    "DemoOptions",
+    "TrainResult",
+    "SweepResult",
+    "TrialRun",
+    "OutcomeCounts",
+    "ParetoResult",
+    "FrontMember",
+    "ExportPick",
+    "ReportResult",
+    "ConfirmResult",
+    "ConfirmedRun",
+    "FailedRun",
+    "ExportResult",
+    "DemoResult",
+    "ConfigError",
+    "UsageError",
+]
+
+
+def train(options: Optional[TrainOptions] = None, /, **kwargs: Any) -> TrainResult:
+    """Train and evaluate one trial into ``out``, without Ray or MLflow (``lipsweep train``).
+
+    Rerunning with the same config resumes from its last checkpoint; a different config is
+    refused unless ``overwrite``."""
+    from lipsweep.api import _train
+
+    return _train.run(make_options(TrainOptions, options, kwargs))
+
+
+def sweep(options: Optional[SweepOptions] = None, /, **kwargs: Any) -> SweepResult:
+    """Run a sweep on Ray Tune, logging to MLflow (``lipsweep sweep``).
+
+    The whole space is validated first; then a local Ray instance starts (or ``ray_address``
+    is joined) and stays up for the next call. A signal (SIGINT, SIGTERM, SIGHUP) stops it
+    cleanly: ``interrupted`` is set and ``resume=True`` continues it. ``dry_run`` only lists
+    the trials (``planned``), without importing torch, Ray or MLflow."""
+    from lipsweep.api import _sweep
+
+    return _sweep.run(make_options(SweepOptions, options, kwargs))
+
+
+def pareto(options: Optional[ParetoOptions] = None, /, **kwargs: Any) -> ParetoResult:
+    """Rank a sweep's finished runs, tag them in MLflow and log the front to the parent run
+    (``lipsweep pareto``); returns the front."""
+    from lipsweep.api import _decide
+
+    return _decide.pareto(make_options(ParetoOptions, options, kwargs))
+
+
+def export(options: Optional[ExportOptions] = None, /, **kwargs: Any) -> ExportResult:
+    """Write a run's checkpoint as a self-describing folder (``lipsweep export``);
+    ``lipsweep.load_exported(result.folder)`` loads it back."""
+    from lipsweep.api import _decide
+
+    return _decide.export(make_options(ExportOptions, options, kwargs))
+
+
+def report(options: Optional[ReportOptions] = None, /, **kwargs: Any) -> ReportResult:
+    """Write the markdown report of a sweep's arms and log it to the parent run
+    (``lipsweep report``)."""
+    from lipsweep.api import _decide
+
+    return _decide.report(make_options(ReportOptions, options, kwargs))
+
+
+def confirm(options: Optional[ConfirmOptions] = None, /, **kwargs: Any) -> ConfirmResult:
+    """Re-evaluate the front's runs with standard AutoAttack and log ``acc_aa_std_<eps>``
+    to them (``lipsweep confirm``)."""
+    from lipsweep.api import _confirm
+
+    return _confirm.confirm(make_options(ConfirmOptions, options, kwargs))
+
+
+def demo(options: Optional[DemoOptions] = None, /, **kwargs: Any) -> DemoResult:
+    """The embedded default end to end: the smoke sweep, its front and the export of its
+    pick (``lipsweep demo``)."""
+    from lipsweep.api import _demo
+
+    return _demo.demo(make_options(DemoOptions, options, kwargs))

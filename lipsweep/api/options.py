@@ -1,0 +1,376 @@
+"""The options of each command: one frozen dataclass per ``lipsweep`` subcommand.
+
+A field has the name (argparse's ``dest``) and the default of the command's flag;
+``tests/test_api.py`` compares every flag with its field, so the two cannot drift. Each
+dataclass checks its own fields once, in ``__post_init__``: a bad value raises
+:class:`~lipsweep.core.config_base.ConfigError` naming the flag (``--num-cpus``,
+``--top``...), before anything is read, written or started. What only the world can answer
+(does the store exist, is the folder writable, is the Ray address reachable) is checked by
+the command itself, still before its first write.
+
+Torch-free and light: ``sweep --dry-run`` builds :class:`SweepOptions` without importing
+torch, Ray or MLflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from lipsweep.core.config_base import ConfigError, show
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+"""A SQLite MLflow store in the working folder (docs/contract.md)."""
+TRAIN_OUT = "runs/train"
+"""``lipsweep train``'s output folder unless ``--out`` names one (its parents are created)."""
+
+_FLAGS = {"overrides": "--set", "space": "SPACE", "config": "CONFIG"}
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of option field ``name`` (errors name it)."""
+    return _FLAGS.get(name) or "--" + name.replace("_", "-")
+
+
+def default_tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI`` or :data:`DEFAULT_TRACKING_URI`, read when options are made."""
+    return os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI)
+
+
+def default_ray_address() -> Optional[str]:
+    """``$RAY_ADDRESS`` (None: a local Ray instance), read when options are made."""
+    return os.environ.get("RAY_ADDRESS")
+
+
+# -- field checks (each names the flag) ---------------------------------------------------------
+def _set(obj: Any, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)  # normalising a frozen dataclass in __post_init__
+
+
+def _bool(obj: Any, name: str) -> None:
+    if not isinstance(getattr(obj, name), bool):
+        raise ConfigError(flag(name), f"must be True or False, got {show(getattr(obj, name))}")
+
+
+def _text(obj: Any, name: str, optional: bool = False, path: bool = False) -> None:
+    """A non-empty string (or, for ``path``, an ``os.PathLike``, kept as its string)."""
+    value = getattr(obj, name)
+    if value is None and optional:
+        return
+    if path and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+        _set(obj, name, value)
+    if not isinstance(value, str) or not value:
+        what = "a path" if path else "a non-empty string"
+        raise ConfigError(flag(name), f"must be {what}, got {show(value)}")
+
+
+def _int(obj: Any, name: str, lo: int, optional: bool = True, why: str = "") -> None:
+    value = getattr(obj, name)
+    if value is None and optional:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(flag(name), f"must be an integer, got {show(value)}")
+    if value < lo:
+        raise ConfigError(flag(name), f"must be >= {lo}{why}, got {value}")
+
+
+def _texts(obj: Any, name: str) -> None:
+    """None, or a sequence of non-empty strings (kept as a tuple; one string is one item)."""
+    value = getattr(obj, name)
+    if value is None:
+        return
+    items = (value,) if isinstance(value, str) else value
+    try:
+        items = tuple(items)
+    except TypeError:
+        raise ConfigError(flag(name), f"must be a list of strings, got {show(value)}") from None
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise ConfigError(flag(name), f"must be a list of non-empty strings, got {show(item)}")
+    _set(obj, name, items)
+
+
+def _objectives(obj: Any) -> None:
+    _texts(obj, "objective")
+    if obj.objective:
+        from lipsweep.decide.pareto import resolve_objectives
+
+        resolve_objectives(obj.objective)  # ConfigError naming objective and the bad part
+
+
+def _tracking(obj: Any) -> None:
+    _text(obj, "tracking_uri")
+
+
+# -- one dataclass per command ------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class TrainOptions:
+    """``lipsweep train [CONFIG] [--out DIR] [--overwrite] [--set KEY=VALUE ...]``."""
+
+    config: Optional[str] = None
+    """Flat YAML of trial settings (None: every setting at its default, plus ``overrides``)."""
+    out: str = TRAIN_OUT
+    """Output folder (checkpoints, metrics.json, artifacts); the same config resumes there,
+    a different one is refused."""
+    overwrite: bool = False
+    """Delete ``out`` first and start over; only a folder an earlier train made is deleted."""
+    overrides: tuple[str, ...] = ()
+    """``KEY=VALUE`` settings over the YAML (``--set``), values parsed as YAML."""
+
+    def __post_init__(self) -> None:
+        from lipsweep.settings.config import parse_override
+
+        _text(self, "config", optional=True, path=True)
+        _text(self, "out", path=True)
+        _bool(self, "overwrite")
+        _texts(self, "overrides")
+        if self.overrides is None:
+            raise ConfigError("--set", "must be a list of KEY=VALUE strings, got None")
+        for item in self.overrides:
+            parse_override(item)  # ConfigError naming --set or the key
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepOptions:
+    """``lipsweep sweep SPACE [--experiment NAME] [--storage DIR] [--resume] ...``."""
+
+    space: str
+    """Search-space YAML (see search_spaces/)."""
+    experiment: Optional[str] = None
+    """MLflow experiment and sweep name (None: the YAML's ``name``)."""
+    storage: Optional[str] = None
+    """Ray Tune storage: a local folder, NFS or s3:// (None: $LIPSWEEP_STORAGE or
+    ./ray_results)."""
+    resume: bool = False
+    """Continue the interrupted sweep from its storage."""
+    max_concurrent_trials: Optional[int] = None
+    """Cap on trials running at once (None: the space's)."""
+    dry_run: bool = False
+    """List the trials and return without starting Ray."""
+    ray_address: Optional[str] = field(default_factory=default_ray_address)
+    """Connect to this Ray cluster (None: $RAY_ADDRESS, or a local instance)."""
+    num_cpus: Optional[int] = None
+    """CPUs of a local Ray instance."""
+    status_every: float = 30.0
+    """Seconds between status blocks (0: at trial ends only)."""
+    dashboard: bool = False
+    """Start the Ray dashboard of a local Ray instance on 127.0.0.1."""
+    tracking_uri: str = field(default_factory=default_tracking_uri)
+    """MLflow tracking URI."""
+
+    def __post_init__(self) -> None:
+        from lipsweep.core.ray_address import parse_ray_address
+
+        _text(self, "space", path=True)
+        _text(self, "experiment", optional=True)
+        if self.experiment is not None:
+            check_experiment_name(self.experiment)
+        _text(self, "storage", optional=True, path=True)
+        for name in ("resume", "dry_run", "dashboard"):
+            _bool(self, name)
+        _int(self, "max_concurrent_trials", 1)
+        _int(self, "num_cpus", 1)
+        every = self.status_every
+        number = isinstance(every, (int, float)) and not isinstance(every, bool)
+        if not (number and 0 <= every < math.inf):
+            msg = f"must be a number of seconds >= 0, got {show(every)}"
+            raise ConfigError("--status-every", msg)
+        _set(self, "status_every", float(every))
+        _text(self, "ray_address", optional=True)
+        if self.ray_address:
+            parse_ray_address(self.ray_address)
+        _tracking(self)
+
+
+def check_experiment_name(name: str) -> None:
+    """A sweep's name (``--experiment`` or the space's ``name``): letters, digits, - or _.
+    It is a folder under --storage and part of MLflow filters, so no ``..``, ``/``, quotes."""
+    if not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError("--experiment", f"must be letters, digits, - or _, got {show(name)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParetoOptions:
+    """``lipsweep pareto --experiment NAME [--objective NAME:max|min ...] [--per-run]``."""
+
+    experiment: str
+    """MLflow experiment of the sweep."""
+    objective: Optional[tuple[str, ...]] = None
+    """Objectives ``NAME:max|min`` (None: acc_clean:max acc_pgd_4:max acc_aa_2:max
+    lip_jacobian_median:min)."""
+    per_run: bool = False
+    """Rank single runs even when an arm (configs that differ only in seed) has 2+ seeds."""
+    tracking_uri: str = field(default_factory=default_tracking_uri)
+    """MLflow tracking URI."""
+
+    def __post_init__(self) -> None:
+        _text(self, "experiment")
+        _objectives(self)
+        _bool(self, "per_run")
+        _tracking(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportOptions:
+    """``lipsweep export --experiment NAME --out DIR [--run-id ID | --select RULE] ...``."""
+
+    experiment: str
+    """MLflow experiment of the sweep."""
+    out: str
+    """Output folder (missing or empty; ``force`` replaces a previous export only)."""
+    run_id: Optional[str] = None
+    """Export this child run (None: pick one by ``select`` on the front)."""
+    select: Optional[str] = None
+    """Selection rule on the front, e.g. 'pgd4-within-clean:1.0' (None: that) or
+    'max:acc_aa_2'."""
+    objective: Optional[tuple[str, ...]] = None
+    """Objectives defining the front (as for pareto)."""
+    per_run: bool = False
+    """Select among single runs even when an arm has 2 or more seeds."""
+    force: bool = False
+    """Replace a previous export in ``out``."""
+    register: Optional[str] = None
+    """Also register the export in the MLflow model registry under this name."""
+    tracking_uri: str = field(default_factory=default_tracking_uri)
+    """MLflow tracking URI."""
+
+    def __post_init__(self) -> None:
+        _text(self, "experiment")
+        _text(self, "out", path=True)
+        _text(self, "run_id", optional=True)
+        _text(self, "select", optional=True)
+        if self.select is not None:
+            from lipsweep.decide.selection import parse_selection_rule
+
+            parse_selection_rule(self.select)
+        _objectives(self)
+        _bool(self, "per_run")
+        _bool(self, "force")
+        if self.register is not None:  # "" is refused too, by MLflow's own rule
+            if not isinstance(self.register, str):
+                raise ConfigError("--register", f"must be a model name, got {show(self.register)}")
+            from lipsweep.tracking.model import check_model_name
+
+            check_model_name(self.register)
+        _tracking(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportOptions:
+    """``lipsweep report --experiment NAME [--out DIR] [--objective NAME:max|min ...]``."""
+
+    experiment: str
+    """MLflow experiment of the sweep."""
+    out: Optional[str] = None
+    """Output folder (None: reports/EXPERIMENT)."""
+    objective: Optional[tuple[str, ...]] = None
+    """Objectives of the Pareto figure (as for pareto)."""
+    tracking_uri: str = field(default_factory=default_tracking_uri)
+    """MLflow tracking URI."""
+
+    def __post_init__(self) -> None:
+        _text(self, "experiment")
+        _text(self, "out", optional=True, path=True)
+        _objectives(self)
+        _tracking(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfirmOptions:
+    """``lipsweep confirm --experiment NAME [--top N | --run-id ID ...] [--images N]``."""
+
+    experiment: str
+    """MLflow experiment of the sweep."""
+    top: Optional[int] = None
+    """The N best by Pareto rank: arms (every run of each) when an arm has 2 or more seeds,
+    else runs (None: the front)."""
+    run_id: Optional[tuple[str, ...]] = None
+    """Confirm these child runs instead of the front."""
+    images: int = 0
+    """Test images: the seeded subset of N (0: the whole test split of the run's data)."""
+    address: Optional[str] = None
+    """Run each evaluation as a Ray task on this cluster (None: here, one after the other)."""
+    tracking_uri: str = field(default_factory=default_tracking_uri)
+    """MLflow tracking URI."""
+
+    def __post_init__(self) -> None:
+        from lipsweep.core.ray_address import parse_ray_address
+
+        _text(self, "experiment")
+        _texts(self, "run_id")
+        if self.top is not None and self.run_id:
+            raise ConfigError("--top", "--top and --run-id exclude each other; give one")
+        _int(self, "top", 1)
+        _int(self, "images", 0, optional=False, why=" (0: the whole test split)")
+        _text(self, "address", optional=True)
+        if self.address:
+            parse_ray_address(self.address, flag="--address")
+        _tracking(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoOptions:
+    """``lipsweep demo``: the smoke sweep, its Pareto front and the export of its pick."""
+
+    space: Optional[str] = None
+    """Search space (None: search_spaces/smoke.yaml of the checkout)."""
+    experiment: str = "smoke"
+    """Experiment name."""
+    out: Optional[str] = None
+    """Export folder (None: exports/smoke-best)."""
+    storage: Optional[str] = None
+    """Ray Tune storage path."""
+    num_cpus: Optional[int] = None
+    """CPUs of the local Ray instance."""
+    tracking_uri: str = field(default_factory=default_tracking_uri)
+    """MLflow tracking URI."""
+
+    def __post_init__(self) -> None:
+        _text(self, "space", optional=True, path=True)
+        _text(self, "experiment")
+        check_experiment_name(self.experiment)
+        _text(self, "out", optional=True, path=True)
+        _text(self, "storage", optional=True, path=True)
+        _int(self, "num_cpus", 1)
+        _tracking(self)
+
+
+OPTIONS = {
+    "train": TrainOptions,
+    "sweep": SweepOptions,
+    "pareto": ParetoOptions,
+    "export": ExportOptions,
+    "report": ReportOptions,
+    "confirm": ConfirmOptions,
+    "demo": DemoOptions,
+}
+"""Subcommand -> its options dataclass."""
+
+
+def make_options(cls: type, options: Any, kwargs: dict[str, Any]) -> Any:
+    """``options`` (an instance of ``cls``) or ``cls(**kwargs)``: what every API function
+    takes. An unknown keyword is a ConfigError listing the known ones."""
+    if options is not None:
+        if kwargs:
+            raise TypeError(f"pass either a {cls.__name__} or keyword options, not both")
+        if not isinstance(options, cls):
+            raise TypeError(f"expected {cls.__name__}, got {type(options).__name__}")
+        return options
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in kwargs:
+        if key not in known:
+            raise ConfigError(key, f"not an option of {cls.__name__}; known: {', '.join(known)}")
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+        and f.name not in kwargs
+    ]
+    if missing:
+        raise ConfigError(missing[0], f"required by {cls.__name__}")
+    return cls(**kwargs)

@@ -1,0 +1,247 @@
+"""The Python API (issue 30 item 3): typed options per command, the same as the CLI's flags,
+checked when made; a tiny sweep driven through ``lipsweep.api`` with no argparse."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _sweep_helpers import client, ray_sandbox, sqlite_uri
+from conftest import small_npz
+
+from lipsweep import api
+from lipsweep.__main__ import COMMANDS, build_parser
+from lipsweep.api.options import OPTIONS
+from lipsweep.core.config_base import ConfigError, UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI_ONLY = {"train": {"help_settings"}}
+"""Flags that are the CLI's alone: they print something and exit, and run no command."""
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def _field_default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _flag_default(action: argparse.Action):
+    if action.required or (not action.option_strings and action.nargs is None):
+        return dataclasses.MISSING  # a required flag or positional: no default either side
+    return tuple(action.default) if isinstance(action.default, list) else action.default
+
+
+def test_every_flag_of_each_subcommand_is_an_option_field_with_its_default(monkeypatch):
+    """Names (argparse's dest) and defaults, both ways, for every subcommand that has
+    options; the env-read defaults (--tracking-uri, --ray-address) are read the same way."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///from-env.db")
+    monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6379")
+    parsers = _subparsers()
+    assert set(OPTIONS) == set(COMMANDS) - {"models", "data"}  # the two without options
+    for name, cls in OPTIONS.items():
+        flags = {
+            a.dest: _flag_default(a)
+            for a in parsers[name]._actions
+            if a.dest not in ("help", "verbose") and a.dest not in CLI_ONLY.get(name, ())
+        }
+        fields = {f.name: _field_default(f) for f in dataclasses.fields(cls)}
+        assert flags == fields, name
+    assert api.SweepOptions(space="s.yaml").tracking_uri == "sqlite:///from-env.db"
+    assert api.SweepOptions(space="s.yaml").ray_address == "10.1.2.3:6379"
+
+
+def test_the_flag_comparison_sees_a_drift(monkeypatch):
+    """The comparison above fails on a default that drifted (the test can fail)."""
+    drifted = dataclasses.make_dataclass(
+        "ParetoOptions", [("experiment", str), ("objective", object, None), ("per_run", bool, True)]
+    )
+    parser = _subparsers()["pareto"]
+    flags = {a.dest: _flag_default(a) for a in parser._actions if a.dest not in ("help", "verbose")}
+    fields = {f.name: _field_default(f) for f in dataclasses.fields(drifted)}
+    assert flags != fields
+
+
+@pytest.mark.parametrize(
+    "cls,kwargs,flag",
+    [
+        (api.SweepOptions, {"space": "s.yaml", "num_cpus": 0}, "--num-cpus"),
+        (api.SweepOptions, {"space": "s.yaml", "num_cpus": True}, "--num-cpus"),
+        (api.SweepOptions, {"space": "s.yaml", "max_concurrent_trials": 0}, "--max-concurrent"),
+        (api.SweepOptions, {"space": "s.yaml", "status_every": -1}, "--status-every"),
+        (api.SweepOptions, {"space": "s.yaml", "experiment": "../x"}, "--experiment"),
+        (api.SweepOptions, {"space": "s.yaml", "resume": "yes"}, "--resume"),
+        (api.SweepOptions, {"space": ""}, "SPACE"),
+        (api.TrainOptions, {"overrides": ["epochs"]}, "--set"),
+        (api.ParetoOptions, {"experiment": "e", "objective": ["acc_clean"]}, "objective"),
+        (api.ExportOptions, {"experiment": "e", "out": "o", "select": "max:"}, "select"),
+        (api.ConfirmOptions, {"experiment": "e", "top": 0}, "--top"),
+        (api.ConfirmOptions, {"experiment": "e", "top": 1, "run_id": ["r"]}, "--top"),
+        (api.ConfirmOptions, {"experiment": "e", "images": -1}, "--images"),
+        (api.DemoOptions, {"num_cpus": 0}, "--num-cpus"),
+    ],
+)
+def test_options_are_checked_when_made_naming_the_flag(cls, kwargs, flag):
+    with pytest.raises(ConfigError) as exc:
+        cls(**kwargs)
+    assert exc.value.format().startswith(flag), exc.value.format()
+
+
+def test_options_are_frozen_and_normalised():
+    opts = api.ConfirmOptions(experiment="e", run_id=["a", "b"])
+    assert opts.run_id == ("a", "b")  # a list becomes a tuple: hashable, comparable
+    assert api.TrainOptions(out=Path("runs/x")).out == "runs/x"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.top = 3  # type: ignore[misc]
+
+
+def test_api_functions_take_options_or_keywords(tmp_path, monkeypatch):
+    """A misspelt keyword or a missing required one is a ConfigError naming it; a bad value
+    is refused before anything is read or written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="num_cpu: not an option of SweepOptions; known: "):
+        api.sweep(space="s.yaml", num_cpu=2)
+    with pytest.raises(ConfigError, match="experiment: required by ParetoOptions"):
+        api.pareto()
+    with pytest.raises(TypeError, match="not both"):
+        api.pareto(api.ParetoOptions(experiment="e"), per_run=True)
+    with pytest.raises(ConfigError, match="--num-cpus"):
+        api.sweep(space="s.yaml", num_cpus=0)
+    with pytest.raises(UsageError, match="--tracking-uri"):  # the world: no such store
+        api.pareto(experiment="e", tracking_uri=f"sqlite:///{tmp_path}/none.db")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_the_cli_module_sees_argparse():
+    """No ``argparse.Namespace`` outside ``lipsweep/__main__.py``: no other module imports
+    argparse."""
+    found = []
+    for path in (ROOT / "lipsweep").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if "argparse" in names:
+                found.append(str(path.relative_to(ROOT)))
+    assert found == ["lipsweep/__main__.py"]
+
+
+# The API's dry run validates without torch, timm, Ray or MLflow, as the CLI's does.
+_NO_TORCH = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "timm", "torchvision", "ray", "mlflow"):
+            raise ImportError("blocked import of " + name)
+sys.meta_path.insert(0, _Block())
+from lipsweep import api
+result = api.sweep(space=sys.argv[1], storage=sys.argv[2], dry_run=True)
+assert result.planned and result.counts.not_run == result.counts.total == 31, result
+"""
+
+
+def test_the_api_dry_run_imports_no_torch_ray_or_mlflow(tmp_path):
+    space = ROOT / "search_spaces" / "paper_cifar100.yaml"
+    proc = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH, str(space), str(tmp_path / "st")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _space(tmp_path: Path) -> Path:
+    """One tiny trial on the 20/10-image npz of conftest: the smallest sweep there is."""
+    data = small_npz(tmp_path / "data.npz")
+    path = tmp_path / "space.yaml"
+    path.write_text(
+        f"""name: api
+fixed:
+  model: vit_tiny_patch16_224
+  depth: 2
+  embed_dim: 64
+  num_heads: 4
+  dataset: npz
+  data_dir: {data}
+  epochs: 1
+  batch_size: 10
+  optimizer: adamw
+  lr: 1.0e-3
+  aa_attacks: [apgd-ce]
+grid:
+  - regularizer: none
+resources: {{cpu: 1, gpu: 0}}
+max_concurrent_trials: 1
+"""
+    )
+    return path
+
+
+@pytest.mark.slow
+def test_a_tiny_sweep_end_to_end_through_the_api(tmp_path, monkeypatch):
+    """sweep -> its runs, read back from MLflow -> pareto -> export, with no argparse: a
+    local Ray in this process (its own RAY_TMPDIR), SQLite MLflow in tmp_path."""
+    import ray
+    from ray._private.authentication.authentication_token_setup import (
+        AuthenticationTokenLoader,
+    )
+    from ray._raylet import Config
+
+    uri = sqlite_uri(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):  # the sweep sets its own token
+        monkeypatch.delenv(key, raising=False)
+    with ray_sandbox() as box:
+        monkeypatch.setenv("RAY_TMPDIR", box.dir)
+        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the workers import this checkout
+        try:
+            swept = api.sweep(
+                space=_space(tmp_path),
+                storage=str(tmp_path / "ray_results"),
+                num_cpus=2,
+                tracking_uri=uri,
+            )
+        finally:
+            ray.shutdown()
+            monkeypatch.undo()  # later tests in this process see Ray's auth mode as it was
+            Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()
+    assert swept.ok and not swept.interrupted, swept.summary
+    assert swept.experiment == "api" and swept.experiment_path.endswith("/ray_results/api")
+    assert swept.counts == api.OutcomeCounts(finished=1, stopped=0, failed=0, not_run=0, total=1)
+    (run,) = swept.runs
+    assert run.status == "FINISHED" and run.metrics["acc_clean"] >= 0
+    # the runs it returns are the ones MLflow holds, under its parent run
+    kids = [r for r in client(uri, "api").runs() if r.data.tags.get("lipsweep.kind") == "trial"]
+    assert [r.info.run_id for r in kids] == [run.run_id]
+    assert kids[0].data.tags["mlflow.parentRunId"] == swept.parent_run_id
+    assert kids[0].data.metrics["acc_clean"] == run.metrics["acc_clean"]
+
+    front = api.pareto(api.ParetoOptions(experiment="api", tracking_uri=uri))
+    assert front.ranked_by == "runs" and front.ranks == {run.run_id: 1}
+    assert [m.run_ids for m in front.front] == [(run.run_id,)]
+    assert front.pick is not None and front.pick.run_id == run.run_id
+    exported = api.export(experiment="api", out=str(tmp_path / "export"), tracking_uri=uri)
+    assert exported.run_id == run.run_id and exported.folder == tmp_path / "export"
+    assert (exported.folder / "model.safetensors").is_file()
+    assert exported.metrics["acc_clean"] == run.metrics["acc_clean"]
