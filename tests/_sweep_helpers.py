@@ -264,12 +264,20 @@ def ray_sandbox() -> Iterator[RaySandbox]:
 
 @contextmanager
 def sweep_process(
-    cmd: list[str], cwd: Path, box: RaySandbox, log: Path
+    cmd: list[str], cwd: Path, box: RaySandbox, log: Path, own_group: bool = False
 ) -> Iterator[subprocess.Popen]:
     """A sweep running in the background, output to ``log`` (a file: a full pipe would block);
-    killed on the way out if the test left it running."""
+    killed on the way out if the test left it running. ``own_group``: in a process group of
+    its own, as a shell runs a job (``os.killpg(proc.pid, sig)`` then signals that job)."""
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=box.env(), stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=box.env(),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            process_group=0 if own_group else None,
+        )
     try:
         yield proc
     finally:

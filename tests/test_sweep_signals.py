@@ -7,12 +7,14 @@ tiny trial each. The space checks on ``--resume`` need neither: they exit 2 befo
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 
 import pytest
 from _sweep_helpers import (
     children,
+    cmdline,
     epochs_logged,
     parents,
     ray_sandbox,
@@ -41,23 +43,33 @@ TWO = "  - regularizer: none\n  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggre
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "sig, code, resume",
-    [(signal.SIGTERM, 143, True), (signal.SIGHUP, 129, False)],
-    ids=["SIGTERM", "SIGHUP"],
+    "sig, code, group, resume",
+    [(signal.SIGTERM, 143, False, True), (signal.SIGHUP, 129, True, False)],
+    ids=["SIGTERM", "SIGHUP-to-the-job"],
 )
 def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
-    tmp_path, sig, code, resume
+    tmp_path, sig, code, group, resume
 ):
-    """Before: SIGTERM aborted the driver (rc 134) and SIGHUP killed it; runs stayed RUNNING."""
+    """SIGTERM to the driver (``kill PID``); SIGHUP to the job's process group, as a terminal
+    that hangs up sends it (and ``timeout`` its SIGTERM). When the command has returned, no
+    process of the Ray it started is left (found by the test's RAY_TMPDIR in their
+    environment). Before: SIGTERM aborted the driver (rc 134) and SIGHUP killed it; runs stayed
+    RUNNING. Then, to the job: gcs_server and the raylet died of it, the driver waited 60 s for
+    the GCS and exited 1, and trial workers were still running when it had."""
     epochs = 3
     space = write_space(tmp_path, "  - regularizer: none\n", epochs=epochs)
     uri, log = sqlite_uri(tmp_path), tmp_path / "sweep.log"
     with ray_sandbox() as box:
-        with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log) as proc:
+        with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log, group) as proc:
             wait_for(lambda: epochs_logged(uri) >= 1, 600, "epoch 1 in MLflow", proc, 0.2)
-            proc.send_signal(sig)
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
             proc.wait(timeout=300)
+            left = [(p, cmdline(p)) for p in box.leftovers()]
         out = log.read_text(errors="replace")
+        assert not left, (left, out[-4000:])
         assert proc.returncode == code, out[-4000:]
         assert "Traceback" not in out, out[-4000:]
         assert f"{signal.Signals(sig).name}: stopping the sweep" in out
@@ -67,7 +79,9 @@ def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
         if not resume:
             return
         resumed = run_sweep_cli(sweep_cmd(tmp_path, space, "--resume"), tmp_path, box)
+        left = [(p, cmdline(p)) for p in box.leftovers()]
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr[-4000:]
+        assert not left, left  # after a sweep that ended normally too
     (kid,) = children(uri)
     assert kid.info.status == "FINISHED"
     assert steps(uri, kid.info.run_id) == list(range(1, epochs + 1))
@@ -171,6 +185,26 @@ def test_a_closed_stdout_is_dropped_not_fatal(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert "BrokenPipeError" not in err and "stdout was closed by its reader" in err, err
+
+
+def test_a_stop_signal_ignored_at_start_stays_ignored():
+    """``nohup lipsweep sweep ... &``: nohup asked for hangups to be ignored, and they are (the
+    Ray processes inherit that). Before: StopSignals took SIGHUP over, so the hangup at logout
+    stopped the sweep."""
+    from lipsweep.sweep.signals import StopSignals
+
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with StopSignals() as stop:
+            stop.reinstall()  # as after ray.init
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+            signal.sigtimedwait([], 0)  # a handler would run here
+            assert stop.received is None
+            assert signal.getsignal(signal.SIGTERM) == stop._handle  # the others: held
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, old)
 
 
 def test_stop_signals_go_through_tunes_own_stop_request():

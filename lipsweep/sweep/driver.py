@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
+from lipsweep.sweep.local_ray import LocalRay
 from lipsweep.sweep.signals import FINISH, TUNE, StopSignals
 from lipsweep.sweep.space import SweepSpec, sample_space
 from lipsweep.sweep.space_record import save_record
@@ -264,36 +265,41 @@ def _tune_config(spec: SweepSpec, opts: SweepOptions):
     ), param_space
 
 
-def _init_ray(opts: SweepOptions) -> None:
+def _init_ray(opts: SweepOptions) -> Optional[LocalRay]:
+    """Join ``--ray-address``, or start a local Ray; returns the local instance (which the
+    driver stops before it returns), ``None`` when Ray was joined or already running."""
     import ray
 
     if ray.is_initialized():
-        return
+        return None
     if opts.ray_address:  # TCP-probed once, by the caller, before anything was written
         try:
             ray.init(address=opts.ray_address, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(f"--ray-address {opts.ray_address}: {exc}") from None
-    else:
-        if not opts.dashboard:  # the dashboard's login takes the token `ray get-auth-token` prints
-            _local_token_auth()
-        elif os.environ.get("RAY_AUTH_MODE", "token").lower() == "token":
-            from lipsweep.sweep.ray_token import private_token_file
+        return None
+    from lipsweep.sweep import local_ray
 
-            private_token_file()  # Ray would write ~/.ray/auth_token readable by everyone
-        ctx = ray.init(
-            num_cpus=opts.num_cpus,
-            include_dashboard=opts.dashboard,
-            dashboard_host="127.0.0.1",
-            log_to_driver=True,
-            configure_logging=True,
-            logging_level=logging.WARNING,
+    if not opts.dashboard:  # the dashboard's login takes the token `ray get-auth-token` prints
+        _local_token_auth()
+    elif os.environ.get("RAY_AUTH_MODE", "token").lower() == "token":
+        from lipsweep.sweep.ray_token import private_token_file
+
+        private_token_file()  # Ray would write ~/.ray/auth_token readable by everyone
+    local, ctx = local_ray.start(
+        num_cpus=opts.num_cpus,
+        include_dashboard=opts.dashboard,
+        dashboard_host="127.0.0.1",
+        log_to_driver=True,
+        configure_logging=True,
+        logging_level=logging.WARNING,
+    )
+    if opts.dashboard:
+        _log.info(
+            "Ray dashboard: http://%s (log in with the token `ray get-auth-token` prints)",
+            ctx.dashboard_url,
         )
-        if opts.dashboard:
-            _log.info(
-                "Ray dashboard: http://%s (log in with the token `ray get-auth-token` prints)",
-                ctx.dashboard_url,
-            )
+    return local
 
 
 def _local_token_auth() -> None:
@@ -336,17 +342,6 @@ def run_sweep(
     # A trial's few worker lines (its device) are shown when they happen: Ray's dedup held the
     # second trial's back until shutdown, after the summary. Read when Ray is first imported.
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    from ray import tune
-
-    from lipsweep.sweep.callbacks import (
-        ConsoleProgress,
-        MlflowSweepCallback,
-        first_objective,
-        summarize,
-    )
-    from lipsweep.sweep.trainable import train_trial
-
-    exp_path = experiment_path(opts.storage, opts.experiment)
     tracker = Tracker(
         opts.tracking_uri, opts.experiment, retries=TRACKING_RETRIES, buffer_writes=True
     )
@@ -360,8 +355,35 @@ def run_sweep(
         "resources_gpu": spec.resources.gpu,
         **{f"fixed.{k}": v for k, v in spec.fixed.items()},
     }
-    _init_ray(opts)  # before the parent run: a Ray that cannot start leaves nothing RUNNING
-    stop = stop or StopSignals()
+    # Ray before the parent run: a Ray that cannot start leaves nothing RUNNING.
+    local = _init_ray(opts)
+    try:
+        return _run_on_ray(spec, opts, stop or StopSignals(), tracker, spill, flat_params)
+    finally:
+        if local is not None:  # whatever happened: no process of the Ray it started outlives it
+            local.stop()
+
+
+def _run_on_ray(
+    spec: SweepSpec,
+    opts: SweepOptions,
+    stop: StopSignals,
+    tracker: Tracker,
+    spill: Path,
+    flat_params: dict[str, Any],
+) -> SweepOutcome:
+    """The parent run, Tune's loop and the runs' end, on a Ray that is up."""
+    from ray import tune
+
+    from lipsweep.sweep.callbacks import (
+        ConsoleProgress,
+        MlflowSweepCallback,
+        first_objective,
+        summarize,
+    )
+    from lipsweep.sweep.trainable import train_trial
+
+    exp_path = experiment_path(opts.storage, opts.experiment)
     stop.reinstall()  # ray.init replaced the SIGTERM handler with sys.exit
     try:
         if opts.resume:
