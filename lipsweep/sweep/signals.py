@@ -13,7 +13,9 @@ with rc 134 and left runs RUNNING), and SIGHUP kills the process outright. While
 - a second signal stops at once (``KeyboardInterrupt``): trials die with the driver and the
   runs are still marked KILLED;
 - the command exits ``128 + signal`` (130, 143, 129), the shell's convention, whenever a
-  signal arrived.
+  signal arrived;
+- a signal that was ignored when the driver started stays ignored: ``nohup lipsweep sweep``
+  keeps running when the terminal hangs up (before, the hangup stopped the sweep).
 
 Tune's SIGINT handler is turned off (``TUNE_DISABLE_SIGINT_HANDLER=1``) so that SIGINT goes
 through the same path and the exit code can name the signal that arrived.
@@ -51,6 +53,7 @@ class StopSignals:
         self.received: Optional[int] = None
         self.phase = START
         self._previous: dict[int, Any] = {}
+        self._held: tuple[int, ...] = ()  # the stop signals this holds (not ignored at entry)
 
     def __enter__(self) -> "StopSignals":
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
@@ -58,6 +61,9 @@ class StopSignals:
             for sig in (*STOP_SIGNALS, signal.SIGUSR1):
                 previous = signal.getsignal(sig)
                 self._previous[sig] = signal.SIG_DFL if previous is None else previous
+            # nohup (SIGHUP) or a shell's background job (SIGINT): whoever started us asked
+            # for that signal to be ignored; it stays so, here and in the Ray processes
+            self._held = tuple(s for s in STOP_SIGNALS if self._previous[s] != signal.SIG_IGN)
             self.reinstall()
         return self
 
@@ -70,7 +76,7 @@ class StopSignals:
         """Take the stop signals back (``ray.init`` sets its own SIGTERM handler)."""
         if self._previous and _main_thread():
             for sig in STOP_SIGNALS:
-                signal.signal(sig, self._handle)
+                signal.signal(sig, self._handle if sig in self._held else signal.SIG_IGN)
 
     def enter(self, phase: str) -> None:
         """The driver moves to ``phase``; entering Tune's loop clears a stale Tune handler."""
