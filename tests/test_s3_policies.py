@@ -293,14 +293,37 @@ def test_a_worker_reads_the_prepared_dataset(s3, tmp_path, monkeypatch):
 # --- a real Tune run: the call list above is the one Tune makes -----------------------------------
 
 
+@pytest.fixture
+def ray_auth_disabled():
+    """``RAY_AUTH_MODE=disabled`` for a local Ray started in this process, as this process sees
+    it too, and the mode as it was afterwards.
+
+    Ray reads the mode into its config once (``Config.initialize``); changing the variable
+    alone leaves a driver in token mode whose Ray processes (started with the variable) are
+    not, and the trial actor dies before it starts (``ActorDiedError``, "cancelled before it
+    started running"). That happened in CI, where an earlier test had left token mode behind,
+    and happens wherever ``RAY_AUTH_MODE=token`` is exported (deploy/README's environment)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    def refresh() -> None:
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    refresh()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved
+        refresh()
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(
-    bool(os.environ.get("CI")),
-    reason="OPEN: in the fresh-clone .ci/run the trial actor died at start (ActorDiedError, "
-    "0 iterations) though the same test passed in a developer run; the replay tests above "
-    "cover the calls until this is understood",
-)
-def test_a_real_tune_run_passes_the_policies(s3, tmp_path, monkeypatch):
+def test_a_real_tune_run_passes_the_policies(s3, tmp_path, monkeypatch, ray_auth_disabled):
     """Tuner.fit on S3 storage: the driver as the head, its trial actor as a worker (AWS
     profiles: Tune copies a driver's AWS_ACCESS_KEY_ID into its trials, a profile it does not),
     checkpoints past num_to_keep deleted; no request refused, both identities seen."""
@@ -334,7 +357,6 @@ def test_a_real_tune_run_passes_the_policies(s3, tmp_path, monkeypatch):
         "AWS_ENDPOINT_URL": url,
         "AWS_REGION": REGION,
         "AWS_EC2_METADATA_DISABLED": "true",
-        "RAY_AUTH_MODE": "disabled",
     }.items():
         monkeypatch.setenv(name, value)
     start = len(gate.calls)
