@@ -38,6 +38,33 @@ _RAY_TMPDIR = tempfile.mkdtemp(prefix="lsr", dir="/tmp")
 os.environ["RAY_TMPDIR"] = _RAY_TMPDIR
 
 
+# Ray's auth mode and token, which a local sweep in the test process sets in os.environ itself
+# (lipsweep.sweep.driver._local_token_auth) where monkeypatch cannot undo them (its delenv of
+# an unset variable records nothing), and which Ray also caches (Config.initialize). One test
+# leaking them left later tests' drivers in token mode with a Ray that was not: the trial
+# actor died at start (test_s3_policies' real Tune run, in CI).
+_RAY_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+@pytest.fixture(autouse=True)
+def _ray_auth_as_it_was():
+    """Each test ends with Ray's auth variables, and Ray's view of them, as they were."""
+    before = {name: os.environ.get(name) for name in _RAY_AUTH_ENV}
+    yield
+    if {name: os.environ.get(name) for name in _RAY_AUTH_ENV} == before:
+        return
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if "ray" in sys.modules:
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():

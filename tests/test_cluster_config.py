@@ -742,10 +742,6 @@ def test_a_local_sweeps_ray_requires_a_random_token(monkeypatch):
 
     from lipsweep.sweep.driver import _local_token_auth
 
-    # _local_token_auth writes os.environ itself, so monkeypatch alone does not undo it (its
-    # delenv of an unset variable records nothing): the mode and token leaked into every later
-    # test, and Ray's cached mode stayed "token" (test_s3_policies' real Tune run then died).
-    saved = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     try:
@@ -762,10 +758,5 @@ def test_a_local_sweeps_ray_requires_a_random_token(monkeypatch):
         assert os.environ["RAY_AUTH_TOKEN"] == "f" * 64
     finally:  # later tests in this process must see Ray's mode as it was
         monkeypatch.undo()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
