@@ -218,7 +218,10 @@ def test_uploads_wait_out_an_mlflow_outage_and_spill_and_replay_past_one(tmp_pat
     server = MlflowServer(tmp_path)
     server.start()
     try:
-        tr = Tracker(server.uri, "exp", retries=1, backoff_s=0.2, buffer_writes=True)
+        # retries at most 1 s apart: the restarted server is used at once, not up to 30 s later
+        tr = Tracker(
+            server.uri, "exp", retries=1, backoff_s=0.2, max_backoff_s=1.0, buffer_writes=True
+        )
         parent = tr.open_parent("sweep-dir", "exp", {})
         run = {t: tr.open_child(parent, t, t, {"t": t}) for t in ("a", "b")}
         server.stop()
