@@ -22,7 +22,9 @@ from typing import Callable, Iterator, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A tiny, fast trial: 2-block ViT, 256 training images, 32 evaluation images.
+# A tiny, fast trial: 2-block ViT, 256 training images, 32 evaluation images; every Lipschitz
+# metric, but the per-head bounds on 4 images (not 16) and no PNG figures, which were 2/3 of
+# the Lipschitz summary's time (tests/test_lipschitz_summary.py draws every figure).
 FIXED = """fixed:
   model: vit_tiny_patch16_224
   depth: 2
@@ -36,6 +38,8 @@ FIXED = """fixed:
   optimizer: adamw
   lr: 1.0e-3
   aa_attacks: [apgd-ce]
+  lip_head_images: 4
+  lip_figures: false
 """
 
 TINY_FLAT = {
@@ -50,6 +54,8 @@ TINY_FLAT = {
     "optimizer": "adamw",
     "lr": 1e-3,
     "aa_attacks": ["apgd-ce"],
+    "lip_head_images": 4,
+    "lip_figures": False,
 }
 
 
