@@ -13,12 +13,12 @@ import subprocess
 import pytest
 from _sweep_helpers import (
     children,
+    empty_store,
     epochs_logged,
     parents,
     ray_sandbox,
     run_sweep_cli,
     runs,
-    sqlite_uri,
     steps,
     sweep_cmd,
     sweep_process,
@@ -51,7 +51,7 @@ def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
     """Before: SIGTERM aborted the driver (rc 134) and SIGHUP killed it; runs stayed RUNNING."""
     epochs = 3
     space = write_space(tmp_path, "  - regularizer: none\n", epochs=epochs)
-    uri, log = sqlite_uri(tmp_path), tmp_path / "sweep.log"
+    uri, log = empty_store(tmp_path / "mlflow.db"), tmp_path / "sweep.log"
     with ray_sandbox() as box:
         with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log) as proc:
             wait_for(lambda: epochs_logged(uri) >= 1, 600, "epoch 1 in MLflow", proc, 0.2)
@@ -79,7 +79,7 @@ def test_closed_stdout_does_not_stop_the_sweep(tmp_path):
     """``lipsweep sweep ... | head -1``. Before: a BrokenPipeError traceback killed the driver
     and its runs stayed RUNNING."""
     space = write_space(tmp_path, "  - regularizer: none\n", epochs=2)
-    uri, err = sqlite_uri(tmp_path), tmp_path / "stderr.log"
+    uri, err = empty_store(tmp_path / "mlflow.db"), tmp_path / "stderr.log"
     with ray_sandbox() as box, open(err, "wb") as fh:
         proc = subprocess.Popen(
             sweep_cmd(tmp_path, space, "--status-every", "0.2"),

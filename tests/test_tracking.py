@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from _sweep_helpers import sqlite_uri
+from _sweep_helpers import empty_store
 
 from lipsweep.tracking import FINISHED, KILLED, Tracker, TrackingReader
 
 
 def test_the_reader_reads_what_the_writer_wrote(tmp_path: Path) -> None:
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     writer = Tracker(uri, "exp")
     old = writer.open_parent("dir-a", "sweep-a", {"num_trials": 2})
     time.sleep(0.01)
