@@ -59,6 +59,14 @@ TINY_FLAT = {
     "lip_figures": False,
 }
 
+# Every regularizer of the package (JaSMin with both aggregations): the grid of the session's
+# four-trial sweep (conftest.four_trial_sweep) and of the interrupted sweep in test_sweep.py.
+FOUR = """  - regularizer: none
+  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
+  - {regularizer: jasmin, k: 10, lam: 1.0e-2, aggregation: max}
+  - {regularizer: specformer, lam_q: 1.0e-2, lam_k: 1.0e-2, lam_v: 1.0e-2}
+"""
+
 
 def write_space(
     tmp_path: Path, grid: str, epochs: int = 2, extra: str = "", max_concurrent: int = 2

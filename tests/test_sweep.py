@@ -8,6 +8,7 @@ import subprocess
 import pytest
 from _sweep_helpers import (
     FIXED,
+    FOUR,
     children,
     client,
     epochs_logged,
@@ -39,20 +40,12 @@ SPEC_METRICS = (
     "lip_jacobian_tokens_max",
 )
 
-FOUR = """  - regularizer: none
-  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
-  - {regularizer: jasmin, k: 10, lam: 1.0e-2, aggregation: max}
-  - {regularizer: specformer, lam_q: 1.0e-2, lam_k: 1.0e-2, lam_v: 1.0e-2}
-"""
 
-
-def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
-    space = write_space(tmp_path, FOUR)
-    proc = subprocess.run(
-        sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
-    )
+def test_four_trial_sweep_logs_finished_children_under_one_parent(four_trial_sweep):
+    """The session's sweep (conftest.py; tests/test_review.py reads it too)."""
+    d, proc = four_trial_sweep
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    uri = sqlite_uri(tmp_path)
+    uri = sqlite_uri(d)
     (parent,) = parents(uri)
     kids = children(uri)
     assert parent.info.status == "FINISHED"
