@@ -345,6 +345,8 @@ class MlflowServer:
     def start(self, timeout: float = 180) -> None:
         import urllib.request
 
+        if not (self.root / "server.db").exists():
+            empty_store(self.root / "server.db")  # the server's own first start: migrations
         fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [

@@ -11,6 +11,7 @@ from _sweep_helpers import (
     FOUR,
     children,
     client,
+    empty_store,
     epochs_logged,
     parents,
     runs,
@@ -80,12 +81,13 @@ def test_nan_trial_fails_with_reason_and_others_finish(tmp_path):
   - regularizer: none
 """
     space = write_space(tmp_path, grid, epochs=1)
+    uri = empty_store(tmp_path / "mlflow.db")
     proc = subprocess.run(
         sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "1 failed" in proc.stdout and "loss became" in proc.stdout
-    kids = {r.data.params["lr"]: r for r in children(sqlite_uri(tmp_path))}
+    kids = {r.data.params["lr"]: r for r in children(uri)}
     assert kids["1000000.0"].info.status == "FAILED"
     assert "loss became" in kids["1000000.0"].data.tags["lipsweep.failure"]
     assert kids["0.001"].info.status == "FINISHED"
@@ -110,7 +112,7 @@ def test_existing_sweep_needs_resume_and_resume_needs_a_sweep(tmp_path):
 
 def test_sigint_then_resume_finishes_each_trial_exactly_once(tmp_path):
     space = write_space(tmp_path, FOUR, epochs=3)
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     proc = subprocess.Popen(
         sweep_cmd(tmp_path, space),
         cwd=tmp_path,
@@ -168,13 +170,14 @@ resources: {cpu: 1, gpu: 0}
 max_concurrent_trials: 1
 """
     )
+    uri = empty_store(tmp_path / "mlflow.db")
     proc = subprocess.run(
         sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "did not include the specified metric" not in out
-    kids = children(sqlite_uri(tmp_path))
+    kids = children(uri)
     assert len(kids) == 4
     lrs = {float(r.data.params["lr"]) for r in kids}
     assert len(lrs) == 4 and all(1e-4 <= lr <= 3e-3 for lr in lrs)
