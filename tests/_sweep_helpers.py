@@ -8,6 +8,7 @@ process tree below the test's own subprocess, never by name across the machine.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -22,7 +23,9 @@ from typing import Callable, Iterator, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A tiny, fast trial: 2-block ViT, 256 training images, 32 evaluation images.
+# A tiny, fast trial: 2-block ViT, 256 training images, 32 evaluation images; every Lipschitz
+# metric, but the per-head bounds on 4 images (not 16) and no PNG figures, which were 2/3 of
+# the Lipschitz summary's time (tests/test_lipschitz_summary.py draws every figure).
 FIXED = """fixed:
   model: vit_tiny_patch16_224
   depth: 2
@@ -36,6 +39,8 @@ FIXED = """fixed:
   optimizer: adamw
   lr: 1.0e-3
   aa_attacks: [apgd-ce]
+  lip_head_images: 4
+  lip_figures: false
 """
 
 TINY_FLAT = {
@@ -50,7 +55,17 @@ TINY_FLAT = {
     "optimizer": "adamw",
     "lr": 1e-3,
     "aa_attacks": ["apgd-ce"],
+    "lip_head_images": 4,
+    "lip_figures": False,
 }
+
+# Every regularizer of the package (JaSMin with both aggregations): the grid of the session's
+# four-trial sweep (conftest.four_trial_sweep) and of the interrupted sweep in test_sweep.py.
+FOUR = """  - regularizer: none
+  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
+  - {regularizer: jasmin, k: 10, lam: 1.0e-2, aggregation: max}
+  - {regularizer: specformer, lam_q: 1.0e-2, lam_k: 1.0e-2, lam_v: 1.0e-2}
+"""
 
 
 def write_space(
@@ -66,6 +81,27 @@ def write_space(
 
 def sqlite_uri(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+_EMPTY_STORE: list[Path] = []  # the empty store this process copies (made on first use)
+
+
+def empty_store(db: Path) -> str:
+    """The URI of a new, empty MLflow SQLite store at ``db``: a copy of one store this test
+    process made once. MLflow makes a store's schema by running its Alembic migrations, 3-8 s
+    on 2 cores; a copy opens in 0.1 s. For tests where making the store is not what they test:
+    the driver making its own (under lipsweep's schema lock) is still what the sweep tests
+    that use :func:`sqlite_uri` alone exercise."""
+    if not _EMPTY_STORE:
+        from mlflow.tracking import MlflowClient
+
+        folder = Path(tempfile.mkdtemp(prefix="lsdb"))
+        atexit.register(shutil.rmtree, folder, True)
+        MlflowClient(tracking_uri=f"sqlite:///{folder / 'empty.db'}").search_experiments()
+        _EMPTY_STORE.append(folder / "empty.db")
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_EMPTY_STORE[0], db)
+    return f"sqlite:///{db}"
 
 
 def sweep_cmd(
@@ -317,6 +353,8 @@ class MlflowServer:
     def start(self, timeout: float = 180) -> None:
         import urllib.request
 
+        if not (self.root / "server.db").exists():
+            empty_store(self.root / "server.db")  # the server's own first start: migrations
         fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [
@@ -336,6 +374,9 @@ class MlflowServer:
                 str(self.root / "server_artifacts"),
             ],
             cwd=self.root,
+            # MLflow's job runner (GenAI scorer jobs, which lipsweep never submits) is 8 more
+            # processes that import MLflow: 28 instead of 12 CPU-seconds per start
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             stdout=fh,
             stderr=subprocess.STDOUT,
             start_new_session=True,

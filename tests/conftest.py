@@ -1,10 +1,11 @@
-"""Shared fixtures: the embedded CIFAR-10 sample and a briefly trained tiny ViT; and a private
-Ray temp dir for the session, removed at its end."""
+"""Shared fixtures: the embedded CIFAR-10 sample, a briefly trained tiny ViT and one finished
+four-trial sweep; and a private Ray temp dir for the session, removed at its end."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -135,3 +136,18 @@ def trained_tiny_model(cifar_sample) -> PixelModel:
             loss.backward()
             opt.step()
     return model.eval()
+
+
+@pytest.fixture(scope="session")
+def four_trial_sweep(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One real sweep of the grid ``_sweep_helpers.FOUR`` (2 epochs each; `lipsweep sweep` on
+    local Ray, SQLite MLflow in the folder, experiment ``exp``), run once for the session: (its
+    folder, the finished CLI process). tests/test_sweep.py checks the sweep itself;
+    tests/test_review.py runs pareto and export on it (they add tags and artifacts, never
+    remove any)."""
+    from _sweep_helpers import FOUR, sweep_cmd, write_space
+
+    d = tmp_path_factory.mktemp("four_trial_sweep")
+    space = write_space(d, FOUR)
+    proc = subprocess.run(sweep_cmd(d, space), cwd=d, capture_output=True, text=True, timeout=900)
+    return d, proc

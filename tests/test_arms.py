@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from _sweep_helpers import empty_store
 
 from lipsweep.__main__ import main
 from lipsweep.decide.arms import (
@@ -157,7 +158,7 @@ def store(tmp_path_factory):
     from mlflow.tracking import MlflowClient
 
     d = tmp_path_factory.mktemp("arms")
-    uri = f"sqlite:///{d / 'mlflow.db'}"
+    uri = empty_store(d / "mlflow.db")
     c = MlflowClient(uri)
     exp = c.create_experiment("arms", artifact_location=(d / "artifacts").as_uri())
     parent = c.create_run(exp, tags={"lipsweep.kind": "sweep"}).info.run_id

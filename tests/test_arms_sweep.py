@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import FIXED, children, parents, ray_sandbox, run_sweep_cli, sweep_cmd
+from _sweep_helpers import (
+    FIXED,
+    children,
+    empty_store,
+    parents,
+    ray_sandbox,
+    run_sweep_cli,
+    sweep_cmd,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +33,7 @@ def swept(tmp_path_factory):
         "repeat: {seed: [0, 1]}\nresources: {cpu: 1, gpu: 0}\n"
         "max_concurrent_trials: 2\n"
     )
-    uri = f"sqlite:///{d / 'mlflow.db'}"
+    uri = empty_store(d / "mlflow.db")
     with ray_sandbox() as box:
         proc = run_sweep_cli(sweep_cmd(d, space, tracking_uri=uri), d, box, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _sweep_helpers import empty_store
 
 from lipsweep.__main__ import main
 from lipsweep.settings.config import TrialConfig
@@ -59,7 +60,7 @@ def checkpoint(tmp_path_factory) -> Path:
 def _sweep(tmp_path: Path, checkpoint: Path) -> tuple[str, list[str]]:
     """An experiment 'cf' with a parent run and two FINISHED child runs, logged the way the
     driver's MlflowSweepCallback logs them."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = empty_store(tmp_path / "mlflow.db")
     tracker = Tracker(uri, "cf")
     parent = tracker.open_parent(str(tmp_path / "ray"), "cf", {"space": "test"})
     ids = []

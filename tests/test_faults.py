@@ -28,11 +28,11 @@ from _sweep_helpers import (
     MlflowServer,
     children,
     client,
+    empty_store,
     parents,
     ray_sandbox,
     run_sweep_cli,
     runs,
-    sqlite_uri,
     steps,
     sweep_cmd,
     sweep_process,
@@ -93,7 +93,7 @@ def test_worker_killed_twice_resumes_from_checkpoint_without_gaps(tmp_path):
         tmp_path, "  - regularizer: none\n", epochs=epochs, extra="max_failures: 2\n"
     )
     space.write_text(space.read_text().replace("train_size: 256", "train_size: 512"))
-    uri, log = sqlite_uri(tmp_path), tmp_path / "sweep.log"
+    uri, log = empty_store(tmp_path / "mlflow.db"), tmp_path / "sweep.log"
     killed = []
     with ray_sandbox() as box:
         with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log) as proc:
@@ -140,7 +140,7 @@ def _kid_epochs(uri: str) -> int:
 def test_driver_sigkill_then_resume_finishes_each_trial_exactly_once(tmp_path):
     epochs = 3
     space = write_space(tmp_path, THREE, epochs=epochs)
-    uri, log = sqlite_uri(tmp_path), tmp_path / "sweep.log"
+    uri, log = empty_store(tmp_path / "mlflow.db"), tmp_path / "sweep.log"
     with ray_sandbox() as box:
         with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log) as proc:
             # kill right after the first trial finished: others running / pending
@@ -291,7 +291,7 @@ def test_epochs_lost_with_a_killed_driver_are_backfilled_from_the_checkpoint(tmp
     from lipsweep.settings.config import TrialConfig
     from lipsweep.trial.checkpoint import save_checkpoint
 
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     history = [
         {
             "loss": 2.0 / e,
@@ -342,7 +342,7 @@ def test_final_metrics_logged_once_when_the_driver_died_before_ending_the_run(tm
     from lipsweep.sweep.trainable import FINAL_KEY
     from lipsweep.trial.checkpoint import save_checkpoint
 
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     ckpt = save_checkpoint(
         tmp_path / "ckpt", 1, {"w": torch.zeros(2)}, {"state": {}, "param_groups": []}, {}, {}
     )

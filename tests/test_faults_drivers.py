@@ -25,6 +25,7 @@ from _sweep_helpers import (
     TINY_FLAT,
     children,
     client,
+    empty_store,
     mlflow_client,
     parents,
     ray_sandbox,
@@ -65,7 +66,7 @@ def _files(folder: Path) -> set[str]:
 
 
 def _store(tmp_path: Path, experiment: str | None = None) -> str:
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     c = mlflow_client(uri)
     if experiment:
         c.create_experiment(experiment)
@@ -140,7 +141,7 @@ def test_parent_run_is_adopted_only_with_resume_and_only_from_a_gone_owner(tmp_p
     from lipsweep.sweep.driver import SweepOptions, _adoption_policy
     from lipsweep.tracking import TAG_HEARTBEAT, TAG_OWNER, SweepBusy, Tracker
 
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     host = socket.gethostname()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -192,7 +193,7 @@ def test_two_new_parents_for_one_sweep_the_later_one_backs_off(tmp_path):
     deletes its own parent run and raises."""
     from lipsweep.tracking import TAG_KIND, TAG_OWNER, TAG_SWEEP_DIR, SweepBusy, Tracker
 
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     tracker = Tracker(uri, "exp")
     tags = {TAG_KIND: "sweep", TAG_SWEEP_DIR: "s3://b/exp"}
     a = tracker.create_run(None, {**tags, TAG_OWNER: "h 1 T"})

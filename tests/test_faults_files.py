@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _sweep_helpers import ROOT, mlflow_client, write_space
+from _sweep_helpers import ROOT, empty_store, mlflow_client, write_space
 from conftest import small_npz
 
 pytestmark = pytest.mark.faults
@@ -376,8 +376,7 @@ def _sweep_store(tmp_path: Path, experiment: str) -> tuple[str, str]:
 
     from lipsweep.tracking.schema import TAG_KIND, TAG_PARENT
 
-    uri = f"sqlite:///{tmp_path / 'store' / 'm.db'}"
-    (tmp_path / "store").mkdir()
+    uri = empty_store(tmp_path / "store" / "m.db")
     c = mlflow_client(uri)
     exp = c.create_experiment(experiment, artifact_location=str(tmp_path / "store" / "art"))
     parent = c.create_run(exp, tags={TAG_KIND: "sweep"}).info.run_id
@@ -471,7 +470,7 @@ def test_credentials_in_a_uri_query_are_never_shown_or_stored(tmp_path, capsys):
     assert rc == 2 and len(err) == 1 and "--tracking-uri" in err[0], err
     assert SECRET not in err[0] and "password=***" in err[0], err
     # stored: a dataset URI with a key in it, as an MLflow param of a run
-    store = f"sqlite:///{tmp_path / 'm.db'}"
+    store = empty_store(tmp_path / "m.db")
     tracker = Tracker(store, "e")
     run = mlflow_client(store).create_run(tracker.experiment_id).info.run_id
     tracker.log_params(run, {"data_dir": f"s3://b/c.npz?secret_key={SECRET}"})

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _sweep_helpers import ROOT, TINY_FLAT, MlflowServer, client, mlflow_client, ray_sandbox
+from _sweep_helpers import (
+    ROOT,
+    TINY_FLAT,
+    MlflowServer,
+    client,
+    empty_store,
+    mlflow_client,
+    ray_sandbox,
+)
 from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
 
 pytestmark = pytest.mark.faults
@@ -130,7 +138,7 @@ def test_slow_artifact_store_never_blocks_tunes_loop_and_every_artifact_arrives(
     from lipsweep.sweep.driver import _deliver
     from lipsweep.tracking import Tracker
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = empty_store(tmp_path / "mlflow.db")
     mlflow_client(uri).create_experiment("exp", artifact_location=f"gated://{tmp_path}/art")
     tracker = Tracker(uri, "exp", buffer_writes=True)
     parent = tracker.open_parent("dir", "exp", {})
@@ -218,7 +226,10 @@ def test_uploads_wait_out_an_mlflow_outage_and_spill_and_replay_past_one(tmp_pat
     server = MlflowServer(tmp_path)
     server.start()
     try:
-        tr = Tracker(server.uri, "exp", retries=1, backoff_s=0.2, buffer_writes=True)
+        # retries at most 1 s apart: the restarted server is used at once, not up to 30 s later
+        tr = Tracker(
+            server.uri, "exp", retries=1, backoff_s=0.2, max_backoff_s=1.0, buffer_writes=True
+        )
         parent = tr.open_parent("sweep-dir", "exp", {})
         run = {t: tr.open_child(parent, t, t, {"t": t}) for t in ("a", "b")}
         server.stop()
@@ -262,7 +273,7 @@ def test_a_run_ends_only_after_its_artifacts_and_a_lost_folder_is_loud(tmp_path,
     an upload in flight still pickles (Tune pickles its callbacks)."""
     from lipsweep.tracking import Tracker, TrackingError
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = empty_store(tmp_path / "mlflow.db")
     mlflow_client(uri).create_experiment("exp", artifact_location=f"gated://{tmp_path}/art")
     tr = Tracker(uri, "exp", buffer_writes=True)
     parent = tr.open_parent("dir", "exp", {})

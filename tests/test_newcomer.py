@@ -81,11 +81,12 @@ def test_artifact_downloads_draw_no_progress_bars_into_a_log(tmp_path, capsys, m
     export (both download through TrackingReader); with stderr not a terminal they are off,
     as under `make` they always were."""
     import numpy as np
+    from _sweep_helpers import empty_store
 
     from lipsweep.tracking import FINISHED, Tracker, TrackingReader
 
     monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = empty_store(tmp_path / "m.db")
     tracker = Tracker(uri, "e")
     parent = tracker.open_parent(str(tmp_path / "ray"), "e", {"space": "test"})
     lip = tmp_path / "lip"

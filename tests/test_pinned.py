@@ -11,6 +11,7 @@ import io
 from types import SimpleNamespace
 
 import pytest
+from _sweep_helpers import empty_store
 from safetensors.torch import save as save_bytes
 
 from lipsweep.decide.arms import baseline_arm, group_arms
@@ -59,7 +60,7 @@ def test_paired_table_counts_the_seeds_shared_with_the_baseline():
 def store(tmp_path_factory) -> tuple[str, Tracker, str]:
     """A real SQLite MLflow store with one sweep: a parent and three trial runs (t0 finished,
     t1 failed, t2 finished and confirmed at a reduced budget)."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('pins') / 'mlflow.db'}"
+    uri = empty_store(tmp_path_factory.mktemp("pins") / "mlflow.db")
     tracker = Tracker(uri, "pins")
     parent = tracker.open_parent("/nonexistent/ray", "pins", {"space": "test"})
     for tid, status in (("t0", FINISHED), ("t1", FAILED), ("t2", FINISHED)):

@@ -12,27 +12,7 @@ import torch
 
 pytestmark = pytest.mark.slow
 
-SPACE = """name: rv
-fixed:
-  model: vit_tiny_patch16_224
-  depth: 2
-  embed_dim: 64
-  num_heads: 4
-  dataset: embedded
-  train_size: 256
-  eval_size: 48
-  epochs: 1
-  batch_size: 64
-  optimizer: adamw
-  lr: 1.0e-3
-  aa_attacks: [apgd-ce]
-grid:
-  - regularizer: none
-  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
-  - {regularizer: specformer, lam_v: 1.0e-2}
-resources: {cpu: 1, gpu: 0}
-max_concurrent_trials: 2
-"""
+EXPERIMENT = "exp"  # the session's four-trial sweep (conftest.four_trial_sweep)
 
 
 def cli(cwd: Path, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -49,17 +29,18 @@ def cli(cwd: Path, *argv: str, check: bool = True) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("review")
-    (d / "space.yaml").write_text(SPACE)
-    cli(d, "sweep", "space.yaml", "--num-cpus", "2", "--storage", str(d / "ray_results"))
+def swept(four_trial_sweep) -> Path:
+    """The folder of a finished 4-trial sweep whose store is its ``mlflow.db``, the default
+    ``--tracking-uri`` there (the same sweep tests/test_sweep.py checks)."""
+    d, proc = four_trial_sweep
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     return d
 
 
 def _client(d: Path):
     from lipsweep.tracking import TrackingReader
 
-    return TrackingReader(f"sqlite:///{d / 'mlflow.db'}", "rv")
+    return TrackingReader(f"sqlite:///{d / 'mlflow.db'}", EXPERIMENT)
 
 
 def _state(d: Path):
@@ -82,9 +63,9 @@ def _state(d: Path):
 
 
 def test_pareto_tags_runs_logs_artifacts_and_is_idempotent(swept):
-    out1 = cli(swept, "pareto", "--experiment", "rv").stdout
+    out1 = cli(swept, "pareto", "--experiment", EXPERIMENT).stdout
     first = _state(swept)
-    out2 = cli(swept, "pareto", "--experiment", "rv").stdout
+    out2 = cli(swept, "pareto", "--experiment", EXPERIMENT).stdout
     second = _state(swept)
     assert first == second and out1 == out2
     tags, arts, doc = first
@@ -92,7 +73,7 @@ def test_pareto_tags_runs_logs_artifacts_and_is_idempotent(swept):
     assert {"pareto/pareto.json", "pareto/pareto_scatter.png", "pareto/pareto_parallel.png"} <= set(
         arts
     )
-    assert doc["counts"]["runs"] == 3
+    assert doc["counts"]["runs"] == 4
     assert "rank" in out1 and "acc_pgd_4" in out1
 
 
@@ -106,7 +87,7 @@ def test_export_round_trip_is_exact(swept):
     from lipsweep.trial.models import create_model
 
     out = swept / "export"
-    cli(swept, "export", "--experiment", "rv", "--out", str(out))
+    cli(swept, "export", "--experiment", EXPERIMENT, "--out", str(out))
     assert {p.name for p in out.iterdir()} >= {
         "model.safetensors",
         "config.json",
@@ -135,23 +116,24 @@ def test_export_round_trip_is_exact(swept):
     net = timm.create_model(config["timm"]["model_name"], **config["timm"]["kwargs"])
     net.load_state_dict(lf(str(out / "model.safetensors")))
     # refuses a non-empty folder without --force
-    proc = cli(swept, "export", "--experiment", "rv", "--out", str(out), check=False)
+    proc = cli(swept, "export", "--experiment", EXPERIMENT, "--out", str(out), check=False)
     assert proc.returncode == 2 and "--force" in proc.stderr
-    cli(swept, "export", "--experiment", "rv", "--out", str(out), "--force")
+    cli(swept, "export", "--experiment", EXPERIMENT, "--out", str(out), "--force")
 
 
 def test_bad_review_input_exits_2(swept):
     p = cli(swept, "pareto", "--experiment", "nope", check=False)
     assert p.returncode == 2 and "no experiment 'nope'" in p.stderr
-    p = cli(swept, "pareto", "--experiment", "rv", "--objective", "acc_bogus:max", check=False)
+    objective = ["pareto", "--experiment", EXPERIMENT, "--objective"]
+    p = cli(swept, *objective, "acc_bogus:max", check=False)
     assert p.returncode == 2 and "available metrics" in p.stderr and "acc_pgd_4" in p.stderr
-    p = cli(swept, "pareto", "--experiment", "rv", "--objective", "acc_clean:up", check=False)
+    p = cli(swept, *objective, "acc_clean:up", check=False)
     assert p.returncode == 2
     p = cli(
         swept,
         "export",
         "--experiment",
-        "rv",
+        EXPERIMENT,
         "--out",
         str(swept / "x"),
         "--select",

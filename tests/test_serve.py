@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _sweep_helpers import empty_store
 from safetensors.torch import save_file
 
 from lipsweep.settings.config import TrialConfig
@@ -53,7 +54,7 @@ def _tracked_run(tmp: Path) -> tuple[Tracker, str, str, torch.nn.Module, dict]:
     flat = cfg.to_flat()
     torch.manual_seed(0)
     original = create_model(cfg.model).eval()
-    tracker = Tracker(f"sqlite:///{tmp / 'mlflow.db'}", "serve", retries=0)
+    tracker = Tracker(empty_store(tmp / "mlflow.db"), "serve", retries=0)
     parent = tracker.open_parent(
         str(tmp / "ray" / "serve"), "serve", {"num_trials": 2}, datasets=[flat, flat]
     )  # the sweep's trials: one dataset

@@ -313,7 +313,7 @@ def test_optuna_mlflow_params_are_the_normalised_config(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from _sweep_helpers import children, sqlite_uri
+    from _sweep_helpers import children, empty_store
 
     from lipsweep.sweep.callbacks import MlflowSweepCallback
     from lipsweep.sweep.searchers import FinalResultOptuna, OptunaSpace
@@ -336,7 +336,7 @@ def test_optuna_mlflow_params_are_the_normalised_config(tmp_path):
         space=OptunaSpace(spec.fixed, spec.search.space), metric="acc_clean", mode="max"
     )
     config = searcher.suggest("t1")
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     tracker = Tracker(uri, "exp")
     cb = MlflowSweepCallback(tracker, tracker.open_parent("dir", "exp", {}))
     cb.on_trial_start(0, [], SimpleNamespace(trial_id="t1", config=config))

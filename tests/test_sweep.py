@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from _sweep_helpers import (
     FIXED,
+    FOUR,
     children,
     client,
+    empty_store,
     epochs_logged,
     parents,
     runs,
@@ -40,20 +42,12 @@ SPEC_METRICS = (
     "lip_jacobian_tokens_max",
 )
 
-FOUR = """  - regularizer: none
-  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
-  - {regularizer: jasmin, k: 10, lam: 1.0e-2, aggregation: max}
-  - {regularizer: specformer, lam_q: 1.0e-2, lam_k: 1.0e-2, lam_v: 1.0e-2}
-"""
 
-
-def test_four_trial_sweep_logs_finished_children_under_one_parent(tmp_path):
-    space = write_space(tmp_path, FOUR)
-    proc = subprocess.run(
-        sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
-    )
+def test_four_trial_sweep_logs_finished_children_under_one_parent(four_trial_sweep):
+    """The session's sweep (conftest.py; tests/test_review.py reads it too)."""
+    d, proc = four_trial_sweep
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    uri = sqlite_uri(tmp_path)
+    uri = sqlite_uri(d)
     (parent,) = parents(uri)
     kids = children(uri)
     assert parent.info.status == "FINISHED"
@@ -95,12 +89,13 @@ def test_nan_trial_fails_with_reason_and_others_finish(tmp_path):
   - regularizer: none
 """
     space = write_space(tmp_path, grid, epochs=1)
+    uri = empty_store(tmp_path / "mlflow.db")
     proc = subprocess.run(
         sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "1 failed" in proc.stdout and "loss became" in proc.stdout
-    kids = {r.data.params["lr"]: r for r in children(sqlite_uri(tmp_path))}
+    kids = {r.data.params["lr"]: r for r in children(uri)}
     assert kids["1000000.0"].info.status == "FAILED"
     assert "loss became" in kids["1000000.0"].data.tags["lipsweep.failure"]
     assert kids["0.001"].info.status == "FINISHED"
@@ -125,7 +120,7 @@ def test_existing_sweep_needs_resume_and_resume_needs_a_sweep(tmp_path):
 
 def test_sigint_then_resume_finishes_each_trial_exactly_once(tmp_path):
     space = write_space(tmp_path, FOUR, epochs=3)
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     proc = subprocess.Popen(
         sweep_cmd(tmp_path, space),
         cwd=tmp_path,
@@ -183,13 +178,14 @@ resources: {cpu: 1, gpu: 0}
 max_concurrent_trials: 1
 """
     )
+    uri = empty_store(tmp_path / "mlflow.db")
     proc = subprocess.run(
         sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "did not include the specified metric" not in out
-    kids = children(sqlite_uri(tmp_path))
+    kids = children(uri)
     assert len(kids) == 4
     lrs = {float(r.data.params["lr"]) for r in kids}
     assert len(lrs) == 4 and all(1e-4 <= lr <= 3e-3 for lr in lrs)

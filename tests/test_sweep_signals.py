@@ -15,12 +15,12 @@ import pytest
 from _sweep_helpers import (
     children,
     cmdline,
+    empty_store,
     epochs_logged,
     parents,
     ray_sandbox,
     run_sweep_cli,
     runs,
-    sqlite_uri,
     steps,
     sweep_cmd,
     sweep_process,
@@ -58,7 +58,7 @@ def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
     the GCS and exited 1, and trial workers were still running when it had."""
     epochs = 3
     space = write_space(tmp_path, "  - regularizer: none\n", epochs=epochs)
-    uri, log = sqlite_uri(tmp_path), tmp_path / "sweep.log"
+    uri, log = empty_store(tmp_path / "mlflow.db"), tmp_path / "sweep.log"
     with ray_sandbox() as box:
         with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log, group) as proc:
             wait_for(lambda: epochs_logged(uri) >= 1, 600, "epoch 1 in MLflow", proc, 0.2)
@@ -93,7 +93,7 @@ def test_closed_stdout_does_not_stop_the_sweep(tmp_path):
     """``lipsweep sweep ... | head -1``. Before: a BrokenPipeError traceback killed the driver
     and its runs stayed RUNNING."""
     space = write_space(tmp_path, "  - regularizer: none\n", epochs=2)
-    uri, err = sqlite_uri(tmp_path), tmp_path / "stderr.log"
+    uri, err = empty_store(tmp_path / "mlflow.db"), tmp_path / "stderr.log"
     with ray_sandbox() as box, open(err, "wb") as fh:
         proc = subprocess.Popen(
             sweep_cmd(tmp_path, space, "--status-every", "0.2"),

@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from _sweep_helpers import sqlite_uri
+from _sweep_helpers import empty_store
 
 from lipsweep.tracking import FINISHED, KILLED, Tracker, TrackingReader
 
 
 def test_the_reader_reads_what_the_writer_wrote(tmp_path: Path) -> None:
-    uri = sqlite_uri(tmp_path)
+    uri = empty_store(tmp_path / "mlflow.db")
     writer = Tracker(uri, "exp")
     old = writer.open_parent("dir-a", "sweep-a", {"num_trials": 2})
     time.sleep(0.01)
@@ -46,3 +46,42 @@ def test_the_reader_reads_what_the_writer_wrote(tmp_path: Path) -> None:
     source = f"runs:/{done}/checkpoint"
     assert writer.register_model_version("m", source, done) == "1"
     assert writer.register_model_version("m", source, done) == "2"  # the name exists: reused
+
+
+def test_max_backoff_s_caps_every_wait_between_retries() -> None:
+    """Blocking calls, buffered writes and background uploads all wait at most max_backoff_s
+    between tries (the outage tests set it low; 30 s by default). No server: the failures are
+    transient errors raised by the call itself."""
+    from lipsweep.tracking import TrackingError
+
+    def down(*_: object) -> None:
+        raise ConnectionError("connection refused")
+
+    tr = Tracker("sqlite:///unused.db", "e", retries=6, backoff_s=0.1, max_backoff_s=0.1)
+    t0 = time.monotonic()
+    try:
+        tr._call("log_batch", down)
+    except TrackingError:
+        pass
+    assert time.monotonic() - t0 < 3.0  # 6 waits of 0.1 s; uncapped: 0.1 * (2**6 - 1) = 6.3 s
+
+    writes = Tracker("sqlite:///unused.db", "e", backoff_s=1.0, max_backoff_s=2.0)._queue
+    writes.apply = down
+    writes.append({"op": "log_batch", "run_id": "r"})
+    for _ in range(5):
+        writes.drain(force=True)
+    assert writes._flush_delay == 2.0  # uncapped: 32 s
+
+    tries: list[float] = []
+
+    def upload(record: dict) -> None:
+        tries.append(time.monotonic())
+        if len(tries) < 7:
+            down()
+
+    up = Tracker("sqlite:///unused.db", "e", backoff_s=0.1, max_backoff_s=0.1, buffer_writes=True)
+    up._upload_in_thread = upload  # the queue's upload function, read when it is created
+    queue = up.uploads
+    queue.submit({"op": "log_artifacts", "run_id": "r"})
+    assert queue.wait(30) == 0
+    assert len(tries) == 7 and tries[-1] - tries[0] < 3.0  # uncapped: 6.3 s

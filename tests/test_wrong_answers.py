@@ -7,6 +7,7 @@ import logging
 import math
 
 import pytest
+from _sweep_helpers import empty_store
 
 from lipsweep.__main__ import main
 from lipsweep.decide.arms import arm_stats, group_arms
@@ -17,7 +18,7 @@ def _store(tmp_path, runs):
     FINISHED trial runs; returns (uri, [run ids])."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = empty_store(tmp_path / "mlflow.db")
     c = MlflowClient(uri)
     exp = c.create_experiment("x", artifact_location=(tmp_path / "artifacts").as_uri())
     parent = c.create_run(exp, tags={"lipsweep.kind": "sweep"}).info.run_id

@@ -2,9 +2,10 @@
 
 A write that returns nothing (metrics, params, tags, run status) is a JSON-able record. While
 the server is unreachable, records queue, in order, in a bounded deque that is retried on
-every later call (at most every 30 s) and drained by :meth:`WriteQueue.flush`. What cannot be
-delivered by the end is appended to a JSON-lines spill file and replayed on ``--resume``: a
-write is delivered, still queued, or on disk, never silently dropped.
+every later call (at most every ``max_backoff_s``, 30 s by default) and drained by
+:meth:`WriteQueue.flush`. What cannot be delivered by the end is appended to a JSON-lines spill
+file and replayed on ``--resume``: a write is delivered, still queued, or on disk, never
+silently dropped.
 """
 
 from __future__ import annotations
@@ -28,10 +29,16 @@ class WriteQueue:
     """Queued writes, delivered in order by ``apply`` (which raises on failure)."""
 
     def __init__(
-        self, apply: Callable[[Record], None], shown_uri: str, backoff_s: float, max_pending: int
+        self,
+        apply: Callable[[Record], None],
+        shown_uri: str,
+        backoff_s: float,
+        max_pending: int,
+        max_backoff_s: float = 30.0,
     ) -> None:
         self.apply, self.shown_uri = apply, shown_uri
         self.backoff_s, self.max_pending = backoff_s, max_pending
+        self.max_backoff_s = max_backoff_s
         self.pending: deque[Record] = deque()
         self._next_try = 0.0
         self._flush_delay = 0.0
@@ -50,7 +57,8 @@ class WriteQueue:
         self.drain(force=len(self.pending) == 1)
 
     def drain(self, force: bool = False) -> None:
-        """Send queued writes in order until one fails; later attempts back off to 30 s."""
+        """Send queued writes in order until one fails; later attempts back off to
+        ``max_backoff_s``."""
         if not self.pending or (not force and time.monotonic() < self._next_try):
             return
         while self.pending:
@@ -63,7 +71,9 @@ class WriteQueue:
                         f"MLflow {record['op']} failed at {self.shown_uri}:"
                         f" {type(exc).__name__}: {redact_uri(exc)}"
                     ) from exc
-                self._flush_delay = min(max(self._flush_delay * 2, self.backoff_s), 30.0)
+                self._flush_delay = min(
+                    max(self._flush_delay * 2, self.backoff_s), self.max_backoff_s
+                )
                 self._next_try = time.monotonic() + self._flush_delay
                 _log.warning(
                     "MLflow unreachable (%s: %s); buffering writes (%d pending), retrying in %.0fs",

@@ -2,9 +2,10 @@
 
 Every call goes through :meth:`TrackingReader._call`, which retries transient failures (a
 tracking server restarting) with backoff and otherwise raises :class:`TrackingError`; a
-blocking call waits at most about ``sum(min(backoff_s * 2**i, 30))`` seconds. A reader never
-creates a store or an experiment (``reader=True``); :class:`lipsweep.tracking.writer.Tracker`
-extends it with the writes.
+blocking call waits at most about ``sum(min(backoff_s * 2**i, max_backoff_s))`` seconds
+(``max_backoff_s`` is 30 s unless a test shortens it). A reader never creates a store or an
+experiment (``reader=True``); :class:`lipsweep.tracking.writer.Tracker` extends it with the
+writes.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class TrackingReader:
     experiment: str
     retries: int = 5
     backoff_s: float = 1.0
+    max_backoff_s: float = 30.0  # the longest wait between two tries (also of buffered writes)
     reader: bool = True  # never create a store (no schema lock file either) or an experiment
     _client: Any = field(default=None, init=False, repr=False)
     _experiment_id: Optional[str] = field(default=None, init=False)
@@ -73,7 +75,7 @@ class TrackingReader:
                     "MLflow %s failed (%s); retrying in %.0fs", what, redact_uri(exc), delay
                 )
                 time.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                delay = min(delay * 2, self.max_backoff_s)
         raise AssertionError("unreachable")
 
     def _connect(self) -> Any:

@@ -4,11 +4,12 @@ Copying a trial's checkpoint into MLflow (hundreds of MB for ViT-B, and a downlo
 Tune's storage is ``s3://``) took seconds to minutes inside Tune's event loop, which schedules
 nothing while a callback runs (issue 27 item 7). :class:`UploadQueue` takes an upload as a
 JSON-able record and returns at once; its thread delivers the records in order, one at a time,
-retrying transient failures (an MLflow outage) with backoff up to 30 s. The controller learns
-which runs' uploads landed from :meth:`UploadQueue.completed` (the writes that must follow them,
-such as the run's end, wait in :class:`lipsweep.tracking.writer.Tracker` until then). What is
-not delivered when the driver stops is spilled like any buffered write and replayed on
-``--resume``: an upload is delivered, still queued, or on disk, never silently dropped.
+retrying transient failures (an MLflow outage) with backoff up to ``max_backoff_s`` (30 s by
+default). The controller learns which runs' uploads landed from :meth:`UploadQueue.completed`
+(the writes that must follow them, such as the run's end, wait in
+:class:`lipsweep.tracking.writer.Tracker` until then). What is not delivered when the driver
+stops is spilled like any buffered write and replayed on ``--resume``: an upload is
+delivered, still queued, or on disk, never silently dropped.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ class UploadQueue:
         shown_uri: str,
         backoff_s: float,
         max_pending: int,
+        max_backoff_s: float = 30.0,
     ) -> None:
         self.upload, self.shown_uri = upload, shown_uri
         self.backoff_s, self.max_pending = backoff_s, max_pending
+        self.max_backoff_s = max_backoff_s
         self.pending: deque[Record] = deque()
         self._done: deque[str] = deque()
         self._failure: Optional[TrackingError] = None
@@ -121,7 +124,7 @@ class UploadQueue:
                         self._cond.notify_all()
                     _log.error("artifact upload failed: %s", shown[:500])
                     return
-                delay = min(max(delay * 2, self.backoff_s), 30.0)
+                delay = min(max(delay * 2, self.backoff_s), self.max_backoff_s)
                 _log.warning(
                     "MLflow unreachable for an artifact upload (%s); %d uploads queued, "
                     "retrying in %.0fs",

@@ -68,7 +68,9 @@ class Tracker(TrackingReader):
     _held: dict[str, list[Record]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._queue = WriteQueue(self._apply, self.shown_uri, self.backoff_s, self.max_pending)
+        self._queue = WriteQueue(
+            self._apply, self.shown_uri, self.backoff_s, self.max_pending, self.max_backoff_s
+        )
 
     def __getstate__(self) -> dict[str, Any]:  # Tune pickles callbacks; threads do not travel
         state = super().__getstate__()
@@ -167,7 +169,11 @@ class Tracker(TrackingReader):
         """The background uploads (created with the first one)."""
         if self._uploads is None:
             self._uploads = UploadQueue(
-                self._upload_in_thread, self.shown_uri, self.backoff_s, self.max_uploads
+                self._upload_in_thread,
+                self.shown_uri,
+                self.backoff_s,
+                self.max_uploads,
+                self.max_backoff_s,
             )
         return self._uploads
 
