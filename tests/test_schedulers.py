@@ -14,6 +14,7 @@ import pickle
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -173,11 +174,11 @@ def _async_run(table, starts, core: MoAsha) -> list[tuple[int, str, int, str]]:
     events = sorted(
         (starts[t] + e, i, t, e) for i, t in enumerate(table) for e in range(1, len(table[t]) + 1)
     )
-    for time, _, t, e in events:
+    for when, _, t, e in events:
         if t in stopped:
             continue
         d = core.on_result(t, t.split("s")[0], e, table[t][e - 1])
-        log.append((time, t, e, d))
+        log.append((when, t, e, d))
         if d == STOP:
             stopped.add(t)
             core.on_complete(t)
@@ -351,3 +352,92 @@ def test_a_stopped_trial_gets_its_reason_as_a_tag_and_the_status_shows_compute_s
     progress.on_trial_start(0, [], trial)
     progress.on_trial_complete(0, [], trial)
     assert "stopped 1 · saved 3/8 epochs (38%)" in out.getvalue()
+
+
+# --------------------------------------------------------------------------- real Tune
+
+
+def synthetic_trial(config: dict) -> None:
+    """A Tune function trainable reporting made-up per-epoch metrics (no ViT): a larger ``x``
+    is better on both, so later, smaller-x configurations are dominated at the rungs."""
+    from ray import tune
+
+    flat = config["trial"]
+    for e in range(1, flat["epochs"] + 1):
+        acc = 10 * flat["x"] + e + 0.1 * flat["seed"]
+        tune.report({"epoch": e, "acc_clean": acc, "loss": 1 - flat["x"] + 1 / e})
+        time.sleep(0.2)  # seeds of one configuration interleave
+
+
+class _RunTracker(_Tracker):
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: dict[str, int] = {}
+
+    def last_step(self, run_id):
+        return self.steps.get(run_id, 0)
+
+    def log_metrics(self, run_id, metrics, step=0):
+        self.steps[run_id] = max(step, self.steps.get(run_id, 0))
+
+    def poll(self):
+        pass
+
+
+@pytest.mark.slow
+def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_path, monkeypatch):
+    """Local Ray (2 CPUs), three configurations x 2 seeds, best first: Tune calls the adapter,
+    the core stops the dominated configurations (both seeds), and each stopped trial's run
+    gets its reason as a tag."""
+    import os
+
+    import ray
+    from _sweep_helpers import ray_sandbox
+    from ray import tune
+
+    from lipsweep.sweep.callbacks import MlflowSweepCallback
+    from lipsweep.tracking import TAG_STOPPED_BY
+
+    epochs = 4
+    trials = [{"x": x, "seed": s, "epochs": epochs} for x in (0.9, 0.6, 0.3) for s in (0, 1)]
+    settings = scheduler_settings(
+        {"type": "moasha", "metrics": ["acc_clean", "loss"], "modes": ["max", "min"]}
+    )
+    state = tmp_path / "sched.json"
+    ctx = SchedulerContext(epochs=epochs, trials=trials, state_path=str(state))
+    sched = create_scheduler(settings, ctx)
+    tracker = _RunTracker()
+    with ray_sandbox() as box:
+        monkeypatch.setenv("RAY_TMPDIR", box.dir)
+        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+        monkeypatch.setenv("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+        try:
+            results = tune.Tuner(
+                tune.with_resources(synthetic_trial, {"cpu": 1}),
+                param_space={"trial": tune.grid_search(trials)},
+                tune_config=tune.TuneConfig(
+                    scheduler=sched, max_concurrent_trials=2, reuse_actors=True
+                ),
+                run_config=tune.RunConfig(
+                    name="moasha",
+                    storage_path=str(tmp_path / "ray"),
+                    callbacks=[MlflowSweepCallback(tracker, "parent", stop_reasons=sched)],
+                    verbose=0,
+                ),
+            ).fit()
+        finally:
+            ray.shutdown()
+    assert not results.errors, results.errors
+    done = {
+        (r.config["trial"]["x"], r.config["trial"]["seed"]): r.metrics["epoch"] for r in results
+    }
+    stopped = {k for k, e in done.items() if e < epochs}
+    assert done[(0.9, 0)] == done[(0.9, 1)] == epochs  # the best configuration runs in full
+    assert stopped  # a seed that finished before its configuration was judged ran in full
+    groups = {group_key({"x": x, "seed": 0, "epochs": epochs}) for x, _ in stopped}
+    assert groups <= set(sched.core.stopped)
+    tags = {rid: t[TAG_STOPPED_BY] for rid, t in tracker.tags.items() if TAG_STOPPED_BY in t}
+    assert len(tags) == len(stopped) and all("rung at epoch" in t for t in tags.values())
+    assert json.loads(state.read_text())["stopped"]  # what --resume reads back
