@@ -15,8 +15,8 @@ from conftest import small_npz
 
 from lipsweep.__main__ import main
 from lipsweep.core.config_base import ConfigError
+from lipsweep.data.sources import inspect_image_folder, load_image_folder
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.data_sources import inspect_image_folder, load_image_folder
 
 SMALL = {"model": "vit_tiny_patch16_224", "depth": 1, "embed_dim": 32, "num_heads": 2}
 
@@ -188,7 +188,7 @@ def test_data_prepare_with_a_bad_source_creates_no_dest(tmp_path, capsys):
 def test_a_modified_cached_dataset_is_checked_and_copied_again(tmp_path, monkeypatch, caplog):
     """Before: a prepared dataset's cached copy was used again without its sha256 being
     checked, even after it was modified."""
-    from lipsweep.trial.data_remote import fetch_prepared, read_manifest
+    from lipsweep.data.remote import fetch_prepared, read_manifest
 
     monkeypatch.setenv("LIPSWEEP_DATA_CACHE", str(tmp_path / "cache"))
     src = small_npz(tmp_path / "src.npz")

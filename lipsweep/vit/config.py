@@ -1,4 +1,4 @@
-"""Model settings (torch-free): what :func:`lipsweep.trial.models.create_model` builds.
+"""Model settings (torch-free): what :func:`lipsweep.vit.models.create_model` builds.
 
 Kept apart from the ``nn.Module`` code so that a trial config (and ``lipsweep sweep --dry-run``)
 validates without importing torch or timm; the paper's overrides are in Sec. 5.
@@ -171,7 +171,7 @@ def check_weights_file(path: str) -> None:
     timm with ``torch.load(weights_only=True)`` and must be a ``torch.save`` zip archive."""
     import zipfile
 
-    from lipsweep.trial._safetensors import HeaderError, read_header
+    from lipsweep.core.safetensors_header import HeaderError, read_header
 
     try:
         with open(path, "rb") as fh:

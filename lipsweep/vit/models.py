@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Iterator
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.settings.model_config import (  # noqa: F401  (re-exported)
+from lipsweep.vit.config import (  # noqa: F401  (re-exported)
     MAX_BLOCK_PARAMS,
     MAX_CLASSES,
     MAX_DEPTH,
@@ -187,3 +188,22 @@ def attention_modules(model: nn.Module) -> Iterator[nn.Module]:
     for m in model.modules():
         if isinstance(m, Attention):
             yield m
+
+
+@contextlib.contextmanager
+def frozen_eval(model: nn.Module) -> Iterator[nn.Module]:
+    """Eval mode and frozen parameters inside the block, for attacks and measurements that
+    differentiate with respect to the input only; each module's mode and each parameter's
+    ``requires_grad`` are restored on exit (nested use is safe)."""
+    modes = [(m, m.training) for m in model.modules()]
+    grads = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        model.eval()
+        for p, _ in grads:
+            p.requires_grad_(False)
+        yield model
+    finally:
+        for m, was_training in modes:
+            m.training = was_training
+        for p, req in grads:
+            p.requires_grad_(req)
