@@ -207,3 +207,22 @@ def test_a_modified_cached_dataset_is_checked_and_copied_again(tmp_path, monkeyp
     again = fetch_prepared(uri, "cifar10")
     assert hashlib.sha256(again.read_bytes()).hexdigest() == sha
     assert "does not match its sha256" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "settings, field",
+    [({"embed_dim": 64}, "embed_dim"), ({"num_heads": 5}, "num_heads"), ({}, None)],
+)
+def test_a_width_the_architectures_heads_do_not_divide_is_a_config_error(settings, field):
+    """`train --set embed_dim=64` on vit_tiny (3 heads) passed validation, then timm's
+    assertion crashed the trial: the architecture is now built on the meta device first."""
+    from lipsweep.core.config_base import ConfigError
+    from lipsweep.vit.config import ModelConfig
+
+    cfg = ModelConfig(model="vit_tiny_patch16_224", **settings)
+    if field is None:
+        cfg.validate_name()
+        return
+    with pytest.raises(ConfigError, match="multiple of num_heads") as err:
+        cfg.validate_name()
+    assert err.value.field == field

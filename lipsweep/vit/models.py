@@ -157,16 +157,7 @@ def _sum_pool_net(cfg: ModelConfig, kwargs: dict) -> nn.Module:
 def create_model(cfg: ModelConfig) -> PixelModel:
     """Build the ViT described by ``cfg`` (same code path for ViT-B and tiny ViTs)."""
     cfg.validate_name()
-    kwargs: dict = dict(
-        img_size=cfg.img_size,
-        patch_size=cfg.patch_size,
-        num_classes=cfg.num_classes,
-        qkv_bias=cfg.qkv_bias,
-        drop_path_rate=cfg.drop_path,
-    )
-    for name in ("depth", "embed_dim", "num_heads"):
-        if getattr(cfg, name) is not None:
-            kwargs[name] = getattr(cfg, name)
+    kwargs = cfg.timm_kwargs()
     if cfg.pretrained and cfg.patch_resample == "sum_pool":
         net = _sum_pool_net(cfg, kwargs)
     else:
