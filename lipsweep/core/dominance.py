@@ -65,3 +65,32 @@ def non_dominated_ranks(values: np.ndarray, directions: Sequence[str]) -> np.nda
         remaining &= ~front
         n_dominators -= dom[front].sum(axis=0)
     return ranks
+
+
+def crowding_distance(values: np.ndarray) -> np.ndarray:
+    """Crowding distance of every row of ``values`` (n, m) within that set (NSGA-II, Deb et
+    al. 2002, Sec. III-B): per objective, sort the rows; the two boundary rows get +inf, each
+    inner row the gap between its two neighbours divided by the objective's range (max - min);
+    the distance is the sum over objectives. A larger distance is a less crowded row.
+
+    Pass one front: the distance only means something among mutually non-dominated rows. The
+    direction of an objective does not matter (the gap is symmetric). An objective whose rows
+    are all equal adds nothing; with n <= 2 every row is a boundary row (+inf). Ties in a sort
+    are broken by row order (a stable sort), as in Deb et al.
+    """
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 2:
+        raise ValueError(f"values must be 2-D (n_rows, n_objectives), got shape {v.shape}")
+    n, m = v.shape
+    dist = np.zeros(n)
+    if n <= 2:
+        dist[:] = np.inf
+        return dist
+    for k in range(m):
+        order = np.argsort(v[:, k], kind="stable")  # (n,)
+        col = v[order, k]
+        dist[order[0]] = dist[order[-1]] = np.inf
+        span = col[-1] - col[0]
+        if span > 0 and np.isfinite(span):
+            dist[order[1:-1]] += (col[2:] - col[:-2]) / span
+    return dist
