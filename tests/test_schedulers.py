@@ -441,3 +441,14 @@ def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_
     tags = {rid: t[TAG_STOPPED_BY] for rid, t in tracker.tags.items() if TAG_STOPPED_BY in t}
     assert len(tags) == len(stopped) and all("rung at epoch" in t for t in tags.values())
     assert json.loads(state.read_text())["stopped"]  # what --resume reads back
+
+
+def test_the_state_lives_beside_the_experiment_folder_not_in_it():
+    """A resumed Tune copies its experiment folder back over itself at the end, which put the
+    pre-interruption state back (seen in a live SIGTERM + --resume on Ray 2.60)."""
+    from lipsweep.core.storage import experiment_path
+    from lipsweep.sweep.schedulers import state_path
+
+    path = state_path("/runs/", "exp")
+    assert path == "/runs/.exp.lipsweep_scheduler.json"
+    assert not path.startswith(experiment_path("/runs", "exp") + "/")

@@ -211,15 +211,15 @@ def _deliver(tracker: Tracker, spill: Path, timeout_s: float) -> int:
 
 def _scheduler(spec: SweepSpec, opts: SweepOptions):
     """The space's scheduler (lipsweep/sweep/schedulers/), or None; on ``--resume`` a
-    scheduler with state reads back what it had recorded (``lipsweep_scheduler.json``)."""
+    scheduler with state reads back what it had recorded (``schedulers.state_path``)."""
     if spec.scheduler is None:
         return None
-    from lipsweep.sweep.schedulers import STATE_FILE, SchedulerContext, create_scheduler
+    from lipsweep.sweep.schedulers import SchedulerContext, create_scheduler, state_path
 
     ctx = SchedulerContext(
         epochs=int(spec.fixed.get("epochs", 40)),
         trials=spec.trials,
-        state_path=f"{experiment_path(opts.storage, opts.experiment)}/{STATE_FILE}",
+        state_path=state_path(opts.storage, opts.experiment),
         resume=opts.resume,
     )
     return create_scheduler(spec.scheduler, ctx)

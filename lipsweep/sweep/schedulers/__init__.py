@@ -22,7 +22,7 @@ from lipsweep.sweep.schedulers.asha import AshaSettings
 from lipsweep.sweep.schedulers.moasha import MoashaSettings
 
 STATE_FILE = "lipsweep_scheduler.json"
-"""A stateful scheduler's saved state, in Tune's experiment folder (read by ``--resume``)."""
+"""A stateful scheduler's saved state (read by ``--resume``): :func:`state_path`."""
 SCHEDULERS: Registry = Registry(
     "scheduler",
     lambda name, known: ConfigError(
@@ -45,6 +45,14 @@ class SchedulerContext:
     """Where a scheduler with state keeps it for ``--resume`` (None: kept in memory only)."""
     resume: bool = False
     """``--resume``: read the state saved at ``state_path`` before the first decision."""
+
+
+def state_path(storage: str, experiment: str) -> str:
+    """Where a stateful scheduler keeps its state: ``<storage>/.<experiment>.<STATE_FILE>``,
+    beside Tune's experiment folder, not in it. A resumed Tune copies its experiment folder
+    to a staging folder and, at the end, back over the original, which would put back the
+    state saved before the interruption (seen on Ray 2.60 with local storage)."""
+    return f"{storage.rstrip('/')}/.{experiment}.{STATE_FILE}"
 
 
 def register_scheduler(

@@ -9,9 +9,10 @@ works under every searcher.
 
 Resume: Tune keeps no scheduler state in its experiment checkpoint (Ray 2.60 pickles the
 scheduler once, when the sweep starts), so after each change the core's state is written
-(atomically) to ``state_path``, ``lipsweep_scheduler.json`` in the experiment folder, and
-read back the first time a resumed sweep uses the scheduler (``restore``, or a scheduler
-that Tune unpickled).
+(atomically) to ``state_path`` (``<storage>/.<experiment>.lipsweep_scheduler.json``, beside
+the experiment folder: :func:`lipsweep.sweep.schedulers.state_path` says why), and read back
+the first time a resumed sweep uses the scheduler (``restore``, or a scheduler that Tune
+unpickled).
 """
 
 from __future__ import annotations
