@@ -352,6 +352,11 @@ def test_a_stopped_trial_gets_its_reason_as_a_tag_and_the_status_shows_compute_s
     progress.on_trial_start(0, [], trial)
     progress.on_trial_complete(0, [], trial)
     assert "stopped 1 · saved 3/8 epochs (38%)" in out.getvalue()
+    # after --resume, a trial the scheduler had stopped is counted as stopped, not finished
+    resumed = ConsoleProgress(2, status_every=0, stream=io.StringIO(), total_epochs=8)
+    trial.status = "TERMINATED"
+    resumed.on_step_end(0, [trial])
+    assert "finished 0 · stopped 1 · saved 3/8 epochs" in resumed.progress.counts_line(0.0)
 
 
 # --------------------------------------------------------------------------- real Tune

@@ -388,10 +388,20 @@ class ConsoleProgress(Callback):
             self._synced = True
             for t in trials:
                 state = {"TERMINATED": P_FINISHED, "ERROR": P_FAILED}.get(t.status)
+                last = t.last_result or {}
+                if state == P_FINISHED and not last.get(FINAL_KEY) and ERROR_KEY not in last:
+                    state = P_STOPPED  # ended without its final report: the scheduler stopped it
+                    self._saved(t, last)
                 if state:
                     self.progress.ended_before(t.trial_id, state, self._name(t))
         if self.status_every > 0 and time.monotonic() - self._last_status >= self.status_every:
             self.show_status()
+
+    def _saved(self, trial, result: dict) -> None:
+        """Count the epochs a stopped trial did not run (the status block's compute saved)."""
+        full = flat_config(trial.config).get("epochs")
+        if isinstance(result.get("epoch"), (int, float)) and isinstance(full, int):
+            self.progress.stopped_at(trial.trial_id, int(result["epoch"]), full)
 
     @staticmethod
     def _name(trial) -> str:
@@ -447,9 +457,7 @@ class ConsoleProgress(Callback):
                 "%s STOPPED early (scheduler)  [%d/%d]", self._name(trial), self.done, self.total
             )
             state = P_STOPPED
-            full = flat_config(trial.config).get("epochs")
-            if isinstance(r.get("epoch"), (int, float)) and isinstance(full, int):
-                self.progress.stopped_at(trial.trial_id, int(r["epoch"]), full)
+            self._saved(trial, r)
         else:
             text = "  ".join(f"{k} {r[k]:.2f}" for k in HEADLINE_METRICS if k in r)
             _log.info("%s FINISHED  %s  [%d/%d]", self._name(trial), text, self.done, self.total)
