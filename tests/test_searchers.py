@@ -211,3 +211,97 @@ def test_the_study_lives_beside_the_mlflow_store_else_in_the_sweep_state(
     uri = uri.format(t="/" + t)
     got = study_db(uri, storage.format(t="/" + t), "exp")
     assert got == Path(expected.format(t="/" + t, cwd=cwd))
+
+
+def _complete_trials(db: Path) -> int:
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            return con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:  # the study's tables are not there yet
+        return 0
+
+
+@pytest.mark.slow
+def test_an_interrupted_optuna_sweep_resumes_the_same_persisted_study(tmp_path):
+    """A real tiny sweep (Ray Tune, MLflow on SQLite): SIGINT once Optuna was told one trial,
+    then ``--resume``. The study beside the MLflow store holds the trials of both parts, once
+    each, with their per-epoch values, and MLflow has one child run per trial."""
+    import signal
+
+    from _sweep_helpers import FIXED, children, empty_store, sweep_cmd, wait_for
+
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "name: t\n"
+        + FIXED.format(epochs=2)
+        + "  evaluate: false\n"  # the final report is acc_clean alone: what Optuna is told
+        + "search:\n  algorithm: optuna-tpe\n  num_samples: 2\n  seed: 0\n  metric: acc_clean\n"
+        "  space: {lr: {loguniform: [1.0e-4, 3.0e-3]}}\n"
+        "resources: {cpu: 1, gpu: 0}\nmax_concurrent_trials: 1\n"
+    )
+    uri = empty_store(tmp_path / "mlflow.db")
+    db = tmp_path / "mlflow.optuna.db"
+    proc = subprocess.Popen(
+        sweep_cmd(tmp_path, space),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: _complete_trials(db) >= 1, 600, "Optuna told one trial", proc)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-3000:]
+    assert f"optuna-dashboard sqlite:///{db}" in out
+    first = _study(study_url(db)).trials
+    assert 1 <= len(first) <= 2
+    proc2 = subprocess.run(
+        sweep_cmd(tmp_path, space, "--resume"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc2.returncode == 0, proc2.stdout + proc2.stderr[-4000:]
+    trials = _study(study_url(db)).trials
+    assert [t.number for t in trials] == [0, 1]
+    assert all(t.state.name == "COMPLETE" for t in trials)
+    assert [t.params for t in trials[: len(first)]] == [t.params for t in first]
+    assert all(set(t.intermediate_values) == {1, 2} for t in trials)
+    kids = children(uri)
+    assert len(kids) == 2 and all(r.info.status == "FINISHED" for r in kids)
+    assert sorted(float(r.data.params["lr"]) for r in kids) == sorted(
+        t.params["lr"] for t in trials
+    )
+
+
+def test_a_new_sweep_does_not_adopt_an_earlier_study_of_its_name(tmp_path):
+    """Without --resume, a study already named after the experiment exits 2 in one line
+    before Ray starts (it would silently continue an unrelated search)."""
+    import optuna
+
+    db = tmp_path / "mlflow.optuna.db"
+    optuna.create_study(study_name="exp", storage=study_url(db))
+    path = _space(tmp_path, "algorithm: optuna-tpe, num_samples: 2, metric: acc_clean")
+    proc = subprocess.run(
+        [sys.executable, "-m", "lipsweep", "sweep", str(path), "--experiment", "exp"]
+        + ["--storage", str(tmp_path / "ray"), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if "already exists" in ln]
+    assert "--experiment exp" in line and "optuna delete-study" in line and str(db) in line
+    assert not (tmp_path / "ray" / "exp").exists()

@@ -35,3 +35,32 @@ def study_db(tracking_uri: str, storage: str, experiment: str) -> Path:
 def study_url(db: Path) -> str:
     """The Optuna RDB storage URL of ``db`` (what ``optuna-dashboard`` takes)."""
     return f"sqlite:///{db}"
+
+
+def existing_study(db: Path, name: str) -> bool:
+    """Whether ``db`` already holds an Optuna study called ``name`` (read-only; no Optuna)."""
+    import sqlite3
+
+    if not db.is_file():
+        return False
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = con.execute("select 1 from studies where study_name = ?", (name,)).fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:  # not an Optuna database (yet): Optuna will say so if it matters
+        return False
+    return row is not None
+
+
+def check_new_study(db: Path, name: str) -> None:
+    """A new sweep must not adopt an earlier sweep's study: UsageError naming --experiment."""
+    from lipsweep.core.config_base import UsageError
+
+    if existing_study(db, name):
+        raise UsageError(
+            f"--experiment {name}: the Optuna study {name!r} already exists in {db}; pass "
+            "--resume to continue it, choose another --experiment, or delete it with "
+            f"`optuna delete-study --study-name {name} --storage {study_url(db)}`"
+        )
