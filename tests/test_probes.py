@@ -173,3 +173,35 @@ def test_sweep_with_a_probe_scheduler_but_probes_off_exits_2_with_one_line(tmp_p
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "scheduler.metric" in lines[0], proc.stderr
+
+
+def test_probe_cost_counts_the_passes_the_probes_make():
+    """probe_cost's formula against the passes counted by hooks on a tiny model (exact route:
+    one forward and C input backward passes per Jacobian image)."""
+    import torch
+
+    from lipsweep.trial.data import load_splits, to_unit
+    from lipsweep.trial.models import create_model
+    from lipsweep.trial.probe_cost import probe_cost
+    from lipsweep.trial.probes import probe_set, run_probes
+
+    flat = {"depth": 1, "embed_dim": 32, "num_heads": 2, "eval_size": 20, "probe_every": 1}
+    flat.update(probe_images=20, probe_lip_images=6, lip_batch_size=4, attack_batch_size=8)
+    cfg = TrialConfig.from_flat(flat)
+    torch.manual_seed(0)
+    model = create_model(cfg.model).eval()
+    probes = probe_set(load_splits(cfg.data), cfg)
+    with torch.no_grad():
+        correct = int((model(to_unit(probes.x)).argmax(1) == probes.y).sum())
+    passes = {"n": 0}
+    model.register_forward_hook(lambda m, i, o: passes.update(n=passes["n"] + len(i[0])))
+    model.register_full_backward_hook(lambda m, gi, go: passes.update(n=passes["n"] + len(go[0])))
+    run_probes(model, probes, cfg, torch.device("cpu"))
+    cost = probe_cost(cfg, train_images=1000, correct_fraction=correct / 20)
+    assert 0 < correct < 20
+    assert passes["n"] == pytest.approx(cost.pgd_passes + cost.jacobian_passes, abs=1e-9)
+    assert cost.jacobian_passes == 6 * (1 + 10)
+    assert cost.train_passes == 2 * 960  # 15 whole batches of 64
+    # the paper recipe (CIFAR-10: 50,000 images, batch 512, PGD-4 at 2 and 4/255, C = 10)
+    paper = TrialConfig.from_flat({"batch_size": 512, "pgd_eps": [2, 4], "probe_every": 1})
+    assert probe_cost(paper, 50_000).fraction == pytest.approx((256 * 19 + 64 * 11) / 99_328)

@@ -9,8 +9,9 @@ Per epoch (docs/benchmarks.md, "Per-epoch robustness probes"):
 - PGD probe: ``n_p * (1 + E * (R * 2 * S + [R > 1] * R + 1))``, with n_p = probe_images, E =
   the number of ``pgd_eps``, S = ``pgd_steps``, R = ``pgd_restarts``: the clean forward, then
   per eps S forward + backward steps per restart, a forward per restart to pick the worst
-  (R > 1 only) and the robust forward. An upper bound: only the images classified correctly
-  are attacked;
+  (R > 1 only) and the robust forward. Only the images classified correctly are attacked, so
+  with all of them correct this is an upper bound (``correct_fraction`` scales the attack
+  part);
 - Jacobian probe: ``n_j * (1 + C)`` on the exact route (one forward, C input backward passes)
   or ``n_j * (1 + 2 * k)`` on Lanczos/power (k = J J^T applications, each one VJP + one JVP,
   at most ``lip_iters``), n_j = probe_lip_images, C = classes;
@@ -30,7 +31,7 @@ class ProbeCost:
     """Counted passes of one epoch's training and of one probe, and their ratio."""
 
     train_passes: int
-    pgd_passes: int
+    pgd_passes: float
     jacobian_passes: float
     probe_every: int
 
@@ -51,6 +52,7 @@ def probe_cost(
     train_images: int,
     eval_images: Optional[int] = None,
     lanczos_iters: Optional[float] = None,
+    correct_fraction: float = 1.0,
 ) -> ProbeCost:
     """Counted passes of ``cfg``'s training epoch and probes (module docstring).
 
@@ -60,6 +62,8 @@ def probe_cost(
         eval_images: size of the evaluation subset the probe images come from (None: no cap).
         lanczos_iters: mean J J^T applications of the iterative routes (None: ``lip_iters``,
             the cap, an upper bound).
+        correct_fraction: share of the probe images classified correctly, the ones PGD
+            attacks (1: the upper bound).
     """
     from lipsweep.lipschitz import resolve_route
 
@@ -69,7 +73,7 @@ def probe_cost(
     n_j = min(p.probe_lip_images, cap) if cap else p.probe_lip_images
     steps, restarts, n_eps = r.pgd_steps, r.pgd_restarts, len(r.pgd_eps)
     per_eps = restarts * 2 * steps + (restarts if restarts > 1 else 0) + 1
-    pgd = n_p * (1 + n_eps * per_eps)
+    pgd = n_p + correct_fraction * n_p * n_eps * per_eps
     classes = cfg.model.num_classes
     route = resolve_route(cfg.lipschitz.lip_route, classes)
     if route == "exact":
