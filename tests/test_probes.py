@@ -74,7 +74,7 @@ def test_bad_probe_settings_name_the_field(flat, field):
 
 
 def test_probe_subset_is_the_same_for_every_trial_seed_and_held_out():
-    from lipsweep.trial.data import load_splits
+    from lipsweep.data.loading import load_splits
     from lipsweep.trial.probes import probe_set
 
     sets = []
@@ -180,10 +180,10 @@ def test_probe_cost_counts_the_passes_the_probes_make():
     one forward and C input backward passes per Jacobian image)."""
     import torch
 
-    from lipsweep.trial.data import load_splits, to_unit
-    from lipsweep.trial.models import create_model
+    from lipsweep.data.loading import load_splits, to_unit
     from lipsweep.trial.probe_cost import probe_cost
     from lipsweep.trial.probes import probe_set, run_probes
+    from lipsweep.vit.models import create_model
 
     flat = {"depth": 1, "embed_dim": 32, "num_heads": 2, "eval_size": 20, "probe_every": 1}
     flat.update(probe_images=20, probe_lip_images=6, lip_batch_size=4, attack_batch_size=8)

@@ -14,7 +14,7 @@ held-out evaluation images:
 The probe subset is :func:`probe_indices`: a sorted subset of the evaluation subset drawn with
 the fixed :data:`PROBE_SEED`, never the trial seed, so every trial and epoch of a sweep probes
 the same images. The evaluation subset is itself drawn from the test split by ``eval_seed``
-(lipsweep.trial.data), so the probe images are held out from training. Cost: a probe epoch
+(lipsweep.data.loading), so the probe images are held out from training. Cost: a probe epoch
 runs ``probe_images * (1 + len(pgd_eps) * (2 * pgd_steps + 1))`` passes for PGD and
 ``probe_lip_images * (1 + C)`` (exact route) for the Jacobian (lipsweep/trial/probe_cost.py).
 """
@@ -37,8 +37,8 @@ from lipsweep.core.metric_names import (
     attack_metric,
     probe_attack_metric,
 )
+from lipsweep.data.loading import ImageSplits, eval_subset_indices, to_unit
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.data import ImageSplits, eval_subset_indices, to_unit
 
 _log = logging.getLogger(__name__)
 
