@@ -20,24 +20,15 @@ from lipsweep.core.metric_names import (
 from lipsweep.settings.config import TrialConfig
 from lipsweep.sweep.space import load_space
 
-TRIAL = {
-    "depth": 2,
-    "embed_dim": 64,
-    "num_heads": 4,
-    "train_size": 128,
-    "eval_size": 12,
-    "epochs": 2,
-    "batch_size": 64,
-    "optimizer": "adamw",
-    "lr": 2e-3,
-    "attacks": ["pgd"],
-    "attack_images": 0,
-    "lip_images": 0,
-    "lip_tokens": False,
-    "lip_softmax": False,
-    "lip_head_bounds": False,
-    "lip_figures": False,
-}
+
+def _tiny_trial(**overrides) -> dict:
+    """The sweep tests' tiny trial (_sweep_helpers.TINY_FLAT), smaller, PGD-only evaluation."""
+    from _sweep_helpers import TINY_FLAT
+
+    flat = {**TINY_FLAT, "train_size": 128, "eval_size": 12, "epochs": 2, "attacks": ["pgd"]}
+    flat.update(attack_images=0, lip_images=0, lip_tokens=False, lip_softmax=False)
+    flat.update(lip_head_bounds=False, **overrides)
+    return flat
 
 
 def test_probe_names_are_built_from_the_attack_prefix_and_eps():
@@ -101,8 +92,7 @@ def test_tiny_trial_probes_every_epoch_and_matches_the_final_evaluation(tmp_path
         def on_epoch_end(self, epoch, metrics, checkpoint) -> None:
             seen[epoch] = dict(metrics)
 
-    flat = {**TRIAL, "probe_every": 1, "probe_images": 64, "probe_lip_images": 64}
-    cfg = TrialConfig.from_flat(flat)
+    cfg = TrialConfig.from_flat(_tiny_trial(probe_every=1, probe_images=64, probe_lip_images=64))
     res = run_trial(cfg, tmp_path, Keep(), progress=False)
     names = cfg.probe_metric_names()
     assert names == ("probe_acc_pgd_2", "probe_acc_pgd_4", "probe_lip_jacobian_median")
