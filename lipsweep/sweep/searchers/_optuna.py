@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ray.tune.search.optuna import OptunaSearch
 
+from lipsweep.core import metric_names
 from lipsweep.core.config_base import ConfigError
 from lipsweep.sweep.searchers._registry import SearchRequest, TunePlan
 from lipsweep.sweep.searchers.study import study_url
@@ -21,13 +22,12 @@ from lipsweep.sweep.space import SearchSpace, normalise_trial, parse_space
 from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
 
 _log = logging.getLogger(__name__)
-PROBE_PREFIX = "probe_"
 
 
 def per_epoch_counterpart(objective: str) -> list[str]:
     """Per-epoch names that stand for ``objective`` before the final report, in preference
     order: the objective itself (``acc_clean``), then its probe (``probe_acc_pgd_4``)."""
-    return [objective, PROBE_PREFIX + objective]
+    return [objective, metric_names.probe_metric(objective)]
 
 
 class FinalResultOptuna(OptunaSearch):
