@@ -285,6 +285,20 @@ def test_bad_scheduler_settings_name_the_field(tmp_path, body, field):
     assert "\n" not in str(exc.value)
 
 
+def test_moasha_takes_the_issues_probe_objectives_when_every_trial_probes(tmp_path):
+    p = tmp_path / "s.yaml"
+    sched = (
+        "scheduler: {type: moasha, metrics: [probe_acc_pgd_4, probe_lip_jacobian_median, "
+        "acc_clean], modes: [max, min, max]}\n"
+    )
+    p.write_text("fixed: {epochs: 4, probe_every: 1}\ngrid: [{regularizer: none}]\n" + sched)
+    assert load_space(p).scheduler.metrics[:2] == ("probe_acc_pgd_4", "probe_lip_jacobian_median")
+    p.write_text("fixed: {epochs: 4}\ngrid: [{regularizer: none}]\n" + sched)  # probes off
+    with pytest.raises(ConfigError, match="probes are off") as exc:
+        load_space(p)
+    assert exc.value.field == "scheduler.metrics"
+
+
 def test_unknown_type_lists_the_known_ones():
     with pytest.raises(ConfigError, match=r"known schedulers are \['asha', 'moasha'\]"):
         scheduler_settings({"type": "hyperband"})
