@@ -42,9 +42,11 @@ read by one parser (:func:`parse_distribution`) for the random sampler and Optun
 up to high; q defaults to 1). Any other mapping is refused, naming its key.
 
 Metrics: a trial reports ``acc_clean`` and its losses every epoch and the docs/contract.md metrics
-(``acc_*``, ``lip_*``, ``epochs_done``) once, at the end. So ``scheduler.metric`` must be one of
-:data:`EPOCH_METRICS` or, where every trial probes (``probe_every``), one of its probe metrics
-(``probe_acc_pgd_<eps>``, ``probe_lip_jacobian_median``; ASHA compares trials at each rung),
+(``acc_*``, ``lip_*``, ``epochs_done``) once, at the end. So a scheduler's metrics
+(``scheduler.metric`` of ``asha``, ``scheduler.metrics`` of ``moasha``; the scheduler family in
+lipsweep/sweep/schedulers/ parses the block) must be in :data:`EPOCH_METRICS` or, where every
+trial probes (``probe_every``), among its probe metrics (``probe_acc_pgd_<eps>``,
+``probe_lip_jacobian_median``): schedulers compare trials at each rung,
 while ``search.metric`` may be any
 final metric: Optuna is told each trial's final report and prunes nothing itself.
 """
