@@ -119,6 +119,20 @@ def test_a_seed_that_ended_before_the_rung_is_not_waited_for():
     assert core.on_result("c0", "C", 2, {"m": 1.0}) == STOP
 
 
+def test_a_retried_seed_is_waited_for_again():
+    """Tune calls on_trial_error for a failure it retries; the retried seed reports again."""
+    core = _core(metrics=("m",), modes=("max",), max_t=8, expected={"C": 2})
+    core.on_result("c0", "C", 1, {"m": 1.0})
+    core.on_result("c1", "C", 1, {"m": 3.0})  # C judged at rung 1 (alone there)
+    core.on_complete("c1")  # c1's worker died
+    assert core.on_result("c1", "C", 2, {"m": 3.0}) == CONTINUE  # retried from its checkpoint
+    core.on_result("c0", "C", 2, {"m": 1.0})
+    core.on_result("c0", "C", 4, {"m": 1.0})  # c0 reaches the next rung first: C waits for c1
+    assert 2 not in core.judged_by["C"]
+    core.on_result("c1", "C", 4, {"m": 5.0})
+    assert core.recorded[2] == {"C": [3.0]}  # judged on both seeds, not on c0 alone
+
+
 def test_missing_and_non_finite_values_are_not_recorded():
     core = _core()
     assert core.on_result("t1", "t1", 1, {"a": 5.0}) == CONTINUE  # b missing

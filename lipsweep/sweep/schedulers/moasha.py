@@ -213,6 +213,9 @@ class MoAsha:
     def on_result(self, trial: str, group: str, t: float, metrics: Mapping[str, Any]) -> str:
         """``"continue"`` or ``"stop"`` for ``trial`` after its report at ``t`` epochs."""
         self.add(trial, group)
+        if trial in self.ended:  # it reports again: retried after a worker failure
+            self.ended.discard(trial)
+            self.changes += 1
         group = self.group_of[trial]
         if group not in self.stopped and t < self.max_t:
             rung = self._rung(trial, t)
@@ -228,7 +231,9 @@ class MoAsha:
         return CONTINUE
 
     def on_complete(self, trial: str) -> None:
-        """``trial`` ended; its configuration no longer waits for it at later rungs."""
+        """``trial`` ended (or failed: Tune reports a failure it will retry the same way, and a
+        retried trial that reports again is waited for again); its configuration no longer
+        waits for it at the rungs it has not reached."""
         if trial in self.group_of and trial not in self.ended:
             self.ended.add(trial)
             self.changes += 1
