@@ -392,8 +392,13 @@ class ConsoleProgress(Callback):
             self._synced = True
             for t in trials:
                 state = {"TERMINATED": P_FINISHED, "ERROR": P_FAILED}.get(t.status)
-                last = t.last_result or {}
-                if state == P_FINISHED and not last.get(FINAL_KEY) and ERROR_KEY not in last:
+                last = getattr(t, "last_result", None)  # Tune's; {} if it never reported
+                if (
+                    state == P_FINISHED
+                    and last
+                    and not last.get(FINAL_KEY)
+                    and ERROR_KEY not in last
+                ):
                     state = P_STOPPED  # ended without its final report: the scheduler stopped it
                     self._saved(t, last)
                 if state:
