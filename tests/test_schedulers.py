@@ -485,3 +485,15 @@ def test_the_state_lives_beside_the_experiment_folder_not_in_it():
     path = state_path("/runs/", "exp")
     assert path == "/runs/.exp.lipsweep_scheduler.json"
     assert not path.startswith(experiment_path("/runs", "exp") + "/")
+
+
+def test_an_asha_sweeps_space_record_is_what_older_lipsweep_wrote(tmp_path):
+    """``--resume`` compares the saved record with the space: a sweep started before the
+    family existed saved asdict(SchedulerSpec); the record stays the same, so it resumes."""
+    from lipsweep.sweep.space_record import space_record
+
+    p = tmp_path / "s.yaml"
+    p.write_text("fixed: {epochs: 4}\ngrid: [{regularizer: none}]\nscheduler: {metric: loss}\n")
+    old = {"type": "asha", "metric": "loss", "mode": "max", "grace_period": 1}
+    old.update({"reduction_factor": 2.0, "max_t": None})
+    assert space_record(load_space(p))["settings"]["scheduler"] == old
