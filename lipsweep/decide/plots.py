@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from lipsweep.core.dominance import non_dominated_ranks
 from lipsweep.core.metric_names import ACC_CLEAN, ACC_PREFIX, ATTACK_METRICS, metric_title
 from lipsweep.decide.pareto import (
     DEFAULT_OBJECTIVES,
@@ -26,7 +27,6 @@ from lipsweep.decide.pareto import (
     config_label,
     fmt_value,
     metric_value,
-    non_dominated_ranks,
     resolve_objectives,
 )
 from lipsweep.regularizers import find_spec, regularizer_specs

@@ -363,7 +363,7 @@ def write_front_report(
     """Write ``report.md`` and its figures into ``out`` from a built front (its arms, their
     ranks and points); ``npz``: run_id -> its local ``lipschitz.npz`` (runs without one are
     left out of the distribution figures)."""
-    from lipsweep import __version__
+    from lipsweep.core.version import __version__
     from lipsweep.decide.plots import front_scatter
 
     arms, arm_ranks, objectives = front.arms, front.arm_ranks, front.objectives

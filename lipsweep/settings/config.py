@@ -39,11 +39,11 @@ from lipsweep.core.config_base import (
     load_yaml_text,
     show,
 )
+from lipsweep.data.config import DataConfig
 from lipsweep.lipschitz.config import LipschitzConfig
 from lipsweep.regularizers import on_change as on_regularizers_change
 from lipsweep.regularizers.config import RegularizerConfig
-from lipsweep.settings.data_config import DataConfig
-from lipsweep.settings.model_config import ModelConfig
+from lipsweep.vit.config import ModelConfig
 
 MAX_EPOCHS = 10_000
 MAX_BATCH = 65_536
@@ -230,7 +230,7 @@ class TrialConfig:
         inferred = src is not None and n == src.num_classes
         if src is not None and src.max_label >= n:
             if inferred:  # the data's own count: name the data (as the source check does)
-                from lipsweep.trial.data_sources import label_range_problem
+                from lipsweep.data.sources import label_range_problem
 
                 raise ConfigError(
                     "data_dir",

@@ -25,6 +25,14 @@ import torch
 
 from lipsweep.core.metric_names import ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG
 from lipsweep.core.paths import write_atomic
+from lipsweep.data.loading import (
+    create_mixup,
+    load_splits,
+    num_train_batches,
+    to_unit,
+    train_batches,
+    train_to_device,
+)
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.settings.config import TrialConfig
 from lipsweep.trial.checkpoint import (
@@ -35,16 +43,8 @@ from lipsweep.trial.checkpoint import (
     save_checkpoint,
     unflatten_optimizer,
 )
-from lipsweep.trial.data import (
-    create_mixup,
-    load_splits,
-    num_train_batches,
-    to_unit,
-    train_batches,
-    train_to_device,
-)
 from lipsweep.trial.engine import build_optimizer, evaluate_clean, resolve_device, train_one_epoch
-from lipsweep.trial.models import PixelModel, create_model
+from lipsweep.vit.models import PixelModel, create_model
 
 _log = logging.getLogger(__name__)
 
