@@ -5,8 +5,8 @@ Each reads the FINISHED child runs of the experiment's sweep through
 ``pareto`` ranks them once (:func:`lipsweep.decide.front.build_front`: over arms when an arm
 has two or more seeds, over runs otherwise or with ``per_run``) and, from that one front,
 tags every run ``pareto=true|false``, ``pareto_rank``, ``arm``, ``arm_id``, ``arm_rank`` and
-``arm_front``, and logs ``pareto/`` (pareto.json, the figures,
-the table) to the parent run; running it twice gives the same tags and artifacts.
+``arm_front``, and logs ``pareto/`` (pareto.json, the figures, the table) to the parent run;
+running it twice gives the same tags and artifacts.
 ``export`` picks a run (``run_id``, or the ``select`` rule on the front) and writes its
 checkpoint as a self-describing folder. ``report`` writes the markdown report of the arms.
 """

@@ -122,7 +122,7 @@ class ParetoResult:
 
     @property
     def ranked_by(self) -> str:
-        """ "arms" (an arm has 2 or more seeds, ``per_run`` not set) or "runs"."""
+        """``"arms"`` (an arm has 2 or more seeds, ``per_run`` not set) or ``"runs"``."""
         return self.ranking.ranked_by
 
     @property
