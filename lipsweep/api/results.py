@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 
 @dataclass(frozen=True)
@@ -199,3 +199,12 @@ class DemoResult:
     pareto: Optional[ParetoResult] = None
     export: Optional[ExportResult] = None
     sweep_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class BenchSearchResult:
+    """What ``bench-search`` wrote: the summary (as in ``summary.json``) and its figure."""
+
+    summary: dict[str, Any]
+    summary_path: Path
+    plot: Path
