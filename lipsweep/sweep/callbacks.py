@@ -48,6 +48,7 @@ from lipsweep.tracking import (
     TAG_CHECKPOINT,
     TAG_EARLY_STOPPED,
     TAG_FAILURE,
+    TAG_STOPPED_BY,
     Tracker,
 )
 
@@ -106,9 +107,12 @@ class MlflowSweepCallback(Callback):
     MLflow run is the record, and a trial is logged as finished exactly once.
     """
 
-    def __init__(self, tracker: Tracker, parent_id: str) -> None:
+    def __init__(self, tracker: Tracker, parent_id: str, stop_reasons: Any = None) -> None:
         self.tracker = tracker
         self.parent_id = parent_id
+        self.stop_reasons = stop_reasons
+        """The sweep's scheduler: if it has ``stop_reason(trial_id) -> str | None``, a trial
+        it stopped gets that line as its run's ``lipsweep.stopped_by`` tag."""
         self.runs: dict[str, str] = {}
         self.outcomes: dict[str, TrialOutcome] = {}
         self.completed_before: set[str] = set()
@@ -216,10 +220,20 @@ class MlflowSweepCallback(Callback):
             )
             return
         if not result.get(FINAL_KEY):
-            self.tracker.set_tags(run_id, {TAG_EARLY_STOPPED: "true"})
+            tags = {TAG_EARLY_STOPPED: "true"}
+            why = self._stop_reason(trial.trial_id)
+            if why:
+                tags[TAG_STOPPED_BY] = why[:5000]
+            self.tracker.set_tags(run_id, tags)
             self.tracker.end(run_id, KILLED)
             self.outcomes[trial.trial_id] = TrialOutcome(
-                trial.trial_id, label, KILLED, "stopped early by the scheduler", run_id=run_id
+                trial.trial_id,
+                label,
+                KILLED,
+                f"stopped early by the scheduler: {why}"
+                if why
+                else "stopped early by the scheduler",
+                run_id=run_id,
             )
             return
         final = {
@@ -239,6 +253,12 @@ class MlflowSweepCallback(Callback):
         self.outcomes[trial.trial_id] = TrialOutcome(
             trial.trial_id, label, FINISHED, metrics=final, run_id=run_id
         )
+
+    def _stop_reason(self, trial_id: str) -> Optional[str]:
+        """The scheduler's reason for stopping ``trial_id``, or None. It names trials by
+        Tune id, which starts their run names and is their ``lipsweep.trial_id`` tag."""
+        ask = getattr(self.stop_reasons, "stop_reason", None)
+        return (ask(trial_id) or None) if ask is not None else None
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         run_id = self._run_for(trial)
@@ -341,10 +361,11 @@ class ConsoleProgress(Callback):
         objective: tuple[str, str] = (ACC_CLEAN, "max"),
         status_every: float = 30.0,
         stream: Optional[TextIO] = None,
+        total_epochs: int = 0,
     ) -> None:
         self.total = total
         self.done = 0
-        self.progress = SweepProgress(total, objective)
+        self.progress = SweepProgress(total, objective, total_epochs=total_epochs)
         self.status_every = status_every
         self.stream = stream
         self._last_status = time.monotonic()
@@ -426,6 +447,9 @@ class ConsoleProgress(Callback):
                 "%s STOPPED early (scheduler)  [%d/%d]", self._name(trial), self.done, self.total
             )
             state = P_STOPPED
+            full = flat_config(trial.config).get("epochs")
+            if isinstance(r.get("epoch"), (int, float)) and isinstance(full, int):
+                self.progress.stopped_at(trial.trial_id, int(r["epoch"]), full)
         else:
             text = "  ".join(f"{k} {r[k]:.2f}" for k in HEADLINE_METRICS if k in r)
             _log.info("%s FINISHED  %s  [%d/%d]", self._name(trial), text, self.done, self.total)

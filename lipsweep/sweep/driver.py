@@ -209,27 +209,27 @@ def _deliver(tracker: Tracker, spill: Path, timeout_s: float) -> int:
     return n
 
 
+def _scheduler(spec: SweepSpec, opts: SweepOptions):
+    """The space's scheduler (lipsweep/sweep/schedulers/), or None; on ``--resume`` a
+    scheduler with state reads back what it had recorded (``lipsweep_scheduler.json``)."""
+    if spec.scheduler is None:
+        return None
+    from lipsweep.sweep.schedulers import STATE_FILE, SchedulerContext, create_scheduler
+
+    ctx = SchedulerContext(
+        epochs=int(spec.fixed.get("epochs", 40)),
+        trials=spec.trials,
+        state_path=f"{experiment_path(opts.storage, opts.experiment)}/{STATE_FILE}",
+        resume=opts.resume,
+    )
+    return create_scheduler(spec.scheduler, ctx)
+
+
 def _tune_config(spec: SweepSpec, opts: SweepOptions):
     from ray import tune
 
     mct = opts.max_concurrent_trials or spec.max_concurrent_trials or None
-    scheduler = None
-    if spec.scheduler is not None:
-        from ray.tune.schedulers import ASHAScheduler
-
-        s = spec.scheduler
-        max_t = s.max_t or int(spec.fixed.get("epochs", 40))
-        scheduler = ASHAScheduler(
-            time_attr="epoch",
-            metric=s.metric,
-            mode=s.mode,
-            max_t=max_t,
-            grace_period=s.grace_period,
-            reduction_factor=s.reduction_factor,
-            # a trial at max_t must still send its final report (the
-            # evaluation) after its last epoch's report
-            stop_last_trials=False,
-        )
+    scheduler = _scheduler(spec, opts)
     if spec.search is not None or spec.scheduler is not None:
         # Per-epoch reports lack the final metrics a searcher learns from; load_space has
         # already checked every metric name against what trials report.
@@ -407,16 +407,21 @@ def _run_on_ray(
         raise UsageError(f"--tracking-uri: {err}") from None
     from lipsweep.sweep.heartbeat import Heartbeat
 
-    mlflow_cb = MlflowSweepCallback(tracker, parent)
+    tune_cfg, param_space = _tune_config(spec, opts)
+    mlflow_cb = MlflowSweepCallback(tracker, parent, stop_reasons=tune_cfg.scheduler)
     callbacks = [
         mlflow_cb,
-        ConsoleProgress(spec.num_trials, first_objective(spec), opts.status_every),
+        ConsoleProgress(
+            spec.num_trials,
+            first_objective(spec),
+            opts.status_every,
+            total_epochs=total_epochs(spec),
+        ),
         Heartbeat(tracker, parent, HEARTBEAT_S),
     ]
     trainable = tune.with_resources(
         train_trial, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     )
-    tune_cfg, param_space = _tune_config(spec, opts)
     run_cfg = tune.RunConfig(
         name=opts.experiment,
         storage_path=opts.storage,
@@ -437,6 +442,7 @@ def _run_on_ray(
                 param_space=param_space,
             )
             _replace_restored_callbacks(tuner, callbacks)
+            _replace_restored_scheduler(tuner, tune_cfg.scheduler)
         else:
             kwargs = {"param_space": param_space} if param_space is not None else {}
             tuner = tune.Tuner(trainable, tune_config=tune_cfg, run_config=run_cfg, **kwargs)
@@ -535,6 +541,26 @@ def _replace_restored_callbacks(tuner, callbacks: list) -> None:
         run_config.callbacks = callbacks
     else:  # pragma: no cover - depends on Ray internals
         _log.debug("could not replace restored Tune callbacks; using the pickled ones")
+
+
+def _replace_restored_scheduler(tuner, scheduler) -> None:
+    """Tuner.restore brings back the scheduler pickled at the first start, with none of its
+    later state; use this run's, which the callbacks read stop reasons from (it has read its
+    saved state, if it keeps any). If the private attribute moves, the pickled scheduler
+    reads that state itself; only the stop-reason tags of later stops are lost."""
+    tune_config = getattr(getattr(tuner, "_local_tuner", None), "_tune_config", None)
+    if tune_config is not None and scheduler is not None:
+        tune_config.scheduler = scheduler
+    elif scheduler is not None:  # pragma: no cover - depends on Ray internals
+        _log.debug("could not replace the restored Tune scheduler; using the pickled one")
+
+
+def total_epochs(spec: SweepSpec) -> int:
+    """Epochs of the whole sweep run in full: every trial's ``epochs`` (a lazily sampled
+    search: ``num_samples`` x the fixed epochs, default 40)."""
+    if spec.trials:
+        return sum(int(t.get("epochs", 40)) for t in spec.trials)
+    return spec.num_trials * int(spec.fixed.get("epochs", 40))
 
 
 def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:

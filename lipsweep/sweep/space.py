@@ -25,6 +25,7 @@ A space file (``search_spaces/*.yaml``) has these top-level keys::
         <reg_a>: {<a_int>: {choice: [0, 10]}, <a_float>: {loguniform: [1.0e-4, 1.0e-2]}}
         <reg_b>: {<b_y>: {loguniform: [1.0e-4, 1.0e-2]}}
     scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 1, reduction_factor: 2}
+                                     # or {type: moasha, metrics: [...], modes: [...], ...}
     resources: {cpu: 1, gpu: 0.5}    # per trial; fractional GPUs pack trials on one GPU
     max_concurrent_trials: 4
     max_failures: 2                  # retries of a trial whose worker died (from checkpoint)
@@ -58,6 +59,10 @@ from lipsweep.core import metric_names
 from lipsweep.core.config_base import INT_LIMIT, ConfigError, key_name, show
 from lipsweep.regularizers import find_spec, list_regularizers, regularizer_specs
 from lipsweep.settings.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
+from lipsweep.sweep.schedulers import scheduler_settings
+
+SchedulerSettings = Any
+"""A scheduler member's frozen settings dataclass (``AshaSettings``, ``MoashaSettings``, ...)."""
 
 TOP_KEYS = {
     "name",
@@ -72,7 +77,6 @@ TOP_KEYS = {
     "max_failures",
 }
 SEARCH_KEYS = {"algorithm", "num_samples", "seed", "metric", "mode", "space"}
-SCHEDULER_KEYS = {"type", "metric", "mode", "grace_period", "reduction_factor", "max_t"}
 DISTRIBUTIONS = {"choice", "uniform", "loguniform", "randint", "quniform"}
 MAX_TRIALS = 100_000  # more is a typo (or a YAML that would exhaust memory while expanding)
 
@@ -98,18 +102,6 @@ class SearchSpec:
 
 
 @dataclass
-class SchedulerSpec:
-    """An early-stopping scheduler (ASHA)."""
-
-    type: str = "asha"
-    metric: str = metric_names.ACC_CLEAN
-    mode: str = "max"
-    grace_period: int = 1
-    reduction_factor: float = 2.0
-    max_t: Optional[int] = None
-
-
-@dataclass
 class SweepSpec:
     """A validated search space."""
 
@@ -119,7 +111,8 @@ class SweepSpec:
     fixed: dict[str, Any]
     trials: list[dict[str, Any]]  # expanded flat configs (grid / random)
     search: Optional[SearchSpec] = None  # set for optuna (trials sampled lazily)
-    scheduler: Optional[SchedulerSpec] = None
+    scheduler: Optional[SchedulerSettings] = None
+    """The scheduler member's settings (``.type`` names it: lipsweep/sweep/schedulers/)."""
     resources: Resources = field(default_factory=Resources)
     max_concurrent_trials: int = 0
     max_failures: int = 2
@@ -399,22 +392,13 @@ def _parse_search(raw: Any, path: str) -> SearchSpec:
     return SearchSpec(algo, n, seed, metric, mode, parse_space(raw.get("space"), path))
 
 
-def _parse_scheduler(raw: Any, path: str) -> SchedulerSpec:
-    raw = _check_keys("scheduler", raw, SCHEDULER_KEYS, path)
-    if raw.get("type", "asha") != "asha":
-        raise _err("scheduler.type", f"only 'asha' is supported, got {show(raw.get('type'))}", path)
-    spec = SchedulerSpec(**{k: v for k, v in raw.items()})
-    if spec.mode not in ("max", "min"):
-        raise _err("scheduler.mode", f"must be max or min, got {show(spec.mode)}", path)
-    if not isinstance(spec.metric, str) or not spec.metric:
-        raise _err("scheduler.metric", f"must be a metric name, got {show(spec.metric)}", path)
-    for key in ("grace_period", "reduction_factor"):
-        val = getattr(spec, key)
-        if not _finite(val) or val < 1:
-            raise _err(f"scheduler.{key}", f"must be a number >= 1, got {show(val)}", path)
-    if spec.max_t is not None and not _int_in(spec.max_t, 1, INT_LIMIT):
-        raise _err("scheduler.max_t", f"must be a positive integer, got {show(spec.max_t)}", path)
-    return spec
+def _parse_scheduler(raw: Any, path: str) -> SchedulerSettings:
+    """``scheduler: {type: NAME, ...}`` through the scheduler family (unknown type: the known
+    ones listed)."""
+    try:
+        return scheduler_settings(raw)
+    except ConfigError as err:
+        raise err.with_source(path) from None
 
 
 def _int_in(val: Any, lo: int, hi: int) -> bool:
@@ -468,18 +452,19 @@ EPOCH_METRICS = metric_names.EPOCH_METRICS
 
 def _check_metrics(
     spec_search: Optional[SearchSpec],
-    scheduler: Optional[SchedulerSpec],
+    scheduler: Optional[SchedulerSettings],
     trials: list[dict[str, Any]],
     path: str,
 ) -> None:
     """Refuse metric names that no trial reports (Tune would only fail once trials ran)."""
-    if scheduler is not None and scheduler.metric not in EPOCH_METRICS:
-        raise _err(
-            "scheduler.metric",
-            f"{scheduler.metric!r} is not reported every epoch; "
-            f"the scheduler can use one of {list(EPOCH_METRICS)}",
-            path,
-        )
+    for field_, metric in scheduler.metrics_used() if scheduler is not None else ():
+        if metric not in EPOCH_METRICS:
+            raise _err(
+                field_,
+                f"{metric!r} is not reported every epoch; "
+                f"the scheduler can use one of {list(EPOCH_METRICS)}",
+                path,
+            )
     if spec_search is None or spec_search.algorithm != "optuna" or not trials:
         return
     cfg = TrialConfig.from_flat(trials[0])

@@ -46,7 +46,10 @@ def space_record(spec: SweepSpec) -> dict[str, Any]:
     doc = load_yaml_text(spec.text)
     settings: dict[str, Any] = {
         "search": doc.get("search") if isinstance(doc, dict) else None,
-        "scheduler": asdict(spec.scheduler) if spec.scheduler else None,
+        # {"type": NAME, **its settings}: for asha the keys the record has always held
+        "scheduler": {"type": spec.scheduler.type, **asdict(spec.scheduler)}
+        if spec.scheduler
+        else None,
         "resources": asdict(spec.resources),
         "max_failures": spec.max_failures,
         "max_concurrent_trials": spec.max_concurrent_trials,

@@ -7,6 +7,7 @@ TAG_SWEEP_DIR = "lipsweep.sweep_dir"  # Tune experiment path, the parent's ident
 TAG_TRIAL_ID = "lipsweep.trial_id"
 TAG_PARENT = "mlflow.parentRunId"
 TAG_EARLY_STOPPED = "lipsweep.early_stopped"
+TAG_STOPPED_BY = "lipsweep.stopped_by"  # why the scheduler stopped it: rung, dominating trials
 TAG_FAILURE = "lipsweep.failure"
 TAG_CHECKPOINT = "lipsweep.trial.checkpoint"
 TAG_OWNER = "lipsweep.owner"  # 'host pid since' of the driver that holds the sweep

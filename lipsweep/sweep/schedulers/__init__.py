@@ -1,0 +1,83 @@
+"""The scheduler family: early stopping of sweep trials, one file per scheduler.
+
+The light index: each member is declared with its frozen settings dataclass (validated in
+``__post_init__``, errors naming ``scheduler.<field>``) and the import path of its factory,
+so a space parses and ``--dry-run`` checks ``scheduler: {type: NAME, ...}`` without torch,
+Ray or MLflow; Ray is imported when :func:`create_scheduler` builds the member. A member's
+file holds its settings class and ``create(settings, ctx) -> ray.tune TrialScheduler``;
+adding a scheduler is that file, one ``declare`` line below, and its tests.
+
+Members: ``asha`` (Ray's ASHA on one metric) and ``moasha`` (multi-objective, seed-aware
+ASHA; its decision logic is plain Python, :class:`lipsweep.sweep.schedulers.moasha.MoAsha`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from lipsweep.core.config_base import ConfigError, key_name, show
+from lipsweep.core.registry import Registry
+from lipsweep.sweep.schedulers.asha import AshaSettings
+from lipsweep.sweep.schedulers.moasha import MoashaSettings
+
+STATE_FILE = "lipsweep_scheduler.json"
+"""A stateful scheduler's saved state, in Tune's experiment folder (read by ``--resume``)."""
+SCHEDULERS: Registry = Registry(
+    "scheduler",
+    lambda name, known: ConfigError(
+        "scheduler.type", f"unknown scheduler {show(name)}; known schedulers are {known}"
+    ),
+)
+SCHEDULERS.declare("asha", "lipsweep.sweep.schedulers.asha:create", settings=AshaSettings)
+SCHEDULERS.declare("moasha", "lipsweep.sweep.schedulers.moasha:create", settings=MoashaSettings)
+
+
+@dataclass(frozen=True)
+class SchedulerContext:
+    """What a factory may need of the sweep besides its settings."""
+
+    epochs: int = 40
+    """Epochs of a full trial (the space's ``fixed.epochs``): the default ``max_t``."""
+    trials: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    """The space's expanded flat trials (empty for a searcher that samples them lazily)."""
+    state_path: Optional[str] = None
+    """Where a scheduler with state keeps it for ``--resume`` (None: kept in memory only)."""
+    resume: bool = False
+    """``--resume``: read the state saved at ``state_path`` before the first decision."""
+
+
+def register_scheduler(
+    name: Optional[str] = None, *, settings: Optional[type] = None
+) -> Callable[[Any], Any]:
+    """Decorator: register ``create(settings, ctx)`` under ``name`` with its settings class."""
+    return SCHEDULERS.register(name, settings=settings)
+
+
+def list_schedulers(filter: str = "") -> list[str]:
+    """Scheduler names (``scheduler.type`` values), optionally matching an fnmatch pattern."""
+    return SCHEDULERS.names(filter)
+
+
+def scheduler_settings(raw: Any) -> Any:
+    """``scheduler: {type: NAME, ...}`` -> NAME's validated settings (``type`` defaults to
+    ``asha``). ConfigError naming ``scheduler.<field>`` for anything wrong."""
+    if not isinstance(raw, dict):
+        raise ConfigError("scheduler", "must be a mapping")
+    name = raw.get("type", "asha")
+    if not isinstance(name, str):
+        raise ConfigError("scheduler.type", f"must be one of {list_schedulers()}, got {show(name)}")
+    cls = SCHEDULERS.entry(name).settings
+    allowed = {"type"} | {f.name for f in fields(cls)}
+    unknown = sorted((k for k in raw if k not in allowed), key=str)
+    if unknown:
+        raise ConfigError(
+            f"scheduler.{key_name(unknown[0])}",
+            f"unknown key for scheduler {name}; allowed: {sorted(allowed)}",
+        )
+    return cls(**{k: v for k, v in raw.items() if k != "type"})
+
+
+def create_scheduler(settings: Any, ctx: Optional[SchedulerContext] = None) -> Any:
+    """The Ray Tune ``TrialScheduler`` of validated ``settings`` (imports Ray)."""
+    return SCHEDULERS.create(settings.type, settings, ctx or SchedulerContext())

@@ -1,0 +1,126 @@
+"""The family's Ray Tune adapter: a pure decision core as a real Tune ``TrialScheduler``.
+
+A core (for example :class:`lipsweep.sweep.schedulers.moasha.MoAsha`) has ``add``,
+``on_result(trial, group, t, metrics) -> "continue" | "stop"``, ``on_complete``, ``reason``,
+``metrics``, ``changes`` (a counter), ``state()`` and ``from_state``. :class:`CoreScheduler`
+feeds it Tune's trial events (trial id, the configuration of the trial's seeds, the ``epoch``
+of the report, the values) and returns its decisions. The core sees only results, so it
+works under every searcher.
+
+Resume: Tune keeps no scheduler state in its experiment checkpoint (Ray 2.60 pickles the
+scheduler once, when the sweep starts), so after each change the core's state is written
+(atomically) to ``state_path``, ``lipsweep_scheduler.json`` in the experiment folder, and
+read back the first time a resumed sweep uses the scheduler (``restore``, or a scheduler
+that Tune unpickled).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable, Mapping, Optional
+
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from lipsweep.core.storage import read_text, write_text
+
+_log = logging.getLogger("lipsweep.sweep")
+TIME_ATTR = "epoch"
+
+
+def _flat(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Tune's config -> the flat trial dict (grid sweeps nest it under ``trial``)."""
+    inner = config.get("trial")
+    return inner if isinstance(inner, Mapping) else config
+
+
+class CoreScheduler(FIFOScheduler):
+    """Tune runs trials first in, first out; ``core`` decides which to stop.
+
+    ``group_of(flat_config)`` names the configuration whose seeds are judged together.
+    ``skip_keys``: a report carrying one of them (lipsweep's final evaluation report, or its
+    error report) is not a per-epoch result and is not shown to the core.
+    """
+
+    def __init__(
+        self,
+        core: Any,
+        group_of: Callable[[Mapping[str, Any]], str],
+        state_path: Optional[str] = None,
+        skip_keys: tuple[str, ...] = ("lipsweep_final", "lipsweep_error"),
+        restore: bool = False,
+    ) -> None:
+        super().__init__()
+        self.core = core
+        self.group_of = group_of
+        self.state_path = state_path
+        self.skip_keys = skip_keys
+        self._loaded = not (restore and state_path)
+
+    # -- state ---------------------------------------------------------------------------
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._loaded = self.state_path is None  # restored by Tune: read the saved state
+
+    def _ready(self) -> Any:
+        if not self._loaded:
+            self._loaded = True
+            text = read_text(self.state_path) if self.state_path else None
+            if text:
+                self.core = type(self.core).from_state(json.loads(text))
+                _log.info("scheduler state restored from %s", self.state_path)
+        return self.core
+
+    def _save(self) -> None:
+        if self.state_path:
+            write_text(self.state_path, json.dumps(self.core.state()))
+
+    # -- Tune's events -------------------------------------------------------------------
+    def set_search_properties(self, metric: Optional[str], mode: Optional[str], **spec) -> bool:
+        return True  # the core has its own objectives; Tune's metric/mode are the searcher's
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        core = self._ready()
+        before = core.changes
+        core.add(trial.trial_id, self.group_of(_flat(trial.config)))
+        if core.changes != before:
+            self._save()
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        core = self._ready()
+        if TIME_ATTR not in result or any(k in result for k in self.skip_keys):
+            return TrialScheduler.CONTINUE
+        group = self.group_of(_flat(trial.config))
+        before = core.changes
+        values = {m: result.get(m) for m in core.metrics}
+        decision = core.on_result(trial.trial_id, group, result[TIME_ATTR], values)
+        if core.changes != before:
+            self._save()
+        if decision == "stop":
+            reason = core.reason(trial.trial_id)
+            _log.info("%s stopped: %s", trial.trial_id, reason.text() if reason else "")
+            return TrialScheduler.STOP
+        return TrialScheduler.CONTINUE
+
+    def _ended(self, trial) -> None:
+        self._ready().on_complete(trial.trial_id)
+        self._save()
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        self._ended(trial)
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        self._ended(trial)
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        self._ended(trial)
+
+    # -- what the driver's callbacks read ------------------------------------------------
+    def stop_reason(self, trial_id: str) -> Optional[str]:
+        """Why the scheduler stopped ``trial_id`` (one line), or None."""
+        reason = self._ready().reason(trial_id)
+        return reason.text() if reason is not None else None
+
+    def debug_string(self) -> str:
+        core = self._ready()
+        return f"{type(core).__name__}: {len(getattr(core, 'stopped', {}))} configurations stopped"

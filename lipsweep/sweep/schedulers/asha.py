@@ -1,0 +1,79 @@
+"""``asha``: Ray Tune's asynchronous successive halving on one per-epoch metric.
+
+Li et al., "A System for Massively Parallel Hyperparameter Tuning" (MLSys 2020). Spelled
+``scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 1, reduction_factor: 2}``.
+Ray's :class:`~ray.tune.schedulers.ASHAScheduler` decides; this file only checks the settings
+(torch- and Ray-free) and builds it (Ray imported then).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+from lipsweep.core import metric_names
+from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
+
+
+def _finite(val: Any) -> bool:
+    """A real number (not bool), finite, and not an int too large for a float."""
+    if isinstance(val, bool) or not isinstance(val, (int, float)):
+        return False
+    return abs(val) <= INT_LIMIT if isinstance(val, int) else math.isfinite(val)
+
+
+def _positive_int(val: Any) -> bool:
+    return isinstance(val, int) and not isinstance(val, bool) and 1 <= val <= INT_LIMIT
+
+
+@dataclass(frozen=True)
+class AshaSettings:
+    """``scheduler: {type: asha, ...}``: one metric, compared at each rung."""
+
+    type: ClassVar[str] = "asha"
+    metric: str = metric_names.ACC_CLEAN
+    """A per-epoch metric (``acc_clean``, the losses, or a probe every trial reports)."""
+    mode: str = "max"
+    """``max`` or ``min``."""
+    grace_period: float = 1
+    """Epochs every trial runs before it can be stopped (the first rung)."""
+    reduction_factor: float = 2.0
+    """Rung spacing and the fraction (1/reduction_factor) promoted from each rung."""
+    max_t: Optional[int] = None
+    """Epochs of a full trial; unset: the space's ``fixed.epochs`` (default 40)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("max", "min"):
+            raise ConfigError("scheduler.mode", f"must be max or min, got {show(self.mode)}")
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ConfigError("scheduler.metric", f"must be a metric name, got {show(self.metric)}")
+        for key in ("grace_period", "reduction_factor"):
+            val = getattr(self, key)
+            if not _finite(val) or val < 1:
+                raise ConfigError(f"scheduler.{key}", f"must be a number >= 1, got {show(val)}")
+        if self.max_t is not None and not _positive_int(self.max_t):
+            raise ConfigError(
+                "scheduler.max_t", f"must be a positive integer, got {show(self.max_t)}"
+            )
+
+    def metrics_used(self) -> tuple[tuple[str, str], ...]:
+        """(field, metric) pairs the space checks are reported every epoch."""
+        return (("scheduler.metric", self.metric),)
+
+
+def create(settings: AshaSettings, ctx: Any) -> Any:
+    """Ray's ASHAScheduler over ``epoch`` (``ctx``: :class:`SchedulerContext`)."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(
+        time_attr="epoch",
+        metric=settings.metric,
+        mode=settings.mode,
+        max_t=settings.max_t or ctx.epochs,
+        grace_period=settings.grace_period,
+        reduction_factor=settings.reduction_factor,
+        # a trial at max_t must still send its final report (the
+        # evaluation) after its last epoch's report
+        stop_last_trials=False,
+    )
