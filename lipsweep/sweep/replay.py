@@ -216,7 +216,9 @@ class OptunaProposer(Proposer):
             "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed, population_size=8),
         }
         self.optuna = optuna
-        self.study = optuna.create_study(directions=list(directions), sampler=samplers[sampler]())
+        self.study = optuna.create_study(
+            directions=[d + "imize" for d in directions], sampler=samplers[sampler]()
+        )
         self.table = table
         self.by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
         self.told: dict[str, Optional[np.ndarray]] = {}
@@ -235,6 +237,8 @@ class OptunaProposer(Proposer):
     def next(self) -> Optional[Config]:
         State = self.optuna.trial.TrialState
         for _ in range(self.limit):
+            if len(self.told) + len(self.pending) == len(self.by_params):
+                return None  # every configuration has run or is running
             trial = self.study.ask()
             config = self._draw(trial)
             if config is None:
