@@ -49,6 +49,8 @@ EXAMPLES = {
     "demo": "lipsweep demo --num-cpus 2",
     "models": "lipsweep models",
     "data": "lipsweep data prepare --dataset cifar100 --source ~/cifar --dest s3://bucket/data",
+    "bench-search": "lipsweep bench-search --table benchmarks/data/tiny_grid.csv "
+    "--objective acc_clean:max --objective acc_pgd_4:max --objective lip_jacobian_median:min",
 }
 
 
@@ -285,7 +287,40 @@ def build_parser() -> argparse.ArgumentParser:
     _add_command(sub, "models", "list the timm ViT architectures lipsweep can build", common)
 
     _add_data_parser(sub, common)
+    _add_bench_search_parser(sub, common)
     return parser
+
+
+def _add_bench_search_parser(
+    sub: argparse._SubParsersAction, common: argparse.ArgumentParser
+) -> None:
+    """``lipsweep bench-search``: replay search methods on a recorded grid."""
+    p = _add_command(
+        sub, "bench-search", "replay search methods on a recorded grid: hypervolume per compute",
+        common,
+    )  # fmt: skip
+    p.add_argument("--table", required=True, help="recorded grid (CSV, benchmarks/data/)")
+    p.add_argument(
+        "--objective", action="append", default=[], metavar="NAME:max|min",
+        help="objective of the front, a final column (repeatable; at least one)",
+    )  # fmt: skip
+    p.add_argument(
+        "--stop-on", action="append", default=[], metavar="NAME:max|min",
+        help="per-epoch column moasha stops on (repeatable); default: each objective's "
+        "per-epoch counterpart (probe_<name> for a final-only objective)",
+    )  # fmt: skip
+    p.add_argument(
+        "--budget", type=float, default=0.4,
+        help="compute budget, a fraction of the whole grid's worker-seconds (default 0.4)",
+    )  # fmt: skip
+    p.add_argument("--replays", type=int, default=10, help="replays per method (default 10)")
+    p.add_argument("--workers", type=int, default=4, help="simulated workers (default 4)")
+    p.add_argument(
+        "--method", action="append", default=[],
+        help="method to replay (repeatable; default all: grid, random, optuna-tpe, "
+        "optuna-nsga2, asha-clean, moasha, optuna-moasha)",
+    )  # fmt: skip
+    p.add_argument("--out", default="bench-search", help="folder for summary.json and the plot")
 
 
 def _add_data_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -485,6 +520,24 @@ reruns:     the same seeds give these numbers again on this machine; another CPU
     return 0
 
 
+def cmd_bench_search(args: argparse.Namespace) -> int:
+    from lipsweep import api
+
+    result = api.bench_search(_options(api.BenchSearchOptions, args))
+    s = result.summary
+    _out(
+        f"{s['grid']['configurations']} configurations, {s['replays']} replays, "
+        f"{s['workers']} workers; hypervolume fraction at {s['budget']:.0%} of the grid's "
+        "compute, and the compute to reach 90% (medians)"
+    )
+    for name, m in s["methods"].items():
+        hv = m["hv_fraction_at_budget"]["median"]
+        to90 = m["compute_fraction_to_90"]["median"]
+        _out(f"  {name:<14} {hv:6.3f}   " + ("never" if to90 is None else f"{to90:6.1%}"))
+    _out(f"wrote {result.summary_path} and {result.plot}")
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from lipsweep.vit.models import list_vit_models
 
@@ -502,6 +555,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": cmd_demo,
     "models": cmd_models,
     "data": cmd_data,
+    "bench-search": cmd_bench_search,
 }
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from lipsweep.api.options import (
+    BenchSearchOptions,
     ConfirmOptions,
     DemoOptions,
     ExportOptions,
@@ -36,6 +37,7 @@ from lipsweep.api.options import (
     make_options,
 )
 from lipsweep.api.results import (
+    BenchSearchResult,
     ConfirmedRun,
     ConfirmResult,
     DemoResult,
@@ -60,6 +62,9 @@ __all__ = [
     "confirm",
     "export",
     "demo",
+    "bench_search",
+    "BenchSearchOptions",
+    "BenchSearchResult",
     "TrainOptions",
     "SweepOptions",
     "ParetoOptions",
@@ -145,3 +150,13 @@ def demo(options: Optional[DemoOptions] = None, /, **kwargs: Any) -> DemoResult:
     from lipsweep.api import _demo
 
     return _demo.demo(make_options(DemoOptions, options, kwargs))
+
+
+def bench_search(
+    options: Optional[BenchSearchOptions] = None, /, **kwargs: Any
+) -> BenchSearchResult:
+    """Replay the search methods on a recorded table and score the hypervolume each reaches
+    within the compute budget (``lipsweep bench-search``; lipsweep/sweep/replay.py)."""
+    from lipsweep.api import _bench
+
+    return _bench.run(make_options(BenchSearchOptions, options, kwargs))

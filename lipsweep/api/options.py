@@ -339,6 +339,50 @@ class DemoOptions:
         _tracking(self)
 
 
+@dataclass(frozen=True, kw_only=True)
+class BenchSearchOptions:
+    """``lipsweep bench-search``: replay search methods on a recorded table (docs/benchmarks.md)."""
+
+    table: str
+    """The recorded table (CSV; benchmarks/data/)."""
+    objective: tuple[str, ...] = ()
+    """``NAME:max|min`` of final columns (the front the hypervolume is taken of)."""
+    stop_on: tuple[str, ...] = ()
+    """``NAME:max|min`` of per-epoch columns moasha stops on (default: each objective's
+    per-epoch counterpart, ``probe_<name>`` where the objective is final only)."""
+    budget: float = 0.4
+    """Compute budget, a fraction of the whole grid's worker-seconds, in (0, 1]."""
+    replays: int = 10
+    """Replays per method (seeds 0..replays-1)."""
+    workers: int = 4
+    """Simulated parallel workers."""
+    method: tuple[str, ...] = ()
+    """Methods to replay (default: all)."""
+    out: str = "bench-search"
+    """Folder for summary.json and hypervolume.png."""
+
+    def __post_init__(self) -> None:
+        from lipsweep.decide.pareto import parse_objective
+
+        _text(self, "table", path=True)
+        _text(self, "out", path=True)
+        for name in ("objective", "stop_on", "method"):
+            _texts(self, name)
+        if not self.objective:
+            raise ConfigError("--objective", "give at least one, e.g. --objective acc_clean:max")
+        for name in ("objective", "stop_on"):
+            for spec in getattr(self, name):
+                try:
+                    parse_objective(spec)
+                except ConfigError as err:
+                    raise ConfigError(flag(name), err.message) from None
+        b = self.budget
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b <= 1:
+            raise ConfigError("--budget", f"must be a fraction in (0, 1], got {show(b)}")
+        _int(self, "replays", 1, optional=False)
+        _int(self, "workers", 1, optional=False)
+
+
 OPTIONS = {
     "train": TrainOptions,
     "sweep": SweepOptions,
@@ -347,6 +391,7 @@ OPTIONS = {
     "report": ReportOptions,
     "confirm": ConfirmOptions,
     "demo": DemoOptions,
+    "bench-search": BenchSearchOptions,
 }
 """Subcommand -> its options dataclass."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.decide.front import Front
@@ -227,3 +227,12 @@ class DemoResult:
     pareto: Optional[ParetoResult] = None
     export: Optional[ExportResult] = None
     sweep_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class BenchSearchResult:
+    """What ``bench-search`` wrote: the summary (as in ``summary.json``) and its figure."""
+
+    summary: dict[str, Any]
+    summary_path: Path
+    plot: Path

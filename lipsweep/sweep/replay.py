@@ -1,0 +1,586 @@
+"""``lipsweep bench-search``: replay search methods on a recorded table (issue 28 item 5).
+
+A recorded table holds, for every configuration of a grid and each of its seeds, every
+epoch's seconds and per-epoch metrics (clean accuracy, losses, robustness probes) and, at the
+last epoch, the final metrics (PGD, AutoAttack, ‖J_f‖). Replaying a method on it simulates a
+sweep on ``workers`` parallel workers: a trial's epochs take the recorded seconds, a
+scheduler sees each epoch's values only when that epoch ends (so it cannot peek at the
+future), and a searcher learns a configuration's seed-mean final objectives when its last
+seed ends. Compute is worker-seconds spent, as a fraction of what the whole grid costs.
+
+The score is the hypervolume of the configurations that ran their full budget (every seed,
+every epoch), seed-averaged, relative to the whole grid's front with the reference point of
+that front (:mod:`lipsweep.core.hypervolume`). Each method is replayed ``replays`` times with
+seeds ``0..replays-1``; the same table, seed and flags give the same summary.
+
+Methods (:data:`METHODS`): ``grid`` (the grid in a random order), ``random`` (each setting
+drawn independently from the values the table has), ``optuna-tpe`` / ``optuna-nsga2``
+(multi-objective Optuna, no pruning), ``asha-clean`` (the grid order with ASHA on clean
+accuracy, today's best option), ``moasha`` (the grid order with multi-objective ASHA on the
+per-epoch counterparts of the objectives, seed-aware) and ``optuna-moasha`` (TPE proposing,
+``moasha`` stopping). The schedulers are the live sweep's own decision code
+(:class:`lipsweep.sweep.schedulers.moasha.MoAsha`).
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import json
+import logging
+import math
+import random as _random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
+
+from lipsweep.core.config_base import ConfigError, show
+from lipsweep.core.hypervolume import relative_hypervolume
+
+_log = logging.getLogger(__name__)
+
+PARAM_PREFIX = "param:"
+"""Table columns named ``param:<setting>`` hold a configuration's settings."""
+SEED, EPOCH, SECONDS = "seed", "epoch", "seconds"
+PROBE_PREFIX = "probe_"
+"""The per-epoch counterpart of a final metric ``m`` is ``probe_<m>`` (core/metric_names)."""
+TARGET = 0.9
+"""``compute_fraction_to_90``: the compute at which a replay first reaches this fraction."""
+
+
+# -- the table -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Config:
+    """One configuration: its settings and, per seed, its epochs' seconds and metrics."""
+
+    key: str
+    params: Mapping[str, str]
+    seeds: tuple[str, ...]
+    seconds: Mapping[str, np.ndarray]  # seed -> (epochs,)
+    metrics: Mapping[str, Mapping[str, np.ndarray]]  # seed -> name -> (epochs,), NaN = absent
+
+
+@dataclass(frozen=True)
+class Table:
+    """A recorded grid (see the module docstring); ``epochs`` is every trial's full budget."""
+
+    params: tuple[str, ...]
+    configs: tuple[Config, ...]
+    epochs: int
+    per_epoch: tuple[str, ...]
+    final: tuple[str, ...]
+
+    @property
+    def compute(self) -> float:
+        """Worker-seconds of the whole grid, every seed and epoch."""
+        return float(sum(s.sum() for c in self.configs for s in c.seconds.values()))
+
+    def final_value(self, config: Config, seed: str, name: str) -> float:
+        """``name`` at the last epoch of ``config``'s ``seed``."""
+        return float(config.metrics[seed][name][-1])
+
+    def objectives(self, config: Config, names: Sequence[str]) -> np.ndarray:
+        """The seed-mean final values of ``names`` for ``config``: (len(names),)."""
+        return np.array(
+            [np.mean([self.final_value(config, s, n) for s in config.seeds]) for n in names]
+        )
+
+
+def load_table(path: str | Path) -> Table:
+    """Read a recorded table (CSV: ``param:*``, ``seed``, ``epoch``, ``seconds``, metrics).
+
+    Every (configuration, seed) must have the epochs 1..E, the same E for all. A metric is
+    per-epoch when every row has it, final when only last-epoch rows do."""
+    path = Path(path)
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise ConfigError("--table", f"cannot read {path}: {exc.strerror}") from None
+    if not rows:
+        raise ConfigError("--table", f"{path} has no rows")
+    cols = list(rows[0])
+    params = tuple(c[len(PARAM_PREFIX) :] for c in cols if c.startswith(PARAM_PREFIX))
+    for need in (SEED, EPOCH, SECONDS):
+        if need not in cols:
+            raise ConfigError("--table", f"{path} has no {need!r} column")
+    if not params:
+        raise ConfigError("--table", f"{path} has no {PARAM_PREFIX}<setting> column")
+    names = [c for c in cols if not c.startswith(PARAM_PREFIX) and c not in (SEED, EPOCH, SECONDS)]
+    trials: dict[tuple[str, str], dict[int, dict[str, str]]] = {}
+    for i, row in enumerate(rows, 2):
+        key = "|".join(f"{p}={row[PARAM_PREFIX + p]}" for p in params)
+        try:
+            epoch = int(row[EPOCH])
+        except ValueError:
+            raise ConfigError("--table", f"{path}:{i}: epoch {show(row[EPOCH])}") from None
+        trials.setdefault((key, row[SEED]), {})[epoch] = row
+    lengths = {len(e) for e in trials.values()}
+    epochs = max(lengths)
+    for (key, seed), by_epoch in trials.items():
+        if sorted(by_epoch) != list(range(1, epochs + 1)):
+            raise ConfigError(
+                "--table", f"{path}: {key} seed {seed} has epochs {sorted(by_epoch)[:5]}..., "
+                f"not 1..{epochs}"
+            )  # fmt: skip
+
+    def num(text: str) -> float:
+        return float(text) if text not in ("", None) else math.nan
+
+    arrays: dict[tuple[str, str], dict[str, np.ndarray]] = {
+        t: {n: np.array([num(by_epoch[e][n]) for e in range(1, epochs + 1)]) for n in names}
+        | {SECONDS: np.array([num(by_epoch[e][SECONDS]) for e in range(1, epochs + 1)])}
+        for t, by_epoch in trials.items()
+    }
+    per_epoch = tuple(n for n in names if all(np.isfinite(a[n]).all() for a in arrays.values()))
+    final = tuple(n for n in names if all(np.isfinite(a[n][-1]) for a in arrays.values()))
+    configs = []
+    for key in dict.fromkeys(k for k, _ in trials):
+        seeds = tuple(s for k, s in trials if k == key)
+        first = next(iter(trials[(key, seeds[0])].values()))
+        configs.append(
+            Config(
+                key=key,
+                params={p: first[PARAM_PREFIX + p] for p in params},
+                seeds=seeds,
+                seconds={s: arrays[(key, s)][SECONDS] for s in seeds},
+                metrics={s: {n: arrays[(key, s)][n] for n in names} for s in seeds},
+            )
+        )
+    return Table(params, tuple(configs), epochs, per_epoch, final)
+
+
+# -- proposing configurations ----------------------------------------------------------------
+class Proposer:
+    """Which configuration to run next; told each configuration's outcome."""
+
+    def next(self) -> Optional[Config]:
+        raise NotImplementedError
+
+    def tell(self, config: Config, values: Optional[np.ndarray]) -> None:
+        """``values``: the seed-mean objectives, or None when the configuration was stopped."""
+
+
+class GridOrder(Proposer):
+    """The whole grid, in a random order."""
+
+    def __init__(self, table: Table, seed: int) -> None:
+        self.order = list(table.configs)
+        _random.Random(seed).shuffle(self.order)
+
+    def next(self) -> Optional[Config]:
+        return self.order.pop(0) if self.order else None
+
+
+def _values(configs: Sequence[Config], param: str) -> list[str]:
+    return sorted({c.params[param] for c in configs})
+
+
+class RandomDraws(Proposer):
+    """A random searcher over the table's space: each setting drawn uniformly from the values
+    the table has for the settings drawn before it (so ``k`` is drawn among JaSMin's values
+    once ``regularizer: jasmin`` is drawn, as in a conditional space); a configuration already
+    run is drawn again, up to ``tries`` times."""
+
+    def __init__(self, table: Table, seed: int, tries: int = 200) -> None:
+        self.rng = _random.Random(seed)
+        self.table, self.tries, self.seen = table, tries, set()
+
+    def next(self) -> Optional[Config]:
+        for _ in range(self.tries):
+            left: Sequence[Config] = self.table.configs
+            for p in self.table.params:
+                value = self.rng.choice(_values(left, p))
+                left = [c for c in left if c.params[p] == value]
+            if left[0].key not in self.seen:
+                self.seen.add(left[0].key)
+                return left[0]
+        return None
+
+
+class OptunaProposer(Proposer):
+    """A multi-objective Optuna study over the table's settings, told each configuration's
+    seed-mean objectives (a stopped one as pruned). The space is conditional on the first
+    setting (``regularizer``): each other setting is a categorical of the values the table
+    has under that first value, named ``<setting>|<first>=<value>``. A draw the table lacks
+    is told as failed; a configuration already run is told its values again (no compute)."""
+
+    def __init__(self, table: Table, seed: int, sampler: str, directions: Sequence[str]) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        samplers = {
+            "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+            "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed, population_size=8),
+        }
+        self.optuna = optuna
+        self.study = optuna.create_study(
+            directions=[d + "imize" for d in directions], sampler=samplers[sampler]()
+        )
+        self.table = table
+        self.by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
+        self.told: dict[str, Optional[np.ndarray]] = {}
+        self.pending: dict[str, list[Any]] = {}
+        self.limit = 20 * len(table.configs)
+
+    def _draw(self, trial: Any) -> Optional[Config]:
+        first, *rest = self.table.params
+        head = trial.suggest_categorical(first, _values(self.table.configs, first))
+        under = [c for c in self.table.configs if c.params[first] == head]
+        draw = [head] + [
+            trial.suggest_categorical(f"{p}|{first}={head}", _values(under, p)) for p in rest
+        ]
+        return self.by_params.get(tuple(draw))
+
+    def next(self) -> Optional[Config]:
+        State = self.optuna.trial.TrialState
+        for _ in range(self.limit):
+            if len(self.told) + len(self.pending) == len(self.by_params):
+                return None  # every configuration has run or is running
+            trial = self.study.ask()
+            config = self._draw(trial)
+            if config is None:
+                self.study.tell(trial, state=State.FAIL)
+            elif config.key in self.told:
+                values = self.told[config.key]
+                if values is None:
+                    self.study.tell(trial, state=State.PRUNED)
+                else:
+                    self.study.tell(trial, list(map(float, values)))
+            elif config.key in self.pending:
+                self.pending[config.key].append(trial)  # running: told when it ends
+            else:
+                self.pending[config.key] = [trial]
+                return config
+        return None
+
+    def tell(self, config: Config, values: Optional[np.ndarray]) -> None:
+        State = self.optuna.trial.TrialState
+        self.told[config.key] = values
+        for trial in self.pending.pop(config.key, []):
+            if values is None:
+                self.study.tell(trial, state=State.PRUNED)
+            else:
+                self.study.tell(trial, list(map(float, values)))
+
+
+# -- stopping trials -------------------------------------------------------------------------
+class StopRule:
+    """Whether a trial goes on after an epoch; the live sweep's scheduler core or nothing."""
+
+    def on_result(self, trial: str, group: str, t: int, metrics: Mapping[str, float]) -> bool:
+        return True
+
+    def on_complete(self, trial: str) -> None:
+        pass
+
+
+class SchedulerRule(StopRule):
+    """:class:`~lipsweep.sweep.schedulers.moasha.MoAsha` on ``metrics``; seed-aware when
+    ``groups`` (a configuration's seeds are judged and stopped together), else per trial
+    (ASHA's behaviour)."""
+
+    def __init__(
+        self,
+        metrics: Sequence[str],
+        modes: Sequence[str],
+        max_t: int,
+        grace_period: int,
+        reduction_factor: float,
+        expected: Optional[Mapping[str, int]],
+    ) -> None:
+        from lipsweep.sweep.schedulers.moasha import CONTINUE, MoAsha
+
+        self.core = MoAsha(metrics, modes, grace_period, reduction_factor, max_t, expected)
+        self.grouped = expected is not None
+        self.go = CONTINUE
+
+    def on_result(self, trial: str, group: str, t: int, metrics: Mapping[str, float]) -> bool:
+        return self.core.on_result(trial, group if self.grouped else trial, t, metrics) == self.go
+
+    def on_complete(self, trial: str) -> None:
+        self.core.on_complete(trial)
+
+
+# -- the simulation --------------------------------------------------------------------------
+@dataclass
+class Replay:
+    """One replay's trajectory: after each configuration that ran its full budget, the
+    compute spent so far (fraction of the grid's) and the relative hypervolume reached."""
+
+    compute: list[float] = field(default_factory=list)
+    hv: list[float] = field(default_factory=list)
+    stopped: int = 0
+
+    def hv_at(self, budget: float) -> float:
+        """The hypervolume fraction reached within ``budget`` of the grid's compute."""
+        got = [h for c, h in zip(self.compute, self.hv) if c <= budget + 1e-12]
+        return max(got, default=0.0)
+
+    def compute_to(self, target: float) -> Optional[float]:
+        """The compute fraction at which the hypervolume first reached ``target``, or None."""
+        return next((c for c, h in zip(self.compute, self.hv) if h >= target - 1e-12), None)
+
+
+def simulate(
+    table: Table,
+    proposer: Proposer,
+    rule: StopRule,
+    objectives: Sequence[tuple[str, str]],
+    workers: int,
+) -> Replay:
+    """Run ``proposer`` + ``rule`` on ``workers`` simulated workers until nothing is left.
+
+    Events are epoch ends, in time order (ties by start order). A configuration's seeds are
+    queued together when it is proposed; a seed of a configuration the rule stopped is not
+    started. Compute counts each epoch when it ends."""
+    names = [n for n, _ in objectives]
+    dirs = [d for _, d in objectives]
+    grid_front = np.array([table.objectives(c, names) for c in table.configs])
+    whole = table.compute
+    queue: list[tuple[Config, str]] = []
+    events: list[tuple[float, int, str]] = []
+    running: dict[str, tuple[Config, str, int]] = {}  # trial -> (config, seed, epochs done)
+    ended: dict[str, set[str]] = {}  # config key -> seeds that ended (any way)
+    full: dict[str, set[str]] = {}  # config key -> seeds that ran every epoch
+    done_points: list[np.ndarray] = []
+    out = Replay()
+    now, spent, order, free, exhausted = 0.0, 0.0, 0, workers, False
+
+    def start(config: Config, seed: str) -> None:
+        nonlocal order, free
+        trial = f"{config.key}#{seed}"
+        running[trial] = (config, seed, 0)
+        heapq.heappush(events, (now + float(config.seconds[seed][0]), order, trial))
+        order += 1
+        free -= 1
+
+    def end(config: Config, seed: str, completed: bool) -> None:
+        nonlocal free
+        free += 1
+        ended.setdefault(config.key, set()).add(seed)
+        if completed:
+            full.setdefault(config.key, set()).add(seed)
+        if len(ended[config.key]) < len(config.seeds):
+            return
+        if len(full.get(config.key, ())) == len(config.seeds):
+            values = table.objectives(config, names)
+            proposer.tell(config, values)
+            done_points.append(values)
+            out.compute.append(spent / whole)
+            out.hv.append(relative_hypervolume(np.array(done_points), grid_front, dirs))
+        else:
+            proposer.tell(config, None)
+            out.stopped += 1
+
+    while True:
+        while free > 0:
+            if not queue and not exhausted:
+                config = proposer.next()
+                if config is None:
+                    exhausted = True
+                else:
+                    queue.extend((config, s) for s in config.seeds)
+            if not queue:
+                break
+            config, seed = queue.pop(0)
+            if rule.on_result(f"{config.key}#{seed}", config.key, 0, {}):
+                start(config, seed)
+            else:  # its configuration was stopped before this seed started
+                ended.setdefault(config.key, set()).add(seed)
+                rule.on_complete(f"{config.key}#{seed}")
+                if len(ended[config.key]) == len(config.seeds):
+                    proposer.tell(config, None)
+                    out.stopped += 1
+        if not events:
+            break
+        now, _, trial = heapq.heappop(events)
+        config, seed, done = running.pop(trial)
+        spent += float(config.seconds[seed][done])
+        done += 1
+        metrics = {n: float(config.metrics[seed][n][done - 1]) for n in table.per_epoch}
+        go = rule.on_result(trial, config.key, done, metrics)
+        if done == table.epochs or not go:
+            rule.on_complete(trial)
+            end(config, seed, completed=done == table.epochs)
+            continue
+        running[trial] = (config, seed, done)
+        heapq.heappush(events, (now + float(config.seconds[seed][done]), order, trial))
+        order += 1
+    return out
+
+
+# -- methods and the benchmark ----------------------------------------------------------------
+def stop_metrics(
+    table: Table, objectives: Sequence[tuple[str, str]], stop_on: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """What ``moasha`` stops on: ``stop_on``, else each objective's per-epoch counterpart
+    (the column itself when per-epoch, else ``probe_<name>``); ConfigError if absent."""
+    chosen = list(stop_on) or [
+        (n if n in table.per_epoch else PROBE_PREFIX + n, d) for n, d in objectives
+    ]
+    for name, _ in chosen:
+        if name not in table.per_epoch:
+            raise ConfigError(
+                "--stop-on" if stop_on else "--objective",
+                f"{name!r} is not a per-epoch column of the table; per-epoch columns are "
+                f"{list(table.per_epoch)}",
+            )
+    return chosen
+
+
+Method = Callable[[int], tuple[Proposer, StopRule]]
+
+
+def methods(
+    table: Table,
+    objectives: Sequence[tuple[str, str]],
+    stop_on: Sequence[tuple[str, str]],
+    grace_period: int = 1,
+    reduction_factor: float = 2.0,
+) -> dict[str, Method]:
+    """Every method by name: replay seed -> (proposer, stop rule)."""
+    dirs = [d for _, d in objectives]
+    stops = stop_metrics(table, objectives, stop_on)
+    seeds = {c.key: len(c.seeds) for c in table.configs}
+
+    def mo() -> StopRule:
+        return SchedulerRule(
+            [n for n, _ in stops], [d for _, d in stops], table.epochs, grace_period,
+            reduction_factor, seeds,
+        )  # fmt: skip
+
+    def clean() -> StopRule:
+        return SchedulerRule(
+            ["acc_clean"], ["max"], table.epochs, grace_period, reduction_factor, None
+        )
+
+    return {
+        "grid": lambda s: (GridOrder(table, s), StopRule()),
+        "random": lambda s: (RandomDraws(table, s), StopRule()),
+        "optuna-tpe": lambda s: (OptunaProposer(table, s, "tpe", dirs), StopRule()),
+        "optuna-nsga2": lambda s: (OptunaProposer(table, s, "nsga2", dirs), StopRule()),
+        "asha-clean": lambda s: (GridOrder(table, s), clean()),
+        "moasha": lambda s: (GridOrder(table, s), mo()),
+        "optuna-moasha": lambda s: (OptunaProposer(table, s, "tpe", dirs), mo()),
+    }
+
+
+METHODS = (
+    "grid", "random", "optuna-tpe", "optuna-nsga2", "asha-clean", "moasha", "optuna-moasha"
+)  # fmt: skip
+
+
+def _round(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 6)
+
+
+def _median(values: Sequence[Optional[float]]) -> Optional[float]:
+    """The median, None counting as never (above every number); None if most are None."""
+    xs = sorted(values, key=lambda v: math.inf if v is None else v)
+    mid = xs[(len(xs) - 1) // 2 : len(xs) // 2 + 1]
+    if any(v is None for v in mid):
+        return None
+    return float(np.mean(mid))
+
+
+def bench_search(
+    table: Table,
+    objectives: Sequence[tuple[str, str]],
+    budget: float,
+    replays: int,
+    workers: int,
+    stop_on: Sequence[tuple[str, str]] = (),
+    only: Sequence[str] = (),
+) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
+    """Replay every method ``replays`` times; the summary dict and the trajectories."""
+    for name, _ in objectives:
+        if name not in table.final:
+            raise ConfigError(
+                "--objective", f"{name!r} is not a final column of the table; "
+                f"final columns are {list(table.final)}"
+            )  # fmt: skip
+    table_methods = methods(table, objectives, stop_on)
+    chosen = list(only) or list(METHODS)
+    runs: dict[str, list[Replay]] = {}
+    for name in chosen:
+        runs[name] = []
+        for seed in range(replays):
+            proposer, rule = table_methods[name](seed)
+            runs[name].append(simulate(table, proposer, rule, objectives, workers))
+        _log.info(
+            "%s: median hypervolume %.3f at %.0f%% of the compute",
+            name,
+            float(np.median([r.hv_at(budget) for r in runs[name]])),
+            100 * budget,
+        )
+    summary = {
+        "objectives": [f"{n}:{d}" for n, d in objectives],
+        "stop_on": [f"{n}:{d}" for n, d in stop_metrics(table, objectives, stop_on)],
+        "budget": budget,
+        "replays": replays,
+        "workers": workers,
+        "grid": {"configurations": len(table.configs), "compute_s": round(table.compute, 3)},
+        "methods": {
+            name: {
+                "hv_fraction_at_budget": {
+                    "median": _median([r.hv_at(budget) for r in rs]),
+                    "per_replay": [round(r.hv_at(budget), 6) for r in rs],
+                },
+                "compute_fraction_to_90": {
+                    "median": _median([r.compute_to(TARGET) for r in rs]),
+                    "per_replay": [_round(r.compute_to(TARGET)) for r in rs],
+                },
+                "stopped_configurations": {"median": _median([r.stopped for r in rs])},
+            }
+            for name, rs in runs.items()
+        },
+    }
+    return summary, runs
+
+
+def plot(runs: Mapping[str, Sequence[Replay]], budget: float, path: Path) -> Path:
+    """Median hypervolume fraction against compute fraction, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = np.linspace(0, 1, 201)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, rs in runs.items():
+        curves = [[r.hv_at(c) for c in grid] for r in rs]
+        ax.step(grid, np.median(curves, axis=0), where="post", label=name)
+    ax.axvline(budget, color="#999999", linestyle=":", linewidth=1)
+    ax.axhline(TARGET, color="#999999", linestyle=":", linewidth=1)
+    ax.set_xlabel("compute (fraction of the whole grid's worker-seconds)")
+    ax.set_ylabel("hypervolume (fraction of the grid's front)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("Search methods replayed on the recorded grid (median over replays)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write(summary: Mapping[str, Any], runs: Mapping[str, Sequence[Replay]], out: Path) -> Path:
+    """``out/summary.json`` and ``out/hypervolume.png``; returns the summary's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    plot(runs, float(summary["budget"]), out / "hypervolume.png")
+    return out / "summary.json"
+
+
+def iter_rows(table: Table) -> Iterator[dict[str, Any]]:
+    """The table's rows again, as :func:`load_table` reads them (for writing a table)."""
+    for c in table.configs:
+        for s in c.seeds:
+            for e in range(table.epochs):
+                row = {PARAM_PREFIX + p: v for p, v in c.params.items()}
+                row |= {SEED: s, EPOCH: e + 1, SECONDS: float(c.seconds[s][e])}
+                row |= {n: float(a[e]) for n, a in c.metrics[s].items()}
+                yield row

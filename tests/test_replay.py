@@ -1,0 +1,173 @@
+"""`lipsweep bench-search` (issue 28 item 5): hypervolume, the recorded table, the replay."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lipsweep.core.config_base import ConfigError
+from lipsweep.core.hypervolume import hypervolume, reference_point, relative_hypervolume
+from lipsweep.sweep import replay
+
+OBJECTIVES = [("acc_clean", "max"), ("acc_pgd_4", "max"), ("lip_jacobian_median", "min")]
+
+
+def test_hypervolume_of_a_hand_computed_2d_front():
+    """Maximise both: (3, 1), (1, 3), (2, 2) against the reference point (0, 0) dominate
+    3x1 + 1x3 + 2x2 minus the overlaps 1x1 + 1x1 + 1x1... by hand: the staircase
+    x in [0,1]: height 3; [1,2]: 2; [2,3]: 1 -> 3 + 2 + 1 = 6; a dominated point adds 0."""
+    pts = np.array([[3.0, 1.0], [1.0, 3.0], [2.0, 2.0], [1.0, 1.0]])
+    ref = np.array([0.0, 0.0])  # minimisation form of (0, 0) maximised
+    assert hypervolume(pts, ["max", "max"], ref) == pytest.approx(6.0)
+    # minimise x, maximise y, reference (4, 0): (1, 1), (2, 2), (3, 3) trade off; the
+    # staircase x in [1,2]: height 1; [2,3]: 2; [3,4]: 3 -> 6
+    mixed = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    assert hypervolume(mixed, ["min", "max"], np.array([4.0, 0.0])) == pytest.approx(6.0)
+
+
+def test_the_reference_point_is_the_fronts_nadir_pushed_out():
+    """Dominated junk does not move the reference point (the issue's nadir rule)."""
+    front = np.array([[3.0, 1.0], [1.0, 3.0]])
+    junk = np.array([[-50.0, -50.0]])
+    dirs = ["max", "max"]
+    ref = reference_point(np.vstack([front, junk]), dirs)
+    # minimisation form: front (-3,-1), (-1,-3): nadir (-1,-1), range 2 each -> (-0.8, -0.8)
+    np.testing.assert_allclose(ref, [-0.8, -0.8])
+    assert relative_hypervolume(front, np.vstack([front, junk]), dirs) == pytest.approx(1.0)
+    # maximisation form: ref (0.8, 0.8); the front's staircase 0.2 x 2.2 + 2 x 0.2 = 0.84,
+    # (3, 1) alone 2.2 x 0.2 = 0.44
+    assert relative_hypervolume(front[:1], front, dirs) == pytest.approx(0.44 / 0.84)
+
+
+def synthetic_table(path: Path, seeds: int = 3, epochs: int = 6, seed: int = 0) -> Path:
+    """A grid with a trade-off: robust configurations lose clean accuracy; some are dominated
+    junk; per-epoch values approach the final ones (probes track the final PGD and ‖J_f‖)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    configs = [("none", "", "")] + [
+        (reg, lam, agg)
+        for reg in ("jasmin", "specformer")
+        for lam in ("0.01", "0.1", "1")
+        for agg in ("mean", "max")
+    ]
+    for i, (reg, lam, agg) in enumerate(configs):
+        strength = 0.0 if reg == "none" else float(lam)
+        junk = reg == "specformer" and agg == "max"
+        clean = 80 - 15 * strength - (10 if junk else 0)
+        robust = 20 + 25 * strength**0.5 - (8 if junk else 0)
+        lip = 10 / (1 + 3 * strength) + (2 if junk else 0)
+        for s in range(seeds):
+            noise = rng.normal(0, 0.5, 3)
+            for e in range(1, epochs + 1):
+                f = 1 - np.exp(-e / 2)
+                rows.append(
+                    {
+                        "param:regularizer": reg,
+                        "param:lam": lam,
+                        "param:aggregation": agg,
+                        "seed": s,
+                        "epoch": e,
+                        "seconds": 10.0 + i % 3,
+                        "acc_clean": clean * f + noise[0],
+                        "loss": 2.0 / e,
+                        "probe_acc_pgd_4": robust * f + noise[1],
+                        "probe_lip_jacobian_median": lip / f + noise[2] * 0.1,
+                        "acc_pgd_4": robust + noise[1] if e == epochs else "",
+                        "lip_jacobian_median": lip + noise[2] * 0.1 if e == epochs else "",
+                    }
+                )
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_the_table_reads_back_with_its_per_epoch_and_final_columns(tmp_path):
+    table = replay.load_table(synthetic_table(tmp_path / "t.csv"))
+    assert table.params == ("regularizer", "lam", "aggregation") and table.epochs == 6
+    assert len(table.configs) == 13 and all(len(c.seeds) == 3 for c in table.configs)
+    assert set(table.per_epoch) >= {"acc_clean", "probe_acc_pgd_4"}
+    assert "acc_pgd_4" in table.final and "acc_pgd_4" not in table.per_epoch
+    assert table.compute == pytest.approx(sum(r["seconds"] for r in replay.iter_rows(table)))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("param:a,seed,epoch\nx,0,1\n")
+    with pytest.raises(ConfigError, match="seconds") as err:
+        replay.load_table(bad)
+    assert err.value.field == "--table"
+
+
+def test_replays_are_deterministic_and_the_whole_grid_reaches_the_whole_front(tmp_path):
+    table = replay.load_table(synthetic_table(tmp_path / "t.csv"))
+    args = dict(objectives=OBJECTIVES, budget=0.4, replays=2, workers=4)
+    first, runs = replay.bench_search(table, **args)
+    again, _ = replay.bench_search(table, **args, only=["optuna-moasha", "random"])
+    for name in ("optuna-moasha", "random"):
+        assert json.dumps(first["methods"][name]) == json.dumps(again["methods"][name])
+    assert set(first["methods"]) == set(replay.METHODS)
+    assert first["stop_on"] == [
+        "acc_clean:max", "probe_acc_pgd_4:max", "probe_lip_jacobian_median:min"
+    ]  # fmt: skip
+    for r in runs["grid"]:
+        assert r.hv[-1] == pytest.approx(1.0) and r.compute[-1] == pytest.approx(1.0)
+    assert all(r.stopped > 0 for r in runs["moasha"])  # it stops dominated configurations
+    assert all(r.stopped == 0 for r in runs["grid"] + runs["optuna-tpe"])
+
+
+def test_future_epochs_change_nothing_the_replay_decided(tmp_path):
+    """Issue 28 item 6 through the harness: garbage in the epochs after each stopped trial's
+    last one leaves every decision (and so the whole trajectory) the same."""
+    table = replay.load_table(synthetic_table(tmp_path / "t.csv"))
+    moasha = replay.methods(table, OBJECTIVES, ())["moasha"]
+    base = replay.simulate(table, *moasha(0), OBJECTIVES, workers=3)
+    # which (config, seed) ran how many epochs: replay with a rule that records it
+    proposer, rule = moasha(0)
+    seen: dict[str, int] = {}
+    inner = rule.on_result
+
+    def record(trial, group, t, metrics):
+        seen[trial] = max(seen.get(trial, 0), t)
+        return inner(trial, group, t, metrics)
+
+    rule.on_result = record
+    replay.simulate(table, proposer, rule, OBJECTIVES, workers=3)
+    assert any(t < table.epochs for t in seen.values())
+    rng = np.random.default_rng(1)
+    for c in table.configs:
+        for s in c.seeds:
+            reached = seen.get(f"{c.key}#{s}", 0)
+            if reached < table.epochs:
+                for name in table.per_epoch:
+                    c.metrics[s][name][reached:] = rng.uniform(-1e3, 1e3, table.epochs - reached)
+    again = replay.simulate(table, *moasha(0), OBJECTIVES, workers=3)
+    # the same trials ran the same epochs in the same order (the hypervolumes differ only
+    # because the grid's own front, the reference, moved with the garbage final values)
+    assert (again.compute, again.stopped) == (base.compute, base.stopped)
+
+
+def test_bench_search_command_writes_its_summary_and_refuses_bad_objectives(tmp_path, capsys):
+    from lipsweep.__main__ import main
+
+    table = synthetic_table(tmp_path / "t.csv", seeds=2, epochs=4)
+    out = tmp_path / "out"
+    objectives = [f"--objective={n}:{d}" for n, d in OBJECTIVES]
+    argv = ["bench-search", "--table", str(table), *objectives, "--replays", "2", "--out", str(out)]
+    assert main([*argv, "--method", "grid", "--method", "moasha"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["methods"]) == {"grid", "moasha"} and (out / "hypervolume.png").is_file()
+    assert "moasha" in capsys.readouterr().out
+    for bad, flag in (
+        (["--objective", "acc_aa_2:max"], "--objective"),
+        (["--objective", "acc_clean:up"], "--objective"),
+        (["--objective", "acc_clean:max", "--stop-on", "acc_pgd_4:max"], "--stop-on"),
+        (["--objective", "acc_clean:max", "--budget", "1.5"], "--budget"),
+        (["--objective", "acc_clean:max", "--method", "nope"], "--method"),
+    ):
+        rc = main(["bench-search", "--table", str(table), "--out", str(tmp_path / "o2"), *bad])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and flag in err, (bad, err)
+        assert not (tmp_path / "o2").exists()
