@@ -38,14 +38,13 @@ import numpy as np
 
 from lipsweep.core.config_base import ConfigError, show
 from lipsweep.core.hypervolume import relative_hypervolume
+from lipsweep.core.metric_names import ACC_CLEAN, probe_metric
 
 _log = logging.getLogger(__name__)
 
 PARAM_PREFIX = "param:"
 """Table columns named ``param:<setting>`` hold a configuration's settings."""
 SEED, EPOCH, SECONDS = "seed", "epoch", "seconds"
-PROBE_PREFIX = "probe_"
-"""The per-epoch counterpart of a final metric ``m`` is ``probe_<m>`` (core/metric_names)."""
 TARGET = 0.9
 """``compute_fraction_to_90``: the compute at which a replay first reaches this fraction."""
 
@@ -419,7 +418,7 @@ def stop_metrics(
     """What ``moasha`` stops on: ``stop_on``, else each objective's per-epoch counterpart
     (the column itself when per-epoch, else ``probe_<name>``); ConfigError if absent."""
     chosen = list(stop_on) or [
-        (n if n in table.per_epoch else PROBE_PREFIX + n, d) for n, d in objectives
+        (n if n in table.per_epoch else probe_metric(n), d) for n, d in objectives
     ]
     for name, _ in chosen:
         if name not in table.per_epoch:
@@ -454,7 +453,7 @@ def methods(
 
     def clean() -> StopRule:
         return SchedulerRule(
-            ["acc_clean"], ["max"], table.epochs, grace_period, reduction_factor, None
+            [ACC_CLEAN], ["max"], table.epochs, grace_period, reduction_factor, None
         )
 
     return {
