@@ -36,7 +36,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lipsweep.attacks import PGD, AutoAttack  # noqa: E402
-from lipsweep.trial.models import ModelConfig, create_model  # noqa: E402
+from lipsweep.vit.models import ModelConfig, create_model  # noqa: E402
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "lipsweep" / "data" / "cifar10_sample.npz"
 

@@ -37,8 +37,8 @@ from torch import nn
 from lipsweep.lipschitz import head_bounds, jacobian
 from lipsweep.regularizers import _ranked_softmax
 from lipsweep.regularizers.jasmin import jasmin_penalty_from_qk
-from lipsweep.trial.attention import QKRecorder, restore_fused_attention, set_fused_attention
-from lipsweep.trial.models import ModelConfig, attention_modules, create_model
+from lipsweep.vit.attention import QKRecorder, restore_fused_attention, set_fused_attention
+from lipsweep.vit.models import ModelConfig, attention_modules, create_model
 
 
 def model_config(kind: str, depth: int) -> ModelConfig:

@@ -37,7 +37,7 @@ from lipsweep.regularizers._ranked_softmax import (
     _take_ranks,
     _top_positions,
 )
-from lipsweep.trial.attention import attention_probs
+from lipsweep.vit.attention import attention_probs
 
 
 class _LseRankedSoftmax(_RankedSoftmax):

@@ -47,8 +47,8 @@ from lipsweep.lipschitz import (
     lipschitz_summary,
     softmax_jacobian_norm,
 )
-from lipsweep.trial.attention import QKRecorder, attention_probs
-from lipsweep.trial.models import ModelConfig, create_model
+from lipsweep.vit.attention import QKRecorder, attention_probs
+from lipsweep.vit.models import ModelConfig, create_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "lipsweep" / "data" / "cifar10_sample.npz"

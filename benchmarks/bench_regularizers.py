@@ -40,8 +40,8 @@ from torch.utils.checkpoint import checkpoint
 
 from lipsweep.regularizers import _ranked_softmax, create_regularizer, jasmin_penalty
 from lipsweep.regularizers.jasmin import jasmin_penalty_from_qk
-from lipsweep.trial.attention import QKRecorder, attention_probs
-from lipsweep.trial.models import ModelConfig, create_model
+from lipsweep.vit.attention import QKRecorder, attention_probs
+from lipsweep.vit.models import ModelConfig, create_model
 
 Extra = Callable[[], Optional[torch.Tensor]]
 MAIN = {  # name -> registry settings

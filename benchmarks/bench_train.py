@@ -17,12 +17,12 @@ import time
 
 import torch
 
+from lipsweep.data.loading import load_splits, train_batches
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.attention import set_fused_attention
-from lipsweep.trial.data import load_splits, train_batches
 from lipsweep.trial.engine import build_optimizer, train_one_epoch
-from lipsweep.trial.models import create_model
+from lipsweep.vit.attention import set_fused_attention
+from lipsweep.vit.models import create_model
 
 
 def measure(cfg: TrialConfig, fused: bool, steps: int) -> float:

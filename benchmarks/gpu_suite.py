@@ -73,22 +73,22 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lipsweep.regularizers import Regularizer, create_regularizer  # noqa: E402
-from lipsweep.settings.config import OptimConfig, TrialConfig  # noqa: E402
-from lipsweep.trial.data import (  # noqa: E402
+from lipsweep.data.loading import (  # noqa: E402
     DataConfig,
     load_splits,
     to_unit,
     train_batches,
     train_to_device,
 )
+from lipsweep.regularizers import Regularizer, create_regularizer  # noqa: E402
+from lipsweep.settings.config import OptimConfig, TrialConfig  # noqa: E402
 from lipsweep.trial.engine import (  # noqa: E402
     autocast_context,
     build_optimizer,
     evaluate_clean,
     train_one_epoch,  # noqa: E402
 )
-from lipsweep.trial.models import ModelConfig, PixelModel, create_model  # noqa: E402
+from lipsweep.vit.models import ModelConfig, PixelModel, create_model  # noqa: E402
 
 _log = logging.getLogger("gpu_suite")
 
@@ -1487,8 +1487,8 @@ def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> Non
     """
     import yaml
 
+    from lipsweep.data.remote import is_uri
     from lipsweep.sweep.space import load_space
-    from lipsweep.trial.data_remote import is_uri
 
     sec = s.data.setdefault("smoke_trial", {})
     if timeout_s is not None and timeout_s < SMOKE_MIN_S:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from lipsweep.core.version import __version__
+
 __all__ = ["load_exported", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "load_exported":
-        from lipsweep.decide.export import load_exported
+        from lipsweep.vit.export_format import load_exported
 
         return load_exported
     raise AttributeError(f"module 'lipsweep' has no attribute {name!r}")

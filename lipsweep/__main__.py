@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from lipsweep import __version__
 from lipsweep.api._train import TRAIN_MARKER
 from lipsweep.api.options import TRAIN_OUT, default_ray_address, default_tracking_uri
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.redact import redact_uri
+from lipsweep.core.version import __version__
 
 if TYPE_CHECKING:
     from lipsweep.api import ExportResult, ParetoResult, SweepResult
@@ -320,7 +320,7 @@ def _add_data_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentP
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from lipsweep.trial.data_remote import MANIFEST_SUFFIX, prepare
+    from lipsweep.data.remote import MANIFEST_SUFFIX, prepare
 
     m = prepare(args.dataset, Path(args.source).expanduser(), args.dest, args.download)
     dest = args.dest.rstrip("/")
@@ -486,7 +486,7 @@ reruns:     the same seeds give these numbers again on this machine; another CPU
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from lipsweep.trial.models import list_vit_models
+    from lipsweep.vit.models import list_vit_models
 
     sys.stdout.write("\n".join(list_vit_models()) + "\n")
     return 0

@@ -15,7 +15,7 @@ import pytest
 import torch
 from hypothesis import settings
 
-from lipsweep.trial.models import ModelConfig, PixelModel, create_model
+from lipsweep.vit.models import ModelConfig, PixelModel, create_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_NPZ = ROOT.parent / "shared" / "data" / "cifar10_subset.npz"

@@ -17,7 +17,7 @@ from lipsweep.attacks import (
     list_attacks,
     pgd,
 )
-from lipsweep.trial.models import create_model
+from lipsweep.vit.models import create_model
 
 # a shallower, narrower tiny ViT for the mechanics (same code path; keeps the file fast)
 SMALL = dict(depth=2, embed_dim=64, num_heads=4)

@@ -15,7 +15,7 @@ from pyautoattack.autopgd_base import APGDAttack
 from lipsweep.attacks import AutoAttack, RobustnessConfig
 from lipsweep.attacks.autoattack import STANDARD_ATTACKS
 from lipsweep.core.config_base import ConfigError
-from lipsweep.trial.models import create_model
+from lipsweep.vit.models import create_model
 
 # a shallower, narrower tiny ViT for the mechanics (same code path; keeps the file fast)
 SMALL = dict(depth=2, embed_dim=64, num_heads=4)

@@ -85,7 +85,7 @@ def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, ca
 
     from lipsweep.attacks.autoattack import STANDARD_ATTACKS, AutoAttack
     from lipsweep.decide.confirm import load_images
-    from lipsweep.trial.models import create_model
+    from lipsweep.vit.models import create_model
 
     monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "2")
     uri, ids = _sweep(tmp_path, checkpoint)
@@ -196,7 +196,7 @@ def test_confirm_task_decides_its_device_like_a_trial(monkeypatch):
     standard AutoAttack on the CPU); one given none runs on the CPU."""
     import ray
 
-    from lipsweep.decide import confirm
+    from lipsweep.sweep import ray_confirm as confirm
     from lipsweep.trial.device import DeviceError
 
     seen = {}

@@ -11,7 +11,7 @@ import torch
 from conftest import SHARED_NPZ
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.trial.data import (
+from lipsweep.data.loading import (
     DataConfig,
     augment,
     create_mixup,

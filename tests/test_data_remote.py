@@ -16,8 +16,8 @@ import pytest
 
 from lipsweep.__main__ import main
 from lipsweep.core.config_base import ConfigError
-from lipsweep.trial.data import DataConfig, load_splits
-from lipsweep.trial.data_remote import (
+from lipsweep.data.loading import DataConfig, load_splits
+from lipsweep.data.remote import (
     MANIFEST_SUFFIX,
     cache_root,
     check_sweep_download,
@@ -154,7 +154,7 @@ def test_wrong_or_damaged_data_is_refused(prepared, cache, tmp_path):
 _READER = """
 import logging, sys, time
 from pathlib import Path
-from lipsweep.trial.data_remote import fetch_prepared
+from lipsweep.data.remote import fetch_prepared
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 go = Path(sys.argv[2])
 while not go.exists():

@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lipsweep.data.loading import create_mixup, load_splits, train_batches, train_to_device
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.regularizers.jasmin import JasminRegularizer
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.data import create_mixup, load_splits, train_batches, train_to_device
 from lipsweep.trial.engine import (
     LossMonitor,
     NonFiniteLossError,
@@ -25,8 +25,8 @@ from lipsweep.trial.engine import (
     train_one_epoch,
     train_step,
 )
-from lipsweep.trial.models import create_model
 from lipsweep.trial.run import seed_everything
+from lipsweep.vit.models import create_model
 
 TRAPPED = ("item", "tolist", "nonzero", "cpu", "__bool__", "__int__", "__float__")
 TINY = {

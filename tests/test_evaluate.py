@@ -21,7 +21,7 @@ from lipsweep.attacks.checks import (
     run_model_checks,
 )
 from lipsweep.core.config_base import ConfigError, from_mapping
-from lipsweep.trial.models import create_model
+from lipsweep.vit.models import create_model
 
 # a shallower, narrower tiny ViT for the mechanics (same code path; keeps the file fast)
 SMALL = dict(depth=2, embed_dim=64, num_heads=4)

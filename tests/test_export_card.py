@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lipsweep.decide.export import build_config_json, load_exported, write_export
+from lipsweep.decide.export import write_export
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.models import create_model
+from lipsweep.vit.export_format import build_config_json, load_exported
+from lipsweep.vit.models import create_model
 
 
 def _export(folder: Path) -> tuple[torch.nn.Module, Path]:

@@ -14,16 +14,10 @@ import pytest
 import torch
 import yaml
 
-from lipsweep.decide.export import (
-    ExportError,
-    build_config_json,
-    card_body,
-    load_exported,
-    model_io,
-    write_export,
-)
+from lipsweep.decide.export import card_body, write_export
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.models import PixelModel, create_model
+from lipsweep.vit.export_format import ExportError, build_config_json, load_exported, model_io
+from lipsweep.vit.models import PixelModel, create_model
 
 TINY = {"depth": 2, "embed_dim": 64, "num_heads": 4}
 

@@ -17,11 +17,11 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from lipsweep.data.loading import create_mixup
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.data import create_mixup
 from lipsweep.trial.engine import LossMonitor, step_loss
-from lipsweep.trial.models import create_model
+from lipsweep.vit.models import create_model
 
 TINY = {"depth": 2, "embed_dim": 64, "num_heads": 4, "batch_size": 8}
 AUG = {"mixup": 0.8, "cutmix": 1.0, "label_smoothing": 0.1, "crop_padding": 4, "hflip": True}

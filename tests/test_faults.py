@@ -1095,7 +1095,7 @@ class _Evil:
 
 
 def _tiny_model():
-    from lipsweep.trial.models import ModelConfig, create_model
+    from lipsweep.vit.models import ModelConfig, create_model
 
     return create_model(ModelConfig(depth=2, embed_dim=64, num_heads=4))
 
@@ -1113,8 +1113,9 @@ def test_payloads_are_live(tmp_path):
 
 def test_load_exported_rejects_a_pickle_payload(tmp_path):
     import lipsweep
-    from lipsweep.decide.export import build_config_json, write_export
+    from lipsweep.decide.export import write_export
     from lipsweep.settings.config import TrialConfig
+    from lipsweep.vit.export_format import build_config_json
 
     model = _tiny_model()
     flat = TrialConfig.from_flat({"depth": 2, "embed_dim": 64, "num_heads": 4}).to_flat()
@@ -1147,7 +1148,7 @@ def test_pretrained_pth_is_loaded_weights_only(tmp_path):
     """A .pth passed as ``pretrained`` goes through timm's torch.load(weights_only=True)."""
     import timm
 
-    from lipsweep.trial.models import ModelConfig, create_model
+    from lipsweep.vit.models import ModelConfig, create_model
 
     src = timm.create_model(
         "vit_tiny_patch16_224", depth=2, embed_dim=64, num_heads=4, num_classes=10
@@ -1228,8 +1229,9 @@ def test_no_unsafe_deserialisation_in_the_package():
 # 8. Issue 16: what an adversarial pass broke (export --force, YAML bombs, loader trust, bounds)
 # ---------------------------------------------------------------------------------------------
 def _tiny_export(folder: Path):
-    from lipsweep.decide.export import build_config_json, write_export
+    from lipsweep.decide.export import write_export
     from lipsweep.settings.config import TrialConfig
+    from lipsweep.vit.export_format import build_config_json
 
     model = _tiny_model()
     flat = TrialConfig.from_flat({"depth": 2, "embed_dim": 64, "num_heads": 4}).to_flat()
@@ -1423,7 +1425,7 @@ def test_pretrained_must_be_a_weights_file_checked_before_config_json(tmp_path, 
     import timm
 
     from lipsweep.__main__ import main
-    from lipsweep.trial.models import ModelConfig
+    from lipsweep.vit.models import ModelConfig
 
     fake = tmp_path / "w.safetensors"
     fake.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")

@@ -267,7 +267,7 @@ def test_credentials_in_the_tracking_uri_are_never_shown_or_stored(tmp_path):
     from safetensors.torch import save_file
 
     from lipsweep.settings.config import TrialConfig
-    from lipsweep.trial.models import create_model
+    from lipsweep.vit.models import create_model
 
     cfg = TrialConfig.from_flat(dict(TINY_FLAT))
     ckpt = tmp_path / "ckpt"

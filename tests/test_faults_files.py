@@ -347,7 +347,7 @@ def test_data_prepare_never_rewrites_its_source(tmp_path, capsys):
 def test_a_manifest_cannot_name_a_path_outside_the_cache(tmp_path, monkeypatch, field, value):
     from lipsweep.__main__ import main
     from lipsweep.core.config_base import ConfigError
-    from lipsweep.trial.data_remote import MANIFEST_SUFFIX, fetch_prepared
+    from lipsweep.data.remote import MANIFEST_SUFFIX, fetch_prepared
 
     Path("/tmp/lipsweep-escaped.npz").unlink(missing_ok=True)  # left by a run of old code
     bucket = tmp_path / "bucket"

@@ -27,8 +27,8 @@ from lipsweep.lipschitz import (
     softmax_ratio,
 )
 from lipsweep.lipschitz.head_bounds import AttentionInputs
-from lipsweep.trial.attention import QKRecorder, attention_probs
-from lipsweep.trial.models import attention_modules, create_model
+from lipsweep.vit.attention import QKRecorder, attention_probs
+from lipsweep.vit.models import attention_modules, create_model
 
 RATIO_TOL = 1e-12  # float64 rounding allowed below 1 in bound / exact
 

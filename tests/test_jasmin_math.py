@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from lipsweep.regularizers import JASMIN_EPS, g_k, jasmin_penalty, jasmin_penalty_from_qk
 from lipsweep.regularizers._ranked_softmax import ranked_softmax_probs
 from lipsweep.regularizers.jasmin import _log_ratio, jasmin_ranks
-from lipsweep.trial.attention import attention_probs
+from lipsweep.vit.attention import attention_probs
 
 TOL = 1e-12
 

@@ -14,8 +14,8 @@ from lipsweep.lipschitz import (
     resolve_route,
 )
 from lipsweep.lipschitz._krylov import lanczos_top_eigenvalue, power_top_eigenvalue
-from lipsweep.trial.attention import set_fused_attention
-from lipsweep.trial.models import attention_modules, create_model
+from lipsweep.vit.attention import set_fused_attention
+from lipsweep.vit.models import attention_modules, create_model
 
 ITERATIVE_RTOL = 1e-2  # the brief: iterative routes within 1% at their default tolerance
 

@@ -19,8 +19,8 @@ from lipsweep.lipschitz import (
     list_estimators,
 )
 from lipsweep.lipschitz.summary import FIGURES, NPZ_NAME
-from lipsweep.trial.attention import set_fused_attention
-from lipsweep.trial.models import attention_modules, create_model
+from lipsweep.vit.attention import set_fused_attention
+from lipsweep.vit.models import attention_modules, create_model
 
 SPEC_METRICS = (
     "lip_jacobian_mean",

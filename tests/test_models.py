@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_model_config
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.trial.models import ModelConfig, PixelModel, attention_modules, create_model
+from lipsweep.vit.models import ModelConfig, PixelModel, attention_modules, create_model
 
 
 def test_tiny_vit_maps_pixels_to_logits():

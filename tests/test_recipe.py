@@ -21,7 +21,7 @@ from lipsweep.core.config_base import ConfigError
 from lipsweep.settings.config import TrialConfig
 from lipsweep.sweep.space import load_space
 from lipsweep.trial.engine import build_optimizer
-from lipsweep.trial.models import ModelConfig, create_model, model_normalization
+from lipsweep.vit.models import ModelConfig, create_model, model_normalization
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = ROOT / "search_spaces"
@@ -202,7 +202,8 @@ def test_sum_pool_matches_a_hand_computed_16_to_4_kernel(tiny_checkpoint):
 def test_normalisation_travels_into_the_export(tiny_checkpoint, tmp_path):
     """cifar100 mean/std sit in the wrapper and in config.json; load_exported gives the same
     logits (the export path builds its config with model_normalization)."""
-    from lipsweep.decide.export import build_config_json, load_exported, write_export
+    from lipsweep.decide.export import write_export
+    from lipsweep.vit.export_format import build_config_json, load_exported
 
     _, path = tiny_checkpoint
     cfg = TrialConfig.from_flat(

@@ -22,8 +22,8 @@ from lipsweep.regularizers import (
     jasmin_penalty,
     list_regularizers,
 )
-from lipsweep.trial.attention import QKRecorder, attention_probs
-from lipsweep.trial.models import attention_modules, create_model
+from lipsweep.vit.attention import QKRecorder, attention_probs
+from lipsweep.vit.models import attention_modules, create_model
 
 
 @pytest.fixture()

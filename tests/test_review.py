@@ -81,10 +81,10 @@ def test_export_round_trip_is_exact(swept):
     from safetensors.torch import load_file
 
     import lipsweep
+    from lipsweep.data.loading import load_splits
     from lipsweep.settings.config import TrialConfig
-    from lipsweep.trial.data import load_splits
     from lipsweep.trial.engine import evaluate_clean
-    from lipsweep.trial.models import create_model
+    from lipsweep.vit.models import create_model
 
     out = swept / "export"
     cli(swept, "export", "--experiment", EXPERIMENT, "--out", str(out))

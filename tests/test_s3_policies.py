@@ -255,7 +255,7 @@ def test_mlflow_artifact_calls_pass_the_head_policy(s3, tmp_path, monkeypatch):
 
 
 def test_a_worker_reads_the_prepared_dataset(s3, tmp_path, monkeypatch):
-    from lipsweep.trial.data_remote import MANIFEST_SUFFIX, Manifest, fetch_prepared
+    from lipsweep.data.remote import MANIFEST_SUFFIX, Manifest, fetch_prepared
 
     url, gate = s3
     buf = io.BytesIO()

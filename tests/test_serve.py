@@ -29,7 +29,7 @@ from lipsweep.tracking import (
     TAG_VERSION,
     Tracker,
 )
-from lipsweep.trial.models import create_model
+from lipsweep.vit.models import create_model
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(

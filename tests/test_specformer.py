@@ -8,7 +8,7 @@ from conftest import tiny_model_config
 
 from lipsweep.regularizers import SpecformerRegularizer, create_regularizer
 from lipsweep.regularizers.specformer import head_weights
-from lipsweep.trial.models import attention_modules, create_model
+from lipsweep.vit.models import attention_modules, create_model
 
 
 @pytest.fixture()

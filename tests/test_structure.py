@@ -100,6 +100,67 @@ def test_no_import_cycles():
     assert [sorted(c) for c in import_cycles(import_graph())] == []
 
 
+def layer_order() -> list[list[str]]:
+    """The floors written in docs/architecture.md's ```layers block, top floor first."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = re.search(r"```layers\n(.*?)```", text, re.S)
+    assert block, "docs/architecture.md lost its ```layers block"
+    return [
+        line.split("#")[0].split() for line in block.group(1).splitlines() if line.split("#")[0]
+    ]
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_arrows(graph: dict[str, set[str]], floors: list[list[str]]) -> list[str]:
+    """Every import from a package to one on its own floor or a higher one."""
+    floor = {pkg: len(floors) - i for i, line in enumerate(floors) for pkg in line}
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if _package(a) != _package(b) and floor[_package(a)] <= floor[_package(b)]
+    )
+
+
+def test_the_layer_check_finds_upward_and_sideways_arrows():
+    floors = [["top"], ["left", "right"], ["core"]]
+    graph = {
+        "lipsweep.top.a": {"lipsweep.core.x", "lipsweep.left.y"},
+        "lipsweep.left.y": {"lipsweep.right.z"},
+        "lipsweep.core.x": {"lipsweep.top.a"},
+        "lipsweep.right.z": set(),
+    }
+    assert upward_arrows(graph, floors) == [
+        "lipsweep.core.x -> lipsweep.top.a",
+        "lipsweep.left.y -> lipsweep.right.z",
+    ]
+
+
+def test_no_upward_arrows():
+    """Issue 30 item 1: every import points to a lower floor of docs/architecture.md's layer
+    order, and every package of lipsweep/ stands on one floor."""
+    floors = layer_order()
+    graph = import_graph()
+    placed = [pkg for line in floors for pkg in line]
+    assert len(placed) == len(set(placed)), "a package stands on two floors"
+    assert sorted({_package(m) for m in graph}) == sorted(placed)
+    assert upward_arrows(graph, floors) == []
+
+
+def test_ray_is_imported_under_sweep_only():
+    """Ray is imported only by the modules that run Ray: lipsweep/sweep/ (docs/architecture.md)."""
+    ray = re.compile(r"^\s*(import ray\b|from ray\b)", re.M)
+    assert [
+        str(p.relative_to(ROOT))
+        for p in PKG.rglob("*.py")
+        if PKG / "sweep" not in p.parents and ray.search(p.read_text())
+    ] == []
+
+
 def _sources() -> list[Path]:
     files = [
         *PKG.rglob("*.py"),

@@ -15,8 +15,8 @@ from conftest import small_npz
 
 from lipsweep.__main__ import main
 from lipsweep.core.config_base import ConfigError
+from lipsweep.data.sources import inspect_image_folder, load_image_folder
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.data_sources import inspect_image_folder, load_image_folder
 
 SMALL = {"model": "vit_tiny_patch16_224", "depth": 1, "embed_dim": 32, "num_heads": 2}
 
@@ -188,7 +188,7 @@ def test_data_prepare_with_a_bad_source_creates_no_dest(tmp_path, capsys):
 def test_a_modified_cached_dataset_is_checked_and_copied_again(tmp_path, monkeypatch, caplog):
     """Before: a prepared dataset's cached copy was used again without its sha256 being
     checked, even after it was modified."""
-    from lipsweep.trial.data_remote import fetch_prepared, read_manifest
+    from lipsweep.data.remote import fetch_prepared, read_manifest
 
     monkeypatch.setenv("LIPSWEEP_DATA_CACHE", str(tmp_path / "cache"))
     src = small_npz(tmp_path / "src.npz")
@@ -207,3 +207,22 @@ def test_a_modified_cached_dataset_is_checked_and_copied_again(tmp_path, monkeyp
     again = fetch_prepared(uri, "cifar10")
     assert hashlib.sha256(again.read_bytes()).hexdigest() == sha
     assert "does not match its sha256" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "settings, field",
+    [({"embed_dim": 64}, "embed_dim"), ({"num_heads": 5}, "num_heads"), ({}, None)],
+)
+def test_a_width_the_architectures_heads_do_not_divide_is_a_config_error(settings, field):
+    """`train --set embed_dim=64` on vit_tiny (3 heads) passed validation, then timm's
+    assertion crashed the trial: the architecture is now built on the meta device first."""
+    from lipsweep.core.config_base import ConfigError
+    from lipsweep.vit.config import ModelConfig
+
+    cfg = ModelConfig(model="vit_tiny_patch16_224", **settings)
+    if field is None:
+        cfg.validate_name()
+        return
+    with pytest.raises(ConfigError, match="multiple of num_heads") as err:
+        cfg.validate_name()
+    assert err.value.field == field

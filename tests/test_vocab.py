@@ -55,10 +55,11 @@ def toy():
 
 def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
     from lipsweep.__main__ import main
-    from lipsweep.decide.export import _model_card, build_config_json
+    from lipsweep.decide.export import _model_card
     from lipsweep.decide.pareto import config_label, front_table
     from lipsweep.decide.plots import _style
     from lipsweep.settings.config import TrialConfig
+    from lipsweep.vit.export_format import build_config_json
 
     assert main(["train", "--help-settings"]) == 0
     out = capsys.readouterr().out

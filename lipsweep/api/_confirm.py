@@ -30,8 +30,8 @@ def _confirm(opts: ConfirmOptions) -> ConfirmResult:
         reranked_table,
         run_eps,
         run_local,
-        run_ray,
     )
+    from lipsweep.sweep.ray_confirm import run_ray
 
     if opts.address:
         from lipsweep.core.ray_address import check_ray_address

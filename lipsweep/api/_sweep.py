@@ -16,7 +16,7 @@ _log = logging.getLogger("lipsweep.sweep")
 
 def preflight(spec: "SweepSpec") -> None:
     """Data and device checks the driver can make before Ray starts (ConfigError)."""
-    from lipsweep.trial.data_remote import check_sweep_download
+    from lipsweep.data.remote import check_sweep_download
     from lipsweep.trial.device import check_sweep_device
 
     trials = spec.trials or [spec.fixed]

@@ -33,7 +33,7 @@ def run(opts: TrainOptions) -> TrainResult:
     if opts.overwrite:
         check_replaceable("--out", out, TRAIN_MARKER, TRAIN_WHAT)
     check_out_config(out, cfg.to_flat(), opts.overwrite)
-    from lipsweep.trial.data_remote import cache_root, fetch_prepared, is_uri
+    from lipsweep.data.remote import cache_root, fetch_prepared, is_uri
 
     remote = is_uri(cfg.data.data_dir)
     if remote:

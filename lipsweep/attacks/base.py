@@ -11,37 +11,21 @@ forward pass stores no activations for weight gradients, and attacks that call
 ``.backward()`` (AutoAttack's FAB) cannot accumulate into ``param.grad``.
 
 All attacks are L-infinity on pixels in [0, 1] (docs/science.md §1.6); the model maps [0, 1] pixels
-to logits (:class:`lipsweep.trial.models.PixelModel`).
+to logits (:class:`lipsweep.vit.models.PixelModel`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Iterator
 
 import torch
 from torch import nn
 
 from lipsweep.attacks.config import PRECISIONS
+from lipsweep.vit.models import frozen_eval
 
-
-@contextlib.contextmanager
-def attack_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Eval mode and frozen parameters inside the block; each module's and parameter's previous
-    flags are restored on exit (nested use is safe)."""
-    modes = [(m, m.training) for m in model.modules()]
-    grads = [(p, p.requires_grad) for p in model.parameters()]
-    try:
-        model.eval()
-        for p, _ in grads:
-            p.requires_grad_(False)
-        yield model
-    finally:
-        for m, was_training in modes:
-            m.training = was_training
-        for p, req in grads:
-            p.requires_grad_(req)
+attack_mode = frozen_eval
+"""Eval mode and frozen parameters inside the block (:func:`lipsweep.vit.models.frozen_eval`)."""
 
 
 def check_eps(eps: float, name: str = "eps") -> float:

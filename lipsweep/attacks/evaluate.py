@@ -131,6 +131,7 @@ def evaluate_robustness(
     device: Optional[Union[str, torch.device]] = None,
     progress: bool = True,
     allow_tf32: bool = True,
+    checks: bool = True,
 ) -> dict[str, Any]:
     """Clean and adversarial accuracy (percent) of ``model`` on the same images for every attack.
 
@@ -143,6 +144,8 @@ def evaluate_robustness(
         progress: show a tqdm bar on stderr.
         allow_tf32: let the attacks' own passes use TF32 matmuls on CUDA (scoped; the
             accuracies stay strict fp32). No effect on CPU.
+        checks: run the model sanity checks first (the per-epoch probes skip them: the final
+            evaluation runs them once; the accuracies do not depend on them).
 
     Returns:
         ``acc_clean`` and ``acc_<attack>_<eps*255>`` for each attack and eps of the suite
@@ -164,7 +167,7 @@ def evaluate_robustness(
     model.to(dev)
     try:
         with attack_mode(model):
-            return _evaluate(model, x, y, suite, dev, n, bs, progress, allow_tf32)
+            return _evaluate(model, x, y, suite, dev, n, bs, progress, allow_tf32, checks)
     finally:
         model.to(home)
 
@@ -179,8 +182,13 @@ def _evaluate(
     bs: int,
     progress: bool,
     allow_tf32: bool = True,
+    checks: bool = True,
 ) -> dict[str, Any]:
-    warnings = run_model_checks(model, x[:CHECK_IMAGES].to(dev), y[:CHECK_IMAGES].to(dev))
+    warnings = (
+        run_model_checks(model, x[:CHECK_IMAGES].to(dev), y[:CHECK_IMAGES].to(dev))
+        if checks
+        else []
+    )
     plan = [
         (get_attack_class(a), e)
         for a in suite.attacks

@@ -8,13 +8,16 @@ scheduler's check) import the tuples below instead of listing names.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 ACC_PREFIX = "acc_"
 """Every accuracy (a percentage) is named ``acc_...``; other metrics are not."""
 ACC_CLEAN = "acc_clean"
 """Clean accuracy (%) on the trial's seeded evaluation subset (the images the attacks use)."""
 LOSS, LOSS_CE, LOSS_REG = "loss", "loss_ce", "loss_reg"
 EPOCH_METRICS = (ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG)
-"""Reported after every epoch: the only metrics a scheduler (ASHA) can compare trials by."""
+"""Reported after every epoch; with probes on (``probe_every``), the trial's
+:func:`probe_metrics` too (``TrialConfig.epoch_metric_names``): what a scheduler compares by."""
 EPOCH_ACC_CLEAN = "epoch_acc_clean"
 """MLflow name of the per-epoch held-out accuracy (not the final ``acc_clean``)."""
 
@@ -76,6 +79,40 @@ LIP_SOFTMAX = "lip_softmax"
 LIP_SOFTMAX_ROWS = lip_metric(LIP_SOFTMAX, "rows")
 LIP_HEAD = "lip_head"
 """Prefix of the per-head bound family (``lip_head_thm2_mean``, ...; Thm. 1-3)."""
+
+PROBE_PREFIX = "probe_"
+"""Per-epoch robustness probes (issue 28 item 1) are named ``probe_<final metric>``: the same
+measurement as the final metric, on the fixed probe subset (lipsweep/trial/probes.py)."""
+
+
+def probe_metric(final_name: str) -> str:
+    """Per-epoch probe counterpart of a final metric: ``acc_pgd_4`` -> ``probe_acc_pgd_4``."""
+    return f"{PROBE_PREFIX}{final_name}"
+
+
+def probe_attack_metric(prefix: str, eps_255: int) -> str:
+    """Probe accuracy of attack ``prefix`` (its ``metric_prefix``) at eps = ``eps_255``/255:
+    ``probe_acc_pgd_4``."""
+    return probe_metric(attack_metric(prefix, eps_255))
+
+
+PROBE_LIP_JACOBIAN_MEDIAN = probe_metric(LIP_JACOBIAN_MEDIAN)
+"""Median of ||J_f(x)||_2 over the probe's Jacobian images, after each probed epoch."""
+PROBE_SECONDS = probe_metric("seconds")
+"""Wall seconds of one epoch's probes (a cost figure, not a metric a scheduler may use)."""
+
+
+def probe_metrics(prefix: str, eps_255s: Iterable[int], jacobian: bool) -> tuple[str, ...]:
+    """The probe metrics a trial reports: attack ``prefix`` at each eps, then (``jacobian``)
+    the ||J_f|| median."""
+    names = tuple(probe_attack_metric(prefix, e) for e in eps_255s)
+    return names + ((PROBE_LIP_JACOBIAN_MEDIAN,) if jacobian else ())
+
+
+def is_probe_metric(name: str) -> bool:
+    """Whether ``name`` is a per-epoch probe value (``probe_...``, :data:`PROBE_SECONDS` too)."""
+    return name.startswith(PROBE_PREFIX)
+
 
 SPEC_METRICS = (ACC_CLEAN, *ATTACK_METRICS, *LIP_METRICS)
 """The final metrics of a trial (docs/contract.md), in display order."""

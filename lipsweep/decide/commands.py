@@ -212,9 +212,10 @@ def export_run(
     """Download a run's checkpoint artifacts and write the export folder."""
     from safetensors.torch import load
 
-    from lipsweep.decide.export import SPEC_METRICS, build_config_json, write_export
+    from lipsweep.decide.export import SPEC_METRICS, write_export
     from lipsweep.settings.config import TrialConfig
-    from lipsweep.trial.models import model_normalization
+    from lipsweep.vit.export_format import build_config_json
+    from lipsweep.vit.models import model_normalization
 
     run = tracker.get_run(run_id)
     flat, weights = download_checkpoint(tracker, run_id)
@@ -246,8 +247,9 @@ def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> s
     aliased :data:`CHAMPION`, with the export's model card (less its Hugging Face YAML
     header) as its description. Returns the
     version: ``mlflow.pyfunc.load_model("models:/NAME@champion")`` predicts logits."""
-    from lipsweep.decide.export import card_body, model_io
+    from lipsweep.decide.export import card_body
     from lipsweep.tracking.model import save_pyfunc_model
+    from lipsweep.vit.export_format import model_io
 
     io = model_io(folder)
     with tempfile.TemporaryDirectory() as tmp:

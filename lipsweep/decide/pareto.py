@@ -42,6 +42,11 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from lipsweep.core.config_base import ConfigError
+from lipsweep.core.dominance import (  # noqa: F401 (re-exported: numpy-only home, shared)
+    DIRECTIONS,
+    _dominance,
+    non_dominated_ranks,
+)
 from lipsweep.core.metric_names import ACC_CLEAN, ACC_PREFIX, LIP_JACOBIAN_MEDIAN, attack_metric
 from lipsweep.regularizers import find_spec, shown_params
 
@@ -53,7 +58,6 @@ class SelectionLike(Protocol):
     def as_dict(self) -> dict[str, Any]: ...
 
 
-DIRECTIONS = ("max", "min")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-/]+(?: [A-Za-z0-9_.\-/]+)*$")  # MLflow metric characters
 
 
@@ -139,59 +143,6 @@ def resolve_objectives(specs: Sequence[str | Objective] | None) -> tuple[Objecti
 
 
 # --------------------------------------------------------------------------- ranking
-
-
-def _dominance(w: np.ndarray, chunk: int = 512) -> np.ndarray:
-    """dom[i, j] = run i dominates run j, for w (r, m) with larger-is-better columns."""
-    r, m = w.shape
-    dom = np.empty((r, r), dtype=bool)
-    for s in range(0, r, chunk):  # row blocks bound the temporaries to (chunk, r)
-        a = w[s : s + chunk]  # (c, m)
-        no_worse = np.ones((len(a), r), dtype=bool)  # (c, r)
-        better = np.zeros((len(a), r), dtype=bool)
-        for k in range(m):  # one 2-D pass per objective (faster than a 3-D .all(-1))
-            no_worse &= a[:, k, None] >= w[None, :, k]
-            better |= a[:, k, None] > w[None, :, k]
-        dom[s : s + chunk] = no_worse & better
-    return dom
-
-
-def non_dominated_ranks(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
-    """Front rank of every row of ``values`` (n, m): 1 = non-dominated, 2 = next front, ...
-
-    ``directions[j]`` is ``"max"`` or ``"min"`` for column j. Rows holding a NaN get rank 0 and
-    take no part in the comparisons; +-inf compare as ordinary values. Identical rows share a
-    rank. Vectorised dominance matrix, then peeling the fronts by dominator counts: O(n^2 m)
-    time, O(n^2) memory.
-    """
-    v = np.asarray(values, dtype=float)
-    dirs = [directions] if isinstance(directions, str) else list(directions)
-    if v.ndim != 2:
-        raise ValueError(f"values must be 2-D (n_runs, n_objectives), got shape {v.shape}")
-    if v.shape[1] == 0 or len(dirs) != v.shape[1]:
-        raise ValueError(
-            f"directions must name one of {DIRECTIONS} per column: got "
-            f"{len(dirs)} for {v.shape[1]} columns"
-        )
-    bad = [d for d in dirs if d not in DIRECTIONS]
-    if bad:
-        raise ValueError(f"directions must be 'max' or 'min', got {bad[0]!r}")
-    ranks = np.zeros(len(v), dtype=np.int64)
-    idx = np.flatnonzero(~np.isnan(v).any(axis=1))
-    sign = np.where(np.asarray(dirs) == "max", 1.0, -1.0)
-    dom = _dominance(v[idx] * sign)  # (r, r)
-    n_dominators = dom.sum(axis=0)  # (r,)
-    remaining = np.ones(len(idx), dtype=bool)
-    rank = 0
-    while remaining.any():
-        rank += 1
-        front = remaining & (n_dominators == 0)
-        if not front.any():  # impossible for a strict partial order; guards an endless loop
-            raise AssertionError("dominance cycle: values are not totally ordered per column")
-        ranks[idx[front]] = rank
-        remaining &= ~front
-        n_dominators -= dom[front].sum(axis=0)
-    return ranks
 
 
 @dataclass(frozen=True)

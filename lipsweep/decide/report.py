@@ -349,7 +349,7 @@ def write_report(
 ) -> Path:
     """Write ``report.md`` and its figures into ``out``; ``npz``: run_id -> its local
     ``lipschitz.npz`` (runs without one are left out of the distribution figures)."""
-    from lipsweep import __version__
+    from lipsweep.core.version import __version__
     from lipsweep.decide.arms import arm_records
     from lipsweep.decide.plots import scatter_front
 

@@ -43,8 +43,8 @@ from lipsweep.lipschitz._krylov import (
     start_vector,
 )
 from lipsweep.lipschitz.softmax_jacobian import g1, softmax_jacobian_norm
-from lipsweep.trial.attention import attention_probs
-from lipsweep.trial.models import attention_modules
+from lipsweep.vit.attention import attention_probs
+from lipsweep.vit.models import attention_modules
 
 BOUNDS = ("thm1", "thm2", "thm3", "thm3_g1")
 """Names of the bounds, in the paper's order (Fig. 6 columns after 'exact')."""

@@ -19,7 +19,7 @@ costs a fixed part plus one VJP per class, Lanczos a fixed number of steps, and 
 where they cross (figures: docs/benchmarks.md, "Why these designs").
 
 timm's fused attention kernel has no forward-mode derivative, so the iterative routes switch it
-off (:func:`lipsweep.trial.attention.set_fused_attention`) around their JVPs and restore it after;
+off (:func:`lipsweep.vit.attention.set_fused_attention`) around their JVPs and restore it after;
 the exact route keeps it (first-order VJPs only). The model is put in eval mode with its
 parameters frozen for the measurement (:func:`measurement_mode`); every submodule's mode and
 every parameter's ``requires_grad`` are restored after.
@@ -48,7 +48,8 @@ from lipsweep.lipschitz._krylov import (
     power_top_eigenvalue,
     start_vector,
 )
-from lipsweep.trial.attention import restore_fused_attention, set_fused_attention
+from lipsweep.vit.attention import restore_fused_attention, set_fused_attention
+from lipsweep.vit.models import frozen_eval
 
 ROUTES = ("auto", "exact", "lanczos", "power")
 """Accepted values of ``route``."""
@@ -93,19 +94,11 @@ def measurement_mode(model: nn.Module, fused: Optional[bool] = None) -> Iterator
     no activations for weight gradients and the JVP's forward (``torch.func.jvp``) builds no
     backward graph at all (figures: docs/benchmarks.md, "Hot path").
     """
-    modes = [(m, m.training) for m in model.modules()]
-    grads = [(p, p.requires_grad) for p in model.parameters()]
     flags = set_fused_attention(model, fused) if fused is not None else None
-    model.eval()
     try:
-        for p, _ in grads:
-            p.requires_grad_(False)
-        yield
+        with frozen_eval(model):
+            yield
     finally:
-        for m, was in modes:
-            m.training = was
-        for p, req in grads:
-            p.requires_grad_(req)
         if flags is not None:
             restore_fused_attention(model, flags)
 

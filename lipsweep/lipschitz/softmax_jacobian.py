@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from lipsweep.trial.attention import QKRecorder, attention_probs
+from lipsweep.vit.attention import QKRecorder, attention_probs
 
 METHODS = ("secular", "eigvalsh")
 """Routes for :func:`softmax_jacobian_norm`."""

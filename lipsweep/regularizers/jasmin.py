@@ -17,7 +17,7 @@ error ~6e-8, below the floor.
 Attention access (the fast path used in training). timm's fused attention never
 materialises P, but p_(j) = exp(s_(j) - lse(s)) for the top k+1 scores s_(j) of a row.
 :class:`JasminRegularizer` records each block's q and k with
-:class:`~lipsweep.trial.attention.QKRecorder` (fused SDPA untouched) and feeds them to
+:class:`~lipsweep.vit.attention.QKRecorder` (fused SDPA untouched) and feeds them to
 :func:`~lipsweep.regularizers._ranked_softmax.ranked_softmax_probs`, a custom autograd
 Function that recomputes S one layer at a time and keeps for backward only per-row
 max score and sum (float32) and r <= 4 int32 positions (<= 24 bytes per row instead of 4N).
@@ -225,7 +225,7 @@ class JasminRegularizer(Regularizer):
         return reg
 
     def attach(self, model: nn.Module) -> None:
-        from lipsweep.trial.attention import QKRecorder
+        from lipsweep.vit.attention import QKRecorder
 
         self.detach()
         self._model = model

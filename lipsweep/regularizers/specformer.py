@@ -118,7 +118,7 @@ class SpecformerRegularizer(Regularizer):
 
     def attach(self, model: nn.Module) -> None:
         """Find the attention blocks and draw unit power vectors (seeded, own generator)."""
-        from lipsweep.trial.models import attention_modules
+        from lipsweep.vit.models import attention_modules
 
         blocks = list(attention_modules(model))
         if not blocks:

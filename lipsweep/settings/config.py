@@ -39,10 +39,12 @@ from lipsweep.core.config_base import (
     load_yaml_text,
     show,
 )
+from lipsweep.core.metric_names import EPOCH_METRICS, probe_metrics
+from lipsweep.data.config import DataConfig
 from lipsweep.lipschitz.config import LipschitzConfig
 from lipsweep.regularizers.config import RegularizerConfig
-from lipsweep.settings.data_config import DataConfig
-from lipsweep.settings.model_config import ModelConfig
+from lipsweep.settings.probe_config import ProbeConfig
+from lipsweep.vit.config import ModelConfig
 
 MAX_EPOCHS = 10_000
 MAX_BATCH = 65_536
@@ -164,6 +166,7 @@ SECTIONS: dict[str, type] = {
     "regularizer": RegularizerConfig,
     "robustness": RobustnessConfig,
     "lipschitz": LipschitzConfig,
+    "probe": ProbeConfig,
     "run": RunConfig,
 }
 
@@ -215,6 +218,7 @@ class TrialConfig:
     regularizer: RegularizerConfig = field(default_factory=RegularizerConfig)
     robustness: RobustnessConfig = field(default_factory=RobustnessConfig)
     lipschitz: LipschitzConfig = field(default_factory=LipschitzConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     def __post_init__(self) -> None:
@@ -252,7 +256,7 @@ class TrialConfig:
         inferred = src is not None and n == src.num_classes
         if src is not None and src.max_label >= n:
             if inferred:  # the data's own count: name the data (as the source check does)
-                from lipsweep.trial.data_sources import label_range_problem
+                from lipsweep.data.sources import label_range_problem
 
                 raise ConfigError(
                     "data_dir",
@@ -271,6 +275,22 @@ class TrialConfig:
                 f"{where} {n} class; a classifier needs at least 2 (its evaluation compares "
                 "the true class's logit with the others)",
             )
+
+    def probe_metric_names(self) -> tuple[str, ...]:
+        """The per-epoch probe metrics this trial reports (none with probes off)."""
+        if not self.probe.enabled:
+            return ()
+        from lipsweep.attacks._registry import attack_vocab
+
+        eps = self.robustness.pgd_eps if self.probe.probe_images else ()
+        return probe_metrics(
+            attack_vocab("pgd").metric_prefix, eps, jacobian=self.probe.probe_lip_images > 0
+        )
+
+    def epoch_metric_names(self) -> tuple[str, ...]:
+        """Every metric reported after each epoch (or each probed epoch): what a scheduler may
+        compare trials by."""
+        return EPOCH_METRICS + self.probe_metric_names()
 
     def to_flat(self) -> dict[str, Any]:
         """One flat dict of JSON scalars/lists; fields that do not apply (None) are left out."""

@@ -34,6 +34,7 @@ from lipsweep.core.metric_names import (
     LOSS_CE,
     LOSS_REG,
     attack_metric,
+    is_probe_metric,
 )
 from lipsweep.sweep.progress import FAILED as P_FAILED
 from lipsweep.sweep.progress import FINISHED as P_FINISHED
@@ -80,8 +81,11 @@ MOVED_ARTIFACTS = ("artifacts",)
 
 
 def epoch_metrics(values: dict[str, Any]) -> dict[str, float]:
-    """The per-epoch values of a Tune result (or checkpoint history entry), MLflow-named."""
-    return {EPOCH_MLFLOW_NAMES.get(k, k): values[k] for k in EPOCH_KEYS if k in values}
+    """The per-epoch values of a Tune result (or checkpoint history entry), MLflow-named:
+    :data:`EPOCH_KEYS` and the probes (``probe_*``, on the epochs that ran them)."""
+    out = {EPOCH_MLFLOW_NAMES.get(k, k): values[k] for k in EPOCH_KEYS if k in values}
+    out.update({k: v for k, v in values.items() if is_probe_metric(k)})
+    return out
 
 
 @dataclass

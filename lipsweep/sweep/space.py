@@ -41,7 +41,9 @@ up to high; q defaults to 1). Any other mapping is refused, naming its key.
 
 Metrics: a trial reports ``acc_clean`` and its losses every epoch and the docs/contract.md metrics
 (``acc_*``, ``lip_*``, ``epochs_done``) once, at the end. So ``scheduler.metric`` must be one of
-:data:`EPOCH_METRICS` (ASHA compares trials at each rung), while ``search.metric`` may be any
+:data:`EPOCH_METRICS` or, where every trial probes (``probe_every``), one of its probe metrics
+(``probe_acc_pgd_<eps>``, ``probe_lip_jacobian_median``; ASHA compares trials at each rung),
+while ``search.metric`` may be any
 final metric: Optuna is told each trial's final report and prunes nothing itself.
 """
 
@@ -461,8 +463,9 @@ def _label_keys() -> tuple[str, ...]:
     )
 
 
-# Reported by every epoch's tune.report, so the only metrics a scheduler (ASHA) can compare
-# trials by. The searcher (Optuna) learns from the final report, which holds the contract metrics.
+# Reported by every epoch's tune.report, so (with the probes of trials that run them) the only
+# metrics a scheduler (ASHA) can compare trials by. The searcher (Optuna) learns from the
+# final report, which holds the contract metrics.
 EPOCH_METRICS = metric_names.EPOCH_METRICS
 
 
@@ -474,12 +477,7 @@ def _check_metrics(
 ) -> None:
     """Refuse metric names that no trial reports (Tune would only fail once trials ran)."""
     if scheduler is not None and scheduler.metric not in EPOCH_METRICS:
-        raise _err(
-            "scheduler.metric",
-            f"{scheduler.metric!r} is not reported every epoch; "
-            f"the scheduler can use one of {list(EPOCH_METRICS)}",
-            path,
-        )
+        _check_probe_metric(scheduler.metric, trials, path)
     if spec_search is None or spec_search.algorithm != "optuna" or not trials:
         return
     cfg = TrialConfig.from_flat(trials[0])
@@ -494,6 +492,27 @@ def _check_metrics(
                 f"{sorted(final)} or a lip_* summary metric (docs: docs/contract.md)",
                 path,
             )
+
+
+def _check_probe_metric(metric: str, trials: list[dict[str, Any]], path: str) -> None:
+    """A scheduler metric beyond :data:`EPOCH_METRICS` must be a probe every trial reports
+    (``TrialConfig.epoch_metric_names``: probes on, the eps among ``pgd_eps``)."""
+    reported = [set(TrialConfig.from_flat(t).probe_metric_names()) for t in trials]
+    common = set.intersection(*reported) if reported else set()
+    if metric in common:
+        return
+    if not metric_names.is_probe_metric(metric):
+        why = "it is not a per-epoch metric"
+    elif not all(reported):
+        why = "probes are off (probe_every: 0) in some trials; set probe_every >= 1"
+    else:
+        why = "not every trial's probes report it (pgd_eps, probe_images, probe_lip_images)"
+    usable = list(EPOCH_METRICS) + sorted(common)
+    raise _err(
+        "scheduler.metric",
+        f"{metric!r} is not reported every epoch: {why}; the scheduler can use one of {usable}",
+        path,
+    )
 
 
 def load_space(path: str | Path) -> SweepSpec:

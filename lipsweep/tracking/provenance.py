@@ -18,10 +18,10 @@ from lipsweep.tracking.uri import redact_uri
 def provenance_tags() -> dict[str, str]:
     """Tags every run gets: the lipsweep version and, when lipsweep runs from a git checkout,
     its commit (:data:`TAG_GIT_COMMIT`); no git or no checkout is not an error."""
-    import lipsweep
+    from lipsweep.core.version import __version__
 
-    tags = {TAG_VERSION: lipsweep.__version__}
-    pkg = Path(lipsweep.__file__).resolve().parent
+    tags = {TAG_VERSION: __version__}
+    pkg = Path(__file__).resolve().parents[1]
     try:
         out = subprocess.run(
             ["git", "-C", str(pkg), "rev-parse", "--show-toplevel", "HEAD"],

@@ -25,7 +25,7 @@ class LipsweepExport(PythonModel):
     """[0, 1] pixels (N, 3, H, W) -> logits (N, classes), via :func:`lipsweep.load_exported`."""
 
     def load_context(self, context: Any) -> None:
-        from lipsweep.decide.export import load_exported
+        from lipsweep.vit.export_format import load_exported
 
         self.model = load_exported(context.artifacts[ARTIFACT])
 

@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from lipsweep.core.metric_names import LOSS, LOSS_CE, LOSS_REG
+from lipsweep.data.loading import DataConfig, augment, to_unit
 from lipsweep.regularizers import Regularizer
 from lipsweep.settings.config import OptimConfig
-from lipsweep.trial.data import DataConfig, augment, to_unit
 
 
 class NonFiniteLossError(RuntimeError):

@@ -7,7 +7,8 @@ with a checkpoint, and the CLI's ``lipsweep train`` just logs. Randomness is re-
 drawn on the training device, where the uint8 train set lives) and MixUp/CutMix from
 (seed, step), so a trial resumed from its epoch-e checkpoint produces the same weights as one
 that was never interrupted (on the same device type). Epochs are checkpointed every
-``checkpoint_every`` epochs and always at the last one.
+``checkpoint_every`` epochs and always at the last one. Every ``probe_every`` epochs the
+epoch's metrics also carry the robustness probes (:mod:`lipsweep.trial.probes`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ import torch
 
 from lipsweep.core.metric_names import ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG
 from lipsweep.core.paths import write_atomic
+from lipsweep.data.loading import (
+    create_mixup,
+    load_splits,
+    num_train_batches,
+    to_unit,
+    train_batches,
+    train_to_device,
+)
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.settings.config import TrialConfig
 from lipsweep.trial.checkpoint import (
@@ -35,16 +44,9 @@ from lipsweep.trial.checkpoint import (
     save_checkpoint,
     unflatten_optimizer,
 )
-from lipsweep.trial.data import (
-    create_mixup,
-    load_splits,
-    num_train_batches,
-    to_unit,
-    train_batches,
-    train_to_device,
-)
 from lipsweep.trial.engine import build_optimizer, evaluate_clean, resolve_device, train_one_epoch
-from lipsweep.trial.models import PixelModel, create_model
+from lipsweep.trial.probes import probe_set, run_probes
+from lipsweep.vit.models import PixelModel, create_model
 
 _log = logging.getLogger(__name__)
 
@@ -180,6 +182,7 @@ def run_trial(
     if steps_per_epoch == 0:
         raise ValueError(f"no training batches: {len(splits.x_train)} images")
     mixup = create_mixup(cfg.data, cfg.model.num_classes)
+    probes = probe_set(splits, cfg) if cfg.probe.enabled else None
     last_ckpt = ckpt.path if ckpt else None
     for epoch in range(start, cfg.optim.epochs + 1):
         gen = seed_everything(cfg.run.seed, epoch, device)
@@ -219,6 +222,8 @@ def run_trial(
             device,
             precision="auto",
         )
+        if probes is not None and cfg.probe.due(epoch):
+            stats.update(run_probes(model, probes, cfg, device))
         stats["epoch"] = float(epoch)
         history.append(stats)
         epoch_ckpt = None

@@ -149,7 +149,7 @@ class Manifest:
 
 def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str, np.ndarray]:
     """(x_train, y_train, x_test, y_test) from an .npz or a torchvision CIFAR root folder."""
-    from lipsweep.trial.data_sources import NPZ_ARRAYS, load_npz
+    from lipsweep.data.sources import NPZ_ARRAYS, load_npz
 
     if source.suffix == ".npz":  # the npz source's own reader and checks
         try:

@@ -1,4 +1,4 @@
-"""Model settings (torch-free): what :func:`lipsweep.trial.models.create_model` builds.
+"""Model settings (torch-free): what :func:`lipsweep.vit.models.create_model` builds.
 
 Kept apart from the ``nn.Module`` code so that a trial config (and ``lipsweep sweep --dry-run``)
 validates without importing torch or timm; the paper's overrides are in Sec. 5.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from lipsweep.core.config_base import (
     ConfigError,
@@ -151,13 +151,44 @@ class ModelConfig:
                 )
             check_weights_file(self.pretrained)
 
+    def timm_kwargs(self) -> dict[str, Any]:
+        """The ``timm.create_model`` keyword arguments these settings give (besides the name)."""
+        kwargs: dict[str, Any] = dict(
+            img_size=self.img_size,
+            patch_size=self.patch_size,
+            num_classes=self.num_classes,
+            qkv_bias=self.qkv_bias,
+            drop_path_rate=self.drop_path,
+        )
+        for name in ("depth", "embed_dim", "num_heads"):
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
+        return kwargs
+
     def validate_name(self) -> None:
-        """Check the architecture exists in the installed timm (imports timm)."""
+        """Check the architecture exists in the installed timm and accepts these settings
+        (built on the meta device: nothing is allocated; imports timm and torch)."""
         import timm
+        import torch
 
         if not timm.is_model(self.model):
             close = [n for n in list_vit_models() if self.model.split("_")[1] in n][:5]
             raise ConfigError("model", f"unknown timm model {show(self.model)}; e.g. {close}")
+        kwargs = self.timm_kwargs()
+        try:
+            with torch.device("meta"):
+                timm.create_model(self.model, pretrained=False, **kwargs)
+        except (AssertionError, RuntimeError, ValueError, TypeError) as exc:  # heads vs width
+            field = next((n for n in ("embed_dim", "num_heads", "depth") if n in kwargs), "model")
+            given = ", ".join(
+                f"{n}={kwargs[n]}" for n in ("depth", "embed_dim", "num_heads") if n in kwargs
+            )
+            raise ConfigError(
+                field,
+                f"timm cannot build {self.model}{f' with {given}' if given else ''}: "
+                f"{str(exc) or type(exc).__name__} (embed_dim must be a multiple of num_heads; "
+                "set both when you change one)",
+            ) from None
 
     @property
     def num_tokens(self) -> int:
@@ -171,7 +202,7 @@ def check_weights_file(path: str) -> None:
     timm with ``torch.load(weights_only=True)`` and must be a ``torch.save`` zip archive."""
     import zipfile
 
-    from lipsweep.trial._safetensors import HeaderError, read_header
+    from lipsweep.core.safetensors_header import HeaderError, read_header
 
     try:
         with open(path, "rb") as fh:

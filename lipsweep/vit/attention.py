@@ -28,7 +28,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from lipsweep.trial.models import attention_modules
+from lipsweep.vit.models import attention_modules
 
 
 class QKRecorder:

@@ -1,6 +1,6 @@
 """Data for lipsweep: the embedded CIFAR-10 sample, torchvision CIFAR-10/100, or the user's own
 images (an .npz file or an ImageFolder tree, checked when the config is built; see
-:mod:`lipsweep.trial.data_sources`).
+:mod:`lipsweep.data.sources`).
 
 Every source is loaded once into uint8 tensors (N, 3, 32, 32) and batched from memory; the
 paper's augmentations (random crop with padding 4, horizontal flip; CutMix and MixUp through
@@ -24,9 +24,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lipsweep.settings.data_config import CIFAR_IMAGE_SIZE, DATASETS, NUM_CLASSES, DataConfig  # noqa: F401  (re-exported)
-from lipsweep.trial.data_remote import is_prepared, local_source, read_torchvision
-from lipsweep.trial.data_sources import load_image_folder, load_npz
+from lipsweep.data.config import CIFAR_IMAGE_SIZE, DATASETS, NUM_CLASSES, DataConfig  # noqa: F401  (re-exported)
+from lipsweep.data.remote import is_prepared, local_source, read_torchvision
+from lipsweep.data.sources import load_image_folder, load_npz
 
 _log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Iterator
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.settings.model_config import (  # noqa: F401  (re-exported)
+from lipsweep.vit.config import (  # noqa: F401  (re-exported)
     MAX_BLOCK_PARAMS,
     MAX_CLASSES,
     MAX_DEPTH,
@@ -156,16 +157,7 @@ def _sum_pool_net(cfg: ModelConfig, kwargs: dict) -> nn.Module:
 def create_model(cfg: ModelConfig) -> PixelModel:
     """Build the ViT described by ``cfg`` (same code path for ViT-B and tiny ViTs)."""
     cfg.validate_name()
-    kwargs: dict = dict(
-        img_size=cfg.img_size,
-        patch_size=cfg.patch_size,
-        num_classes=cfg.num_classes,
-        qkv_bias=cfg.qkv_bias,
-        drop_path_rate=cfg.drop_path,
-    )
-    for name in ("depth", "embed_dim", "num_heads"):
-        if getattr(cfg, name) is not None:
-            kwargs[name] = getattr(cfg, name)
+    kwargs = cfg.timm_kwargs()
     if cfg.pretrained and cfg.patch_resample == "sum_pool":
         net = _sum_pool_net(cfg, kwargs)
     else:
@@ -187,3 +179,22 @@ def attention_modules(model: nn.Module) -> Iterator[nn.Module]:
     for m in model.modules():
         if isinstance(m, Attention):
             yield m
+
+
+@contextlib.contextmanager
+def frozen_eval(model: nn.Module) -> Iterator[nn.Module]:
+    """Eval mode and frozen parameters inside the block, for attacks and measurements that
+    differentiate with respect to the input only; each module's mode and each parameter's
+    ``requires_grad`` are restored on exit (nested use is safe)."""
+    modes = [(m, m.training) for m in model.modules()]
+    grads = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        model.eval()
+        for p, _ in grads:
+            p.requires_grad_(False)
+        yield model
+    finally:
+        for m, was_training in modes:
+            m.training = was_training
+        for p, req in grads:
+            p.requires_grad_(req)

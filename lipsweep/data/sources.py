@@ -39,7 +39,7 @@ from lipsweep.core.config_base import ConfigError
 if TYPE_CHECKING:
     from PIL import Image
 
-_log = logging.getLogger("lipsweep.trial.data")
+_log = logging.getLogger("lipsweep.data.loading")
 
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")  # Pillow's 16-bit grey PNG modes

@@ -1,9 +1,9 @@
 """Data settings (torch-free): where a trial's images come from and how they are augmented.
 
-Kept apart from the tensor code in :mod:`lipsweep.trial.data` so that a trial config (and ``lipsweep
-sweep --dry-run``) validates without importing torch (or numpy, unless the source is an npz
-file or an image folder, which are inspected here); the augmentations are the paper's
-recipe (docs/science.md §2).
+Kept apart from the tensor code in :mod:`lipsweep.data.loading` so that a trial config (and
+``lipsweep sweep --dry-run``) validates without importing torch (or numpy, unless the source
+is an npz file or an image folder, which are inspected here); the augmentations are the
+paper's recipe (docs/science.md §2).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from lipsweep.core.config_base import (
     check_positive,
     check_range,
 )
-from lipsweep.trial.data_remote import check_uri, is_prepared, is_uri
+from lipsweep.data.remote import check_uri, is_prepared, is_uri
 
 if TYPE_CHECKING:
-    from lipsweep.trial.data_sources import SourceInfo
+    from lipsweep.data.sources import SourceInfo
 
 
 DATASETS = ("embedded", "embedded_full", "npz", "imagefolder", "cifar10", "cifar100")
@@ -91,7 +91,7 @@ class DataConfig:
                 raise ConfigError(
                     "data_dir", f"dataset 'npz' needs an existing .npz file, got {self.data_dir!r}"
                 )
-            from lipsweep.trial.data_sources import inspect_npz  # numpy: only for this source
+            from lipsweep.data.sources import inspect_npz  # numpy: only for this source
 
             self._source = inspect_npz(self.data_dir)
         elif self.dataset == "imagefolder":
@@ -101,7 +101,7 @@ class DataConfig:
                     "dataset 'imagefolder' needs the folder holding "
                     "train/<class>/ and test/<class>/",
                 )
-            from lipsweep.trial.data_sources import inspect_image_folder
+            from lipsweep.data.sources import inspect_image_folder
 
             self._source = inspect_image_folder(self.data_dir)
         elif self.dataset in ("cifar10", "cifar100") and is_prepared(self.data_dir):
@@ -129,7 +129,7 @@ class DataConfig:
         """Classes of the source: fixed for CIFAR, read from the data for npz/imagefolder.
 
         An npz behind a URI is read only on the node: it must be a prepared CIFAR-10
-        (:func:`lipsweep.trial.data_remote.fetch_prepared` refuses any other), hence 10."""
+        (:func:`lipsweep.data.remote.fetch_prepared` refuses any other), hence 10."""
         if self._source:
             return self._source.num_classes
         return NUM_CLASSES.get(self.dataset, 10)
