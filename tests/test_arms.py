@@ -346,3 +346,46 @@ def test_report_shows_confirmed_standard_autoattack_with_its_own_n():
     assert holm_sentence(one_seed, one_seed[0]).startswith("One seed per pair: no interval")
     paired = paired_markdown([base, jas], base)
     assert "| Δ AA std 2 |" in paired and "| +3.00 (1 pair) |" in paired  # seed 0: 13 - 10
+
+
+def test_pareto_and_report_build_the_front_once(store, monkeypatch, tmp_path):
+    """Each command builds one front (lipsweep.decide.front), and ranks the runs and the arms
+    once each inside it; the tags, artifacts, table and figures all read that front."""
+    from pathlib import Path
+
+    from lipsweep import api
+    from lipsweep.decide import front as front_module
+    from lipsweep.decide import pareto as pareto_module
+    from lipsweep.decide import plots
+
+    _, uri, c = store
+    drawn: list[str] = []  # figures built, not rendered: what they are drawn from is the point
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(Path(path).name) or path)
+    calls = {"build_front": 0, "pareto_rank": 0}
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(front_module, "build_front")
+    counted(front_module, "pareto_rank")
+    monkeypatch.setattr(pareto_module, "pareto_rank", front_module.pareto_rank)
+    res = api.pareto(experiment="arms", tracking_uri=uri)
+    assert calls == {"build_front": 1, "pareto_rank": 2}  # the runs, then the arms' means
+    assert res.ranked_by == "arms" and res.pick.run_id == res.ranking.selection.run_id
+    exp = c.get_experiment_by_name("arms").experiment_id
+    tagged = {r.info.run_id for r in c.search_runs([exp], "tags.pareto = 'true'")}
+    assert tagged == {rid for rid, k in res.ranks.items() if k == 1}
+    api.report(experiment="arms", tracking_uri=uri, out=str(tmp_path / "rep"))
+    assert calls == {"build_front": 2, "pareto_rank": 4}
+    assert drawn == [
+        "pareto_scatter.png",
+        "pareto_parallel.png",
+        "paired_differences.png",
+        "pareto_scatter.png",
+    ]

@@ -87,6 +87,10 @@ def run(opts: SweepOptions) -> SweepResult:
             )
         if opts.resume:  # the one rule for an edited space: any change exits 2, named
             check_resume_space(spec, storage, experiment)
+        elif spec.search is not None and spec.search.lazy:  # its study is kept across sweeps
+            from lipsweep.sweep.searchers.study import check_new_study, study_db
+
+            check_new_study(study_db(opts.tracking_uri, storage, experiment), experiment)
         driver_opts = DriverOptions(
             experiment=experiment,
             storage=storage,

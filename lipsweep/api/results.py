@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lipsweep.decide.front import Front
 
 
 @dataclass(frozen=True)
@@ -107,23 +110,48 @@ class ExportPick:
 
 @dataclass(frozen=True)
 class ParetoResult:
-    """A sweep ranked (``lipsweep pareto``): its front; every run is tagged in MLflow."""
+    """A sweep ranked (``lipsweep pareto``): its front; every run is tagged in MLflow.
+
+    The ranking is one :class:`lipsweep.decide.front.Front` (``ranking``), the value the tags,
+    ``pareto/`` artifacts and table were all written from; the other fields read it."""
 
     experiment: str
-    ranked_by: str
-    """"arms" (an arm has 2 or more seeds, ``per_run`` not set) or "runs"."""
-    objectives: tuple[str, ...]
-    """``NAME:max|min``, in order."""
-    front: tuple[FrontMember, ...]
-    ranks: Mapping[str, int]
-    """run_id -> its Pareto rank (its arm's, over arms); 0: not ranked (a missing or
-    non-finite objective)."""
-    pick: Optional[ExportPick]
-    """What ``export`` picks by the default rule (None if the rule finds nothing)."""
+    ranking: "Front"
     parent_run_id: Optional[str]
     """The sweep's parent run, which holds the pareto/ artifacts."""
-    table: str
-    """The front as the CLI prints it."""
+
+    @property
+    def ranked_by(self) -> str:
+        """``"arms"`` (an arm has 2 or more seeds, ``per_run`` not set) or ``"runs"``."""
+        return self.ranking.ranked_by
+
+    @property
+    def objectives(self) -> tuple[str, ...]:
+        """``NAME:max|min``, in order."""
+        return tuple(f"{o.name}:{o.direction}" for o in self.ranking.objectives)
+
+    @property
+    def front(self) -> tuple[FrontMember, ...]:
+        return tuple(FrontMember(*m) for m in self.ranking.members())
+
+    @property
+    def ranks(self) -> Mapping[str, int]:
+        """run_id -> its Pareto rank (its arm's, over arms); 0: not ranked (a missing or
+        non-finite objective)."""
+        return {t.run_id: int(r) for t, r in zip(self.ranking.trials, self.ranking.ranks)}
+
+    @property
+    def pick(self) -> Optional[ExportPick]:
+        """What ``export`` picks by the default rule (None if the rule finds nothing)."""
+        sel, rule = self.ranking.selection, self.ranking.rule
+        return (
+            None if sel is None or rule is None else ExportPick(sel.run_id, rule, sel.explanation)
+        )
+
+    @property
+    def table(self) -> str:
+        """The front as the CLI prints it."""
+        return self.ranking.table
 
 
 @dataclass(frozen=True)

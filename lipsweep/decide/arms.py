@@ -13,13 +13,14 @@ Statistics (Student 1908; any statistics text, e.g. Wasserman, *All of Statistic
   have, its mean, std, 95% t-interval, and the two-sided paired t-test p-value
   ``2 * P(T_{n-1} > |mean / (std / sqrt(n))|)``.
 
-Ranking arms (``lipsweep pareto``): :func:`arm_records` turns each arm into a pareto record
+Ranking arms (``lipsweep pareto``): :func:`arm_record` turns each arm into a pareto record
 whose metrics are the arm's means, so :func:`lipsweep.decide.pareto.pareto_rank` ranks arms exactly
-as it ranks runs.
+as it ranks runs (:func:`lipsweep.decide.front.build_front` does, once per command).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -169,6 +170,11 @@ class Stats:
     p: float = math.nan
 
 
+NO_STATS = Stats(0, math.nan, math.nan, math.nan, math.nan)
+"""The statistics of a metric no run of the arm logged (what :func:`t_interval` gives for [])."""
+
+
+@functools.lru_cache(maxsize=None)
 def _t_quantile(df: int) -> float:
     from scipy.stats import t as student_t  # scipy: a dependency of mlflow
 
@@ -180,7 +186,7 @@ def t_interval(values: Sequence[float]) -> Stats:
     a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     n = len(a)
     if n == 0:
-        return Stats(0, math.nan, math.nan, math.nan, math.nan)
+        return NO_STATS
     mean = float(a.mean())
     if n < 2:
         return Stats(1, mean, math.nan, math.nan, math.nan)
@@ -303,15 +309,18 @@ def paired_relative(arm: Arm, base: Arm, metric: str) -> Stats:
 def arm_records(arms: Sequence[Arm], metrics: Sequence[str]) -> list[dict[str, Any]]:
     """One pareto record per arm: run_id = arm_id, run_name = ``n=<runs>`` (figures label a
     point with its config and run_name), metrics = the means."""
-    return [
-        {
-            "run_id": a.arm_id,
-            "run_name": f"n={len(a.runs)}",
-            "params": dict(a.params),
-            "metrics": {m: arm_stats(a, m).mean for m in metrics if a.values(m)},
-        }
-        for a in arms
-    ]
+    return [arm_record(a, {m: arm_stats(a, m) for m in metrics}) for a in arms]
+
+
+def arm_record(arm: Arm, stats: Mapping[str, Stats]) -> dict[str, Any]:
+    """:func:`arm_records` of one arm whose ``stats`` per metric are already computed (metrics
+    with no finite value, n = 0, are left out)."""
+    return {
+        "run_id": arm.arm_id,
+        "run_name": f"n={len(arm.runs)}",
+        "params": dict(arm.params),
+        "metrics": {m: s.mean for m, s in stats.items() if s.n},
+    }
 
 
 def fmt_stats(name: str, s: Stats) -> str:
@@ -328,19 +337,25 @@ def arm_table(
     ranks: Sequence[int] | np.ndarray,
     objectives: Sequence[Objective],
     max_rank: int = 1,
+    stats: Sequence[Mapping[str, Stats]] | None = None,
 ) -> str:
     """Plain-text table of the arms with rank <= ``max_rank``: rank, arm, n, and per objective
-    the mean with its 95% t-interval; then a count line and the arms not ranked."""
+    the mean with its 95% t-interval; then a count line and the arms not ranked. ``stats``:
+    each arm's statistics per metric when already computed (a built front's)."""
     r = [int(x) for x in ranks]
+
+    def st(i: int, name: str) -> Stats:
+        return arm_stats(arms[i], name) if stats is None else stats[i].get(name, NO_STATS)
+
     s0 = 1.0 if objectives[0].direction == "max" else -1.0
     shown = sorted(
         (i for i in range(len(arms)) if 0 < r[i] <= max_rank),
-        key=lambda i: (r[i], -s0 * arm_stats(arms[i], objectives[0].name).mean, arms[i].arm_id),
+        key=lambda i: (r[i], -s0 * st(i, objectives[0].name).mean, arms[i].arm_id),
     )
     head = ["rank", "arm", "n"] + [f"{o.name}({o.direction}) mean [95% CI]" for o in objectives]
     rows = [
         [str(r[i]), arms[i].name, str(len(arms[i].runs))]
-        + [fmt_stats(o.name, arm_stats(arms[i], o.name)) for o in objectives]
+        + [fmt_stats(o.name, st(i, o.name)) for o in objectives]
         for i in shown
     ]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]

@@ -1,11 +1,11 @@
 """The pieces ``pareto``, ``export``, ``report`` and ``confirm`` share: a sweep read from MLflow.
 
 They read the FINISHED child runs of the experiment's sweep (runs stopped early by ASHA end
-KILLED and are left out) and rank them (:mod:`lipsweep.decide.pareto`): over arms (configs
-that differ only in seed, :mod:`lipsweep.decide.arms`, ranked by their means) when an arm has
-two or more seeds, over single runs otherwise or with ``--per-run``. The export pick is the
-``--select`` rule on that front (over arms, the rule chooses an arm, then its most typical
-run, :mod:`lipsweep.decide.selection`); :func:`export_run` downloads the run's
+KILLED and are left out) and rank them once into a :class:`lipsweep.decide.front.Front`: over
+arms (configs that differ only in seed, :mod:`lipsweep.decide.arms`, ranked by their means)
+when an arm has two or more seeds, over single runs otherwise or with ``--per-run``; with the
+export pick by the ``--select`` rule on that front (over arms, the rule chooses an arm, then
+its most typical run, :mod:`lipsweep.decide.selection`); :func:`export_run` downloads the run's
 ``checkpoint/`` artifacts and writes a self-describing folder (:mod:`lipsweep.decide.export`).
 The commands themselves, which put these together, are :mod:`lipsweep.api`.
 """
@@ -17,9 +17,12 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from lipsweep.tracking import READ_RETRIES, Tracker, check_tracking_uri
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lipsweep.decide.front import Front
 
 _log = logging.getLogger("lipsweep.decide.commands")
 
@@ -86,99 +89,28 @@ def _check_objectives(objectives, records: list[dict[str, Any]]) -> None:
             )
 
 
-def rank_sweep(tracker: Tracker, objective_specs: Optional[list[str]]):
-    from lipsweep.decide.pareto import pareto_rank, resolve_objectives
+def sweep_front(
+    tracker: Tracker,
+    objective_specs: Optional[list[str]],
+    rule: Optional[str] = None,
+    per_run: bool = False,
+) -> tuple[SweepRuns, "Front"]:
+    """The sweep's FINISHED runs and their front (:func:`lipsweep.decide.front.build_front`,
+    ranked once here for the whole command); exit-2 errors for an objective no run logged."""
+    from lipsweep.decide.front import build_front
+    from lipsweep.decide.pareto import resolve_objectives
 
     objectives = resolve_objectives(objective_specs)
     sweep = load_sweep_runs(tracker)
     _check_objectives(objectives, sweep.records)
-    result = pareto_rank(sweep.records, objectives)
-    for run_id, why in result.excluded.items():  # e.g. acc_clean = inf: never ranked
+    front = build_front(sweep.records, objectives, rule, per_run)
+    for run_id, why in front.runs.excluded.items():  # e.g. acc_clean = inf: never ranked
         _log.warning("run %s is left out of the ranking and the front: %s", run_id, why)
-    return sweep, result
+    return sweep, front
 
 
-@dataclass
-class Ranking:
-    """What ``pareto`` and ``export`` decide on: the runs' ranks and, over arms, the arms'."""
-
-    by_arms: bool
-    """True when arms were ranked (an arm has >= 2 seeds and ``--per-run`` was not given)."""
-    ranks: list[int]
-    """Per run (records order): its own rank, or its arm's rank when ``by_arms``."""
-    arms: list[Any]
-    """:class:`lipsweep.decide.arms.Arm` list, ranked over their means in ``arm_ranks``."""
-    arm_ranks: list[int]
-    arm_of: dict[str, int]
-    """run_id -> index of its arm."""
-
-
-def rank_runs_or_arms(records: list[dict[str, Any]], result: Any, per_run: bool) -> Ranking:
-    """Rank the arms by their means (always: every run is tagged with its arm's rank) and decide
-    whether the front is over arms (an arm with >= 2 seeds, no ``--per-run``) or over runs."""
-    from lipsweep.decide.arms import arm_records, group_arms, max_seeds
-    from lipsweep.decide.pareto import pareto_rank
-
-    arms = group_arms(records)
-    objs = result.objectives
-    arm_res = pareto_rank(arm_records(arms, [o.name for o in objs]), objs)
-    arm_ranks = [int(r) for r in arm_res.ranks]
-    arm_of = {t.run_id: i for i, a in enumerate(arms) for t in a.runs}
-    by_arms = not per_run and max_seeds(arms) >= 2
-    ranks = (  # a run that is not ranked itself (result.excluded) is on no front
-        [0 if r["run_id"] in result.excluded else arm_ranks[arm_of[r["run_id"]]] for r in records]
-        if by_arms
-        else [int(r) for r in result.ranks]
-    )
-    return Ranking(by_arms, ranks, arms, arm_ranks, arm_of)
-
-
-def select_export(records: list[dict[str, Any]], rk: Ranking, rule: str):
-    """The export pick: over arms (then the arm's most typical run) or over runs."""
-    from lipsweep.decide.selection import select_from_arm_front, select_from_front
-
-    if rk.by_arms:
-        return select_from_arm_front(records, rk.arms, rk.arm_ranks, rule)
-    return select_from_front(records, rk.ranks, rule)
-
-
-def arms_json(rk: Ranking, objectives) -> list[dict[str, Any]]:
-    """The arms for ``pareto.json``: id, name, rank, runs, and n/mean/std/95% CI per objective."""
-    from lipsweep.decide.arms import arm_stats
-
-    def num(x: float) -> Optional[float]:
-        return float(x) if x == x and abs(x) != float("inf") else None
-
-    out = []
-    for a, r in sorted(
-        zip(rk.arms, rk.arm_ranks), key=lambda ar: (ar[1] == 0, ar[1], ar[0].arm_id)
-    ):
-        stats = {o.name: arm_stats(a, o.name) for o in objectives}
-        out.append(
-            {
-                "arm_id": a.arm_id,
-                "name": a.name,
-                "rank": r,
-                "runs": [t.run_id for t in a.runs],
-                "seeds": [str(s) for s in a.seeds],
-                "stats": {
-                    k: {
-                        "n": s.n,
-                        "mean": num(s.mean),
-                        "std": num(s.std),
-                        "ci95": [num(s.lo), num(s.hi)],
-                    }
-                    for k, s in stats.items()
-                },
-            }
-        )
-    return out
-
-
-def write_pareto_table(
-    tracker: Tracker, parent_id: str, out: Path, records: list, ranks: list[int], objectives: Any
-) -> None:
-    """pareto/pareto_table.json: the ranking as an MLflow table artifact, tagged as one."""
+def write_pareto_table(tracker: Tracker, parent_id: str, out: Path, front: "Front") -> None:
+    """pareto/pareto_table.json: the front's ranking as an MLflow table artifact, tagged as one."""
     from lipsweep.tracking.table import (
         LOGGED_ARTIFACTS_TAG,
         TABLE_FILE,
@@ -187,7 +119,7 @@ def write_pareto_table(
         write_table,
     )
 
-    write_table(out, pareto_table(records, ranks, objectives))
+    write_table(out, pareto_table(front.records(), list(front.ranks), front.objectives))
     run = tracker.get_run(parent_id)
     tag = logged_artifacts_tag(run.data.tags.get(LOGGED_ARTIFACTS_TAG), f"pareto/{TABLE_FILE}")
     if tag is not None:

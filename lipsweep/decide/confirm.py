@@ -255,8 +255,7 @@ def choose_runs(
     ranks them) N counts arms and every run of a chosen arm is confirmed; else N counts runs
     (ties: the first objective's value, then the id)."""
     from lipsweep.core.config_base import UsageError
-    from lipsweep.decide.arms import arm_stats
-    from lipsweep.decide.commands import load_sweep_runs, rank_runs_or_arms, rank_sweep
+    from lipsweep.decide.commands import load_sweep_runs, sweep_front
 
     if run_ids:
         sweep = load_sweep_runs(tracker)
@@ -266,22 +265,21 @@ def choose_runs(
                     f"--run-id {rid} is not a FINISHED trial run of experiment {experiment!r}"
                 )
         return list(dict.fromkeys(run_ids))
-    sweep, result = rank_sweep(tracker, None)
-    rk = rank_runs_or_arms(sweep.records, result, per_run=False)
-    first = result.objectives[0]
+    sweep, front = sweep_front(tracker, None)
+    first = front.objectives[0]
     sign = 1.0 if first.direction == "max" else -1.0
-    if rk.by_arms:
+    if front.by_arms:
         arms = sorted(
-            (i for i, r in enumerate(rk.arm_ranks) if r > 0),
+            (i for i, r in enumerate(front.arm_ranks) if r > 0),
             key=lambda i: (
-                rk.arm_ranks[i],
-                -sign * arm_stats(rk.arms[i], first.name).mean,
-                rk.arms[i].arm_id,
+                front.arm_ranks[i],
+                -sign * front.arm_stat(i, first.name).mean,
+                front.arms[i].arm_id,
             ),
         )
-        arms = [i for i in arms if rk.arm_ranks[i] == 1] if top is None else arms[:top]
-        return [run.run_id for i in arms for run in rk.arms[i].runs]
-    ranks = rk.ranks
+        arms = [i for i in arms if front.arm_ranks[i] == 1] if top is None else arms[:top]
+        return [run.run_id for i in arms for run in front.arms[i].runs]
+    ranks = front.ranks
 
     def key(i: int) -> tuple:
         v = sweep.records[i]["metrics"].get(first.name, float("nan"))
@@ -326,13 +324,7 @@ def std_objectives():
 def reranked_table(tracker) -> str:
     """The front of the experiment (its arms, as ``pareto`` ranks them, or its runs) ranked
     with the standard AutoAttack accuracy."""
-    from lipsweep.decide.arms import arm_table
-    from lipsweep.decide.commands import load_sweep_runs, rank_runs_or_arms
-    from lipsweep.decide.pareto import front_table, pareto_rank
+    from lipsweep.decide.commands import load_sweep_runs
+    from lipsweep.decide.front import build_front
 
-    sweep = load_sweep_runs(tracker)
-    result = pareto_rank(sweep.records, std_objectives())
-    rk = rank_runs_or_arms(sweep.records, result, per_run=False)
-    if rk.by_arms:
-        return arm_table(rk.arms, rk.arm_ranks, result.objectives)
-    return front_table(sweep.records, result.ranks, result.objectives)
+    return build_front(load_sweep_runs(tracker).records, std_objectives()).table

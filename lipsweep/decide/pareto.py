@@ -23,7 +23,8 @@ Contract (what `lipsweep pareto` relies on):
   default ``pgd4-within-clean:1.0``: the highest acc_pgd_4 among
   front runs within 1 point of the front's best acc_clean).
 
-Typical use (the CLI adds MLflow around it)::
+The commands rank once, through :func:`lipsweep.decide.front.build_front`, whose
+:class:`~lipsweep.decide.front.Front` every view reads. The pieces, on their own::
 
     res = pareto_rank(records, resolve_objectives(["acc_clean:max", "acc_pgd_4:max"]))
     print(front_table(records, res.ranks, res.objectives))
@@ -338,6 +339,19 @@ def front_table(
     trials, objs = as_trials(records), resolve_objectives(objectives)
     r = check_ranks(ranks, len(trials))
     values, reasons = objective_values(trials, objs)
+    return format_front_table(trials, r, values, reasons, objs, max_rank)
+
+
+def format_front_table(
+    trials: Sequence[Trial],
+    r: np.ndarray,
+    values: np.ndarray,
+    reasons: Mapping[str, str],
+    objs: Sequence[Objective],
+    max_rank: int = 1,
+) -> str:
+    """:func:`front_table` of validated trials, their ranks ``r`` and the objective ``values``
+    and exclusion ``reasons`` already read (:class:`ParetoResult`'s, for a built front)."""
     rows_idx = [i for i in _ordered(trials, r, values, objs) if r[i] <= max_rank]
     shown = {i: applicable_params(trials[i].params) for i in rows_idx}
     pcols = [n for n in shown_params() if any(n in p for p in shown.values())]
@@ -387,6 +401,19 @@ def pareto_json(
     trials, objs = as_trials(records), resolve_objectives(objectives)
     r = check_ranks(ranks, len(trials))
     values, reasons = objective_values(trials, objs)
+    return front_doc(trials, r, values, reasons, objs, selection)
+
+
+def front_doc(
+    trials: Sequence[Trial],
+    r: np.ndarray,
+    values: np.ndarray,
+    reasons: Mapping[str, str],
+    objs: Sequence[Objective],
+    selection: SelectionLike | None = None,
+) -> dict[str, Any]:
+    """:func:`pareto_json` of validated trials, their ranks ``r`` and the objective ``values``
+    and exclusion ``reasons`` already read (:class:`ParetoResult`'s, for a built front)."""
     order = sorted(range(len(trials)), key=lambda i: (r[i] == 0, r[i], trials[i].run_id))
     runs = [
         {

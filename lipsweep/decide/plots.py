@@ -1,6 +1,8 @@
 """Figures of a sweep's Pareto front: clean-vs-robust scatter panels and parallel coordinates.
 
-Records and ranks are those of :mod:`lipsweep.decide.pareto`. Matplotlib is imported inside the
+Records and ranks are those of :mod:`lipsweep.decide.pareto`; :func:`front_scatter` and
+:func:`front_parallel` draw a built :class:`lipsweep.decide.front.Front` (its points, ranks and
+selection, never ranked again here). Matplotlib is imported inside the
 functions and used through ``matplotlib.figure.Figure`` (Agg canvas), never through pyplot, so
 no global backend or figure state is touched. PNGs are written atomically (temp file + rename).
 """
@@ -10,10 +12,11 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from lipsweep.core.dominance import non_dominated_ranks
 from lipsweep.core.metric_names import ACC_CLEAN, ACC_PREFIX, ATTACK_METRICS, metric_title
 from lipsweep.decide.pareto import (
     DEFAULT_OBJECTIVES,
@@ -24,10 +27,12 @@ from lipsweep.decide.pareto import (
     config_label,
     fmt_value,
     metric_value,
-    non_dominated_ranks,
     resolve_objectives,
 )
 from lipsweep.regularizers import find_spec, regularizer_specs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lipsweep.decide.front import Front
 
 ROBUST_METRICS = ATTACK_METRICS
 METRIC_TITLES = {name: metric_title(name) for name in (ACC_CLEAN, *ATTACK_METRICS)}
@@ -424,3 +429,18 @@ def parallel_coordinates(
         fontsize=12,
     )
     return _save(fig, path)
+
+
+def front_scatter(front: "Front", path: str | os.PathLike, *, title: str) -> Path:
+    """:func:`scatter_front` of a built front: its runs or, over arms, its arms at their means,
+    the front's selection starred."""
+    recs, ranks, selected = front.points()
+    return scatter_front(
+        recs, ranks, path=path, selected=selected, objectives=front.objectives, title=title
+    )
+
+
+def front_parallel(front: "Front", path: str | os.PathLike) -> Path:
+    """:func:`parallel_coordinates` of a built front (as :func:`front_scatter`)."""
+    recs, ranks, selected = front.points()
+    return parallel_coordinates(recs, ranks, front.objectives, path=path, selected=selected)

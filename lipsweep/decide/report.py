@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -57,6 +57,9 @@ from lipsweep.decide.arms import (
     seeds_for_power,
 )
 from lipsweep.decide.pareto import fmt_value
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lipsweep.decide.front import Front
 
 _log = logging.getLogger(__name__)
 
@@ -347,12 +350,23 @@ def write_report(
     experiment: str,
     source: str,
 ) -> Path:
-    """Write ``report.md`` and its figures into ``out``; ``npz``: run_id -> its local
-    ``lipschitz.npz`` (runs without one are left out of the distribution figures)."""
-    from lipsweep.core.version import __version__
-    from lipsweep.decide.arms import arm_records
-    from lipsweep.decide.plots import scatter_front
+    """:func:`write_front_report` from ranks the caller already holds."""
+    from lipsweep.decide.front import front_from_ranks
 
+    front = front_from_ranks(records, objectives, arms, arm_ranks, run_ranks, by_arms)
+    return write_front_report(front, npz, out, experiment, source)
+
+
+def write_front_report(
+    front: "Front", npz: dict[str, Path], out: Path, experiment: str, source: str
+) -> Path:
+    """Write ``report.md`` and its figures into ``out`` from a built front (its arms, their
+    ranks and points); ``npz``: run_id -> its local ``lipschitz.npz`` (runs without one are
+    left out of the distribution figures)."""
+    from lipsweep.core.version import __version__
+    from lipsweep.decide.plots import front_scatter
+
+    arms, arm_ranks, objectives = front.arms, front.arm_ranks, front.objectives
     out.mkdir(parents=True, exist_ok=True)
     for name in FIGURES.values():  # a figure this report does not draw must not linger
         (out / name).unlink(missing_ok=True)
@@ -423,18 +437,8 @@ def write_report(
         if planning:
             md += ["### How many seeds", "", planning, ""]
     md += ["## Figures", ""]
-    if by_arms:
-        fig_recs = arm_records(arms, sorted({m for r in records for m in r["metrics"]}))
-        fig_ranks, what = list(arm_ranks), "arm means over seeds"
-    else:
-        fig_recs, fig_ranks, what = records, list(run_ranks), "single runs"
-    scatter_front(
-        fig_recs,
-        fig_ranks,
-        path=out / FIGURES["pareto"],
-        objectives=objectives,
-        title=f"{experiment}: {what}",
-    )
+    what = "arm means over seeds" if front.by_arms else "single runs"
+    front_scatter(front, out / FIGURES["pareto"], title=f"{experiment}: {what}")
     md += [
         f"Clean vs robust accuracy ({what}; the front ringed):",
         "",

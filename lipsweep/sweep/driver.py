@@ -234,35 +234,29 @@ def _tune_config(spec: SweepSpec, opts: SweepOptions):
         # Per-epoch reports lack the final metrics a searcher learns from; load_space has
         # already checked every metric name against what trials report.
         os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
-    if spec.search is not None and spec.search.algorithm == "optuna":
-        from lipsweep.sweep.searchers import FinalResultOptuna, OptunaSpace
+    from lipsweep.sweep.searchers import SearchRequest, create_searcher
+    from lipsweep.sweep.searchers.study import study_db
 
-        metric = spec.search.metric if len(spec.search.metric) > 1 else spec.search.metric[0]
-        mode = spec.search.mode if len(spec.search.mode) > 1 else spec.search.mode[0]
-        import optuna
-
-        sampler = (
-            optuna.samplers.TPESampler(seed=spec.search.seed)
-            if len(spec.search.metric) == 1
-            else optuna.samplers.NSGAIISampler(seed=spec.search.seed)
-        )
-        searcher = FinalResultOptuna(
-            space=OptunaSpace(spec.fixed, spec.search.space),
-            metric=metric,
-            mode=mode,
-            sampler=sampler,
-        )
-        return tune.TuneConfig(
-            search_alg=searcher,
-            scheduler=scheduler,
-            num_samples=spec.search.num_samples,
-            max_concurrent_trials=mct,
-            reuse_actors=True,
-        ), None
-    param_space = {"trial": tune.grid_search(spec.trials)}
-    return tune.TuneConfig(
-        scheduler=scheduler, max_concurrent_trials=mct, reuse_actors=True
-    ), param_space
+    search = spec.search
+    plan = create_searcher(
+        search.algorithm if search else "grid",
+        search.settings if search else None,
+        SearchRequest(
+            fixed=spec.fixed,
+            space=search.space if search else None,
+            trials=spec.trials,
+            study_db=study_db(opts.tracking_uri, opts.storage, opts.experiment),
+            study_name=opts.experiment,
+        ),
+    )
+    cfg = tune.TuneConfig(
+        search_alg=plan.search_alg,
+        scheduler=scheduler,
+        num_samples=plan.num_samples,
+        max_concurrent_trials=mct,
+        reuse_actors=True,
+    )
+    return cfg, plan.param_space
 
 
 def _init_ray(opts: SweepOptions) -> Optional[LocalRay]:
@@ -579,6 +573,6 @@ def dry_run_lines(spec: SweepSpec) -> list[str]:
     else:
         rng = random.Random(spec.search.seed)
         lines.append(
-            f"  optuna samples lazily; e.g. {sample_space(spec.search.space, rng, spec.path)}"
+            f"  {kind} samples lazily; e.g. {sample_space(spec.search.space, rng, spec.path)}"
         )
     return lines

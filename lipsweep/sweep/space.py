@@ -14,10 +14,11 @@ A space file (``search_spaces/*.yaml``) has these top-level keys::
         <b_x>,<b_y>: [[1.0e-2, 1.0e-2], [1.0e-2, 0]]
     repeat: {seed: [0, 1, 2]}        # optional: cross every grid point with these settings
     search:                          # OR a sampled search
-      algorithm: random | optuna
+      algorithm: random              # or an Optuna sampler: optuna, optuna-tpe, optuna-nsga2,
+                                     #   ... (lipsweep.sweep.searchers.list_searchers())
       num_samples: 16
       seed: 0
-      metric: acc_pgd_4              # optuna: one name, or a list for multi-objective
+      metric: acc_pgd_4              # optuna*: one name, or a list for multi-objective
       mode: max                      # or a list matching metric
       space:                         # distributions; a mapping under a regularizer name
         lr: {loguniform: [1.0e-3, 1.0e-1]}   # applies only when that regularizer is drawn
@@ -73,7 +74,6 @@ TOP_KEYS = {
     "max_concurrent_trials",
     "max_failures",
 }
-SEARCH_KEYS = {"algorithm", "num_samples", "seed", "metric", "mode", "space"}
 SCHEDULER_KEYS = {"type", "metric", "mode", "grace_period", "reduction_factor", "max_t"}
 DISTRIBUTIONS = {"choice", "uniform", "loguniform", "randint", "quniform"}
 MAX_TRIALS = 100_000  # more is a typo (or a YAML that would exhaust memory while expanding)
@@ -89,7 +89,7 @@ class Resources:
 
 @dataclass
 class SearchSpec:
-    """A sampled search (random or Optuna)."""
+    """A sampled search (``search.algorithm``: random or an Optuna sampler)."""
 
     algorithm: str
     num_samples: int
@@ -97,6 +97,15 @@ class SearchSpec:
     metric: list[str] = field(default_factory=list)
     mode: list[str] = field(default_factory=list)
     space: SearchSpace = field(default_factory=lambda: SearchSpace({}, {}))
+    settings: Any = None
+    """The searcher's frozen settings (lipsweep.sweep.searchers)."""
+
+    @property
+    def lazy(self) -> bool:
+        """Trials are drawn during the sweep (Optuna), not when the space is loaded."""
+        from lipsweep.sweep.searchers import searcher_info
+
+        return searcher_info(self.algorithm).lazy
 
 
 @dataclass
@@ -371,34 +380,34 @@ def normalise_trial(flat: dict[str, Any]) -> dict[str, Any]:
     return TrialConfig.from_flat(flat).to_flat()
 
 
-def _as_list(value: Any) -> list:
-    return list(value) if isinstance(value, list) else [value]
-
-
 def _parse_search(raw: Any, path: str) -> SearchSpec:
-    raw = _check_keys("search", raw, SEARCH_KEYS, path)
+    """The ``search:`` block through the searcher family (lipsweep/sweep/searchers): the
+    algorithm's settings dataclass validates its keys; errors name ``search.<key>``."""
+    from lipsweep.sweep import searchers
+
+    raw = _check_keys("search", raw, searchers.all_settings_keys(), path)
     algo = raw.get("algorithm")
-    if algo not in ("random", "optuna"):
-        raise _err("search.algorithm", f"must be random or optuna, got {show(algo)}", path)
-    n = raw.get("num_samples")
-    if not _int_in(n, 1, MAX_TRIALS):
-        raise _err(
-            "search.num_samples", f"must be an integer in [1, {MAX_TRIALS}], got {show(n)}", path
-        )
-    seed = raw.get("seed", 0)
-    if not _int_in(seed, -INT_LIMIT, INT_LIMIT):
-        raise _err("search.seed", f"must be an integer, got {show(seed)}", path)
-    metric = _as_list(raw.get("metric", metric_names.attack_metric("pgd", 4)))
-    if not metric or not all(isinstance(m, str) and m for m in metric):
-        raise _err(
-            "search.metric", f"must be a metric name or a list of them, got {show(metric)}", path
-        )
-    mode = _as_list(raw.get("mode", "max"))
-    if len(mode) != len(metric) or any(m not in ("max", "min") for m in mode):
-        raise _err(
-            "search.mode", f"needs one of max/min per metric {metric}, got {show(mode)}", path
-        )
-    return SearchSpec(algo, n, seed, metric, mode, parse_space(raw.get("space"), path))
+    try:
+        if not searchers.searcher_info(algo).sampled:
+            raise _err(
+                "search.algorithm",
+                f"{algo!r} is spelled as a top-level `grid:` list of blocks, not a search",
+                path,
+            )
+        _check_keys("search", raw, searchers.settings_keys(algo), path)
+        values = {k: v for k, v in raw.items() if k not in ("algorithm", "space")}
+        settings = searchers.searcher_settings(algo, values)
+    except ConfigError as err:
+        raise err.with_source(path) from None
+    return SearchSpec(
+        algo,
+        settings.num_samples,
+        settings.seed,
+        list(settings.metric),
+        list(settings.mode),
+        parse_space(raw.get("space"), path),
+        settings,
+    )
 
 
 def _parse_scheduler(raw: Any, path: str) -> SchedulerSpec:
@@ -478,7 +487,7 @@ def _check_metrics(
     """Refuse metric names that no trial reports (Tune would only fail once trials ran)."""
     if scheduler is not None and scheduler.metric not in EPOCH_METRICS:
         _check_probe_metric(scheduler.metric, trials, path)
-    if spec_search is None or spec_search.algorithm != "optuna" or not trials:
+    if spec_search is None or not spec_search.lazy or not trials:
         return
     cfg = TrialConfig.from_flat(trials[0])
     final = {metric_names.ACC_CLEAN, "epochs_done", *cfg.robustness.metric_names()}
@@ -554,7 +563,7 @@ def load_space(path: str | Path) -> SweepSpec:
                     trials.append({**fixed, **point, **rep})
     else:
         search = _parse_search(raw["search"], p)
-        if search.algorithm == "random":
+        if not search.lazy:  # random: the draws are made now (--dry-run lists them)
             rng = random.Random(search.seed)
             if search.num_samples * len(rep_points) > MAX_TRIALS:
                 raise _err("repeat", f"num_samples x repeat exceeds {MAX_TRIALS} trials", p)
@@ -562,7 +571,7 @@ def load_space(path: str | Path) -> SweepSpec:
                 draw = sample_space(search.space, rng, p)
                 for rep in rep_points:
                     trials.append({**fixed, **draw, **rep})
-        else:  # optuna samples lazily; validate a few draws of the space now
+        else:  # an Optuna sampler draws lazily; validate a few draws of the space now
             rng = random.Random(search.seed)
             draws = _validate_trials(
                 [{**fixed, **sample_space(search.space, rng, p)} for _ in range(16)], p

@@ -32,19 +32,7 @@ from lipsweep.vit.models import PixelModel
 
 def timm_spec(flat: dict[str, Any]) -> dict[str, Any]:
     """``timm.create_model`` arguments that rebuild a trial's network from its flat config."""
-    kwargs = {
-        k: flat[k]
-        for k in (
-            "img_size",
-            "patch_size",
-            "num_classes",
-            "qkv_bias",
-            "depth",
-            "embed_dim",
-            "num_heads",
-        )
-        if flat.get(k) is not None
-    }
+    kwargs = {k: flat[k] for k in TIMM_KWARGS if flat.get(k) is not None}
     return {"model_name": flat["model"], "kwargs": kwargs}
 
 

@@ -1,0 +1,177 @@
+"""The Optuna searchers: one Tune ``OptunaSearch`` per sampler, with a persisted study
+(imports Ray and Optuna: loaded by :func:`~lipsweep.sweep.searchers.create_searcher`).
+
+The classes live at module level because Tune pickles the searcher into the experiment state
+(``Tuner.restore`` needs it); a closure would not pickle. The pickled study holds only its
+storage URL (Optuna's ``RDBStorage`` drops its engine when pickled), so a restored searcher
+writes to the same SQLite study.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from ray.tune.search.optuna import OptunaSearch
+
+from lipsweep.core import metric_names
+from lipsweep.core.config_base import ConfigError
+from lipsweep.sweep.searchers._registry import SearchRequest, TunePlan
+from lipsweep.sweep.searchers.study import study_url
+from lipsweep.sweep.space import SearchSpace, normalise_trial, parse_space
+from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
+
+_log = logging.getLogger(__name__)
+
+
+def per_epoch_counterpart(objective: str) -> list[str]:
+    """Per-epoch names that stand for ``objective`` before the final report, in preference
+    order: the objective itself (``acc_clean``), then its probe (``probe_acc_pgd_4``)."""
+    return [objective, metric_names.probe_metric(objective)]
+
+
+class FinalResultOptuna(OptunaSearch):
+    """Optuna told each trial's final report, and sent its per-epoch values.
+
+    The docs/contract.md metrics an Optuna study optimises (``acc_pgd_4``,
+    ``lip_jacobian_median``, ...) arrive once, in the final report, which
+    ``on_trial_complete`` passes to ``study.tell``. Each per-epoch report carrying the
+    objective's per-epoch counterpart (:func:`per_epoch_counterpart`: ``acc_clean`` itself,
+    or a ``probe_*`` metric) goes to ``trial.report(value, epoch)``, so an Optuna pruner, the
+    dashboard or an external scheduler can read the learning curves. A multi-objective study
+    takes no intermediate values (Optuna forbids ``Trial.report`` there): they are skipped.
+    """
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if result.get(FINAL_KEY) or ERROR_KEY in result:
+            return None  # the final report is told on completion
+        if isinstance(self.metric, list):
+            _log.debug("multi-objective study: Optuna takes no intermediate values (%s)", trial_id)
+            return None
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is None or trial_id in self._completed_trials:
+            return None
+        for name in per_epoch_counterpart(self.metric):
+            value = result.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                step = int(result.get("epoch") or result.get("training_iteration") or 0)
+                ot_trial.report(float(value), step)
+                return None
+        return None
+
+
+class OptunaSpace:
+    """Define-by-run space for Optuna over a ``search.space`` (see space.py).
+
+    It draws through the same parsed :class:`~lipsweep.sweep.space.SearchSpace` as the random
+    searcher (so both read the distribution syntax one way), and hands Tune the normalised flat
+    config (:func:`~lipsweep.sweep.space.normalise_trial`): the MLflow params and
+    ``config.json`` are then the same settings under either searcher.
+    """
+
+    def __init__(
+        self, fixed: dict[str, Any], space: SearchSpace | dict[str, Any], path: str = "search.space"
+    ) -> None:
+        self.fixed = dict(fixed)
+        self.space = space if isinstance(space, SearchSpace) else parse_space(space, path)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Tune's experiment state of a sweep started before the space was parsed holds the
+        raw mapping: parse it on restore (``--resume``)."""
+        self.__dict__.update(state)
+        if not isinstance(self.space, SearchSpace):
+            self.space = parse_space(self.space, "search.space")
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        flat = {**self.fixed, **self.space.suggest(trial)}
+        try:
+            return {"trial": normalise_trial(flat)}
+        except ConfigError as err:  # load_space checked 16 draws; this trial fails with it
+            _log.warning("optuna drew an invalid trial: %s", err.format())
+            return {"trial": flat}
+
+
+def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
+    """A :class:`FinalResultOptuna` over ``request.space`` whose study (``study_name``) is
+    kept in ``request.study_db`` (in memory when None)."""
+    import optuna
+
+    metric = list(settings.metric) if len(settings.metric) > 1 else settings.metric[0]
+    mode = list(settings.mode) if len(settings.mode) > 1 else settings.mode[0]
+    storage, url = None, None
+    if request.study_db is not None:
+        request.study_db.parent.mkdir(parents=True, exist_ok=True)
+        url = study_url(request.study_db)
+        storage = optuna.storages.RDBStorage(url)
+    searcher = FinalResultOptuna(
+        space=OptunaSpace(dict(request.fixed), request.space),
+        metric=metric,
+        mode=mode,
+        sampler=sampler,
+        study_name=request.study_name,
+        storage=storage,
+    )
+    if url is not None:
+        _log.info(
+            "Optuna study %r is kept in %s; watch it with: optuna-dashboard %s",
+            request.study_name,
+            request.study_db,
+            url,
+        )
+    return TunePlan(search_alg=searcher, num_samples=settings.num_samples, storage_url=url)
+
+
+def _samplers() -> Any:
+    import optuna
+
+    return optuna.samplers
+
+
+def _quiet(make: Callable[[], Any]) -> Any:
+    """Build a sampler without Optuna's ExperimentalWarning (NSGA-III, TPE ``group``): the
+    space chose it; the README says which samplers Optuna marks experimental."""
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return make()
+
+
+def auto_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    """``optuna``: TPE for one objective, NSGA-II for several (the spelling spaces had first)."""
+    if len(settings.metric) == 1:
+        return _plan(settings, request, _samplers().TPESampler(seed=settings.seed))
+    return _plan(settings, request, _samplers().NSGAIISampler(seed=settings.seed))
+
+
+def tpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, _samplers().TPESampler(seed=settings.seed))
+
+
+def mtpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    """TPE over the joint distribution; ``group`` splits it by the conditional branches."""
+    sampler = _quiet(
+        lambda: _samplers().TPESampler(seed=settings.seed, multivariate=True, group=True)
+    )
+    return _plan(settings, request, sampler)
+
+
+def _nsga(cls: Callable[..., Any], settings: Any) -> Any:
+    extra = (
+        {} if settings.population_size is None else {"population_size": settings.population_size}
+    )
+    return _quiet(lambda: cls(seed=settings.seed, **extra))
+
+
+def nsga2_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, _nsga(_samplers().NSGAIISampler, settings))
+
+
+def nsga3_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, _nsga(_samplers().NSGAIIISampler, settings))
+
+
+def gp_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, _samplers().GPSampler(seed=settings.seed))
