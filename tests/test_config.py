@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.settings.config import FIELD_SECTION, SECTIONS, TrialConfig, parse_override
-from lipsweep.settings.docs import field_docs
+from lipsweep.core.field_docs import field_docs
+from lipsweep.settings.config import (
+    FIELD_SECTION,
+    SECTIONS,
+    TrialConfig,
+    parse_override,
+    section_keys,
+)
 
 
 def test_flat_round_trip_is_json_and_exact():
@@ -30,11 +35,11 @@ def test_flat_round_trip_is_json_and_exact():
 
 
 def test_field_names_are_unique_and_documented():
-    names = [f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)]
+    names = [n for cls in SECTIONS.values() for n in section_keys(cls)]
     assert len(names) == len(set(names)) == len(FIELD_SECTION)
     for cls in SECTIONS.values():
         docs = field_docs(cls)
-        missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
+        missing = [n for n in section_keys(cls) if not docs.get(n)]
         assert not missing, f"{cls.__name__} fields without a docstring: {missing}"
 
 

@@ -12,6 +12,7 @@ from lipsweep.core.config_base import ConfigError, from_mapping
 from lipsweep.lipschitz import (
     LipschitzConfig,
     create_estimator,
+    estimator_outputs,
     is_estimator,
     jacobian_spectral_norm,
     lipschitz_summary,
@@ -69,6 +70,7 @@ def test_estimator_is_invariant_to_batching(name, model, images):
     rtol = INVARIANCE_RTOL.get(name, 1e-9)
     whole = est(model, images)
     assert set(whole) == set(est.outputs)
+    assert tuple(est.outputs) == estimator_outputs(name)  # the index's light facts match
     chunks = [est(model, images[i:j]) for i, j in ((0, 1), (1, 4), (4, 6))]
     others = torch.rand(
         3, 3, 16, 16, generator=torch.Generator().manual_seed(9), dtype=torch.float64

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model_config
 
-from lipsweep.core.config_base import ConfigError, from_mapping
+from lipsweep.core.config_base import ConfigError
 from lipsweep.regularizers import (
     JasminRegularizer,
     Regularizer,
@@ -86,7 +86,7 @@ def test_config_round_trip_for_every_regularizer(name):
     cfg = RegularizerConfig(regularizer=name)
     flat = cfg.to_flat()
     assert None not in flat.values() and flat["regularizer"] == name
-    assert from_mapping(RegularizerConfig, flat) == cfg
+    assert RegularizerConfig.from_flat(flat) == cfg
     assert type(create_regularizer_from_config(cfg)) is get_regularizer_class(name)
 
 
@@ -273,7 +273,7 @@ def test_bad_settings_name_the_field(kwargs, field):
 
 def test_wrong_types_and_unknown_keys():
     with pytest.raises(ConfigError) as err:
-        from_mapping(RegularizerConfig, {"regularizer": "jasmin", "k": 2.5})
+        RegularizerConfig.from_flat({"regularizer": "jasmin", "k": 2.5})
     assert err.value.field == "k"
     with pytest.raises(ConfigError) as err:
         RegularizerConfig(regularizer="jasmin", k=True)

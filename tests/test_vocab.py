@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,6 @@ import pytest
 from lipsweep.core.config_base import ConfigError, check_choice, check_positive
 from lipsweep.regularizers import (
     RegularizerSpec,
-    Setting,
     register_regularizer,
     unregister_regularizer,
 )
@@ -24,37 +24,31 @@ ROOT = Path(__file__).resolve().parents[1]
 class ToyRegularizer:
     """A test-only regularizer: no penalty (its class is never needed by the presenters)."""
 
-    name = "toy_reg"
+
+@dataclass(frozen=True)
+class ToySettings:
+    toy_alpha: float = 0.5
+    """Toy: strength (> 0). Default 0.5."""
+    toy_mode: str = "a"
+    """Toy: 'a' or 'b'. Default 'a'."""
+
+    def __post_init__(self) -> None:
+        check_positive("toy_alpha", self.toy_alpha)
+        check_choice("toy_mode", self.toy_mode, ("a", "b"))
 
 
 TOY = RegularizerSpec(
     name="toy_reg",
-    impl=ToyRegularizer,
     doc="test only",
     title="Toy",
     short="T",
-    settings=(
-        Setting(
-            "toy_alpha",
-            float,
-            "Toy: strength (> 0). Default 0.5.",
-            0.5,
-            lambda v: check_positive("toy_alpha", v),
-        ),
-        Setting(
-            "toy_mode",
-            str,
-            "Toy: 'a' or 'b'. Default 'a'.",
-            "a",
-            lambda v: check_choice("toy_mode", v, ("a", "b")),
-        ),
-    ),
+    settings=ToySettings,
 )
 
 
 @pytest.fixture()
 def toy():
-    register_regularizer(TOY)
+    register_regularizer("toy_reg", spec=TOY)(ToyRegularizer)
     yield TOY
     unregister_regularizer(TOY.name)
 
@@ -69,7 +63,7 @@ def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
 
     assert main(["train", "--help-settings"]) == 0
     out = capsys.readouterr().out
-    assert "  toy_alpha = None" in out and "'toy_reg' (test only)" in out
+    assert "  toy_alpha = 0.5\n      Toy: strength" in out and "'toy_reg' (test only)" in out
     space = tmp_path / "toy.yaml"
     space.write_text(
         "name: toy\nfixed: {epochs: 1}\ngrid:\n  - {regularizer: toy_reg, toy_alpha: [0.5, 2.0]}\n"
@@ -119,7 +113,7 @@ def test_declaration_layer_is_torch_free():
     code = (
         "import sys; import lipsweep.regularizers as r, lipsweep.core.metric_names; "
         "from lipsweep.regularizers import RegularizerConfig, create_regularizer; "
-        "import dataclasses; print([f.name for f in dataclasses.fields(RegularizerConfig)]); "
+        "print(list(RegularizerConfig.flat_keys())); "
         "print(RegularizerConfig(regularizer='jasmin', k=10).to_flat()); "
         "print(r.list_regularizers(), 'torch' in sys.modules)"
     )

@@ -17,11 +17,15 @@ import importlib
 from typing import Any
 
 from lipsweep.attacks._registry import (
+    ATTACKS,
+    AttackVocab,
+    attack_vocab,
     create_attack,
     get_attack_class,
     is_attack,
     list_attacks,
     register_attack,
+    unregister_attack,
 )
 from lipsweep.attacks.config import RobustnessConfig
 
@@ -54,7 +58,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ATTACKS",
     "Attack",
+    "AttackVocab",
     "AttackStage",
     "AutoAttack",
     "AutoAttackResult",
@@ -62,6 +68,7 @@ __all__ = [
     "PGD",
     "RobustnessConfig",
     "attack_mode",
+    "attack_vocab",
     "create_attack",
     "evaluate_robustness",
     "fgsm",
@@ -70,4 +77,5 @@ __all__ = [
     "list_attacks",
     "pgd",
     "register_attack",
+    "unregister_attack",
 ]

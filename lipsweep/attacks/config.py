@@ -64,10 +64,11 @@ def _check_int(name: str, value: int, minimum: int) -> None:
         check_max(name, value, *_MAX[name])
 
 
-@dataclass
+@dataclass(frozen=True)
 class RobustnessConfig:
     """Adversarial evaluation suite (docs/science.md §1.6); all attacks L-infinity on [0, 1]
-    pixels."""
+    pixels. The attack family's settings: each attack reads its eps list from the field its
+    declaration names (:mod:`lipsweep.attacks._registry`) and the rest in ``from_config``."""
 
     attacks: list[str] = field(default_factory=lambda: ["fgsm", "pgd", "autoattack"])
     """Attacks to run (registry names, see ``lipsweep.attacks.list_attacks()``)."""
@@ -116,6 +117,12 @@ class RobustnessConfig:
             raise ConfigError("attacks", f"has duplicates: {show(list(self.attacks))}")
         for name in list_attacks():
             eps_field = attack_vocab(name).eps_field
+            if not hasattr(self, eps_field):
+                raise ConfigError(
+                    "attacks",
+                    f"attack {name!r} reads its eps from {eps_field!r}, which is not a "
+                    "robustness setting",
+                )
             _check_eps_list(eps_field, getattr(self, eps_field))
             if name in self.attacks and not getattr(self, eps_field):
                 raise ConfigError(

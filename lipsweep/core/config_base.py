@@ -8,10 +8,12 @@ to a public function reads the same way as a wrong YAML key.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import reprlib
 import typing
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 import yaml
@@ -180,9 +182,12 @@ def absolute_path(field: str, value: str) -> str:
         raise ConfigError(field, f"not a usable path {show(value)}: {exc}") from None
 
 
-def _field_types(cls: type) -> dict[str, Any]:
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> Mapping[str, Any]:
+    """Field name -> resolved type of dataclass ``cls``, once per class (``get_type_hints``
+    compiles every string annotation: 3/4 of a 31-trial dry run's validation time)."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(cls)})
 
 
 def _coerce(field: str, value: Any, tp: Any) -> Any:

@@ -14,8 +14,8 @@ Public API:
   per-head local Lipschitz bounds (Thm 1-3) against the exact head Jacobian norm.
 - :func:`lipschitz_summary` with :class:`LipschitzConfig`: the trial-level metrics, arrays and
   figures.
-- The estimator registry: :func:`create_estimator`, :func:`list_estimators`,
-  :func:`is_estimator`, :func:`register_estimator`.
+- The estimator family (torch-free index): :func:`create_estimator`, :func:`list_estimators`,
+  :func:`is_estimator`, :func:`register_estimator`, :func:`estimator_outputs`.
 """
 
 from __future__ import annotations
@@ -23,19 +23,21 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from lipsweep.lipschitz._registry import (
+    ESTIMATORS,
+    Estimator,
+    create_estimator,
+    estimator_outputs,
+    is_estimator,
+    list_estimators,
+    register_estimator,
+    unregister_estimator,
+)
 from lipsweep.lipschitz.config import LipschitzConfig
 
 # PEP 562: the torch-backed names load on first use, so a config (and `lipsweep sweep
-# --dry-run`) validates without importing torch. The first one loads every module below, the
-# built-in estimators' registration included.
+# --dry-run`) validates without importing torch. The first one loads every module below.
 _MODULES = {
-    "_registry": (
-        "Estimator",
-        "create_estimator",
-        "is_estimator",
-        "list_estimators",
-        "register_estimator",
-    ),
     "head_bounds": (
         "BOUNDS",
         "HeadLinearization",
@@ -63,7 +65,6 @@ _MODULES = {
         "softmax_ratio",
     ),
     "token_jacobian": ("token_jacobian_norm_result", "token_jacobian_spectral_norm"),
-    "estimators": (),  # registers the built-in estimators
     "summary": ("lipschitz_summary",),
 }
 _LAZY = {name: mod for mod, names in _MODULES.items() for name in names}
@@ -84,6 +85,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BOUNDS",
+    "ESTIMATORS",
     "EXACT_MAX_CLASSES",
     "Estimator",
     "HeadLinearization",
@@ -92,6 +94,7 @@ __all__ = [
     "LipschitzConfig",
     "ROUTES",
     "create_estimator",
+    "estimator_outputs",
     "g1",
     "head_bounds_at",
     "head_exact_norm",
@@ -112,4 +115,5 @@ __all__ = [
     "softmax_ratio",
     "token_jacobian_norm_result",
     "token_jacobian_spectral_norm",
+    "unregister_estimator",
 ]

@@ -7,8 +7,10 @@ are the first that-many images of the evaluation set; 0 means all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from lipsweep.core.config_base import ConfigError, check_choice, check_int, check_max, show
+from lipsweep.lipschitz._registry import list_estimators
 
 _ROUTES = ("auto", "exact", "lanczos", "power")
 _HEAD_ROUTES = ("auto", "lanczos", "full")
@@ -33,7 +35,7 @@ def _check_tol(name: str, value: object) -> None:
         raise ConfigError(name, f"must be a number in (0, 1), got {show(value)}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LipschitzConfig:
     """What a trial measures about its own smoothness, and how hard it tries."""
 
@@ -75,6 +77,10 @@ class LipschitzConfig:
     """Relative Lanczos residual tolerance for the exact head norms."""
     lip_figures: bool = True
     """Write PNG figures (histograms, bound heatmaps) next to the arrays."""
+    lip_estimators: Optional[list[str]] = None
+    """Further registered estimators (``lipsweep.lipschitz.list_estimators()``) to run with
+    their default settings on the lip_images images; the mean of each output over the images
+    is logged as ``lip_<name>_<output>_mean``. None: none (the summary above only)."""
 
     def __post_init__(self) -> None:
         check_choice("lip_route", self.lip_route, _ROUTES)
@@ -86,6 +92,18 @@ class LipschitzConfig:
             _check_int(name, getattr(self, name), 0)
         _check_tol("lip_tol", self.lip_tol)
         _check_tol("lip_head_tol", self.lip_head_tol)
+        if self.lip_estimators is not None:
+            if not isinstance(self.lip_estimators, (list, tuple)):
+                raise ConfigError(
+                    "lip_estimators",
+                    f"must be a list of estimator names, got {show(self.lip_estimators)}",
+                )
+            for name in self.lip_estimators:
+                check_choice("lip_estimators", name, list_estimators())
+            if len(set(self.lip_estimators)) != len(self.lip_estimators):
+                raise ConfigError(
+                    "lip_estimators", f"has duplicates: {show(list(self.lip_estimators))}"
+                )
         for name in ("lip_tokens", "lip_softmax", "lip_head_bounds", "lip_figures"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {show(getattr(self, name))}")

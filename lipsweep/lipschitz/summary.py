@@ -25,6 +25,8 @@ the first ``lip_images`` images; ``lip_jacobian_converged_frac``: share of image
   Thm 3 are bounds on every input;
   ``lip_head_thm3_below_thm2_frac``: share of (image, layer, head) where Thm 3 is tighter
   than Thm 2 (the paper's Fig. 6 suggests always; it is not a theorem, see App. C).
+- ``lip_<name>_<output>_mean`` for each estimator in ``lip_estimators`` (its arrays in the npz
+  as ``<name>.<output>``).
 
 Files in ``out_dir`` (when given): ``lipschitz.npz`` (every raw array, plus ``jacobian_route``;
 the per-row softmax arrays in float32, see :data:`ROW_DTYPE`) and, with ``lip_figures``,
@@ -48,6 +50,7 @@ from lipsweep.core.metric_names import (
     LIP_JACOBIAN,
     LIP_JACOBIAN_MEDIAN,
     LIP_JACOBIAN_TOKENS,
+    LIP_PREFIX,
     LIP_SOFTMAX,
     LIP_SOFTMAX_ROWS,
     LIP_STATS,
@@ -254,6 +257,14 @@ def lipschitz_summary(
             )
         )
         metrics.update(_head_metrics(arrays))
+    for name in cfg.lip_estimators or ():
+        est = create_estimator(name)
+        extra = _batched(est, model, x_jac, cfg.lip_batch_size, progress, name)
+        for out in est.outputs:
+            arrays[f"{name}.{out}"] = extra[out]
+            metrics[lip_metric(f"{LIP_PREFIX}{name}_{out}", "mean")] = float(
+                np.mean(extra[out].astype(np.float64))
+            )
     if out_dir is not None:
         out_dir = Path(out_dir)
         _save_npz(arrays, out_dir / NPZ_NAME)

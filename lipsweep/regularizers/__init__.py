@@ -4,9 +4,9 @@ Public API (docs/contract.md): :func:`g_k`, :func:`jasmin_penalty`; the registry
 :func:`create_regularizer` / :func:`list_regularizers` / :func:`is_regularizer`;
 :class:`RegularizerConfig` and :func:`create_regularizer_from_config`.
 
-Importing this package, the registry and the config does not import torch: the specs
-(:mod:`.builtin`) name their classes, and the torch-side names below load on first access
-(PEP 562).
+Importing this package, the family index and the config does not import torch: the index
+(:mod:`.builtin`) declares each built-in by the import path of its class, and the torch-side
+names below load on first access (PEP 562).
 """
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import lipsweep.regularizers.builtin  # noqa: F401  (declares the built-ins)
 from lipsweep.regularizers._registry import (
-    all_settings,
+    REGULARIZERS,
+    declare_regularizer,
     find_spec,
     get_regularizer_class,
     is_regularizer,
     list_regularizers,
-    on_change,
     register_regularizer,
     regularizer_spec,
     regularizer_specs,
+    setting_names,
     shown_params,
     unregister_regularizer,
 )
@@ -32,7 +34,7 @@ from lipsweep.regularizers.config import (
     create_regularizer,
     create_regularizer_from_config,
 )
-from lipsweep.regularizers.spec import RegularizerSpec, Setting
+from lipsweep.regularizers.spec import NoSettings, RegularizerSpec
 
 _LAZY = {
     "NoRegularizer": "base",
@@ -60,14 +62,15 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "JASMIN_EPS",
+    "REGULARIZERS",
+    "NoSettings",
+    "declare_regularizer",
     "JasminRegularizer",
     "NoRegularizer",
     "Regularizer",
     "RegularizerConfig",
     "RegularizerSpec",
-    "Setting",
     "SpecformerRegularizer",
-    "all_settings",
     "create_regularizer",
     "create_regularizer_from_config",
     "find_spec",
@@ -77,10 +80,10 @@ __all__ = [
     "jasmin_penalty",
     "jasmin_penalty_from_qk",
     "list_regularizers",
-    "on_change",
     "register_regularizer",
     "regularizer_spec",
     "regularizer_specs",
+    "setting_names",
     "shown_params",
     "unregister_regularizer",
 ]

@@ -1,9 +1,10 @@
-"""Registry of attention regularizers: ``create_regularizer`` / ``list_regularizers``.
+"""The regularizer family on the one registry mechanism (:mod:`lipsweep.core.registry`).
 
-The registry holds each regularizer's torch-free :class:`~lipsweep.regularizers.spec.
-RegularizerSpec`; the class is imported when first built. A regularizer joins the family with
-:func:`register_regularizer` (a spec, or a class carrying one as ``spec``); the config, the
-CLI help, labels, tables, plots and the export card read the registry.
+Torch-free. Each member carries its :class:`~lipsweep.regularizers.spec.RegularizerSpec` (its
+frozen settings dataclass, labels and plot style) as light facts; the class is imported on
+first use. Built-ins are declared by import path in :mod:`.builtin`; the class's file adds it
+with the :func:`register_regularizer` decorator, and so does a plugin or a test with a spec of
+its own. The config, the CLI help, labels, tables, plots and the export card read the family.
 
 Example::
 
@@ -16,90 +17,90 @@ Example::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.core.registry import Registry
-from lipsweep.regularizers.spec import RegularizerSpec, Setting
+from lipsweep.regularizers.spec import RegularizerSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.regularizers.base import Regularizer
 
-_REGISTRY: Registry[RegularizerSpec] = Registry(
+T = TypeVar("T", bound=type)
+
+REGULARIZERS: Registry[type] = Registry(
     "regularizer",
     lambda name, known: ConfigError(
         "regularizer", f"unknown regularizer {name!r}; choose one of {known}"
     ),
 )
-_CLASSES: dict[str, type] = {}
-_LISTENERS: list[Callable[[], None]] = []
 
 
-def on_change(listener: Callable[[], None]) -> None:
-    """Call ``listener()`` after every (un)registration (the config's fields follow)."""
-    _LISTENERS.append(listener)
-
-
-def _changed() -> None:
-    for listener in _LISTENERS:
-        listener()
-
-
-def register_regularizer(item: Union[RegularizerSpec, type]) -> Any:
-    """Add a :class:`RegularizerSpec`, or a class with a ``spec`` attribute (decorator).
-
-    A setting name may belong to one regularizer only (it is one flat config key).
-    """
-    spec = item if isinstance(item, RegularizerSpec) else getattr(item, "spec", None)
-    if not isinstance(spec, RegularizerSpec):
-        raise TypeError(
-            f"{getattr(item, '__name__', item)!s} needs a RegularizerSpec `spec` to be registered"
-        )
-    taken = {
-        s.name: other.name
-        for other in _REGISTRY.members()
-        if other.name != spec.name
-        for s in other.settings
-    }
-    for s in spec.settings:
-        if s.name in taken or s.name == "regularizer":
+def _check_spec(spec: RegularizerSpec) -> None:
+    """A setting name belongs to one regularizer only (it is one flat config key)."""
+    taken = {n: s.name for s in regularizer_specs() if s.name != spec.name for n in s.setting_names}
+    for n in spec.setting_names:
+        if n in taken or n == "regularizer":
             raise ValueError(
-                f"setting {s.name!r} of {spec.name!r} is already a setting of "
-                f"{taken.get(s.name, 'the config')!r}"
+                f"setting {n!r} of {spec.name!r} is already a setting of "
+                f"{taken.get(n, 'the config')!r}"
             )
-    _REGISTRY.add(spec.name, spec)
-    if isinstance(item, type):
-        _CLASSES[spec.name] = item
-    _changed()
-    return item
+
+
+def declare_regularizer(spec: RegularizerSpec, impl: str) -> None:
+    """Declare a member by the import path of its class (``"module:Class"``), loaded on first
+    use: the family index (:mod:`.builtin`) does this for the built-ins."""
+    _check_spec(spec)
+    REGULARIZERS.declare(spec.name, impl, settings=spec.settings, info={"spec": spec})
+
+
+def register_regularizer(
+    name: Optional[str] = None, *, spec: Optional[RegularizerSpec] = None
+) -> Callable[[T], T]:
+    """Class decorator: add a :class:`~lipsweep.regularizers.base.Regularizer` to the family.
+
+    A declared member (a built-in) keeps its declared spec; any other passes ``spec``.
+    """
+
+    def deco(cls: T) -> T:
+        key = name or (spec.name if spec is not None else cls.name)  # type: ignore[attr-defined]
+        if spec is not None:
+            if spec.name != key:
+                raise ValueError(f"spec {spec.name!r} registered under {key!r}")
+            _check_spec(spec)
+        elif key not in REGULARIZERS:
+            raise TypeError(f"regularizer {key!r} is not declared; pass its spec=")
+        info = {"spec": spec} if spec is not None else None
+        REGULARIZERS.add(key, cls, settings=spec.settings if spec else None, info=info)
+        cls.name = key  # type: ignore[attr-defined]
+        return cls
+
+    return deco
 
 
 def unregister_regularizer(name: str) -> None:
     """Remove ``name`` (tests register temporary regularizers)."""
-    _REGISTRY.remove(name)
-    _CLASSES.pop(name, None)
-    _changed()
+    REGULARIZERS.remove(name)
 
 
 def regularizer_specs() -> list[RegularizerSpec]:
-    """Every registered spec, in registration order."""
-    return _REGISTRY.members()
+    """Every member's spec, in registration order (nothing imported)."""
+    return [m.info["spec"] for m in REGULARIZERS.entries()]
 
 
 def regularizer_spec(name: str) -> RegularizerSpec:
     """The spec of ``name``; ConfigError('regularizer') if unknown."""
-    return _REGISTRY.get(name)
+    return REGULARIZERS.entry(name).info["spec"]
 
 
 def find_spec(name: object) -> Optional[RegularizerSpec]:
     """The spec of ``name``, or None (for presenters reading logged params)."""
-    return _REGISTRY.get(name) if is_regularizer(name) else None  # type: ignore[arg-type]
+    return regularizer_spec(name) if is_regularizer(name) else None  # type: ignore[arg-type]
 
 
-def all_settings() -> list[Setting]:
+def setting_names() -> tuple[str, ...]:
     """Every regularizer setting (flat config keys other than ``regularizer``), in order."""
-    return [s for spec in regularizer_specs() for s in spec.settings]
+    return tuple(n for spec in regularizer_specs() for n in spec.setting_names)
 
 
 def shown_params() -> tuple[str, ...]:
@@ -109,21 +110,14 @@ def shown_params() -> tuple[str, ...]:
 
 def list_regularizers(filter: str = "") -> list[str]:
     """Sorted names of the registered regularizers, optionally matching a glob ``filter``."""
-    return _REGISTRY.names(filter)
+    return REGULARIZERS.names(filter)
 
 
 def is_regularizer(name: object) -> bool:
     """True if ``name`` is a registered regularizer."""
-    return name in _REGISTRY
+    return name in REGULARIZERS
 
 
 def get_regularizer_class(name: str) -> type["Regularizer"]:
     """The class of ``name`` (imported on first use); ConfigError('regularizer') if unknown."""
-    spec = _REGISTRY.get(name)
-    if name not in _CLASSES:
-        impl = spec.impl
-        if isinstance(impl, str):
-            module, _, attr = impl.partition(":")
-            impl = getattr(importlib.import_module(module), attr)
-        _CLASSES[name] = impl
-    return _CLASSES[name]
+    return REGULARIZERS.load(name)

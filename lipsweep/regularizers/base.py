@@ -13,28 +13,28 @@ The trainer uses a regularizer like this (paper eq. 8-9 and Hu et al.; docs/scie
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lipsweep.regularizers.config import RegularizerConfig
+from lipsweep.regularizers._registry import register_regularizer
 
 
 class Regularizer:
     """Base class: a penalty on a ViT's attention, reported as named unweighted terms.
 
-    Subclasses set ``name`` (the registry key and the ``regularizer`` config value) and
-    implement ``from_config``; their settings, defaults and rules are declared once in a
-    torch-free :class:`~lipsweep.regularizers.spec.RegularizerSpec` (:mod:`.builtin`).
+    Subclasses are added with ``@register_regularizer(name)`` (the registry key and the
+    ``regularizer`` config value) and implement ``from_config``; their settings are a frozen
+    dataclass in their torch-free :class:`~lipsweep.regularizers.spec.RegularizerSpec`
+    (:mod:`.builtin` for the built-ins).
     """
 
     name: ClassVar[str]
 
     @classmethod
-    def from_config(cls, cfg: "RegularizerConfig") -> "Regularizer":
-        """Build from a validated config (no re-checking)."""
+    def from_config(cls, cfg: Any) -> "Regularizer":
+        """Build from the member's validated settings dataclass (no re-checking)."""
         raise NotImplementedError
 
     def attach(self, model: nn.Module) -> None:
@@ -65,11 +65,10 @@ class Regularizer:
         return f"{type(self).__name__}(weights={self.weights})"
 
 
+@register_regularizer("none")
 class NoRegularizer(Regularizer):
     """The baseline: no penalty, no hooks, timm's fused attention path untouched."""
 
-    name: ClassVar[str] = "none"
-
     @classmethod
-    def from_config(cls, cfg: "RegularizerConfig") -> "NoRegularizer":
+    def from_config(cls, cfg: Any) -> "NoRegularizer":
         return cls()

@@ -1,12 +1,15 @@
-"""The built-in regularizers' vocabularies (torch-free): none, JaSMin, Specformer.
+"""The regularizer family's index (torch-free): each built-in's settings dataclass, labels and
+plot style, declared with the import path of its class (none, JaSMin, Specformer).
 
-Each spec declares its settings (type, default, doc, rule), labels and plot style once; the
-classes live in ``base.py``, ``jasmin.py`` and ``specformer.py`` and are imported on first use.
+Adding a built-in regularizer: its class in a new file of this folder, decorated with
+``@register_regularizer("name")``, and here its settings dataclass, its spec and one
+``declare_regularizer(SPEC, "lipsweep.regularizers.<file>:<Class>")`` line (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
 
 from lipsweep.core.config_base import (
     ConfigError,
@@ -15,15 +18,15 @@ from lipsweep.core.config_base import (
     check_max,
     check_positive,
 )
-from lipsweep.regularizers._registry import register_regularizer
-from lipsweep.regularizers.spec import RegularizerSpec, Setting
+from lipsweep.regularizers._registry import declare_regularizer
+from lipsweep.regularizers.spec import NoSettings, RegularizerSpec
 
 # ------------------------------------------------------------------------------ none
 
 NONE = RegularizerSpec(
     name="none",
-    impl="lipsweep.regularizers.base:NoRegularizer",
     doc="baseline",
+    settings=NoSettings,
     title="baseline",
     table_label=lambda p: "baseline",
     colour="#4d4d4d",
@@ -77,36 +80,32 @@ def _jasmin_table_label(p: Mapping[str, str]) -> str:
     return " ".join(["JaSMin"] + [s for s in parts if s])
 
 
+@dataclass(frozen=True)
+class JasminSettings:
+    """JaSMin's settings (paper Sec. 4, eq. 8-9); defaults: the paper's first Table 3 row."""
+
+    k: int = DEFAULT_K
+    """JaSMin: 0 penalises log g_1, k >= 2 penalises log(g_1/g_k); k=1 is invalid. Default 0."""
+    lam: float = DEFAULT_LAM
+    """JaSMin: weight lambda of the term (> 0). Default 1e-2."""
+    aggregation: str = DEFAULT_AGGREGATION
+    """JaSMin: 'mean' or 'max' over the query rows of each attention map. Default 'mean'."""
+
+    def __post_init__(self) -> None:
+        check_jasmin_k(self.k)
+        _jasmin_lam(self.lam)
+        check_choice("aggregation", self.aggregation, AGGREGATIONS)
+
+    def check_tokens(self, num_tokens: int) -> None:
+        """Every attention row needs the k+1 largest entries (Def. 5)."""
+        check_k_tokens(self.k, num_tokens)
+
+
 JASMIN = RegularizerSpec(
     name="jasmin",
-    impl="lipsweep.regularizers.jasmin:JasminRegularizer",
     doc="paper Sec. 4",
     title="JaSMin",
-    settings=(
-        Setting(
-            "k",
-            int,
-            "JaSMin: 0 penalises log g_1, k >= 2 penalises log(g_1/g_k); k=1 is "
-            "invalid. Default 0.",
-            DEFAULT_K,
-            check_jasmin_k,
-        ),
-        Setting(
-            "lam",
-            float,
-            "JaSMin: weight lambda of the term (> 0). Default 1e-2.",
-            DEFAULT_LAM,
-            _jasmin_lam,
-        ),
-        Setting(
-            "aggregation",
-            str,
-            "JaSMin: 'mean' or 'max' over the query rows of each attention map. Default 'mean'.",
-            DEFAULT_AGGREGATION,
-            lambda v: check_choice("aggregation", v, AGGREGATIONS),
-        ),
-    ),
-    check_tokens=lambda cfg, n: check_k_tokens(cfg.k, n) if cfg.k is not None else None,
+    settings=JasminSettings,
     sweep_label=lambda f: f"jasmin k={f.get('k', 0)} lam={f.get('lam')} {f.get('aggregation', '')}",
     table_label=_jasmin_table_label,
     short="J",
@@ -129,51 +128,44 @@ def check_power_iters(n: Any) -> int:
     return n
 
 
-def _specformer_resolve(cfg: Any) -> None:
-    """None of the lambdas given: all 1e-2; some given: the others 0; not all 0."""
-    fill = SPEC_DEFAULT_LAM if all(getattr(cfg, n) is None for n in SPEC_LAMS) else 0.0
-    for n in SPEC_LAMS:
-        if getattr(cfg, n) is None:
-            setattr(cfg, n, fill)
-    if all(getattr(cfg, n) == 0 for n in SPEC_LAMS):
-        raise ConfigError(
-            "lam_q",
-            "lam_q, lam_k and lam_v are all 0, which turns "
-            "Specformer off; use regularizer: none for the baseline",
-        )
+@dataclass(frozen=True)
+class SpecformerSettings:
+    """Specformer's settings (Hu et al. 2024): None of lam_q/lam_k/lam_v given: all three 1e-2
+    (the paper's joint setting); some given: the others 0. Not all 0: that is the baseline in
+    disguise (``regularizer: none``)."""
 
+    lam_q: Optional[float] = None
+    """Specformer: weight of sum_{l,h} sigma_1(W_Q)^2 (>= 0). Default: see SpecformerSettings."""
+    lam_k: Optional[float] = None
+    """Specformer: weight of sum_{l,h} sigma_1(W_K)^2 (>= 0). Default: see SpecformerSettings."""
+    lam_v: Optional[float] = None
+    """Specformer: weight of sum_{l,h} sigma_1(W_V)^2 (>= 0). Default: see SpecformerSettings."""
+    spec_power_iters: int = 1
+    """Specformer: power iterations per training step on persistent vectors (>= 1). Default 1."""
 
-def _lam_setting(name: str, which: str) -> Setting:
-    return Setting(
-        name,
-        float,
-        f"Specformer: weight of sum_{{l,h}} sigma_1(W_{which})^2 (>= 0). "
-        "Default: see module docstring.",
-        None,
-        lambda v: check_positive(name, v, allow_zero=True),
-    )
+    def __post_init__(self) -> None:
+        for n in SPEC_LAMS:
+            if getattr(self, n) is not None:
+                check_positive(n, getattr(self, n), allow_zero=True)
+        check_power_iters(self.spec_power_iters)
+        fill = SPEC_DEFAULT_LAM if all(getattr(self, n) is None for n in SPEC_LAMS) else 0.0
+        for n in SPEC_LAMS:
+            if getattr(self, n) is None:
+                object.__setattr__(self, n, fill)
+        if all(getattr(self, n) == 0 for n in SPEC_LAMS):
+            raise ConfigError(
+                "lam_q",
+                "lam_q, lam_k and lam_v are all 0, which turns "
+                "Specformer off; use regularizer: none for the baseline",
+            )
 
 
 SPECFORMER = RegularizerSpec(
     name="specformer",
-    impl="lipsweep.regularizers.specformer:SpecformerRegularizer",
     doc="Hu et al. 2024",
     title="Specformer",
-    settings=(
-        _lam_setting("lam_q", "Q"),
-        _lam_setting("lam_k", "K"),
-        _lam_setting("lam_v", "V"),
-        Setting(
-            "spec_power_iters",
-            int,
-            "Specformer: power iterations per training step on "
-            "persistent vectors (>= 1). Default 1.",
-            1,
-            check_power_iters,
-            shown=False,
-        ),
-    ),
-    resolve=_specformer_resolve,
+    settings=SpecformerSettings,
+    hidden=("spec_power_iters",),
     sweep_label=lambda f: (
         f"specformer ({f.get('lam_q', 0)}, {f.get('lam_k', 0)}, {f.get('lam_v', 0)})"
     ),
@@ -184,5 +176,6 @@ SPECFORMER = RegularizerSpec(
     line="--",
 )
 
-for _spec in (NONE, JASMIN, SPECFORMER):
-    register_regularizer(_spec)
+declare_regularizer(NONE, "lipsweep.regularizers.base:NoRegularizer")
+declare_regularizer(JASMIN, "lipsweep.regularizers.jasmin:JasminRegularizer")
+declare_regularizer(SPECFORMER, "lipsweep.regularizers.specformer:SpecformerRegularizer")

@@ -1,149 +1,143 @@
-"""Regularizer settings: one flat dataclass, part of each trial's flat config (docs/contract.md
-params).
+"""The regularizer section of a trial's flat config (docs/contract.md params).
 
-Its fields are ``regularizer`` plus every registered spec's settings (:mod:`.builtin`), in
-registration order; registering a regularizer adds its fields. None means "does not apply to
-this regularizer". Setting a field that belongs to another regularizer is an error
-(ConfigError naming the field). Defaults filled for the applicable fields when left None:
-
-- ``jasmin``: k=0, lam=1e-2, aggregation='mean' (the paper's first Table 3 row).
-- ``specformer``: if none of lam_q/lam_k/lam_v is given, all three are 1e-2 (the paper's joint
-  setting); if some are given, the others are 0.0. At least one must be > 0: a Specformer
-  with all lambdas 0 is the baseline in disguise (use ``regularizer: none``), and likewise
-  JaSMin with lam=0. spec_power_iters=1 (the authors' one iteration per step).
-- ``none``: nothing may be set.
-
-Each rule lives once, in the spec, and runs here; classes built from this config don't
-re-check.
+:class:`RegularizerConfig` is the ``regularizer`` key plus the chosen member's own frozen
+settings dataclass (:mod:`.builtin`: ``JasminSettings`` k/lam/aggregation,
+``SpecformerSettings`` lam_q/lam_k/lam_v/spec_power_iters), validated once in that
+dataclass's ``__post_init__``. Its flat keys are ``regularizer`` plus every registered
+member's settings. Setting a key that belongs to another regularizer is an error
+(ConfigError naming the key); None means "not set".
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
-import lipsweep.regularizers.builtin  # noqa: F401  (registers the built-in specs)
 from lipsweep.core.config_base import ConfigError, from_mapping
+from lipsweep.core.field_docs import field_docs
 from lipsweep.regularizers._registry import (
-    all_settings,
-    find_spec,
-    get_regularizer_class,
+    REGULARIZERS,
     list_regularizers,
-    on_change,
     regularizer_spec,
     regularizer_specs,
+    setting_names,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.regularizers.base import Regularizer
 
 
+@dataclass(frozen=True, init=False)
 class RegularizerConfig:
     """Which attention regularizer a trial trains with, and its settings (paper Sec. 4-5).
 
-    A dataclass whose fields follow the registry (see :func:`_sync_fields`)."""
+    ``RegularizerConfig(regularizer="jasmin", k=10)``: the keywords are the member's flat
+    settings; ``cfg.k`` reads ``cfg.settings.k``.
+    """
 
-    regularizer: str = "none"
+    regularizer: str
+    settings: Any
+    """The member's frozen settings dataclass, validated."""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.regularizer, str) or self.regularizer not in list_regularizers():
+    def __init__(self, regularizer: str = "none", **values: Any) -> None:
+        self._build(regularizer, values, coerce=False)
+
+    def _build(self, regularizer: Any, values: Mapping[str, Any], coerce: bool) -> None:
+        if not isinstance(regularizer, str) or regularizer not in REGULARIZERS:
             raise ConfigError(
-                "regularizer", f"must be one of {list_regularizers()}, got {self.regularizer!r}"
+                "regularizer", f"must be one of {list_regularizers()}, got {regularizer!r}"
             )
-        spec = regularizer_spec(self.regularizer)
-        own = {s.name for s in spec.settings}
-        for s in all_settings():
-            if getattr(self, s.name) is not None and s.name not in own:
-                owners = [
-                    r.name for r in regularizer_specs() if s.name in {t.name for t in r.settings}
-                ]
+        spec = regularizer_spec(regularizer)
+        own = set(spec.setting_names)
+        known = set(setting_names())
+        for name, value in values.items():
+            if name in own or value is None:
+                continue
+            if name not in known:
                 raise ConfigError(
-                    s.name,
-                    f"does not apply to regularizer {self.regularizer!r} "
-                    f"(it is a setting of {' / '.join(owners) or 'none'}); "
-                    "remove it or change `regularizer`",
+                    name, f"unknown setting; known settings are {sorted(known | {'regularizer'})}"
                 )
-        for s in spec.settings:
-            value = getattr(self, s.name)
-            if value is None:
-                setattr(self, s.name, s.default)
-            elif s.check is not None:
-                s.check(value)
-        if spec.resolve is not None:
-            spec.resolve(self)
+            owners = [s.name for s in regularizer_specs() if name in s.setting_names]
+            raise ConfigError(
+                name,
+                f"does not apply to regularizer {regularizer!r} "
+                f"(it is a setting of {' / '.join(owners) or 'none'}); "
+                "remove it or change `regularizer`",
+            )
+        given = {k: v for k, v in values.items() if k in own and v is not None}
+        object.__setattr__(self, "regularizer", regularizer)
+        settings = from_mapping(spec.settings, given) if coerce else spec.settings(**given)
+        object.__setattr__(self, "settings", settings)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "settings":
+            raise AttributeError(name)
+        try:
+            return getattr(self.settings, name)
+        except AttributeError:
+            raise AttributeError(
+                f"{type(self).__name__} of {self.regularizer!r} has no setting {name!r}"
+            ) from None
 
     def check_tokens(self, num_tokens: int) -> None:
         """Raise ConfigError naming the field if the settings do not fit a model with
         ``num_tokens`` tokens (JaSMin: every attention row needs k+1 entries)."""
-        spec = find_spec(self.regularizer)
-        if spec is not None and spec.check_tokens is not None:
-            spec.check_tokens(self, num_tokens)
+        check = getattr(self.settings, "check_tokens", None)
+        if check is not None:
+            check(num_tokens)
 
     def to_flat(self) -> dict[str, Any]:
         """The set fields as a flat dict (None fields omitted): Tune sample / MLflow params."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) is not None
-        }
+        flat = {"regularizer": self.regularizer}
+        flat.update((k, v) for k, v in dataclasses.asdict(self.settings).items() if v is not None)
+        return flat
 
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> "RegularizerConfig":
-        """Build from a merged flat trial config, reading only this dataclass's keys."""
-        return from_mapping(cls, values, strict=False)
+        """Build from a merged flat trial config, reading only this section's keys, with the
+        member's settings coerced to their types (YAML strings such as ``1e-3``)."""
+        keys = set(cls.flat_keys())
+        values = {k: v for k, v in values.items() if k in keys}
+        cfg = cls.__new__(cls)
+        cfg._build(values.pop("regularizer", "none"), values, coerce=True)
+        return cfg
+
+    @staticmethod
+    def flat_keys() -> tuple[str, ...]:
+        """``regularizer`` and every registered member's settings: this section's flat keys."""
+        return ("regularizer", *setting_names())
+
+    @staticmethod
+    def flat_defaults() -> dict[str, Any]:
+        """Each flat key's value when left out (``--help-settings``)."""
+        out: dict[str, Any] = {"regularizer": "none"}
+        for spec in regularizer_specs():
+            for f in dataclasses.fields(spec.settings):
+                out[f.name] = f.default if f.default is not dataclasses.MISSING else None
+        return out
 
     @classmethod
     def __field_docs__(cls) -> dict[str, str]:
-        """Field docs for ``--help-settings``, from the registered specs."""
+        """Field docs for ``--help-settings``, from the members' settings dataclasses."""
         known = ", ".join(f"'{s.name}' ({s.doc})" for s in regularizer_specs())
         docs = {"regularizer": f"One of {known}."}
-        docs.update({s.name: s.doc for s in all_settings()})
+        for spec in regularizer_specs():
+            docs.update(field_docs(spec.settings))
         return docs
 
 
-_GENERATED = (
-    "__init__",
-    "__repr__",
-    "__eq__",
-    "__match_args__",
-    "__dataclass_fields__",
-    "__dataclass_params__",
-)
+def create_regularizer_from_config(cfg: RegularizerConfig) -> "Regularizer":
+    """Build the regularizer a validated :class:`RegularizerConfig` describes (the class's
+    ``from_config`` gets the member's settings dataclass)."""
+    return REGULARIZERS.load(cfg.regularizer).from_config(cfg.settings)  # type: ignore[attr-defined]
 
 
-def _sync_fields(cls: type = RegularizerConfig) -> None:
-    """(Re)make ``cls`` a dataclass with ``regularizer`` plus every registered setting, in
-    place, so that every importer's reference stays valid."""
-    for name in getattr(cls, "__dataclass_fields__", {}):
-        if name != "regularizer" and name in cls.__dict__:
-            delattr(cls, name)
-    for attr in _GENERATED:
-        if attr in cls.__dict__:
-            delattr(cls, attr)
-    annotations: dict[str, Any] = {"regularizer": str}
-    for s in all_settings():
-        annotations[s.name] = Optional[s.type]
-        setattr(cls, s.name, None)
-    cls.__annotations__ = annotations
-    dataclasses.dataclass(cls)
+def create_regularizer(name_or_cfg: Union[str, RegularizerConfig], **kwargs: Any) -> "Regularizer":
+    """Build a regularizer from its name and settings, or from a ``RegularizerConfig``.
 
-
-_sync_fields()
-on_change(_sync_fields)
-
-
-def create_regularizer_from_config(cfg: "RegularizerConfig") -> "Regularizer":
-    """Build the regularizer a validated :class:`RegularizerConfig` describes."""
-    return get_regularizer_class(cfg.regularizer).from_config(cfg)
-
-
-def create_regularizer(
-    name_or_cfg: Union[str, "RegularizerConfig"], **kwargs: Any
-) -> "Regularizer":
-    """Build a regularizer from its name and config fields, or from a ``RegularizerConfig``.
-
-    ``kwargs`` are the regularizer's settings (its spec's ``settings``); they are validated
-    exactly as a YAML/Tune config would be, and unset ones take the documented defaults.
+    ``kwargs`` are the regularizer's settings; they are validated exactly as a YAML/Tune
+    config would be, and unset ones take the documented defaults.
     """
     if isinstance(name_or_cfg, RegularizerConfig):
         if kwargs:
@@ -160,5 +154,11 @@ def create_regularizer(
     regularizer_spec(name_or_cfg)  # unknown name -> ConfigError naming the field
     if "regularizer" in kwargs:
         raise ValueError("the regularizer is named by the first argument, not by a keyword")
-    cfg = from_mapping(RegularizerConfig, {"regularizer": name_or_cfg, **kwargs})
-    return create_regularizer_from_config(cfg)
+    unknown = sorted(k for k in kwargs if k not in setting_names())
+    if unknown:
+        raise ConfigError(
+            unknown[0], f"unknown setting; known settings are {sorted(setting_names())}"
+        )
+    return create_regularizer_from_config(
+        RegularizerConfig.from_flat({"regularizer": name_or_cfg, **kwargs})
+    )

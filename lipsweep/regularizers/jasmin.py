@@ -30,20 +30,21 @@ batch 512 instead of materialised maps, are in docs/benchmarks.md ("Why these de
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
 from torch import nn
 
 from lipsweep.core.config_base import check_choice, check_int, check_positive
 from lipsweep.regularizers._ranked_softmax import Workspace, ranked_softmax_probs
+from lipsweep.regularizers._registry import register_regularizer
 from lipsweep.regularizers.base import Regularizer
 from lipsweep.regularizers.builtin import (
     AGGREGATIONS,
     DEFAULT_AGGREGATION,
     DEFAULT_K,
     DEFAULT_LAM,
-    JASMIN,
+    JasminSettings,
     check_jasmin_k,
     check_k_tokens,
 )
@@ -183,6 +184,7 @@ def jasmin_penalty_from_qk(
     return sum(_aggregate(_log_ratio(r, k, eps), aggregation) for r in ranked)
 
 
+@register_regularizer("jasmin")
 class JasminRegularizer(Regularizer):
     """JaSMin_k with weight ``lam`` (paper Sec. 4); term name ``'jasmin'``.
 
@@ -196,8 +198,6 @@ class JasminRegularizer(Regularizer):
         >>> reg.attach(model); model.train()
         >>> loss = F.cross_entropy(model(x), y) + reg.weights["jasmin"] * reg.terms()["jasmin"]
     """
-
-    name: ClassVar[str] = JASMIN.name
 
     def __init__(
         self,
@@ -219,7 +219,7 @@ class JasminRegularizer(Regularizer):
         self._workspace = Workspace()
 
     @classmethod
-    def from_config(cls, cfg) -> "JasminRegularizer":
+    def from_config(cls, cfg: JasminSettings) -> "JasminRegularizer":
         reg = cls.__new__(cls)
         reg._setup(cfg.k, cfg.lam, cfg.aggregation, JASMIN_EPS)
         return reg

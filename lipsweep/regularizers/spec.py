@@ -1,53 +1,40 @@
-"""What a regularizer declares once (torch-free): its settings, their rules, its labels.
+"""How a regularizer shows itself (torch-free): its settings dataclass, labels and plot style.
 
-A :class:`RegularizerSpec` is the whole vocabulary of one regularizer. Config parsing
-(:class:`~lipsweep.regularizers.config.RegularizerConfig`), ``--help-settings``, sweep labels
-and run names, the Pareto table, plot legends and the export card read it from the registry
-(:func:`~lipsweep.regularizers.regularizer_spec`), so a new regularizer is one spec and one
-class. The class (which needs torch) is named by ``impl`` and imported on first use.
+A :class:`RegularizerSpec` is the light record of one member of the regularizer family
+(:mod:`lipsweep.regularizers._registry`): ``--help-settings``, sweep labels and run names, the
+Pareto table, plot legends and the export card read it, and the config builds its
+``settings`` dataclass. The class that needs torch is loaded on first use.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One flat config key a regularizer owns (an MLflow param, docs/contract.md).
-
-    ``check(value)`` raises ConfigError naming the key; it runs once, when the config is
-    built, on a value already coerced to ``type``. ``default`` fills the key when left unset
-    (None: the spec's ``resolve`` fills it). ``shown`` keys appear in labels, the Pareto table
-    and the export card.
-    """
-
-    name: str
-    type: type
-    doc: str
-    default: Any = None
-    check: Optional[Callable[[Any], None]] = None
-    shown: bool = True
+class NoSettings:
+    """A regularizer without settings (the baseline)."""
 
 
 @dataclass(frozen=True)
 class RegularizerSpec:
-    """A regularizer's vocabulary: name, settings, rules, labels and plot style."""
+    """A regularizer's vocabulary: name, settings dataclass, labels and plot style."""
 
     name: str
     """The registry key and the ``regularizer`` config value."""
-    impl: Union[str, type]
-    """The class, or ``"module:Class"`` imported on first use (keeps this layer torch-free)."""
     doc: str
     """A few words for the ``regularizer`` field's help, e.g. ``paper Sec. 4``."""
+    settings: type = NoSettings
+    """Frozen dataclass of the regularizer's flat config keys (MLflow params,
+    docs/contract.md), validated once in its ``__post_init__``; a field's docstring is its
+    ``--help-settings`` text. Optional ``check_tokens(self, num_tokens)``: the rule against
+    the model."""
+    hidden: tuple[str, ...] = ()
+    """Settings left out of labels, the Pareto table and the export card."""
     title: str = ""
     """Name in the paper's notation for tables and legends (default: ``name``)."""
-    settings: tuple[Setting, ...] = ()
-    resolve: Optional[Callable[[Any], None]] = None
-    """Cross-setting defaults and rules, run after each setting's own check."""
-    check_tokens: Optional[Callable[[Any, int], None]] = None
-    """Rule against the model: ``check_tokens(cfg, num_tokens)`` raises ConfigError."""
     sweep_label: Optional[Callable[[Mapping[str, Any]], str]] = None
     """Label from a flat trial config (``--dry-run``, run names); default ``name k=v ...``."""
     table_label: Optional[Callable[[Mapping[str, str]], str]] = None
@@ -63,10 +50,26 @@ class RegularizerSpec:
     legend: str = ""
     """Legend entry (default: ``title``)."""
 
+    def __post_init__(self) -> None:
+        if not (
+            dataclasses.is_dataclass(self.settings) and self.settings.__dataclass_params__.frozen
+        ):  # type: ignore[attr-defined]
+            raise TypeError(f"regularizer {self.name!r}: settings must be a frozen dataclass")
+        unknown = set(self.hidden) - set(self.setting_names)
+        if unknown:
+            raise ValueError(
+                f"regularizer {self.name!r}: hidden {sorted(unknown)} are not settings"
+            )
+
+    @property
+    def setting_names(self) -> tuple[str, ...]:
+        """The flat config keys this regularizer owns, in order."""
+        return tuple(f.name for f in dataclasses.fields(self.settings))
+
     @property
     def shown(self) -> tuple[str, ...]:
         """The settings labels, the Pareto table and the export card show, in order."""
-        return tuple(s.name for s in self.settings if s.shown)
+        return tuple(n for n in self.setting_names if n not in self.hidden)
 
     @property
     def display(self) -> str:

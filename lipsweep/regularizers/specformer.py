@@ -19,16 +19,15 @@ are still reported (for logging) but computed without autograd.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from lipsweep.core.config_base import check_positive
+from lipsweep.regularizers._registry import register_regularizer
 from lipsweep.regularizers.base import Regularizer
 from lipsweep.regularizers.builtin import SPEC_DEFAULT_LAM as DEFAULT_LAM
-from lipsweep.regularizers.builtin import SPECFORMER, check_power_iters
+from lipsweep.regularizers.builtin import SpecformerSettings, check_power_iters
 
 TERMS = ("spec_q", "spec_k", "spec_v")
 
@@ -76,6 +75,7 @@ def spectral_norms(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.T
     return torch.bmm(torch.bmm(u.unsqueeze(1), w), v.unsqueeze(-1)).view(-1)
 
 
+@register_regularizer("specformer")
 class SpecformerRegularizer(Regularizer):
     """Squared spectral norms of every head's W_Q, W_K, W_V; terms 'spec_q', 'spec_k', 'spec_v'.
 
@@ -88,8 +88,6 @@ class SpecformerRegularizer(Regularizer):
         >>> reg.attach(model)
         >>> terms = reg.terms()     # one power iteration, then sum_{l,h} sigma_1^2 per kind
     """
-
-    name: ClassVar[str] = SPECFORMER.name
 
     def __init__(
         self,
@@ -113,7 +111,7 @@ class SpecformerRegularizer(Regularizer):
         self._v = torch.empty(0)
 
     @classmethod
-    def from_config(cls, cfg) -> "SpecformerRegularizer":
+    def from_config(cls, cfg: SpecformerSettings) -> "SpecformerRegularizer":
         reg = cls.__new__(cls)
         reg._setup(cfg.lam_q, cfg.lam_k, cfg.lam_v, cfg.spec_power_iters, 0)
         return reg

@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import yaml
 
@@ -42,7 +42,6 @@ from lipsweep.core.config_base import (
 from lipsweep.core.metric_names import EPOCH_METRICS, probe_metrics
 from lipsweep.data.config import DataConfig
 from lipsweep.lipschitz.config import LipschitzConfig
-from lipsweep.regularizers import on_change as on_regularizers_change
 from lipsweep.regularizers.config import RegularizerConfig
 from lipsweep.settings.probe_config import ProbeConfig
 from lipsweep.vit.config import ModelConfig
@@ -172,18 +171,41 @@ SECTIONS: dict[str, type] = {
 }
 
 
+def section_keys(cls: type) -> tuple[str, ...]:
+    """The flat keys of a section: its fields, or ``cls.flat_keys()`` where they follow a
+    family (the regularizer section: ``regularizer`` plus every member's settings)."""
+    keys = getattr(cls, "flat_keys", None)
+    return tuple(keys()) if keys is not None else tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _section_fields() -> dict[str, str]:
     owner: dict[str, str] = {}
     for sec, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            if f.name in owner:  # pragma: no cover - a programming error, caught by tests
-                raise RuntimeError(f"field {f.name} is in both {owner[f.name]} and {sec}")
-            owner[f.name] = sec
+        for name in section_keys(cls):
+            if name in owner:  # pragma: no cover - a programming error, caught by tests
+                raise RuntimeError(f"field {name} is in both {owner[name]} and {sec}")
+            owner[name] = sec
     return owner
 
 
-FIELD_SECTION = _section_fields()
-on_regularizers_change(lambda: (FIELD_SECTION.clear(), FIELD_SECTION.update(_section_fields())))
+class _FieldSections(Mapping[str, str]):
+    """Flat key -> section, read from the sections on each use (a family that gains a
+    member gains keys: no listener, no cache to keep in step)."""
+
+    def __getitem__(self, key: str) -> str:
+        return _section_fields()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_section_fields())
+
+    def __len__(self) -> int:
+        return len(_section_fields())
+
+    def __contains__(self, key: object) -> bool:
+        return key in _section_fields()
+
+
+FIELD_SECTION: Mapping[str, str] = _FieldSections()
 
 
 @dataclass
@@ -274,7 +296,9 @@ class TrialConfig:
         """One flat dict of JSON scalars/lists; fields that do not apply (None) are left out."""
         flat: dict[str, Any] = {}
         for sec in SECTIONS:
-            for k, v in dataclasses.asdict(getattr(self, sec)).items():
+            part = getattr(self, sec)
+            values = part.to_flat() if hasattr(part, "flat_keys") else dataclasses.asdict(part)
+            for k, v in values.items():
                 if v is not None:
                     flat[k] = list(v) if isinstance(v, tuple) else v
         return flat
@@ -283,15 +307,16 @@ class TrialConfig:
     def from_flat(cls, values: Mapping[str, Any], source: Optional[str] = None) -> "TrialConfig":
         """Inverse of :meth:`to_flat`. Unknown keys and bad values raise ConfigError."""
         try:
-            unknown = sorted((k for k in values if k not in FIELD_SECTION), key=str)
+            owner = _section_fields()
+            unknown = sorted((k for k in values if k not in owner), key=str)
             if unknown:
                 raise ConfigError(
                     key_name(unknown[0]), "unknown setting" + _suggest(str(unknown[0]))
                 )
             parts: dict[str, dict[str, Any]] = {sec: {} for sec in SECTIONS}
             for k, v in values.items():
-                parts[FIELD_SECTION[k]][k] = v
-            built = {sec: from_mapping(SECTIONS[sec], parts[sec]) for sec in SECTIONS}
+                parts[owner[k]][k] = v
+            built = {sec: _build(SECTIONS[sec], parts[sec]) for sec in SECTIONS}
             if "num_classes" not in values:  # follows the data (npz/imagefolder: any number)
                 built["model"] = dataclasses.replace(
                     built["model"], num_classes=built["data"].num_classes
@@ -311,6 +336,10 @@ class TrialConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_flat(), indent=2, sort_keys=True)
+
+
+def _build(cls: type, values: Mapping[str, Any]) -> Any:
+    return cls.from_flat(values) if hasattr(cls, "flat_keys") else from_mapping(cls, values)  # type: ignore[attr-defined]
 
 
 def _suggest(name: str) -> str:
@@ -371,13 +400,21 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def settings_help() -> str:
     """Every setting with its section, default and docstring (for --help-settings)."""
-    from lipsweep.settings.docs import field_docs
+    from lipsweep.core.field_docs import field_docs
 
     lines = []
     for sec, cls in SECTIONS.items():
         lines.append(f"[{sec}]")
         docs = field_docs(cls)
-        for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            lines.append(f"  {f.name} = {default!r}\n      {docs.get(f.name, '')}")
+        declared = getattr(cls, "flat_defaults", None)
+        defaults = (
+            declared()
+            if declared is not None
+            else {
+                f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(cls)
+            }
+        )
+        for name, default in defaults.items():
+            lines.append(f"  {name} = {default!r}\n      {docs.get(name, '')}")
     return "\n".join(lines)

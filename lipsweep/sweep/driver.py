@@ -577,7 +577,7 @@ def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:
 
 def dry_run_lines(spec: SweepSpec) -> list[str]:
     """Human-readable list of the trials a sweep would run (no Ray)."""
-    from lipsweep.regularizers import all_settings
+    from lipsweep.regularizers import setting_names
     from lipsweep.sweep.space import recipe_lines, trial_label
 
     kind = spec.search.algorithm if spec.search else "grid"
@@ -589,7 +589,7 @@ def dry_run_lines(spec: SweepSpec) -> list[str]:
     ]
     lines += recipe_lines(spec)
     if spec.trials:
-        labelled = {"regularizer", "seed", *(s.name for s in all_settings())}
+        labelled = {"regularizer", "seed", *setting_names()}
         varying = sorted(
             {k for t in spec.trials for k in t if any(t.get(k) != u.get(k) for u in spec.trials)}
         )

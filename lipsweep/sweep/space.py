@@ -454,7 +454,7 @@ def _label_keys() -> tuple[str, ...]:
     """Keys that name a trial in an error: the regularizer and the first two settings of
     each registered regularizer."""
     return ("regularizer",) + tuple(
-        s.name for spec in regularizer_specs() for s in spec.settings[:2]
+        n for spec in regularizer_specs() for n in spec.setting_names[:2]
     )
 
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 def field_docs(cls: type) -> dict[str, str]:
     """Map field name -> its doc: ``cls.__field_docs__()`` where a class declares its fields
-    elsewhere (the regularizer registry), else the docstring right below each field."""
+    elsewhere (the regularizer section), else the docstring right below each field."""
     declared = getattr(cls, "__field_docs__", None)
     return declared() if callable(declared) else _source_field_docs(cls)
 

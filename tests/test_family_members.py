@@ -1,0 +1,166 @@
+"""A new member of each family is one file (issue 30 item 2): a regularizer, an attack and a
+Lipschitz estimator defined here, in a test module, and added with their family's decorator,
+pass config validation (errors naming their fields) and run in one tiny trial."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from _sweep_helpers import TINY_FLAT
+from torch import nn
+
+from lipsweep.attacks import ATTACKS, Attack, register_attack, unregister_attack
+from lipsweep.core.config_base import ConfigError, check_positive
+from lipsweep.lipschitz import register_estimator, unregister_estimator
+from lipsweep.regularizers import (
+    Regularizer,
+    RegularizerSpec,
+    is_regularizer,
+    register_regularizer,
+    unregister_regularizer,
+)
+from lipsweep.settings.config import TrialConfig
+
+# ------------------------------------------------------------------ a regularizer
+
+
+@dataclass(frozen=True)
+class LogitSettings:
+    logit_lam: float = 0.5
+    """Logit penalty: weight (> 0). Default 0.5."""
+
+    def __post_init__(self) -> None:
+        check_positive("logit_lam", self.logit_lam)
+
+
+LOGIT = RegularizerSpec(name="logit_pen", doc="test only", settings=LogitSettings)
+
+
+class LogitPenalty(Regularizer):
+    """Mean squared logit of the last training forward (a test-only penalty)."""
+
+    terms_taken = 0
+
+    def __init__(self, lam: float) -> None:
+        self.lam, self._out, self._hook = lam, None, None
+
+    @classmethod
+    def from_config(cls, cfg: LogitSettings) -> "LogitPenalty":
+        return cls(cfg.logit_lam)
+
+    def attach(self, model: nn.Module) -> None:
+        self._hook = model.register_forward_hook(lambda m, i, out: setattr(self, "_out", out))
+
+    def detach(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+
+    def terms(self) -> dict[str, torch.Tensor]:
+        type(self).terms_taken += 1
+        return {"logit_pen": self._out.float().pow(2).mean()}
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {"logit_pen": self.lam}
+
+
+# ------------------------------------------------------------------ an attack
+
+
+class SignNoise(Attack):
+    """x + eps * a fixed random sign pattern (a test-only attack)."""
+
+    @classmethod
+    def from_config(cls, model: nn.Module, eps: float, cfg: Any) -> "SignNoise":
+        return cls(model, eps, precision=cfg.attack_precision)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        g = torch.Generator().manual_seed(0)
+        sign = torch.randint(0, 2, x.shape, generator=g).to(x) * 2 - 1
+        return (x + self.eps * sign).clamp(0.0, 1.0)
+
+
+# ------------------------------------------------------------------ an estimator
+
+
+class LogitNorm:
+    """||f(x)||_2 of each sample (a test-only estimator)."""
+
+    outputs = ("logit_norm",)
+
+    def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            return {"logit_norm": model(x).float().norm(dim=1)}
+
+
+@pytest.fixture()
+def members():
+    """Each family's decorator, as a plugin module would apply it; removed after the test."""
+    register_regularizer("logit_pen", spec=LOGIT)(LogitPenalty)
+    register_attack("sign_noise", eps_field="fgsm_eps", metric_prefix="signnoise")(SignNoise)
+    register_estimator("logit_norm")(LogitNorm)
+    yield
+    unregister_regularizer("logit_pen")
+    unregister_attack("sign_noise")
+    unregister_estimator("logit_norm")
+
+
+FLAT = {
+    **TINY_FLAT,
+    "epochs": 1,
+    "train_size": 64,
+    "regularizer": "logit_pen",
+    "logit_lam": 0.25,
+    "attacks": ["sign_noise"],
+    "fgsm_eps": [8],
+    "lip_estimators": ["logit_norm"],
+    "lip_images": 8,
+    "lip_tokens": False,
+    "lip_softmax": False,
+    "lip_head_bounds": False,
+}
+
+
+def test_members_defined_in_a_test_module_validate(members):
+    cfg = TrialConfig.from_flat(FLAT)
+    assert cfg.to_flat()["logit_lam"] == 0.25 and cfg.regularizer.settings == LogitSettings(0.25)
+    assert TrialConfig.from_flat(cfg.to_flat()) == cfg
+    assert cfg.robustness.metric_names() == ["acc_clean", "acc_signnoise_8"]
+    assert ATTACKS.entry("sign_noise").info["vocab"].eps_field == "fgsm_eps"
+    for bad, field in [
+        ({"logit_lam": -1}, "logit_lam"),
+        ({"regularizer": "jasmin"}, "logit_lam"),  # another member's setting
+        ({"attacks": ["sign_nois"]}, "attacks"),
+        ({"lip_estimators": ["logit_nrm"]}, "lip_estimators"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            TrialConfig.from_flat({**FLAT, **bad})
+        assert err.value.field == field, (bad, err.value)
+
+
+def test_members_defined_in_a_test_module_train_and_measure(members, tmp_path):
+    from lipsweep.trial.run import run_trial
+
+    LogitPenalty.terms_taken = 0
+    result = run_trial(TrialConfig.from_flat(FLAT), tmp_path, progress=False)
+    assert LogitPenalty.terms_taken == 1  # 64 images, batch 64: one step with the penalty
+    assert 0.0 <= result.metrics["acc_signnoise_8"] <= result.metrics["acc_clean"]
+    assert result.metrics["lip_logit_norm_logit_norm_mean"] > 0
+
+
+def test_a_member_needs_its_light_facts():
+    with pytest.raises(TypeError, match="not declared"):
+        register_regularizer("nameless")(LogitPenalty)
+    with pytest.raises(TypeError, match="outputs"):
+        register_estimator("no_outputs")(lambda: None)
+    with pytest.raises(ValueError, match="already a setting of 'jasmin'"):
+        register_regularizer(spec=RegularizerSpec("clash", "x", settings=_KSettings))(LogitPenalty)
+    assert not is_regularizer("nameless") and not is_regularizer("clash")
+
+
+@dataclass(frozen=True)
+class _KSettings:
+    k: int = 2
