@@ -399,7 +399,9 @@ def synthetic_trial(config: dict) -> None:
     for e in range(1, flat["epochs"] + 1):
         acc = 10 * flat["x"] + e + 0.1 * flat["seed"]
         tune.report({"epoch": e, "acc_clean": acc, "loss": 1 - flat["x"] + 1 / e})
-        time.sleep(0.2)  # seeds of one configuration interleave
+        # seeds of one configuration interleave, and the driver handles each report before
+        # the trial has run ahead to its end (a loaded box delays it: 0.2 s failed once)
+        time.sleep(0.5)
 
 
 class _RunTracker(_Tracker):
