@@ -241,6 +241,11 @@ def test_monotone_check():
     assert check_monotone(dict(ok, acc_pgd_2=45))  # PGD weaker than FGSM
     assert check_monotone(dict(ok, acc_aa_2=22))  # AutoAttack weaker than PGD
     assert check_monotone(dict(ok, acc_aa_2=20.5)) == []  # within the 1-point slack
+    # on 64 images one image is 1.5625 points: PGD one image above FGSM is noise, two are not
+    # (the trained-model tests warned at 14 vs 13 of 64 images under one thread's rounding)
+    one_up = dict(ok, acc_fgsm_4=100 * 13 / 64, acc_pgd_4=100 * 14 / 64, acc_pgd_2=100 * 14 / 64)
+    assert check_monotone(one_up) and check_monotone(one_up, images=64) == []
+    assert check_monotone(dict(one_up, acc_pgd_4=100 * 15 / 64, acc_pgd_2=25.0), images=64)
 
 
 # ---------------------------------------------------------------- config
@@ -316,7 +321,7 @@ def test_config_is_flat_and_round_trips():
 @pytest.mark.slow  # trains the session's tiny ViT (~40 s on 2 cores) unless already trained
 def test_trained_model_accuracies_are_ordered(trained_tiny_model, cifar_sample):
     """Monotone sanity on a real classifier: larger eps and stronger attacks leave less
-    accuracy (1-point slack), and AutoAttack (APGD-CE then APGD-T, 10 iterations each) is at
+    accuracy (one image of slack), and AutoAttack (APGD-CE then APGD-T, 10 iterations each) is at
     least as strong as 4-step PGD at the same eps."""
     cfg = RobustnessConfig(attack_images=64, aa_attacks=["apgd-ce", "apgd-t"])
     res = evaluate_robustness(
@@ -325,10 +330,11 @@ def test_trained_model_accuracies_are_ordered(trained_tiny_model, cifar_sample):
     assert res["warnings"] == []
     assert res["acc_clean"] > 20  # a real classifier, else the test means nothing
     assert res["acc_pgd_4"] < res["acc_clean"]  # the attacks bite
+    slack = max(1.0, 100 / res["attack_images"])  # one image: the checks' own slack
     for attack in ("fgsm", "pgd"):
-        assert res[f"acc_{attack}_4"] <= res[f"acc_{attack}_2"] + 1.0
+        assert res[f"acc_{attack}_4"] <= res[f"acc_{attack}_2"] + slack
     for e in (2, 4):
-        assert res[f"acc_pgd_{e}"] <= res[f"acc_fgsm_{e}"] + 1.0
+        assert res[f"acc_pgd_{e}"] <= res[f"acc_fgsm_{e}"] + slack
     assert res["acc_aa_2"] <= res["acc_pgd_2"]
 
 

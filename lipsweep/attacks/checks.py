@@ -17,7 +17,8 @@ logs each warning with ``logging.warning``; the driver puts them in its result u
 - ``perturbation-out-of-bounds``: an adversarial image is farther than eps from its clean
   image (L-infinity) or outside [0, 1]. The attack is broken; the number is invalid.
 - ``non-monotone-accuracy``: a stronger attack (larger eps, PGD vs FGSM, AutoAttack vs PGD)
-  leaves more accuracy than a weaker one by more than the slack: a sign of gradient masking.
+  leaves more accuracy than a weaker one by more than the slack (1 point, and at least one
+  image): a sign of gradient masking.
 """
 
 from __future__ import annotations
@@ -136,10 +137,14 @@ _METRIC = re.compile(rf"^{ACC_PREFIX}(?P<attack>[a-z0-9]+)_(?P<eps>\d+)$")
 _STRENGTH = ("fgsm", "pgd", "aa")
 
 
-def check_monotone(metrics: Mapping[str, float], slack: float = 1.0) -> list[str]:
+def check_monotone(metrics: Mapping[str, float], slack: float = 1.0, images: int = 0) -> list[str]:
     """Warn where a stronger attack leaves more accuracy (percent) than a weaker one + slack:
     larger eps vs smaller eps of one attack, and FGSM >= PGD >= AutoAttack at one eps.
-    Clean accuracy bounds them all."""
+    Clean accuracy bounds them all. On ``images`` images the slack is at least one image
+    (100 / images points): PGD's random start can miss one image that FGSM's step finds, and
+    below one image the check warned on 64 images as the kernels' rounding changed the model."""
+    if images > 0:
+        slack = max(slack, 100.0 / images)
     acc: dict[tuple[str, int], float] = {}
     for key, value in metrics.items():
         m = _METRIC.match(key)

@@ -254,7 +254,7 @@ def _evaluate(
         seconds[key] = time.perf_counter() - t0
         _log.info("%s = %.2f%% (%d images, %.1f s)", metric, metrics[metric], n, seconds[key])
     bar.close()
-    warnings += check_monotone(metrics)
+    warnings += check_monotone(metrics, images=n)
     return {
         **metrics,
         "attack_images": n,
