@@ -164,3 +164,162 @@ def test_a_member_needs_its_light_facts():
 @dataclass(frozen=True)
 class _KSettings:
     k: int = 2
+
+
+# ------------------------------------------------------------------ a searcher and a scheduler
+# They run in the sweep's driver (not in Tune's workers), so registering them here is enough
+# for a real sweep through lipsweep.api.
+
+CALLS: dict[str, int] = {}
+
+
+@dataclass(frozen=True)
+class ReversedSettings:
+    """``search: {algorithm: reversed-random, ...}``: the random draws, run last first."""
+
+    num_samples: Any = None
+    seed: Any = 0
+    metric: Any = "acc_clean"
+    mode: Any = "max"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_samples, int) or self.num_samples < 1:
+            raise ConfigError("search.num_samples", f"must be >= 1, got {self.num_samples!r}")
+
+
+def reversed_plan(settings: ReversedSettings, request: Any) -> Any:
+    from ray import tune
+
+    from lipsweep.sweep.searchers import TunePlan
+
+    CALLS["searcher"] = CALLS.get("searcher", 0) + 1
+    return TunePlan(param_space={"trial": tune.grid_search(list(request.trials)[::-1])})
+
+
+@dataclass(frozen=True)
+class HaltSettings:
+    """``scheduler: {type: halt-after, epochs: N}``: stop every trial after N epochs."""
+
+    epochs: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ConfigError("scheduler.epochs", f"must be an integer >= 1, got {self.epochs!r}")
+
+    @property
+    def type(self) -> str:
+        return "halt-after"
+
+    def metrics_used(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+
+def halt_after(settings: HaltSettings, ctx: Any) -> Any:
+    from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+    CALLS["scheduler"] = CALLS.get("scheduler", 0) + 1
+
+    class HaltAfter(FIFOScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            if result.get("epoch", 0) >= settings.epochs:
+                return TrialScheduler.STOP
+            return TrialScheduler.CONTINUE
+
+    return HaltAfter()
+
+
+@pytest.fixture()
+def search_members():
+    from lipsweep.sweep.schedulers import register_scheduler, unregister_scheduler
+    from lipsweep.sweep.searchers import SearcherInfo, register_searcher, unregister_searcher
+
+    register_searcher("reversed-random", settings=ReversedSettings, info=SearcherInfo())(
+        reversed_plan
+    )
+    register_scheduler("halt-after", settings=HaltSettings)(halt_after)
+    CALLS.clear()
+    try:
+        yield
+    finally:
+        unregister_searcher("reversed-random")
+        unregister_scheduler("halt-after")
+
+
+def _search_space(tmp_path, scheduler: str) -> Any:
+    from conftest import small_npz
+
+    data = small_npz(tmp_path / "data.npz")
+    path = tmp_path / "space.yaml"
+    path.write_text(
+        f"""name: members
+fixed:
+  model: vit_tiny_patch16_224
+  depth: 2
+  embed_dim: 64
+  num_heads: 4
+  dataset: npz
+  data_dir: {data}
+  epochs: 3
+  batch_size: 10
+  optimizer: adamw
+  aa_attacks: [apgd-ce]
+search:
+  algorithm: reversed-random
+  num_samples: 2
+  space: {{lr: {{loguniform: [1.0e-4, 1.0e-2]}}}}
+scheduler: {scheduler}
+resources: {{cpu: 1, gpu: 0}}
+max_concurrent_trials: 2
+"""
+    )
+    return path
+
+
+def test_a_searcher_and_a_scheduler_defined_in_a_test_module_validate(search_members, tmp_path):
+    from lipsweep.sweep.space import load_space
+
+    spec = load_space(_search_space(tmp_path, "{type: halt-after, epochs: 2}"))
+    assert spec.num_trials == 2 and spec.scheduler.epochs == 2
+    with pytest.raises(ConfigError, match="scheduler.epochs"):
+        load_space(_search_space(tmp_path, "{type: halt-after, epochs: 0}"))
+    with pytest.raises(ConfigError, match="scheduler.type"):
+        load_space(_search_space(tmp_path, "{type: halt-before}"))
+
+
+@pytest.mark.slow
+def test_a_searcher_and_a_scheduler_defined_in_a_test_module_drive_a_sweep(
+    search_members, tmp_path, monkeypatch
+):
+    """Through lipsweep.api, no argparse: the test's searcher plans the trials and its
+    scheduler stops each after its first epoch."""
+    import ray
+    from _sweep_helpers import ROOT, ray_sandbox
+    from ray._private.authentication.authentication_token_setup import (
+        AuthenticationTokenLoader,
+    )
+    from ray._raylet import Config
+
+    from lipsweep import api
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    with ray_sandbox() as box:
+        monkeypatch.setenv("RAY_TMPDIR", box.dir)
+        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        monkeypatch.setenv("PYTHONPATH", str(ROOT))
+        try:
+            swept = api.sweep(
+                space=_search_space(tmp_path, "{type: halt-after, epochs: 1}"),
+                storage=str(tmp_path / "ray_results"),
+                num_cpus=2,
+                tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+            )
+        finally:
+            ray.shutdown()
+            monkeypatch.undo()
+            Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()
+    assert CALLS == {"searcher": 1, "scheduler": 1}
+    assert swept.counts.total == 2 and swept.counts.stopped == 2, swept.summary

@@ -62,6 +62,11 @@ def register_scheduler(
     return SCHEDULERS.register(name, settings=settings)
 
 
+def unregister_scheduler(name: str) -> None:
+    """Remove scheduler ``name`` (a test registers a temporary one)."""
+    SCHEDULERS.remove(name)
+
+
 def list_schedulers(filter: str = "") -> list[str]:
     """Scheduler names (``scheduler.type`` values), optionally matching an fnmatch pattern."""
     return SCHEDULERS.names(filter)

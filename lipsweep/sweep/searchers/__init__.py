@@ -38,6 +38,7 @@ from lipsweep.sweep.searchers._registry import (
     searcher_info,
     searcher_settings,
     settings_keys,
+    unregister_searcher,
 )
 from lipsweep.sweep.searchers.settings import NSGASettings, OptunaSettings, RandomSettings
 
@@ -59,6 +60,7 @@ __all__ = [
     "searcher_info",
     "searcher_settings",
     "settings_keys",
+    "unregister_searcher",
 ]
 
 _BASIC = "lipsweep.sweep.searchers._basic"

@@ -153,6 +153,11 @@ def declare_searcher(name: str, impl: str, settings: type, info: SearcherInfo) -
     _SEARCHERS.declare(name, impl, settings=settings, info={"facts": info})
 
 
+def unregister_searcher(name: str) -> None:
+    """Remove searcher ``name`` (a test registers a temporary one)."""
+    _SEARCHERS.remove(name)
+
+
 def list_searchers(filter: str = "") -> list[str]:
     """Searcher names, sorted; ``filter`` is an optional fnmatch pattern."""
     return _SEARCHERS.names(filter)
