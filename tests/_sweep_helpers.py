@@ -412,3 +412,58 @@ class MlflowServer:
                 if s.connect_ex(("127.0.0.1", self.port)) != 0:
                     return
             time.sleep(0.2)
+
+
+def npz_space(tmp_path: Path, name: str, rest: str, epochs: int = 1) -> Path:
+    """The smallest sweep there is: a 2-block ViT on conftest's 20/10-image npz, ``epochs``
+    epochs, then ``rest`` (the ``grid:``/``search:``/``scheduler:`` blocks and resources)."""
+    from conftest import small_npz
+
+    data = small_npz(tmp_path / "data.npz")
+    path = tmp_path / "space.yaml"
+    path.write_text(
+        f"""name: {name}
+fixed:
+  model: vit_tiny_patch16_224
+  depth: 2
+  embed_dim: 64
+  num_heads: 4
+  dataset: npz
+  data_dir: {data}
+  epochs: {epochs}
+  batch_size: 10
+  optimizer: adamw
+  lr: 1.0e-3
+  aa_attacks: [apgd-ce]
+"""
+        + rest
+    )
+    return path
+
+
+def sweep_in_process(monkeypatch, tmp_path: Path, **options):
+    """``lipsweep.api.sweep(**options)`` in this process on 2 CPUs: a local Ray of its own
+    (RAY_TMPDIR), the workers importing this checkout, and Ray's auth mode put back after."""
+    import ray
+    from ray._private.authentication.authentication_token_setup import (
+        AuthenticationTokenLoader,
+    )
+    from ray._raylet import Config
+
+    from lipsweep import api
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):  # the sweep sets its own token
+        monkeypatch.delenv(key, raising=False)
+    with ray_sandbox() as box:
+        monkeypatch.setenv("RAY_TMPDIR", box.dir)
+        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the workers import this checkout
+        try:
+            return api.sweep(storage=str(tmp_path / "ray_results"), num_cpus=2, **options)
+        finally:
+            ray.shutdown()
+            monkeypatch.undo()  # later tests in this process see Ray's auth mode as it was
+            Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()

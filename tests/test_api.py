@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import client, ray_sandbox, sqlite_uri
-from conftest import small_npz
+from _sweep_helpers import client, npz_space, sqlite_uri, sweep_in_process
 
 from lipsweep import api
 from lipsweep.__main__ import COMMANDS, build_parser
@@ -170,62 +169,16 @@ def test_the_api_dry_run_imports_no_torch_ray_or_mlflow(tmp_path):
 
 def _space(tmp_path: Path) -> Path:
     """One tiny trial on the 20/10-image npz of conftest: the smallest sweep there is."""
-    data = small_npz(tmp_path / "data.npz")
-    path = tmp_path / "space.yaml"
-    path.write_text(
-        f"""name: api
-fixed:
-  model: vit_tiny_patch16_224
-  depth: 2
-  embed_dim: 64
-  num_heads: 4
-  dataset: npz
-  data_dir: {data}
-  epochs: 1
-  batch_size: 10
-  optimizer: adamw
-  lr: 1.0e-3
-  aa_attacks: [apgd-ce]
-grid:
-  - regularizer: none
-resources: {{cpu: 1, gpu: 0}}
-max_concurrent_trials: 1
-"""
-    )
-    return path
+    rest = "grid:\n  - regularizer: none\nresources: {cpu: 1, gpu: 0}\nmax_concurrent_trials: 1\n"
+    return npz_space(tmp_path, "api", rest)
 
 
 @pytest.mark.slow
 def test_a_tiny_sweep_end_to_end_through_the_api(tmp_path, monkeypatch):
     """sweep -> its runs, read back from MLflow -> pareto -> export, with no argparse: a
     local Ray in this process (its own RAY_TMPDIR), SQLite MLflow in tmp_path."""
-    import ray
-    from ray._private.authentication.authentication_token_setup import (
-        AuthenticationTokenLoader,
-    )
-    from ray._raylet import Config
-
     uri = sqlite_uri(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):  # the sweep sets its own token
-        monkeypatch.delenv(key, raising=False)
-    with ray_sandbox() as box:
-        monkeypatch.setenv("RAY_TMPDIR", box.dir)
-        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the workers import this checkout
-        try:
-            swept = api.sweep(
-                space=_space(tmp_path),
-                storage=str(tmp_path / "ray_results"),
-                num_cpus=2,
-                tracking_uri=uri,
-            )
-        finally:
-            ray.shutdown()
-            monkeypatch.undo()  # later tests in this process see Ray's auth mode as it was
-            Config.initialize("")
-            AuthenticationTokenLoader.instance().reset_cache()
+    swept = sweep_in_process(monkeypatch, tmp_path, space=_space(tmp_path), tracking_uri=uri)
     assert swept.ok and not swept.interrupted, swept.summary
     assert swept.experiment == "api" and swept.experiment_path.endswith("/ray_results/api")
     assert swept.counts == api.OutcomeCounts(finished=1, stopped=0, failed=0, not_run=0, total=1)

@@ -246,33 +246,14 @@ def search_members():
 
 
 def _search_space(tmp_path, scheduler: str) -> Any:
-    from conftest import small_npz
+    from _sweep_helpers import npz_space
 
-    data = small_npz(tmp_path / "data.npz")
-    path = tmp_path / "space.yaml"
-    path.write_text(
-        f"""name: members
-fixed:
-  model: vit_tiny_patch16_224
-  depth: 2
-  embed_dim: 64
-  num_heads: 4
-  dataset: npz
-  data_dir: {data}
-  epochs: 3
-  batch_size: 10
-  optimizer: adamw
-  aa_attacks: [apgd-ce]
-search:
-  algorithm: reversed-random
-  num_samples: 2
-  space: {{lr: {{loguniform: [1.0e-4, 1.0e-2]}}}}
-scheduler: {scheduler}
-resources: {{cpu: 1, gpu: 0}}
-max_concurrent_trials: 2
-"""
+    rest = (
+        "search:\n  algorithm: reversed-random\n  num_samples: 2\n"
+        "  space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}\n"
+        f"scheduler: {scheduler}\nresources: {{cpu: 1, gpu: 0}}\nmax_concurrent_trials: 2\n"
     )
-    return path
+    return npz_space(tmp_path, "members", rest, epochs=3)
 
 
 def test_a_searcher_and_a_scheduler_defined_in_a_test_module_validate(search_members, tmp_path):
@@ -292,34 +273,13 @@ def test_a_searcher_and_a_scheduler_defined_in_a_test_module_drive_a_sweep(
 ):
     """Through lipsweep.api, no argparse: the test's searcher plans the trials and its
     scheduler stops each after its first epoch."""
-    import ray
-    from _sweep_helpers import ROOT, ray_sandbox
-    from ray._private.authentication.authentication_token_setup import (
-        AuthenticationTokenLoader,
+    from _sweep_helpers import sweep_in_process
+
+    swept = sweep_in_process(
+        monkeypatch,
+        tmp_path,
+        space=_search_space(tmp_path, "{type: halt-after, epochs: 1}"),
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
     )
-    from ray._raylet import Config
-
-    from lipsweep import api
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
-        monkeypatch.delenv(key, raising=False)
-    with ray_sandbox() as box:
-        monkeypatch.setenv("RAY_TMPDIR", box.dir)
-        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        monkeypatch.setenv("PYTHONPATH", str(ROOT))
-        try:
-            swept = api.sweep(
-                space=_search_space(tmp_path, "{type: halt-after, epochs: 1}"),
-                storage=str(tmp_path / "ray_results"),
-                num_cpus=2,
-                tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-            )
-        finally:
-            ray.shutdown()
-            monkeypatch.undo()
-            Config.initialize("")
-            AuthenticationTokenLoader.instance().reset_cache()
     assert CALLS == {"searcher": 1, "scheduler": 1}
     assert swept.counts.total == 2 and swept.counts.stopped == 2, swept.summary
