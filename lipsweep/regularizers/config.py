@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
-from lipsweep.core.config_base import ConfigError, from_mapping
+from lipsweep.core.config_base import ConfigError, from_mapping, show
 from lipsweep.core.field_docs import field_docs
 from lipsweep.regularizers._registry import (
     REGULARIZERS,
@@ -46,7 +46,7 @@ class RegularizerConfig:
     def _build(self, regularizer: Any, values: Mapping[str, Any], coerce: bool) -> None:
         if not isinstance(regularizer, str) or regularizer not in REGULARIZERS:
             raise ConfigError(
-                "regularizer", f"must be one of {list_regularizers()}, got {regularizer!r}"
+                "regularizer", f"must be one of {list_regularizers()}, got {show(regularizer)}"
             )
         spec = regularizer_spec(regularizer)
         own = set(spec.setting_names)
