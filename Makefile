@@ -51,9 +51,11 @@ lint: setup
 # The wheel a user installs (issue 29): built, installed with --no-deps into a fresh target
 # beside the locked .venv (which supplies the dependencies), and run from an empty folder, so
 # nothing of the checkout (search_spaces/, configs/) stands in for the package data. CI runs it
-# after `make lint`.
+# after `make lint`; it removes setuptools' build/ and lipsweep.egg-info/ unless they were there.
 wheel-check: setup
-	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	@set -e; tmp=$$(mktemp -d); made=""; \
+	for d in build lipsweep.egg-info; do [ -e "$$d" ] || made="$$made $(CURDIR)/$$d"; done; \
+	trap 'rm -rf "$$tmp" $$made' EXIT; \
 	env -u VIRTUAL_ENV $(UV) build --quiet --wheel --out-dir "$$tmp/dist"; \
 	env -u VIRTUAL_ENV $(UV) pip install --quiet --no-deps --python .venv/bin/python \
 		--target "$$tmp/site" "$$tmp"/dist/lipsweep-*.whl; \
@@ -64,7 +66,7 @@ wheel-check: setup
 	$$py -m lipsweep --version; \
 	$$py -m lipsweep demo --help >/dev/null && echo "lipsweep demo --help: ok"; \
 	$$py -m lipsweep spaces; \
-	$$py -m lipsweep sweep paper_cifar10 --dry-run | tail -n 2; \
+	$$py -m lipsweep sweep paper_cifar10 --dry-run >"$$tmp/plan"; tail -n 2 "$$tmp/plan"; \
 	test -z "$$(ls -A)" || { echo "wheel-check: the commands wrote into the empty folder" >&2; exit 1; }
 
 # The numerics tests once more on AVX2 kernels (oneDNN and ATen's own dispatch), as on a CPU

@@ -562,7 +562,7 @@ def cmd_spaces(args: argparse.Namespace) -> int:
     from lipsweep.core.shipped import space_descriptions
 
     rows = space_descriptions()
-    width = max(len(name) for name, _ in rows)
+    width = max((len(name) for name, _ in rows), default=0)
     _out("\n".join(f"{name:<{width}}  {text}".rstrip() for name, text in rows))
     return 0
 
