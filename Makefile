@@ -19,7 +19,7 @@ RUN := env -u VIRTUAL_ENV RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 \
 	MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false $(UV) run --frozen
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-avx2 lint test-faults study clean
+.PHONY: setup demo test test-avx2 lint wheel-check test-faults study clean
 
 $(CURDIR)/$(TOOLS)/bin/uv:
 	rm -rf $(TOOLS)
@@ -47,6 +47,27 @@ test: setup
 lint: setup
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
+
+# The wheel a user installs (issue 29): built, installed with --no-deps into a fresh target
+# beside the locked .venv (which supplies the dependencies), and run from an empty folder, so
+# nothing of the checkout (search_spaces/, configs/) stands in for the package data. CI runs it
+# after `make lint`; it removes setuptools' build/ and lipsweep.egg-info/ unless they were there.
+wheel-check: setup
+	@set -e; tmp=$$(mktemp -d); made=""; \
+	for d in build lipsweep.egg-info; do [ -e "$$d" ] || made="$$made $(CURDIR)/$$d"; done; \
+	trap 'rm -rf "$$tmp" $$made' EXIT; \
+	env -u VIRTUAL_ENV $(UV) build --quiet --wheel --out-dir "$$tmp/dist"; \
+	env -u VIRTUAL_ENV $(UV) pip install --quiet --no-deps --python .venv/bin/python \
+		--target "$$tmp/site" "$$tmp"/dist/lipsweep-*.whl; \
+	mkdir "$$tmp/empty"; cd "$$tmp/empty"; \
+	py="env PYTHONPATH=$$tmp/site $(CURDIR)/.venv/bin/python"; \
+	echo "built $$(basename "$$tmp"/dist/lipsweep-*.whl)"; \
+	$$py -c 'import lipsweep, sys; assert lipsweep.__file__.startswith(sys.argv[1]), lipsweep.__file__' "$$tmp/site"; \
+	$$py -m lipsweep --version; \
+	$$py -m lipsweep demo --help >/dev/null && echo "lipsweep demo --help: ok"; \
+	$$py -m lipsweep spaces; \
+	$$py -m lipsweep sweep paper_cifar10 --dry-run >"$$tmp/plan"; tail -n 2 "$$tmp/plan"; \
+	test -z "$$(ls -A)" || { echo "wheel-check: the commands wrote into the empty folder" >&2; exit 1; }
 
 # The numerics tests once more on AVX2 kernels (oneDNN and ATen's own dispatch), as on a CPU
 # without AVX-512: their tolerances must follow from the dtype and the problem, not from the

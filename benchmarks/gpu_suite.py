@@ -238,7 +238,7 @@ def load_target(path: Path) -> Target:
     """Read ``path`` with lipsweep's own space loader (no Ray, no MLflow)."""
     from lipsweep.sweep.space import load_space
 
-    path = Path(path).resolve()
+    path = Path(os.path.abspath(path))  # not resolve(): search_spaces/ is a link into lipsweep/
     spec = load_space(path)
     if not spec.trials:
         raise ValueError(f"--space {path}: no trial to project (a grid space is needed)")

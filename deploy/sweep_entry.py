@@ -27,7 +27,7 @@ ENV_FILE = "~/lipsweep.env"
 # Every subcommand of `lipsweep` (lipsweep/__main__.py); a test compares this with its parser.
 SUBCOMMANDS = (
     "train", "sweep", "pareto", "export", "report", "confirm", "demo", "models", "data",
-    "bench-search",
+    "bench-search", "spaces",
 )  # fmt: skip
 REQUIRED = ("MLFLOW_TRACKING_URI", "LIPSWEEP_STORAGE")
 

@@ -1,4 +1,4 @@
-"""The ``lipsweep`` command line: train, sweep, pareto, export, confirm, demo, models.
+"""The ``lipsweep`` command line: train, sweep, pareto, export, confirm, demo, models, spaces.
 
 Each subcommand maps to one ``cmd_*`` function in :data:`COMMANDS` (a test checks the map
 against the parser). Usage and configuration errors exit with status 2 and one line naming the
@@ -40,14 +40,15 @@ def _add_tracking(p: argparse.ArgumentParser) -> None:
 
 # One example per subcommand, shown at the end of its --help.
 EXAMPLES = {
-    "train": "lipsweep train configs/tiny.yaml --out runs/tiny --set epochs=3",
-    "sweep": "lipsweep sweep search_spaces/smoke.yaml --status-every 60",
+    "train": "lipsweep train tiny --out runs/tiny --set epochs=3",
+    "sweep": "lipsweep sweep smoke --status-every 60",
     "pareto": "lipsweep pareto --experiment smoke --tracking-uri sqlite:///mlflow.db",
     "export": "lipsweep export --experiment smoke --out exports/smoke-best",
     "report": "lipsweep report --experiment smoke --out reports/smoke",
     "confirm": "lipsweep confirm --experiment smoke --top 3 --images 1000",
     "demo": "lipsweep demo --num-cpus 2",
     "models": "lipsweep models",
+    "spaces": "lipsweep spaces",
     "data": "lipsweep data prepare --dataset cifar100 --source ~/cifar --dest s3://bucket/data",
     "bench-search": "lipsweep bench-search --table benchmarks/data/tiny_grid.csv "
     "--objective acc_clean:max --objective acc_pgd_4:max --objective lip_jacobian_median:min",
@@ -97,7 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = _add_command(sub, "train", "train and evaluate one trial, without Ray or MLflow", common)
-    p.add_argument("config", nargs="?", help="flat YAML of trial settings")
+    p.add_argument(
+        "config",
+        nargs="?",
+        help="flat YAML of trial settings, or a shipped config's name (tiny)",
+    )
     p.add_argument(
         "--out",
         default=TRAIN_OUT,
@@ -122,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--help-settings", action="store_true", help="list every setting and exit")
 
     p = _add_command(sub, "sweep", "run a sweep on Ray Tune, logging to MLflow", common)
-    p.add_argument("space", help="search-space YAML (see search_spaces/)")
+    p.add_argument(
+        "space", help="search-space YAML, or a shipped space's name (see `lipsweep spaces`)"
+    )
     p.add_argument(
         "--experiment", help="MLflow experiment / sweep name (default: the YAML's `name`)"
     )
@@ -276,7 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _add_command(
         sub, "demo", "the embedded default end to end: smoke sweep, pareto, export", common
     )
-    p.add_argument("--space", default=None, help="search space (default: smoke.yaml)")
+    p.add_argument(
+        "--space", default=None, help="search space, a path or a shipped name (default: smoke)"
+    )
     p.add_argument("--experiment", default="smoke", help="experiment name")
     p.add_argument("--out", default=None, help="export folder (default: exports/smoke-best)")
     p.add_argument("--storage", default=None, help="Ray Tune storage path")
@@ -285,6 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     # no --tracking-uri: it lists timm's ViTs and never touches MLflow (docs/contract.md)
     _add_command(sub, "models", "list the timm ViT architectures lipsweep can build", common)
+    # no --tracking-uri either: it reads the package's own files
+    _add_command(
+        sub, "spaces", "list the search spaces shipped with lipsweep (sweep NAME runs one)", common
+    )
 
     _add_data_parser(sub, common)
     _add_bench_search_parser(sub, common)
@@ -545,6 +558,15 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spaces(args: argparse.Namespace) -> int:
+    from lipsweep.core.shipped import space_descriptions
+
+    rows = space_descriptions()
+    width = max((len(name) for name, _ in rows), default=0)
+    _out("\n".join(f"{name:<{width}}  {text}".rstrip() for name, text in rows))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": cmd_train,
     "sweep": cmd_sweep,
@@ -554,6 +576,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "confirm": cmd_confirm,
     "demo": cmd_demo,
     "models": cmd_models,
+    "spaces": cmd_spaces,
     "data": cmd_data,
     "bench-search": cmd_bench_search,
 }

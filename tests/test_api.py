@@ -49,7 +49,8 @@ def test_every_flag_of_each_subcommand_is_an_option_field_with_its_default(monke
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///from-env.db")
     monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6379")
     parsers = _subparsers()
-    assert set(OPTIONS) == set(COMMANDS) - {"models", "data"}  # the two without options
+    # the three without options: lists (models, spaces) and data prepare
+    assert set(OPTIONS) == set(COMMANDS) - {"models", "spaces", "data"}
     for name, cls in OPTIONS.items():
         flags = {
             a.dest: _flag_default(a)

@@ -20,9 +20,11 @@ def test_command_map_matches_parser():
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == set(COMMANDS)
     for name, p in sub.choices.items():
-        # train, data, models and bench-search run without MLflow: no tracking option to ignore
+        # train, data, models, spaces and bench-search run without MLflow: no tracking option
+        # that they would ignore
+        no_mlflow = ("train", "data", "models", "spaces", "bench-search")
         has_uri = any("--tracking-uri" in a.option_strings for a in p._actions)
-        assert has_uri == (name not in ("train", "data", "models", "bench-search")), name
+        assert has_uri == (name not in no_mlflow), name
 
 
 def _run(tmp_path, *argv):

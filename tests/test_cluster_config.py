@@ -129,8 +129,11 @@ def test_file_mounts_and_command_paths_exist_in_the_repo(name):
                 f"only the Ray token may come from outside the repo: {remote}: {local}"
             )
             continue
-        source = (ROOT / local).resolve()
+        # the path as the repo spells it: search_spaces/ is a link to lipsweep/search_spaces/,
+        # and Ray's rsync of a folder ("./search_spaces/") copies what the link points to
+        source = Path(os.path.normpath(ROOT / local))
         assert source.exists(), f"{name}: file_mounts source {local} is not in the repo"
+        assert source.resolve().is_relative_to(ROOT), f"{name}: {local} leads out of the repo"
         assert remote.startswith(REMOTE_PROJECT + "/"), remote
         assert remote[len(REMOTE_PROJECT) + 1 :] == str(source.relative_to(ROOT)), (remote, local)
         mounted[remote] = source

@@ -16,20 +16,10 @@ from pathlib import Path
 from lipsweep.api.options import DemoOptions, ExportOptions, ParetoOptions, SweepOptions
 from lipsweep.api.results import DemoResult
 
+DEMO_SPACE = "smoke"
+"""The demo's space unless ``space`` names one: the shipped ``smoke`` (a wheel works too)."""
 DEMO_OUT = "exports/smoke-best"
 """The demo's export folder unless ``out`` names one (its parent is created)."""
-
-
-def smoke_space_path() -> Path:
-    """``search_spaces/smoke.yaml`` of the checkout (an installed package passes --space)."""
-    repo = Path(__file__).resolve().parents[2] / "search_spaces" / "smoke.yaml"
-    if not repo.is_file():
-        from lipsweep.core.config_base import UsageError
-
-        raise UsageError(
-            "--space: no search_spaces/smoke.yaml next to the package; pass --space PATH"
-        )
-    return repo
 
 
 def demo_options(
@@ -43,7 +33,7 @@ def demo_options(
 
     common = {"experiment": opts.experiment, "tracking_uri": opts.tracking_uri}
     sweep = SweepOptions(
-        space=opts.space or str(smoke_space_path()),
+        space=opts.space or DEMO_SPACE,
         storage=resolve_storage(opts.storage),
         resume=resume,
         num_cpus=opts.num_cpus,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from lipsweep.core.config_base import ConfigError, show
+from lipsweep.core.shipped import CONFIGS, SPACES, resolve
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 """A SQLite MLflow store in the working folder (docs/contract.md)."""
@@ -112,7 +113,8 @@ class TrainOptions:
     """``lipsweep train [CONFIG] [--out DIR] [--overwrite] [--set KEY=VALUE ...]``."""
 
     config: Optional[str] = None
-    """Flat YAML of trial settings (None: every setting at its default, plus ``overrides``)."""
+    """Flat YAML of trial settings, or the name of a shipped config (``tiny``); None: every
+    setting at its default, plus ``overrides``."""
     out: str = TRAIN_OUT
     """Output folder (checkpoints, metrics.json, artifacts); the same config resumes there,
     a different one is refused."""
@@ -125,6 +127,8 @@ class TrainOptions:
         from lipsweep.settings.config import parse_override
 
         _text(self, "config", optional=True, path=True)
+        if self.config is not None:
+            _set(self, "config", resolve(CONFIGS, self.config, flag("config")))
         _text(self, "out", path=True)
         _bool(self, "overwrite")
         _texts(self, "overrides")
@@ -139,7 +143,8 @@ class SweepOptions:
     """``lipsweep sweep SPACE [--experiment NAME] [--storage DIR] [--resume] ...``."""
 
     space: str
-    """Search-space YAML (see search_spaces/)."""
+    """Search-space YAML, or the name of a shipped space (``smoke``; ``lipsweep spaces`` lists
+    them), which becomes the path of its installed file."""
     experiment: Optional[str] = None
     """MLflow experiment and sweep name (None: the YAML's ``name``)."""
     storage: Optional[str] = None
@@ -166,6 +171,7 @@ class SweepOptions:
         from lipsweep.core.ray_address import parse_ray_address
 
         _text(self, "space", path=True)
+        _set(self, "space", resolve(SPACES, self.space, flag("space")))
         _text(self, "experiment", optional=True)
         if self.experiment is not None:
             check_experiment_name(self.experiment)
@@ -317,7 +323,7 @@ class DemoOptions:
     """``lipsweep demo``: the smoke sweep, its Pareto front and the export of its pick."""
 
     space: Optional[str] = None
-    """Search space (None: search_spaces/smoke.yaml of the checkout)."""
+    """Search space, a path or a shipped name (None: the shipped ``smoke``)."""
     experiment: str = "smoke"
     """Experiment name."""
     out: Optional[str] = None
@@ -331,6 +337,8 @@ class DemoOptions:
 
     def __post_init__(self) -> None:
         _text(self, "space", optional=True, path=True)
+        if self.space is not None:
+            _set(self, "space", resolve(SPACES, self.space, "--space"))
         _text(self, "experiment")
         check_experiment_name(self.experiment)
         _text(self, "out", optional=True, path=True)
