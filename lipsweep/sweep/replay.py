@@ -179,9 +179,9 @@ def _values(configs: Sequence[Config], param: str) -> list[str]:
 
 class RandomDraws(Proposer):
     """A random searcher over the table's space: each setting drawn uniformly from the values
-    the table has for the settings drawn before it (so ``k`` is drawn among JaSMin's values
-    once ``regularizer: jasmin`` is drawn, as in a conditional space); a configuration already
-    run is drawn again, up to ``tries`` times."""
+    the table has for the settings drawn before it (a regularizer's own settings are drawn
+    among that regularizer's values once it is drawn, as in a conditional space); a
+    configuration already run is drawn again, up to ``tries`` times."""
 
     def __init__(self, table: Table, seed: int, tries: int = 200) -> None:
         self.rng = _random.Random(seed)
