@@ -80,6 +80,18 @@ def _seconds(text: str) -> float:
     return value
 
 
+class _DeprecatedAlias(argparse.Action):
+    """An old flag spelling: stores into the new flag's ``dest`` and says so on stderr."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        sys.stderr.write(f"lipsweep: {option_string} is deprecated; use {self.new}\n")
+        setattr(namespace, self.dest, values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lipsweep",
@@ -271,13 +283,17 @@ def build_parser() -> argparse.ArgumentParser:
         "seeded subset of N (default 0: the whole test split of the run's data)",
     )
     p.add_argument(
-        "--address",
+        "--ray-address",
         default=None,
         metavar="RAY_ADDRESS",
         help="run each run's "
         "evaluation as a Ray task on this cluster (a GPU each if it has GPUs); "
         "default: locally, one run after the other, without Ray",
     )
+    p.add_argument(
+        "--address", dest="ray_address", action=_DeprecatedAlias, new="--ray-address",
+        help=argparse.SUPPRESS,
+    )  # fmt: skip
     _add_tracking(p)
 
     p = _add_command(

@@ -164,12 +164,20 @@ def test_confirm_usage_errors_exit_2_naming_the_flag(tmp_path, capsys, monkeypat
         (["--top", "0"], "--top"),
         (["--top", "1", "--run-id", "x"], "--top"),
         (["--images", "-1"], "--images"),
-        (["--address", "127.0.0.1:1"], "--address"),  # nothing listens: refused in seconds
+        (["--ray-address", "127.0.0.1:1"], "--ray-address"),  # nothing listens: refused fast
         ([], "--tracking-uri"),
     ):
         assert main(["confirm", "--experiment", "e", *extra, "--tracking-uri", uri]) == 2
         err = capsys.readouterr().err
         assert flag in err and err.count("\n") == 1, err
+    # the old spelling (issue 29: one flag name across commands) still works, and says so
+    assert (
+        main(["confirm", "--experiment", "e", "--address", "127.0.0.1:1", "--tracking-uri", uri])
+        == 2
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "lipsweep: --address is deprecated; use --ray-address", err
+    assert len(err) == 2 and "--ray-address 127.0.0.1:1" in err[1], err
     monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "lots")
     assert main(["confirm", "--experiment", "e", "--tracking-uri", uri]) == 2
     assert "LIPSWEEP_CONFIRM_ITERS" in capsys.readouterr().err

@@ -33,10 +33,10 @@ def _confirm(opts: ConfirmOptions) -> ConfirmResult:
     )
     from lipsweep.sweep.ray_confirm import run_ray
 
-    if opts.address:
+    if opts.ray_address:
         from lipsweep.core.ray_address import check_ray_address
 
-        check_ray_address(opts.address, flag="--address")  # before any MLflow or Ray work
+        check_ray_address(opts.ray_address, flag="--ray-address")  # before any MLflow or Ray work
     iters = budget_iters()
     request = request_key(opts.images, iters)
     tracker = read_tracker(opts.tracking_uri, opts.experiment)
@@ -66,8 +66,8 @@ def _confirm(opts: ConfirmOptions) -> ConfirmResult:
         len(skipped),
     )
     runner = (
-        run_ray(tracker, jobs, opts.images, iters, opts.address)
-        if opts.address
+        run_ray(tracker, jobs, opts.images, iters, opts.ray_address)
+        if opts.ray_address
         else run_local(tracker, jobs, opts.images, iters)
     )
     confirmed, failed = [], []

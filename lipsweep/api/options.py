@@ -298,8 +298,9 @@ class ConfirmOptions:
     """Confirm these child runs instead of the front."""
     images: int = 0
     """Test images: the seeded subset of N (0: the whole test split of the run's data)."""
-    address: Optional[str] = None
-    """Run each evaluation as a Ray task on this cluster (None: here, one after the other)."""
+    ray_address: Optional[str] = None
+    """Run each evaluation as a Ray task on this cluster (None: here, one after the other);
+    the flag is ``--ray-address``, as for ``sweep`` (``--address`` is a deprecated alias)."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
     """MLflow tracking URI."""
 
@@ -312,9 +313,9 @@ class ConfirmOptions:
             raise ConfigError("--top", "--top and --run-id exclude each other; give one")
         _int(self, "top", 1)
         _int(self, "images", 0, optional=False, why=" (0: the whole test split)")
-        _text(self, "address", optional=True)
-        if self.address:
-            parse_ray_address(self.address, flag="--address")
+        _text(self, "ray_address", optional=True)
+        if self.ray_address:
+            parse_ray_address(self.ray_address, flag="--ray-address")
         _tracking(self)
 
 

@@ -20,7 +20,7 @@ a killed confirm leaves every run either confirmed or untouched. A rerun skips (
 skipped) each run that holds ``acc_aa_std_<eps>`` for all its eps from the same request (tag
 ``aa_std.request``: image count and budget), and evaluates the others.
 
-With ``--address`` each run's evaluation is a Ray task on that cluster (one GPU if the cluster
+With ``--ray-address`` each run's evaluation is a Ray task on that cluster (one GPU if the cluster
 has GPUs, else one CPU); without it the runs are evaluated one after the other in this process
 and no Ray is started. :func:`evaluate_standard` knows nothing of Ray or MLflow.
 

@@ -1,4 +1,4 @@
-"""``lipsweep confirm --address``: standard AutoAttack of each run as a Ray task on a cluster.
+"""``lipsweep confirm --ray-address``: standard AutoAttack of each run as a Ray task on a cluster.
 
 The evaluation itself is :func:`lipsweep.decide.confirm.evaluate_standard`; this module only
 runs it on Ray (Ray is imported only by the modules that run it: docs/architecture.md).
@@ -54,7 +54,8 @@ def run_ray(
         ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError) as exc:
         raise UsageError(
-            f"--address {address}: cannot join that Ray cluster ({str(exc).splitlines()[0][:160]});"
+            f"--ray-address {address}: cannot join that Ray cluster "
+            f"({str(exc).splitlines()[0][:160]});"
             " check the address, and for a cluster with token auth set RAY_AUTH_MODE=token"
             " and RAY_AUTH_TOKEN (`ray get-auth-token` on its head)"
         ) from None
