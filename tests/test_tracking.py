@@ -85,3 +85,58 @@ def test_max_backoff_s_caps_every_wait_between_retries() -> None:
     queue.submit({"op": "log_artifacts", "run_id": "r"})
     assert queue.wait(30) == 0
     assert len(tries) == 7 and tries[-1] - tries[0] < 3.0  # uncapped: 6.3 s
+
+
+def _raised(make_inner, make_outer=None) -> BaseException:
+    """The exception ``make_outer`` raises while handling ``make_inner``'s (as MLflow's REST
+    client wraps a requests error), or ``make_inner``'s alone."""
+    try:
+        try:
+            raise make_inner()
+        except BaseException:
+            if make_outer is None:
+                raise
+            raise make_outer()  # noqa: B904 - implicit context, as MLflow raises it
+    except BaseException as exc:  # noqa: BLE001
+        return exc
+
+
+def test_transient_is_decided_by_type_and_code_not_message_text() -> None:
+    """Issue 29 item 5: a connection failure wrapped by MLflow's REST client, an MLflow 503 /
+    429 / locked store, and a busy SQLite file are retried; a missing run, a bad request and
+    an error that merely *says* "connection" or "503" are not."""
+    import sqlite3
+
+    import requests
+    from mlflow.exceptions import MlflowException, RestException
+    from mlflow.protos.databricks_pb2 import (
+        INVALID_PARAMETER_VALUE,
+        RESOURCE_DOES_NOT_EXIST,
+        TEMPORARILY_UNAVAILABLE,
+    )
+
+    from lipsweep.tracking.schema import transient
+
+    def api_failed() -> MlflowException:
+        return MlflowException("API request to http://127.0.0.1:1/api failed with exception x")
+
+    busy = sqlite3.OperationalError("database is locked")
+    busy.sqlite_errorcode = 5  # what sqlite3 sets on a busy database (Python >= 3.11)
+    retried = [
+        ConnectionRefusedError(111, "refused"),
+        _raised(lambda: requests.exceptions.ConnectionError("x"), api_failed),
+        _raised(lambda: requests.exceptions.RetryError("too many 503 error responses"), api_failed),
+        MlflowException("locked", error_code=TEMPORARILY_UNAVAILABLE),
+        RestException({"error_code": "REQUEST_LIMIT_EXCEEDED", "message": "slow down"}),
+        _raised(lambda: busy, lambda: RuntimeError("wrapped")),
+    ]
+    refused = [
+        MlflowException("Run 'abc' not found", error_code=RESOURCE_DOES_NOT_EXIST),
+        RestException({"error_code": "INVALID_PARAMETER_VALUE", "message": "bad key"}),
+        MlflowException("bad", error_code=INVALID_PARAMETER_VALUE),
+        ValueError("connection timed out, 503, temporarily unavailable"),  # text alone
+        MlflowException("failed with error code 503"),  # no code: not by its text
+        _raised(lambda: ValueError("x"), api_failed),
+    ]
+    assert [transient(e) for e in retried] == [True] * len(retried)
+    assert [transient(e) for e in refused] == [False] * len(refused)
