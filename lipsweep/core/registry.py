@@ -171,8 +171,6 @@ class Registry(Generic[T]):
                 self._members[name] = replace(current, impl=obj)
         return self._members[name].impl
 
-    get = load  # the earlier spelling
-
     def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Build member ``name``: ``load(name)(*args, **kwargs)``."""
         return self.load(name)(*args, **kwargs)  # type: ignore[operator]

@@ -357,8 +357,8 @@ def simulate(
         free -= 1
 
     def end(config: Config, seed: str, completed: bool) -> None:
-        nonlocal free
-        free += 1
+        """``seed`` of ``config`` ended (ran every epoch, was stopped, or never started); the
+        configuration's outcome once all its seeds have."""
         ended.setdefault(config.key, set()).add(seed)
         if completed:
             full.setdefault(config.key, set()).add(seed)
@@ -388,11 +388,8 @@ def simulate(
             if rule.on_result(f"{config.key}#{seed}", config.key, 0, {}):
                 start(config, seed)
             else:  # its configuration was stopped before this seed started
-                ended.setdefault(config.key, set()).add(seed)
                 rule.on_complete(f"{config.key}#{seed}")
-                if len(ended[config.key]) == len(config.seeds):
-                    proposer.tell(config, None)
-                    out.stopped += 1
+                end(config, seed, completed=False)
         if not events:
             break
         now, _, trial = heapq.heappop(events)
@@ -403,6 +400,7 @@ def simulate(
         go = rule.on_result(trial, config.key, done, metrics)
         if done == table.epochs or not go:
             rule.on_complete(trial)
+            free += 1
             end(config, seed, completed=done == table.epochs)
             continue
         running[trial] = (config, seed, done)
