@@ -178,6 +178,8 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
         assert {"acc_diff_bf16_minus_fp32", "acc_diff_tf32_minus_fp32"} <= set(att[name])
     for stage in ("apgd-ce", "apgd-t", "fab-t", "square"):
         assert att["autoattack"][stage]["seconds"] > 0, stage
+        # labelled with the model's own predictions: every image attacked at any accuracy
+        assert att["autoattack"][stage]["n_attacked"] == att["autoattack"]["images"], stage
 
     lip = data["lipschitz"]
     assert lip["jacobian_c10"]["route"] == "exact" and lip["jacobian_c100"]["route"] == "lanczos"
