@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lipsweep.core.config_base import ConfigError
@@ -103,18 +101,6 @@ def sum_pool_patch_kernel(weight: torch.Tensor, patch_size: int) -> torch.Tensor
     return weight.reshape(o, c, patch_size, f, patch_size, f).sum(dim=(3, 5))  # (O, C, p, p)
 
 
-def resize_pos_embed_bilinear(pos: torch.Tensor, grid: int, prefix: int) -> torch.Tensor:
-    """(1, prefix + G*G, D) -> (1, prefix + grid*grid, D): prefix (CLS) rows kept, the G x G
-    grid resized bilinearly (align_corners=False), as Hu et al.'s ``resize_pos_embed``."""
-    tok, old = pos[:, :prefix], pos[:, prefix:]
-    g = math.isqrt(old.shape[1])
-    if g * g != old.shape[1]:
-        raise ValueError(f"position embedding of {old.shape[1]} grid tokens is not square")
-    old = old.reshape(1, g, g, -1).permute(0, 3, 1, 2)  # (1, D, G, G)
-    new = F.interpolate(old, size=(grid, grid), mode="bilinear", align_corners=False)
-    return torch.cat([tok, new.permute(0, 2, 3, 1).reshape(1, grid * grid, -1)], dim=1)
-
-
 def _timm_net(cfg: ModelConfig, pretrained: bool, **kwargs) -> nn.Module:
     import timm
 
@@ -131,6 +117,8 @@ def _timm_net(cfg: ModelConfig, pretrained: bool, **kwargs) -> nn.Module:
 def _sum_pool_net(cfg: ModelConfig, kwargs: dict) -> nn.Module:
     """Load the checkpoint at its own patch/image size, then sum-pool the kernel and resize the
     position grid into a freshly built model of ``cfg``'s size (Hu et al.'s recipe)."""
+    from timm.layers import resample_abs_pos_embed
+
     native_kw = {k: v for k, v in kwargs.items() if k not in ("img_size", "patch_size")}
     native = _timm_net(cfg, True, **native_kw)
     net = _timm_net(cfg, False, **kwargs)
@@ -146,8 +134,14 @@ def _sum_pool_net(cfg: ModelConfig, kwargs: dict) -> nn.Module:
         state["patch_embed.proj.weight"], cfg.patch_size
     )
     prefix = 0 if getattr(net, "no_embed_class", False) else net.num_prefix_tokens
-    state["pos_embed"] = resize_pos_embed_bilinear(
-        state["pos_embed"], cfg.img_size // cfg.patch_size, prefix
+    grid = cfg.img_size // cfg.patch_size
+    # bilinear, align_corners=False, no antialiasing: Hu et al.'s ``resize_pos_embed``
+    state["pos_embed"] = resample_abs_pos_embed(
+        state["pos_embed"],
+        [grid, grid],
+        num_prefix_tokens=prefix,
+        interpolation="bilinear",
+        antialias=False,
     )
     net.load_state_dict(state)
     net.pretrained_cfg = native.pretrained_cfg
