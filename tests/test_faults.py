@@ -1552,6 +1552,8 @@ def test_checkpoint_loader_trusts_nothing_in_state_json(tmp_path, caplog, case):
         ("not json", "config.json", "json"),
         ("missing key", "config.json", "timm"),
         ("bad header", "model.safetensors", "header"),
+        ("trailing bytes", "model.safetensors", "header"),
+        ("F8_E8M0 weights", "model.safetensors", "tensor"),
     ],
 )
 def test_load_exported_trusts_nothing_in_the_folder(tmp_path, case, file, field):
@@ -1586,9 +1588,20 @@ def test_load_exported_trusts_nothing_in_the_folder(tmp_path, case, file, field)
         del cfg["timm"]
     elif case == "bad header":
         (folder / "model.safetensors").write_bytes(b"\xff" * 64)
+    elif case == "trailing bytes":  # offsets no longer tile the data section
+        with (folder / "model.safetensors").open("ab") as fh:
+            fh.write(b"\0" * 8)
+    elif case == "F8_E8M0 weights":  # a dtype the hand-written parser did not know
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(folder / "model.safetensors")
+        state["head.bias"] = state["head.bias"].to(torch.float8_e8m0fnu)
+        save_file(state, folder / "model.safetensors")
     (folder / "config.json").write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
     with pytest.raises(Exception) as exc:
         lipsweep.load_exported(folder)
     assert type(exc.value).__name__ == "ExportError", repr(exc.value)[:300]
     assert exc.value.file == str(folder / file) and exc.value.field.startswith(field), exc.value
     assert str(exc.value).startswith(f"{folder / file}: {field}") and "\n" not in str(exc.value)
+    if case == "F8_E8M0 weights":
+        assert "dtype F8_E8M0 is not a float" in str(exc.value), exc.value

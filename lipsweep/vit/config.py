@@ -6,7 +6,6 @@ validates without importing torch or timm; the paper's overrides are in Sec. 5.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -205,10 +204,10 @@ def check_weights_file(path: str) -> None:
     from lipsweep.core.safetensors_header import HeaderError, read_header
 
     try:
+        if path.endswith(".safetensors"):
+            read_header(path)
+            return
         with open(path, "rb") as fh:
-            if path.endswith(".safetensors"):
-                read_header(fh, os.fstat(fh.fileno()).st_size)
-                return
             names = zipfile.ZipFile(fh).namelist() if zipfile.is_zipfile(fh) else []
     except HeaderError as exc:
         raise ConfigError("pretrained", f"{show(path)} is not a safetensors file ({exc})") from None

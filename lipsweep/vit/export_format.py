@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as safetensors_load
+from safetensors import SafetensorError, safe_open
 
 from lipsweep.core.config_base import ConfigError, from_mapping, show
 from lipsweep.vit.models import PixelModel
@@ -245,10 +244,9 @@ def _read_weights(folder: Path, expected: dict[str, tuple[int, ...]]) -> dict[st
     from lipsweep.core.safetensors_header import HeaderError, read_header
 
     path, fh = _open_inside(folder, "model.safetensors")
-    with fh:
-        size = os.fstat(fh.fileno()).st_size
+    with fh:  # held open: the checked regular file is the one read
         try:
-            header = read_header(fh, size)
+            header = read_header(path)
         except HeaderError as exc:
             raise ExportError(path, exc.field, str(exc).split(": ", 1)[1]) from None
         for key in sorted(set(expected) | set(header)):
@@ -268,12 +266,11 @@ def _read_weights(folder: Path, expected: dict[str, tuple[int, ...]]) -> dict[st
                 )
             if dtype not in ("F16", "BF16", "F32", "F64"):
                 raise ExportError(path, f"tensor {show(key)}", f"dtype {dtype} is not a float")
-        fh.seek(0)
-        data = fh.read(size)
-    try:
-        return safetensors_load(data)
-    except SafetensorError as exc:
-        raise ExportError(path, "header", str(exc)[:200]) from None
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                return {key: weights.get_tensor(key) for key in weights.keys()}
+        except SafetensorError as exc:
+            raise ExportError(path, "header", str(exc)[:200]) from None
 
 
 def load_exported(
