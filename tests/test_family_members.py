@@ -245,13 +245,13 @@ def search_members():
         unregister_scheduler("halt-after")
 
 
-def _search_space(tmp_path, scheduler: str) -> Any:
+def _search_space(tmp_path, scheduler: str, extra: str = "") -> Any:
     from _sweep_helpers import npz_space
 
     rest = (
         "search:\n  algorithm: reversed-random\n  num_samples: 2\n"
         "  space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}\n"
-        f"scheduler: {scheduler}\nresources: {{cpu: 1, gpu: 0}}\nmax_concurrent_trials: 2\n"
+        f"scheduler: {scheduler}\nresources: {{cpu: 1, gpu: 0}}\nmax_concurrent_trials: 2\n" + extra
     )
     return npz_space(tmp_path, "members", rest, epochs=3)
 
@@ -272,14 +272,23 @@ def test_a_searcher_and_a_scheduler_defined_in_a_test_module_drive_a_sweep(
     search_members, tmp_path, monkeypatch
 ):
     """Through lipsweep.api, no argparse: the test's searcher plans the trials and its
-    scheduler stops each after its first epoch."""
+    scheduler stops each after its first epoch; the space's ``callbacks:`` entry (a Tune
+    callback named by import path, as W&B's would be: tests/_plugins/tune_probe.py) is told
+    each result and the experiment's end (issue 29 item 4)."""
     from _sweep_helpers import sweep_in_process
 
+    log = tmp_path / "callback.log"
+    callbacks = f"callbacks:\n  - _plugins.tune_probe.RecordingCallback: {{path: {log}}}\n"
     swept = sweep_in_process(
         monkeypatch,
         tmp_path,
-        space=_search_space(tmp_path, "{type: halt-after, epochs: 1}"),
+        space=_search_space(tmp_path, "{type: halt-after, epochs: 1}", callbacks),
         tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
     )
     assert CALLS == {"searcher": 1, "scheduler": 1}
     assert swept.counts.total == 2 and swept.counts.stopped == 2, swept.summary
+    assert sorted(log.read_text().splitlines()) == [
+        "probe end 2",
+        "probe result 1",
+        "probe result 1",
+    ]

@@ -40,7 +40,13 @@ def run(opts: SweepOptions) -> SweepResult:
         resolve_storage,
         storage_exists,
     )
-    from lipsweep.sweep.driver import SweepLock, dry_run_lines, owner_id, run_sweep
+    from lipsweep.sweep.driver import (
+        SweepLock,
+        build_callbacks,
+        dry_run_lines,
+        owner_id,
+        run_sweep,
+    )
     from lipsweep.sweep.driver import SweepOptions as DriverOptions
     from lipsweep.sweep.signals import StopSignals
     from lipsweep.sweep.space import load_space
@@ -66,6 +72,8 @@ def run(opts: SweepOptions) -> SweepResult:
         n = spec.num_trials
         counts = OutcomeCounts(finished=0, stopped=0, failed=0, not_run=n, total=n)
         return SweepResult(**result, counts=counts, ok=True, planned=tuple(dry_run_lines(spec)))
+    # the space's Tune callbacks, imported and built (Ray) before anything is written
+    extra_callbacks = build_callbacks(spec)
     if opts.ray_address:  # the one TCP probe of an explicit address, before the first write
         check_ray_address(opts.ray_address)
     owner = owner_id()
@@ -113,7 +121,7 @@ def run(opts: SweepOptions) -> SweepResult:
         )
         with StopSignals() as stop:
             try:
-                outcome = run_sweep(spec, driver_opts, stop)
+                outcome = run_sweep(spec, driver_opts, stop, extra_callbacks)
             except KeyboardInterrupt:  # a signal while Ray or the parent run was starting
                 outcome = None
     finally:

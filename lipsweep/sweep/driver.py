@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
@@ -36,6 +36,7 @@ from lipsweep.sweep.local_ray import LocalRay
 from lipsweep.sweep.signals import FINISH, TUNE, StopSignals
 from lipsweep.sweep.space import SweepSpec, sample_space
 from lipsweep.sweep.space_record import save_record
+from lipsweep.sweep.user_callbacks import create_callbacks
 from lipsweep.tracking import (
     FAILED,
     FINISHED,
@@ -319,12 +320,8 @@ def _local_token_auth() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
-def run_sweep(
-    spec: SweepSpec, opts: SweepOptions, stop: Optional[StopSignals] = None
-) -> SweepOutcome:
-    """Run (or resume) a validated sweep; see the module docstring for the guarantees.
-
-    ``stop`` (active for the call) turns SIGINT/SIGTERM/SIGHUP into a clean shutdown."""
+def _ray_environment() -> None:
+    """Ray's and Tune's settings that are read when Ray is first imported."""
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "60")
@@ -336,6 +333,31 @@ def run_sweep(
     # A trial's few worker lines (its device) are shown when they happen: Ray's dedup held the
     # second trial's back until shutdown, after the summary. Read when Ray is first imported.
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+def build_callbacks(spec: SweepSpec) -> list[Any]:
+    """The space's ``callbacks:`` imported and built (Ray; ConfigError naming
+    ``callbacks[i]``), with Ray's environment set first, as for the sweep itself."""
+    if not spec.callbacks:
+        return []
+    _ray_environment()
+    return create_callbacks(spec.callbacks, spec.path)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    opts: SweepOptions,
+    stop: Optional[StopSignals] = None,
+    extra_callbacks: Optional[Sequence[Any]] = None,
+) -> SweepOutcome:
+    """Run (or resume) a validated sweep; see the module docstring for the guarantees.
+
+    ``stop`` (active for the call) turns SIGINT/SIGTERM/SIGHUP into a clean shutdown.
+    ``extra_callbacks``: the space's ``callbacks:`` already built (the API builds them before
+    its first write); None builds them here, before Ray starts."""
+    if extra_callbacks is None:
+        extra_callbacks = build_callbacks(spec)
+    _ray_environment()
     tracker = Tracker(
         opts.tracking_uri, opts.experiment, retries=TRACKING_RETRIES, buffer_writes=True
     )
@@ -352,7 +374,9 @@ def run_sweep(
     # Ray before the parent run: a Ray that cannot start leaves nothing RUNNING.
     local = _init_ray(opts)
     try:
-        return _run_on_ray(spec, opts, stop or StopSignals(), tracker, spill, flat_params)
+        return _run_on_ray(
+            spec, opts, stop or StopSignals(), tracker, spill, flat_params, list(extra_callbacks)
+        )
     finally:
         if local is not None:  # whatever happened: no process of the Ray it started outlives it
             local.stop()
@@ -365,6 +389,7 @@ def _run_on_ray(
     tracker: Tracker,
     spill: Path,
     flat_params: dict[str, Any],
+    extra_callbacks: list[Any],
 ) -> SweepOutcome:
     """The parent run, Tune's loop and the runs' end, on a Ray that is up."""
     from ray import tune
@@ -412,6 +437,7 @@ def _run_on_ray(
             total_epochs=total_epochs(spec),
         ),
         Heartbeat(tracker, parent, HEARTBEAT_S),
+        *extra_callbacks,  # the space's `callbacks:`, after lipsweep's own
     ]
     trainable = tune.with_resources(
         train_trial, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
@@ -587,6 +613,8 @@ def dry_run_lines(spec: SweepSpec) -> list[str]:
         + ")",
         f"resources per trial: cpu={spec.resources.cpu} gpu={spec.resources.gpu}",
     ]
+    if spec.callbacks:
+        lines.append("Tune callbacks: " + ", ".join(ref.path for ref in spec.callbacks))
     lines += recipe_lines(spec)
     if spec.trials:
         labelled = {"regularizer", "seed", *setting_names()}

@@ -30,6 +30,11 @@ A space file (``search_spaces/*.yaml``) has these top-level keys::
     resources: {cpu: 1, gpu: 0.5}    # per trial; fractional GPUs pack trials on one GPU
     max_concurrent_trials: 4
     max_failures: 2                  # retries of a trial whose worker died (from checkpoint)
+    callbacks:                       # optional: more Ray Tune callbacks, by import path
+      - ray.air.integrations.wandb.WandbLoggerCallback: {project: vit-robustness}
+      - mypkg.callbacks.Notify       #   a plain path: no keyword arguments
+                                     #   (lipsweep/sweep/user_callbacks.py: checked at load
+                                     #   without importing them; built when the sweep starts)
 
 In ``grid`` a list is always an axis; to set a list-valued setting (e.g. ``attacks``) inside a
 grid block, wrap it in one more list. Every expanded trial is validated as a TrialConfig before
@@ -65,6 +70,7 @@ from lipsweep.core.config_base import INT_LIMIT, ConfigError, key_name, show
 from lipsweep.regularizers import find_spec, list_regularizers, regularizer_specs
 from lipsweep.settings.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
 from lipsweep.sweep.schedulers import scheduler_settings
+from lipsweep.sweep.user_callbacks import CallbackRef, parse_callbacks
 
 SchedulerSettings = Any
 """A scheduler member's frozen settings dataclass (``AshaSettings``, ``MoashaSettings``, ...)."""
@@ -80,6 +86,7 @@ TOP_KEYS = {
     "resources",
     "max_concurrent_trials",
     "max_failures",
+    "callbacks",
 }
 DISTRIBUTIONS = {"choice", "uniform", "loguniform", "randint", "quniform"}
 MAX_TRIALS = 100_000  # more is a typo (or a YAML that would exhaust memory while expanding)
@@ -130,6 +137,8 @@ class SweepSpec:
     max_concurrent_trials: int = 0
     max_failures: int = 2
     description: str = ""
+    callbacks: tuple[CallbackRef, ...] = ()
+    """Further Ray Tune callbacks (``callbacks:``), located but not imported yet."""
 
     @property
     def num_trials(self) -> int:
@@ -585,6 +594,7 @@ def load_space(path: str | Path) -> SweepSpec:
         max_concurrent_trials=mct,
         max_failures=mf,
         description=description or "",
+        callbacks=parse_callbacks(raw.get("callbacks"), p),
     )
 
 

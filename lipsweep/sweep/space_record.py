@@ -3,7 +3,8 @@
 A new sweep writes ``<storage>/<experiment>/lipsweep_space.json``: its trial configs (grid and
 random draws, normalised) and every setting that Tune keeps from the first start (the search,
 the scheduler, resources, ``max_failures``, ``max_concurrent_trials``; ``fixed`` for a search,
-whose trials are drawn later). ``Tuner.restore`` brings back the trials and the searcher of
+whose trials are drawn later; the ``callbacks:`` list, if any, which Tune pickles with the
+experiment). ``Tuner.restore`` brings back the trials and the searcher of
 that first start, so an edited point would be silently ignored and an added one would never
 run. Hence the rule:
 
@@ -56,6 +57,8 @@ def space_record(spec: SweepSpec) -> dict[str, Any]:
     }
     if spec.search is not None:
         settings["fixed"] = spec.fixed
+    if spec.callbacks:  # absent when empty: records of sweeps started before still match
+        settings["callbacks"] = [ref.record() for ref in spec.callbacks]
     return _plain({"version": RECORD_VERSION, "settings": settings, "trials": spec.trials})
 
 

@@ -1,0 +1,1 @@
+"""Test helpers that stand in for third-party code a space or an installed package plugs in."""
