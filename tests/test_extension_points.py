@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,204 @@ def test_resume_refuses_a_changed_callback_list(tmp_path):
         check_resume_space(changed, storage, "exp")
     # no callbacks: no key, so the records of sweeps started before still match
     assert "callbacks" not in space_record(load_space(_space(tmp_path, GRID)))["settings"]
+
+
+# ------------------------------------------------------------------ entry-point plugins
+
+DIST = "lipsweep-demo-plugin"
+
+# A plugin's light module: its settings and spec (torch-free), declared by the import path of
+# its class, as lipsweep's own index declares the built-ins; the class loads on first use.
+DECLARE = '''
+from dataclasses import dataclass
+
+from lipsweep.core.config_base import check_positive
+from lipsweep.regularizers import RegularizerSpec, declare_regularizer
+
+
+@dataclass(frozen=True)
+class LogitL2Settings:
+    logit_l2_lam: float = 0.5
+    """Mean squared logit: weight (> 0)."""
+
+    def __post_init__(self) -> None:
+        check_positive("logit_l2_lam", self.logit_l2_lam)
+
+
+declare_regularizer(
+    RegularizerSpec(name="logit_l2", doc="plugin", settings=LogitL2Settings),
+    "lipsweep_demo_plugin.impl:LogitL2",
+)
+'''
+
+IMPL = """
+import torch
+
+from lipsweep.regularizers import Regularizer, register_regularizer
+
+
+@register_regularizer("logit_l2")
+class LogitL2(Regularizer):
+    def __init__(self, lam):
+        self.lam, self._out, self._hook = lam, None, None
+
+    @classmethod
+    def from_config(cls, cfg):
+        return cls(cfg.logit_l2_lam)
+
+    def attach(self, model):
+        self._hook = model.register_forward_hook(lambda m, i, out: setattr(self, "_out", out))
+
+    def detach(self):
+        self._hook.remove()
+
+    def terms(self):
+        return {"logit_l2": self._out.float().pow(2).mean()}
+
+    @property
+    def weights(self):
+        return {"logit_l2": self.lam}
+"""
+
+
+def install_plugin(site: Path, entry_points: str, modules: dict[str, str]) -> Path:
+    """A distribution installed into the folder ``site`` as pip would leave it: its package and
+    a ``*.dist-info`` with METADATA and entry_points.txt. ``site`` on sys.path installs it."""
+    info = site / "lipsweep_demo_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DIST}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    pkg = site / "lipsweep_demo_plugin"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name, text in modules.items():
+        (pkg / f"{name}.py").write_text(text)
+    return site
+
+
+PLUGIN = "[lipsweep.regularizers]\nlogit_l2 = lipsweep_demo_plugin.declare\n"
+PLUGIN_SPACE = "fixed: {epochs: 1}\ngrid: [{regularizer: logit_l2, logit_l2_lam: [0.25, 1.0]}]\n"
+
+# Blocks torch and Ray (as test_space's dry-run test), then runs the CLI's dry run.
+_PLUGIN_DRY_RUN = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "timm", "ray", "mlflow"):
+            raise ImportError("blocked import of " + name)
+sys.meta_path.insert(0, _Block())
+from lipsweep.__main__ import main
+rc = main(["sweep", sys.argv[1], "--dry-run"])
+assert "lipsweep_demo_plugin.impl" not in sys.modules, "the plugin's class was imported"
+sys.exit(rc)
+"""
+
+
+def _dry_run_with(site: Path, space: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", _PLUGIN_DRY_RUN, str(space)],
+        cwd=space.parent,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{site}:{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_installed_plugin_regularizer_validates_in_a_space(tmp_path):
+    site = install_plugin(tmp_path / "site", PLUGIN, {"declare": DECLARE, "impl": IMPL})
+    space = _space(tmp_path, PLUGIN_SPACE)
+    proc = _dry_run_with(site, space)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 trials" in proc.stdout and "logit_l2 logit_l2_lam=0.25" in proc.stdout
+    bad = _space(tmp_path, PLUGIN_SPACE.replace("0.25", "-1"), "bad.yaml")
+    proc = _dry_run_with(site, bad)  # its own settings class checks its field
+    assert proc.returncode == 2 and "logit_l2_lam" in proc.stderr, proc.stderr
+
+
+def test_a_broken_plugin_exits_2_naming_its_entry_point_and_distribution(tmp_path):
+    broken = "raise RuntimeError('missing dependency foo')\n"
+    site = install_plugin(tmp_path / "site", PLUGIN, {"declare": broken})
+    proc = _dry_run_with(site, _space(tmp_path, PLUGIN_SPACE))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = proc.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert "plugin 'logit_l2'" in line and f"distribution {DIST} 0.1" in line
+    assert "lipsweep_demo_plugin.declare" in line and "missing dependency foo" in line
+
+
+@pytest.fixture()
+def plugin_on_path(tmp_path, monkeypatch):
+    """The plugin installed into a folder put on this process's sys.path; removed after."""
+    from lipsweep.regularizers import REGULARIZERS, is_regularizer, unregister_regularizer
+
+    site = install_plugin(tmp_path / "site", PLUGIN, {"declare": DECLARE, "impl": IMPL})
+    monkeypatch.syspath_prepend(str(site))
+    yield REGULARIZERS
+    if is_regularizer("logit_l2"):
+        unregister_regularizer("logit_l2")
+    for name in [m for m in sys.modules if m.startswith("lipsweep_demo_plugin")]:
+        del sys.modules[name]
+
+
+def test_an_installed_plugin_regularizer_computes_its_term(plugin_on_path):
+    import torch
+
+    from lipsweep.regularizers import create_regularizer, list_regularizers
+    from lipsweep.settings.config import TrialConfig
+
+    plugin_on_path.load_entry_points()  # a running process: the plugin came after the first read
+    assert "logit_l2" in list_regularizers()
+    cfg = TrialConfig.from_flat({"regularizer": "logit_l2", "logit_l2_lam": 0.25})
+    assert cfg.to_flat()["logit_l2_lam"] == 0.25
+    model = torch.nn.Linear(4, 3)
+    reg = create_regularizer("logit_l2", logit_l2_lam=0.25)
+    reg.attach(model)
+    out = model(torch.ones(2, 4))
+    term = reg.terms()["logit_l2"]
+    reg.detach()
+    assert torch.allclose(term, out.pow(2).mean()) and reg.weights == {"logit_l2": 0.25}
+    term.backward()
+    assert model.weight.grad is not None and model.weight.grad.abs().sum() > 0
+
+
+WIDGETS = """
+[lipsweep.test_widgets]
+widget_a = lipsweep_demo_plugin.widgets
+[lipsweep.test_widgets_misnamed]
+widget_c = lipsweep_demo_plugin.widgets
+"""
+
+
+def test_entry_points_load_on_first_read_and_must_add_their_member(tmp_path, monkeypatch):
+    """The mechanism on families of the test's own (no global state): nothing is imported
+    until the first read; a module that does not add its entry point's name is refused,
+    naming the entry point and its distribution."""
+    from lipsweep.core.registry import PluginError, Registry
+
+    widgets = "from widget_family import FAMILY\nFAMILY.declare('widget_a', 'json:dumps')\n"
+    site = install_plugin(tmp_path / "site", WIDGETS, {"widgets": widgets})
+    (site / "widget_family.py").write_text(
+        "from lipsweep.core.registry import Registry\nFAMILY = Registry('widget')\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    import widget_family
+
+    try:
+        family = widget_family.FAMILY
+        family.declare("builtin", "json:loads")
+        family.use_entry_points("lipsweep.test_widgets")
+        assert "lipsweep_demo_plugin.widgets" not in sys.modules  # not before the first read
+        assert family.names() == ["builtin", "widget_a"]
+        assert family.create("widget_a", [1]) == "[1]"
+        misnamed = Registry("widget")
+        misnamed.use_entry_points("lipsweep.test_widgets_misnamed")
+        for _ in range(2):  # not marked read: every later read says it again
+            with pytest.raises(PluginError) as err:
+                "anything" in misnamed  # noqa: B015
+            msg = str(err.value)
+            assert "plugin 'widget_c' (lipsweep.test_widgets_misnamed = " in msg, msg
+            assert f"distribution {DIST} 0.1" in msg and "added no widget named 'widget_c'" in msg
+    finally:
+        for name in [m for m in sys.modules if m.startswith(("lipsweep_demo_", "widget_fam"))]:
+            del sys.modules[name]

@@ -79,3 +79,6 @@ __all__ = [
     "register_attack",
     "unregister_attack",
 ]
+
+# Installed plugins add attacks too, read on the family's first use (core/registry.py).
+ATTACKS.use_entry_points("lipsweep.attacks")

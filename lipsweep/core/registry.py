@@ -17,17 +17,61 @@ implementation (``"lipsweep.attacks._pgd:PGD"``), loaded on first :meth:`Registr
     (['json'], True)
     >>> fam.create("json", [1])
     '[1]'
+
+Plugins: a family that calls :meth:`Registry.use_entry_points` (each of lipsweep's five, at
+the end of its index) also takes members from installed distributions. Each entry point of
+the group names one member and the module that adds it::
+
+    [project.entry-points."lipsweep.regularizers"]
+    myreg = "mypkg.lipsweep_plugin"   # importing it declares or registers `myreg`
+
+They are imported on the family's first read (``names``, ``entry``, ``in``, ...), once, so
+importing lipsweep stays cheap; a plugin module that only *declares* its members by import
+path (as the built-in indexes do) keeps ``--dry-run`` free of torch. A plugin that fails to
+import, or that adds no member of its entry point's name, is a :class:`PluginError` naming
+the entry point and its distribution (exit 2 from the CLI).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import importlib
+import sys
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Optional, TypeVar
+
+from lipsweep.core.config_base import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from importlib.metadata import EntryPoint
 
 T = TypeVar("T")
+
+
+class PluginError(UsageError):
+    """An installed plugin (an entry point of a ``lipsweep.*`` group) could not be loaded."""
+
+
+_SCAN: list[Any] = []  # [(sys.path when scanned, every entry point)]: one scan per sys.path
+
+
+def _entry_points(group: str) -> list[EntryPoint]:
+    """The installed entry points of ``group``; the distributions are scanned once for all
+    families (again only when ``sys.path`` changed). importlib.metadata (which imports csv,
+    email, zipfile) is imported on the first scan, not with lipsweep."""
+    import importlib.metadata
+
+    key = tuple(sys.path)
+    if not _SCAN or _SCAN[0][0] != key:
+        _SCAN[:] = [(key, importlib.metadata.entry_points())]
+    return list(_SCAN[0][1].select(group=group))
+
+
+def _origin(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    where = f"distribution {dist.name} {dist.version}" if dist is not None else "no distribution"
+    return f"plugin {ep.name!r} ({ep.group} = {ep.value!r}, {where})"
 
 
 @dataclass(frozen=True)
@@ -66,6 +110,51 @@ class Registry(Generic[T]):
         self._unknown = unknown or (
             lambda name, known: ValueError(f"unknown {kind} {name!r}; known {kind}s are {known}")
         )
+        self._group: Optional[str] = None  # entry-point group of plugins (use_entry_points)
+        self._plugins_read = True  # no group yet: nothing to read
+        self._plugins_loading = False
+        self._plugins_done: set[tuple[str, str]] = set()  # (name, value) imported
+
+    # -- plugins --------------------------------------------------------------------------
+    def use_entry_points(self, group: str) -> None:
+        """Take members from installed distributions too: the entry points of ``group``,
+        imported on the family's first read after this call (see the module docstring)."""
+        self._group, self._plugins_read = group, False
+
+    def load_entry_points(self) -> None:
+        """Import every entry point of the family's group not imported yet (the first read
+        does this; call it again after installing a plugin into a running process).
+        :class:`PluginError` naming the entry point and its distribution if one fails."""
+        if self._group is None or self._plugins_loading:
+            return
+        self._plugins_loading = True  # a plugin reading the family while it registers
+        try:
+            for ep in _entry_points(self._group):
+                if (ep.name, ep.value) not in self._plugins_done:
+                    self._load_entry_point(ep)
+                    self._plugins_done.add((ep.name, ep.value))
+            self._plugins_read = True
+        finally:
+            self._plugins_loading = False
+
+    def _load_entry_point(self, ep: EntryPoint) -> None:
+        try:
+            ep.load()
+        except Exception as err:  # noqa: BLE001 - whatever it raised, it is this plugin's
+            text = " ".join(f"{type(err).__name__}: {err}".split())
+            raise PluginError(
+                f"{_origin(ep)} failed to load: {text}; fix or uninstall that distribution"
+            ) from err
+        if ep.name not in self._members:
+            raise PluginError(
+                f"{_origin(ep)} added no {self.kind} named {ep.name!r}: its module must "
+                f"register or declare the {self.kind} under the entry point's name"
+            )
+
+    def _read(self) -> None:
+        """Every read of the family first loads its plugins, once."""
+        if not self._plugins_read:
+            self.load_entry_points()
 
     # -- adding and removing -------------------------------------------------------------
     def declare(
@@ -140,10 +229,12 @@ class Registry(Generic[T]):
 
     # -- reading --------------------------------------------------------------------------
     def __contains__(self, name: object) -> bool:
+        self._read()
         return isinstance(name, str) and name in self._members
 
     def names(self, filter: str = "") -> list[str]:
         """Sorted names, optionally those matching the fnmatch pattern ``filter``."""
+        self._read()
         names = sorted(self._members)
         return [n for n in names if fnmatch.fnmatch(n, filter)] if filter else names
 
@@ -155,10 +246,12 @@ class Registry(Generic[T]):
 
     def entries(self) -> list[Member[T]]:
         """Every member's light record, in registration order."""
+        self._read()
         return list(self._members.values())
 
     def members(self) -> list[T]:
         """Every member's implementation, in registration order (declared ones are loaded)."""
+        self._read()
         return [self.load(name) for name in self._members]
 
     def load(self, name: str) -> T:

@@ -117,3 +117,6 @@ __all__ = [
     "token_jacobian_spectral_norm",
     "unregister_estimator",
 ]
+
+# Installed plugins add estimators too, read on the family's first use (core/registry.py).
+ESTIMATORS.use_entry_points("lipsweep.estimators")

@@ -87,3 +87,6 @@ __all__ = [
     "shown_params",
     "unregister_regularizer",
 ]
+
+# Installed plugins add regularizers too, read on the family's first use (core/registry.py).
+REGULARIZERS.use_entry_points("lipsweep.regularizers")

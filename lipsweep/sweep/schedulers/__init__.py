@@ -94,3 +94,7 @@ def scheduler_settings(raw: Any) -> Any:
 def create_scheduler(settings: Any, ctx: Optional[SchedulerContext] = None) -> Any:
     """The Ray Tune ``TrialScheduler`` of validated ``settings`` (imports Ray)."""
     return SCHEDULERS.create(settings.type, settings, ctx or SchedulerContext())
+
+
+# Installed plugins add schedulers too, read on the family's first use (core/registry.py).
+SCHEDULERS.use_entry_points("lipsweep.schedulers")

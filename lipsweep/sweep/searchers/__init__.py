@@ -24,6 +24,7 @@ import importlib
 from typing import Any
 
 from lipsweep.sweep.searchers._registry import (
+    SEARCHERS,
     GridSettings,
     SearcherInfo,
     SearchRequest,
@@ -43,6 +44,7 @@ from lipsweep.sweep.searchers._registry import (
 from lipsweep.sweep.searchers.settings import NSGASettings, OptunaSettings, RandomSettings
 
 __all__ = [
+    "SEARCHERS",
     "GridSettings",
     "NSGASettings",
     "OptunaSettings",
@@ -90,6 +92,9 @@ for _name, _factory, _settings, _summary in (
     declare_searcher(
         _name, f"{_OPTUNA}:{_factory}", _settings, SearcherInfo(summary=_summary, **_LEARNS)
     )
+
+# Installed plugins add searchers too, read on the family's first use (core/registry.py).
+SEARCHERS.use_entry_points("lipsweep.searchers")
 
 
 def __getattr__(name: str) -> Any:

@@ -31,6 +31,8 @@ def _unknown(name: str, known: list[str]) -> ConfigError:
 
 
 _SEARCHERS: Registry[Callable[..., "TunePlan"]] = Registry("searcher", _unknown)
+SEARCHERS = _SEARCHERS
+"""The family's registry (its index, :mod:`lipsweep.sweep.searchers`, declares the built-ins)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
