@@ -144,8 +144,8 @@ def registered(tracked, tmp_path_factory):
 
     tracker, _, child, original, _ = tracked
     out = export_run(tracker, child, tmp_path_factory.mktemp("reg") / "export", "--run-id")
-    version = register_export(tracker, child, out, "tiny-vit")
-    return tracker, out, version
+    made = register_export(tracker, child, out, "tiny-vit")
+    return tracker, out, made.version, made.model_uri
 
 
 def test_registered_version_is_a_logged_model_of_the_trial_run_with_its_metrics(
@@ -156,7 +156,7 @@ def test_registered_version_is_a_logged_model_of_the_trial_run_with_its_metrics(
     params; the registered version records the same model id, and the model lists it."""
     from mlflow import MlflowClient
 
-    tracker, out, version = registered
+    tracker, out, version, model_uri = registered
     _, _, child, _, flat = tracked
     client = MlflowClient(tracker.tracking_uri)
     run = client.get_run(child)
@@ -165,6 +165,7 @@ def test_registered_version_is_a_logged_model_of_the_trial_run_with_its_metrics(
     )
     assert len(models) == 1
     model = client.get_logged_model(models[0].model_id)
+    assert model_uri == f"models:/{model.model_id}"
     assert (model.source_run_id, model.name, str(model.status)) == (child, "model", "READY")
     linked = {m.key: (m.value, m.step, m.run_id) for m in model.metrics}
     assert linked == {"acc_clean": (12.5, 1, child), "acc_pgd_4": (3.0, 1, child)}
@@ -188,7 +189,7 @@ def test_registered_pyfunc_predicts_the_exported_logits(registered):
     import lipsweep
     from lipsweep.decide.export import card_body
 
-    tracker, out, version = registered
+    tracker, out, version, _ = registered
     assert version == "1"
     mv = tracker.model_version_by_alias("tiny-vit", "champion")
     card = (out / "README.md").read_text()
@@ -225,7 +226,7 @@ def _free_port() -> int:
 def test_mlflow_models_serve_answers_on_loopback(registered):
     import lipsweep
 
-    tracker, out, _ = registered
+    tracker, out, _, _ = registered
     port = _free_port()
     bindir = str(Path(sys.executable).parent)  # mlflow execs `uvicorn` from PATH
     env = {

@@ -173,13 +173,21 @@ CHAMPION = "champion"
 """Alias of the registered version that ``export --register`` made last."""
 
 
-def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> str:
+@dataclass(frozen=True)
+class RegisteredExport:
+    """What ``export --register`` made: a registered version and the LoggedModel behind it."""
+
+    version: str
+    model_uri: str
+    """``models:/<model_id>``: the LoggedModel on the trial's run (its Models tab)."""
+
+
+def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> RegisteredExport:
     """Log the export as an MLflow 3 LoggedModel on its trial run ``run_id`` (the run's Models
     tab; a pyfunc, see :func:`lipsweep.tracking.model.log_export_model`, with the run's final
     metrics linked to it) and register that model as a new version of ``name``, aliased
     :data:`CHAMPION`, with the export's model card (less its Hugging Face YAML header) as its
-    description. Returns the version: ``mlflow.pyfunc.load_model("models:/NAME@champion")``
-    predicts logits."""
+    description. ``mlflow.pyfunc.load_model("models:/NAME@champion")`` then predicts logits."""
     from lipsweep.decide.export import card_body
     from lipsweep.tracking.model import log_export_model
     from lipsweep.vit.export_format import model_io
@@ -199,4 +207,4 @@ def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> s
         model_id=logged.model_id,
     )
     _log.info("registered %s version %s (alias %s) from %s", name, version, CHAMPION, logged.uri)
-    return version
+    return RegisteredExport(version, logged.uri)
