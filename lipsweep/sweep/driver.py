@@ -23,6 +23,7 @@ import fcntl
 import logging
 import os
 import random
+import signal
 import socket
 import sys
 import time
@@ -280,14 +281,22 @@ def _init_ray(opts: SweepOptions) -> Optional[LocalRay]:
         from lipsweep.sweep.ray_token import private_token_file
 
         private_token_file()  # Ray would write ~/.ray/auth_token readable by everyone
-    local, ctx = local_ray.start(
-        num_cpus=opts.num_cpus,
-        include_dashboard=opts.dashboard,
-        dashboard_host="127.0.0.1",
-        log_to_driver=True,
-        configure_logging=True,
-        logging_level=logging.WARNING,
-    )
+    try:
+        local, ctx = local_ray.start(
+            num_cpus=opts.num_cpus,
+            include_dashboard=opts.dashboard,
+            dashboard_host="127.0.0.1",
+            log_to_driver=True,
+            configure_logging=True,
+            logging_level=logging.WARNING,
+        )
+    except Exception as exc:  # noqa: BLE001 - a timeout or a daemon that died: one line, exit 1
+        _log.debug("local Ray did not start", exc_info=True)
+        raise OSError(
+            f"could not start a local Ray ({type(exc).__name__}: {str(exc)[:300]}); nothing "
+            "was started or written. A heavily loaded machine can make Ray's daemons miss "
+            "their start-up timeouts: retry, or join a running Ray with --ray-address"
+        ) from None
     if opts.dashboard:
         _log.info(
             "Ray dashboard: http://%s (log in with the token `ray get-auth-token` prints)",
@@ -350,9 +359,19 @@ def run_sweep(
         **{f"fixed.{k}": v for k, v in spec.fixed.items()},
     }
     # Ray before the parent run: a Ray that cannot start leaves nothing RUNNING.
-    local = _init_ray(opts)
+    stop = stop or StopSignals()
     try:
-        return _run_on_ray(spec, opts, stop or StopSignals(), tracker, spill, flat_params)
+        local = _init_ray(opts)
+    except SystemExit as exc:  # Ray's SIGTERM handler (sys.exit(15)) fired inside ray.init
+        if exc.code != signal.SIGTERM:
+            raise
+        if stop.received is None:
+            stop.received = signal.SIGTERM
+        _log.warning("SIGTERM: stopping the sweep")
+        raise KeyboardInterrupt from None
+    stop.reinstall()  # ray.init replaced the SIGTERM handler with sys.exit
+    try:
+        return _run_on_ray(spec, opts, stop, tracker, spill, flat_params)
     finally:
         if local is not None:  # whatever happened: no process of the Ray it started outlives it
             local.stop()
