@@ -4,8 +4,9 @@ Runs the grid (benchmarks/data/tiny_grid.yaml by default) as an ordinary lipswee
 (local Ray, SQLite MLflow), then writes one CSV row per (configuration, seed, epoch) from
 MLflow, in the format lipsweep/sweep/replay.py reads:
 
+- ``config``: the configuration's key (its settings, ``regularizer=jasmin|k=10|...``);
 - ``param:<setting>``: the configuration's regularizer settings ("" where not applicable);
-- ``seed``, ``epoch`` (1..E), ``seconds``: the epoch's training + probe seconds, and on the
+- ``seed``, ``epoch`` (1..E), ``epoch_seconds``: the epoch's training + probe seconds, and on the
   last epoch also the final evaluation's (attacks + Lipschitz): what a trial costs when it
   runs to the end;
 - per-epoch columns: ``acc_clean`` (the epoch's held-out accuracy; on the last row the
@@ -69,12 +70,14 @@ def table_rows(tracking_uri: str, experiment: str) -> list[dict[str, object]]:
         }
         epochs = max(series[EPOCH_ACC_CLEAN])
         for e in range(1, epochs + 1):
-            row: dict[str, object] = {f"param:{p}": params.get(p, "") for p in PARAMS}
+            settings = {p: params.get(p, "") for p in PARAMS}
+            row: dict[str, object] = {"config": "|".join(f"{p}={v}" for p, v in settings.items())}
+            row.update({f"param:{p}": v for p, v in settings.items()})
             row.update(seed=params.get("seed", ""), epoch=e)
             seconds = sum(series[k].get(e, 0.0) for k in SECONDS)
             if e == epochs:
                 seconds += sum(final.get(k, 0.0) for k in FINAL_SECONDS)
-            row["seconds"] = round(seconds, 4)
+            row["epoch_seconds"] = round(seconds, 4)
             for key, column in PER_EPOCH.items():
                 row[column] = series[key].get(e, "")
             for key in sorted(k for k in series if is_probe_metric(k) and k not in SECONDS):

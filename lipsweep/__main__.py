@@ -493,6 +493,7 @@ def print_export(result: "ExportResult") -> None:
             f"registered {result.registered} (alias {CHAMPION}): "
             "mlflow.pyfunc.load_model(...).predict([0, 1] images) -> logits"
         )
+        _out(f"  from logged model {result.logged_model}: the run's Models tab, with its metrics")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

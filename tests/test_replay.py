@@ -71,7 +71,7 @@ def synthetic_table(path: Path, seeds: int = 3, epochs: int = 6, seed: int = 0) 
                         "param:aggregation": agg,
                         "seed": s,
                         "epoch": e,
-                        "seconds": 10.0 + i % 3,
+                        "epoch_seconds": 10.0 + i % 3,
                         "acc_clean": clean * f + noise[0],
                         "loss": 2.0 / e,
                         "probe_acc_pgd_4": robust * f + noise[1],
@@ -93,12 +93,26 @@ def test_the_table_reads_back_with_its_per_epoch_and_final_columns(tmp_path):
     assert len(table.configs) == 13 and all(len(c.seeds) == 3 for c in table.configs)
     assert set(table.per_epoch) >= {"acc_clean", "probe_acc_pgd_4"}
     assert "acc_pgd_4" in table.final and "acc_pgd_4" not in table.per_epoch
-    assert table.compute == pytest.approx(sum(r["seconds"] for r in replay.iter_rows(table)))
+    assert table.compute == pytest.approx(sum(r["epoch_seconds"] for r in replay.iter_rows(table)))
     bad = tmp_path / "bad.csv"
     bad.write_text("param:a,seed,epoch\nx,0,1\n")
-    with pytest.raises(ConfigError, match="seconds") as err:
+    with pytest.raises(ConfigError, match="epoch_seconds") as err:
         replay.load_table(bad)
     assert err.value.field == "--table"
+    # the format: a `config` key and no settings columns reads as the same table
+    keyed = tmp_path / "keyed.csv"
+    rows = [
+        {"config": r["config"], **{k: v for k, v in r.items() if not k.startswith("param:")}}
+        for r in replay.iter_rows(table)
+    ]
+    with keyed.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    again = replay.load_table(keyed)
+    assert again.params == ("config",) and again.epochs == table.epochs
+    assert [c.key for c in again.configs] == [c.key for c in table.configs]
+    assert again.compute == pytest.approx(table.compute) and again.final == table.final
 
 
 def test_replays_are_deterministic_and_the_whole_grid_reaches_the_whole_front(tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from _sweep_helpers import empty_store
 from safetensors.torch import save_file
 
@@ -143,32 +144,74 @@ def registered(tracked, tmp_path_factory):
 
     tracker, _, child, original, _ = tracked
     out = export_run(tracker, child, tmp_path_factory.mktemp("reg") / "export", "--run-id")
-    version = register_export(tracker, child, out, "tiny-vit")
-    return tracker, out, version
+    made = register_export(tracker, child, out, "tiny-vit")
+    return tracker, out, made.version, made.model_uri
+
+
+def test_registered_version_is_a_logged_model_of_the_trial_run_with_its_metrics(
+    tracked, registered
+):
+    """MLflow 3: the export is a LoggedModel whose source run is the trial's child run (the
+    run's Models tab), READY, with the run's final metrics linked (acc_clean ...) and its
+    params; the registered version records the same model id, and the model lists it."""
+    from mlflow import MlflowClient
+
+    tracker, out, version, model_uri = registered
+    _, _, child, _, flat = tracked
+    client = MlflowClient(tracker.tracking_uri)
+    run = client.get_run(child)
+    models = client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{child}'"
+    )
+    assert len(models) == 1
+    model = client.get_logged_model(models[0].model_id)
+    assert model_uri == f"models:/{model.model_id}"
+    assert (model.source_run_id, model.name, str(model.status)) == (child, "model", "READY")
+    linked = {m.key: (m.value, m.step, m.run_id) for m in model.metrics}
+    assert linked == {"acc_clean": (12.5, 1, child), "acc_pgd_4": (3.0, 1, child)}
+    assert model.params["regularizer"] == str(flat["regularizer"])
+    assert [(o.model_id, o.step) for o in run.outputs.model_outputs] == [(model.model_id, 1)]
+    # linking re-used each final entry: the run's history has no second point
+    assert len(client.get_metric_history(child, "acc_clean")) == 1
+    mv = client.get_model_version("tiny-vit", version)  # registered from the LoggedModel
+    assert (mv.source, mv.run_id) == (f"models:/{model.model_id}", child)
+    assert mv.model_id in (None, model.model_id)  # a database registry does not keep it
+    assert client.get_model_version_download_uri("tiny-vit", version) == model.artifact_location
+    assert json.loads(model.tags["mlflow.modelVersions"]) == [{"name": "tiny-vit", "version": 1}]
+    assert json.loads((out / "metrics.json").read_text())["acc_clean"] == 12.5
 
 
 @pytest.mark.slow
 def test_registered_pyfunc_predicts_the_exported_logits(registered):
+    import mlflow.artifacts
     import mlflow.pyfunc
 
     import lipsweep
     from lipsweep.decide.export import card_body
 
-    tracker, out, version = registered
+    tracker, out, version, _ = registered
     assert version == "1"
     mv = tracker.model_version_by_alias("tiny-vit", "champion")
     card = (out / "README.md").read_text()
     assert card.startswith("---\n")  # the Hugging Face header: not in MLflow's description
     assert str(mv.version) == "1" and mv.description == card_body(card)
     assert mv.description.startswith("# vit_tiny_patch16_224")
-    model_dir = tracker.download_artifacts(mv.run_id, "model", out.parent)
-    assert (model_dir / "MLmodel").is_file() and not list(model_dir.rglob("*.pkl"))
-    assert "python_model.pkl" not in (model_dir / "MLmodel").read_text()
     mlflow.set_tracking_uri(tracker.tracking_uri)
+    model_dir = Path(
+        mlflow.artifacts.download_artifacts("models:/tiny-vit/1", dst_path=str(out.parent / "m"))
+    )
+    assert (model_dir / "MLmodel").is_file() and not list(model_dir.rglob("*.pkl"))
+    mlmodel = yaml.safe_load((model_dir / "MLmodel").read_text())
+    assert "python_model.pkl" not in (model_dir / "MLmodel").read_text()
+    assert mlmodel["model_id"] and mlmodel["run_id"] == mv.run_id  # the LoggedModel's files
     x = _images()
     with torch.no_grad():
         expected = lipsweep.load_exported(out)(x).numpy()
-    for uri in ("models:/tiny-vit/1", "models:/tiny-vit@champion"):
+    for uri in (
+        "models:/tiny-vit/1",
+        "models:/tiny-vit@champion",
+        f"models:/{mlmodel['model_id']}",
+    ):
         got = mlflow.pyfunc.load_model(uri).predict(x.numpy())
         assert got.shape == (4, 10) and abs(got - expected).max() < 1e-5
 
@@ -183,7 +226,7 @@ def _free_port() -> int:
 def test_mlflow_models_serve_answers_on_loopback(registered):
     import lipsweep
 
-    tracker, out, _ = registered
+    tracker, out, _, _ = registered
     port = _free_port()
     bindir = str(Path(sys.executable).parent)  # mlflow execs `uvicorn` from PATH
     env = {

@@ -242,3 +242,36 @@ def test_stop_signals_go_through_tunes_own_stop_request():
         signal.sigtimedwait([], 0)
         assert stop.received == signal.SIGINT
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+@pytest.mark.parametrize(
+    "raised, code, says",
+    [
+        (SystemExit(signal.SIGTERM), 143, "SIGTERM: stopping the sweep"),
+        (TimeoutError("the raylet timed out"), 1, "could not start a local Ray (TimeoutError"),
+    ],
+    ids=["SIGTERM-inside-ray.init", "ray.init-timeout"],
+)
+def test_a_ray_that_does_not_start_exits_cleanly(
+    tmp_path, monkeypatch, capsys, caplog, raised, code, says
+):
+    """Issue 32 (left open in session 10): Ray's own SIGTERM handler is ``sys.exit(15)``, so a
+    SIGTERM landing inside ``ray.init`` exited 15, and a start-up timeout printed a traceback.
+    Ray's start is replaced by what it raises in those cases: the command exits 143 (the
+    signal's status) or 1 with one line, and nothing reached MLflow."""
+    from lipsweep.sweep import local_ray
+
+    def start(**_kw):
+        raise raised
+
+    monkeypatch.setattr(local_ray, "start", start)
+    uri = empty_store(tmp_path / "mlflow.db")
+    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
+    rc = main(
+        ["sweep", str(space), "--experiment", "exp", "--tracking-uri", uri,
+         "--storage", str(tmp_path / "ray"), "--num-cpus", "1"]
+    )  # fmt: skip
+    err = capsys.readouterr().err + caplog.text
+    assert rc == code, err[-2000:]
+    assert says in err and "Traceback" not in err, err[-2000:]
+    assert runs(uri) == []

@@ -105,11 +105,13 @@ def _export(opts: ExportOptions, out: Path) -> ExportResult:
         run_id, how = front.selection.run_id, front.selected_by
     path = export_run(tracker, run_id, out, selected_by=how, force=opts.force)
     registered: Optional[str] = None
+    logged_model: Optional[str] = None
     if opts.register is not None:
-        version = register_export(tracker, run_id, path, opts.register)
-        registered = f"models:/{opts.register}/{version}"
+        made = register_export(tracker, run_id, path, opts.register)
+        registered = f"models:/{opts.register}/{made.version}"
+        logged_model = made.model_uri
     metrics = json.loads((path / "metrics.json").read_text())
-    return ExportResult(path, run_id, how, metrics, registered)
+    return ExportResult(path, run_id, how, metrics, registered, logged_model)
 
 
 def report(opts: ReportOptions) -> ReportResult:

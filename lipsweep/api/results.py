@@ -165,6 +165,9 @@ class ExportResult:
     metrics: Mapping[str, float]
     registered: Optional[str] = None
     """``models:/NAME/VERSION`` when ``register`` was given."""
+    logged_model: Optional[str] = None
+    """``models:/<model_id>`` when ``register`` was given: the MLflow 3 LoggedModel on the
+    run (its Models tab, with the run's metrics) that the version was registered from."""
 
 
 @dataclass(frozen=True)

@@ -173,25 +173,38 @@ CHAMPION = "champion"
 """Alias of the registered version that ``export --register`` made last."""
 
 
-def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> str:
-    """Log the export as an MLflow pyfunc model (``model/`` of the run, see
-    :func:`lipsweep.tracking.model.save_pyfunc_model`) and register it as a new version of ``name``,
-    aliased :data:`CHAMPION`, with the export's model card (less its Hugging Face YAML
-    header) as its description. Returns the
-    version: ``mlflow.pyfunc.load_model("models:/NAME@champion")`` predicts logits."""
+@dataclass(frozen=True)
+class RegisteredExport:
+    """What ``export --register`` made: a registered version and the LoggedModel behind it."""
+
+    version: str
+    model_uri: str
+    """``models:/<model_id>``: the LoggedModel on the trial's run (its Models tab)."""
+
+
+def register_export(tracker: Tracker, run_id: str, folder: Path, name: str) -> RegisteredExport:
+    """Log the export as an MLflow 3 LoggedModel on its trial run ``run_id`` (the run's Models
+    tab; a pyfunc, see :func:`lipsweep.tracking.model.log_export_model`, with the run's final
+    metrics linked to it) and register that model as a new version of ``name``, aliased
+    :data:`CHAMPION`, with the export's model card (less its Hugging Face YAML header) as its
+    description. ``mlflow.pyfunc.load_model("models:/NAME@champion")`` then predicts logits."""
     from lipsweep.decide.export import card_body
-    from lipsweep.tracking.model import save_pyfunc_model
+    from lipsweep.tracking.model import log_export_model
     from lipsweep.vit.export_format import model_io
 
     io = model_io(folder)
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = save_pyfunc_model(
-            folder, Path(tmp) / "model", io["img_size"], io["num_classes"], io["format"]
-        )
-        tracker.log_artifacts(run_id, model_dir, "model")
-    source = f"runs:/{run_id}/model"
+    logged = log_export_model(
+        tracker, run_id, folder, io["img_size"], io["num_classes"], io["format"]
+    )
     card = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""
     card = card_body(card)
-    version = tracker.register_model_version(name, source, run_id, description=card, alias=CHAMPION)
-    _log.info("registered %s version %s (alias %s) from %s", name, version, CHAMPION, source)
-    return version
+    version = tracker.register_model_version(
+        name,
+        logged.uri,
+        run_id,
+        description=card,
+        alias=CHAMPION,
+        model_id=logged.model_id,
+    )
+    _log.info("registered %s version %s (alias %s) from %s", name, version, CHAMPION, logged.uri)
+    return RegisteredExport(version, logged.uri)

@@ -36,6 +36,7 @@ from lipsweep.core.metric_names import (
     attack_metric,
     is_probe_metric,
 )
+from lipsweep.sweep.handoff import Handoff
 from lipsweep.sweep.progress import FAILED as P_FAILED
 from lipsweep.sweep.progress import FINISHED as P_FINISHED
 from lipsweep.sweep.progress import STOPPED as P_STOPPED
@@ -102,7 +103,7 @@ class TrialOutcome:
     """Its MLflow child run."""
 
 
-class MlflowSweepCallback(Callback):
+class MlflowSweepCallback(Handoff, Callback):
     """Logs each Tune trial to its own MLflow child run under ``parent_id``.
 
     After a driver crash Tune's experiment state can be a few seconds older than MLflow
@@ -355,7 +356,7 @@ def first_objective(spec: SweepSpec) -> tuple[str, str]:
     return ACC_CLEAN, "max"
 
 
-class ConsoleProgress(Callback):
+class ConsoleProgress(Handoff, Callback):
     """One log line per trial event (state, epoch, key metrics), and the status block on
     ``stream`` every ``status_every`` seconds (0: only at trial ends) and at each trial end."""
 

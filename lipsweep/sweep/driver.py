@@ -23,6 +23,7 @@ import fcntl
 import logging
 import os
 import random
+import signal
 import socket
 import sys
 import time
@@ -281,14 +282,22 @@ def _init_ray(opts: SweepOptions) -> Optional[LocalRay]:
         from lipsweep.sweep.ray_token import private_token_file
 
         private_token_file()  # Ray would write ~/.ray/auth_token readable by everyone
-    local, ctx = local_ray.start(
-        num_cpus=opts.num_cpus,
-        include_dashboard=opts.dashboard,
-        dashboard_host="127.0.0.1",
-        log_to_driver=True,
-        configure_logging=True,
-        logging_level=logging.WARNING,
-    )
+    try:
+        local, ctx = local_ray.start(
+            num_cpus=opts.num_cpus,
+            include_dashboard=opts.dashboard,
+            dashboard_host="127.0.0.1",
+            log_to_driver=True,
+            configure_logging=True,
+            logging_level=logging.WARNING,
+        )
+    except Exception as exc:  # noqa: BLE001 - a timeout or a daemon that died: one line, exit 1
+        _log.debug("local Ray did not start", exc_info=True)
+        raise OSError(
+            f"could not start a local Ray ({type(exc).__name__}: {str(exc)[:300]}); nothing "
+            "was started or written. A heavily loaded machine can make Ray's daemons miss "
+            "their start-up timeouts: retry, or join a running Ray with --ray-address"
+        ) from None
     if opts.dashboard:
         _log.info(
             "Ray dashboard: http://%s (log in with the token `ray get-auth-token` prints)",
@@ -372,11 +381,19 @@ def run_sweep(
         **{f"fixed.{k}": v for k, v in spec.fixed.items()},
     }
     # Ray before the parent run: a Ray that cannot start leaves nothing RUNNING.
-    local = _init_ray(opts)
+    stop = stop or StopSignals()
     try:
-        return _run_on_ray(
-            spec, opts, stop or StopSignals(), tracker, spill, flat_params, list(extra_callbacks)
-        )
+        local = _init_ray(opts)
+    except SystemExit as exc:  # Ray's SIGTERM handler (sys.exit(15)) fired inside ray.init
+        if exc.code != signal.SIGTERM:
+            raise
+        if stop.received is None:
+            stop.received = signal.SIGTERM
+        _log.warning("SIGTERM: stopping the sweep")
+        raise KeyboardInterrupt from None
+    stop.reinstall()  # ray.init replaced the SIGTERM handler with sys.exit
+    try:
+        return _run_on_ray(spec, opts, stop, tracker, spill, flat_params, list(extra_callbacks))
     finally:
         if local is not None:  # whatever happened: no process of the Ray it started outlives it
             local.stop()
@@ -400,6 +417,7 @@ def _run_on_ray(
         first_objective,
         summarize,
     )
+    from lipsweep.sweep.handoff import Handoff, unbind_all
     from lipsweep.sweep.trainable import train_trial
 
     exp_path = experiment_path(opts.storage, opts.experiment)
@@ -452,6 +470,15 @@ def _run_on_ray(
     )
     interrupted = False
     tracking_error: Optional[TrackingError] = None
+    # Tuner.restore unpickles the first start's callbacks and scheduler: this run's answer
+    # for them instead (Tune has no public setter; sweep/handoff.py)
+    handoff = f"{exp_path}#"
+    for role, obj in [
+        *zip(("mlflow", "console", "heartbeat"), callbacks),
+        ("scheduler", tune_cfg.scheduler),
+    ]:
+        if isinstance(obj, Handoff):
+            obj.bind(handoff + role)
     try:
         if opts.resume:
             tuner = tune.Tuner.restore(
@@ -461,8 +488,6 @@ def _run_on_ray(
                 resume_errored=True,
                 param_space=param_space,
             )
-            _replace_restored_callbacks(tuner, callbacks)
-            _replace_restored_scheduler(tuner, tune_cfg.scheduler)
         else:
             kwargs = {"param_space": param_space} if param_space is not None else {}
             tuner = tune.Tuner(trainable, tune_config=tune_cfg, run_config=run_cfg, **kwargs)
@@ -481,6 +506,7 @@ def _run_on_ray(
             raise
         interrupted = True
     finally:
+        unbind_all(handoff)
         if interrupted:
             _close_interrupted(tracker, parent, spill, tracking_error, spec, opts)
     if interrupted:
@@ -547,32 +573,6 @@ def _close_interrupted(
         opts.experiment,
         opts.storage,
     )
-
-
-def _replace_restored_callbacks(tuner, callbacks: list) -> None:
-    """Tuner.restore brings back the callbacks pickled at the first start; use this run's.
-
-    Ray has no public setter for this. If the private attribute moves, the pickled callbacks
-    still work (they hold only the tracking URI and parent id, and MLflow is the source of
-    truth for outcomes), so this degrades to stale console counters, not lost data.
-    """
-    run_config = getattr(getattr(tuner, "_local_tuner", None), "_run_config", None)
-    if run_config is not None:
-        run_config.callbacks = callbacks
-    else:  # pragma: no cover - depends on Ray internals
-        _log.debug("could not replace restored Tune callbacks; using the pickled ones")
-
-
-def _replace_restored_scheduler(tuner, scheduler) -> None:
-    """Tuner.restore brings back the scheduler pickled at the first start, with none of its
-    later state; use this run's, which the callbacks read stop reasons from (it has read its
-    saved state, if it keeps any). If the private attribute moves, the pickled scheduler
-    reads that state itself; only the stop-reason tags of later stops are lost."""
-    tune_config = getattr(getattr(tuner, "_local_tuner", None), "_tune_config", None)
-    if tune_config is not None and scheduler is not None:
-        tune_config.scheduler = scheduler
-    elif scheduler is not None:  # pragma: no cover - depends on Ray internals
-        _log.debug("could not replace the restored Tune scheduler; using the pickled one")
 
 
 def total_epochs(spec: SweepSpec) -> int:

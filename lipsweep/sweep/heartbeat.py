@@ -11,10 +11,11 @@ import time
 
 from ray.tune import Callback
 
+from lipsweep.sweep.handoff import Handoff
 from lipsweep.tracking import Tracker
 
 
-class Heartbeat(Callback):
+class Heartbeat(Handoff, Callback):
     """Every ``every_s`` seconds of Tune's loop, a buffered tag write (never blocks)."""
 
     def __init__(self, tracker: Tracker, parent: str, every_s: float) -> None:

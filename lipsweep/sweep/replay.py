@@ -42,9 +42,12 @@ from lipsweep.core.metric_names import ACC_CLEAN, probe_metric
 
 _log = logging.getLogger(__name__)
 
+CONFIG = "config"
+"""The column holding a configuration's key (any string; one configuration, one key)."""
 PARAM_PREFIX = "param:"
-"""Table columns named ``param:<setting>`` hold a configuration's settings."""
-SEED, EPOCH, SECONDS = "seed", "epoch", "seconds"
+"""Optional columns ``param:<setting>`` hold a configuration's settings (the searchers draw
+from their values); without them a configuration's one setting is its ``config`` key."""
+SEED, EPOCH, SECONDS = "seed", "epoch", "epoch_seconds"
 TARGET = 0.9
 """``compute_fraction_to_90``: the compute at which a replay first reaches this fraction."""
 
@@ -88,10 +91,12 @@ class Table:
 
 
 def load_table(path: str | Path) -> Table:
-    """Read a recorded table (CSV: ``param:*``, ``seed``, ``epoch``, ``seconds``, metrics).
+    """Read a recorded table (CSV: ``config``, ``seed``, ``epoch``, ``epoch_seconds``, then
+    one column per metric; optional ``param:<setting>`` columns).
 
     Every (configuration, seed) must have the epochs 1..E, the same E for all. A metric is
-    per-epoch when every row has it, final when only last-epoch rows do."""
+    per-epoch when every row has it, final when only last-epoch rows do. A table without a
+    ``config`` column keys each configuration by its ``param:*`` values."""
     path = Path(path)
     try:
         with path.open(newline="") as fh:
@@ -105,12 +110,23 @@ def load_table(path: str | Path) -> Table:
     for need in (SEED, EPOCH, SECONDS):
         if need not in cols:
             raise ConfigError("--table", f"{path} has no {need!r} column")
-    if not params:
-        raise ConfigError("--table", f"{path} has no {PARAM_PREFIX}<setting> column")
-    names = [c for c in cols if not c.startswith(PARAM_PREFIX) and c not in (SEED, EPOCH, SECONDS)]
+    if not params and CONFIG not in cols:
+        raise ConfigError(
+            "--table", f"{path} has neither a {CONFIG!r} nor a {PARAM_PREFIX}<setting> column"
+        )
+    keyed = CONFIG in cols
+    if not params:  # the key is the configuration's one setting
+        params = (CONFIG,)
+        for row in rows:
+            row[PARAM_PREFIX + CONFIG] = row[CONFIG]
+    skip = (CONFIG, SEED, EPOCH, SECONDS)
+    names = [c for c in cols if not c.startswith(PARAM_PREFIX) and c not in skip]
     trials: dict[tuple[str, str], dict[int, dict[str, str]]] = {}
     for i, row in enumerate(rows, 2):
-        key = "|".join(f"{p}={row[PARAM_PREFIX + p]}" for p in params)
+        if keyed:
+            key = row[CONFIG]
+        else:
+            key = "|".join(f"{p}={row[PARAM_PREFIX + p]}" for p in params)
         try:
             epoch = int(row[EPOCH])
         except ValueError:
@@ -577,7 +593,8 @@ def iter_rows(table: Table) -> Iterator[dict[str, Any]]:
     for c in table.configs:
         for s in c.seeds:
             for e in range(table.epochs):
-                row = {PARAM_PREFIX + p: v for p, v in c.params.items()}
+                row = {CONFIG: c.key}
+                row |= {PARAM_PREFIX + p: v for p, v in c.params.items() if p != CONFIG}
                 row |= {SEED: s, EPOCH: e + 1, SECONDS: float(c.seconds[s][e])}
                 row |= {n: float(a[e]) for n, a in c.metrics[s].items()}
                 yield row

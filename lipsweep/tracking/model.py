@@ -2,13 +2,22 @@
 
 MLflow keeps :mod:`lipsweep.tracking.pyfunc_model` as source and the export folder as the
 ``export`` artifact (safetensors + JSON), so nothing is pickled; loading it calls
-:func:`lipsweep.load_exported`.
+:func:`lipsweep.load_exported`. :func:`log_export_model` logs it as an MLflow 3 LoggedModel
+on the trial's run (the run's Models tab), with the run's final metrics linked to it.
 """
 
 from __future__ import annotations
 
+import logging
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from lipsweep.tracking.writer import Tracker
+
+_log = logging.getLogger("lipsweep.tracking")
 
 PYFUNC_REQUIREMENTS = ("torch", "timm", "safetensors", "numpy", "mlflow")
 """Pinned (installed versions) in the MLflow model's requirements; lipsweep itself must be
@@ -39,12 +48,18 @@ def check_model_name(name: str) -> None:
 
 
 def save_pyfunc_model(
-    folder: Path, dst: Path, img_size: int, num_classes: int, export_format: Optional[Any] = None
+    folder: Path,
+    dst: Path,
+    img_size: int,
+    num_classes: int,
+    export_format: Optional[Any] = None,
+    mlflow_model: Optional[Any] = None,
 ) -> Path:
     """Write an MLflow pyfunc model of the export ``folder`` to ``dst`` (a new folder).
 
     The signature is a float32 tensor (N, 3, img_size, img_size) in [0, 1] -> logits
-    (N, num_classes)."""
+    (N, num_classes). ``mlflow_model`` (an ``mlflow.models.Model``) carries the LoggedModel's
+    id and run into ``MLmodel``."""
     from importlib.metadata import version
     from importlib.util import find_spec
 
@@ -65,5 +80,108 @@ def save_pyfunc_model(
         signature=signature,
         pip_requirements=[f"{p}=={version(p)}" for p in PYFUNC_REQUIREMENTS],
         metadata={"lipsweep_format": export_format, "input_range": [0.0, 1.0]},
+        mlflow_model=mlflow_model,
     )
     return Path(dst)
+
+
+LOGGED_MODEL_NAME = "model"
+"""Name of the LoggedModel on its run (the run's Models tab lists it)."""
+
+
+@dataclass(frozen=True)
+class LoggedExport:
+    """An export logged as an MLflow 3 LoggedModel on the trial run it came from."""
+
+    model_id: str
+    run_id: str
+    artifact_location: str
+    """Where MLflow keeps the model's files (``MLmodel``, the code, the export folder)."""
+    metrics: tuple[str, ...]
+    """The run's metrics linked to the model (their final values)."""
+
+    @property
+    def uri(self) -> str:
+        """``models:/<model_id>``, which ``mlflow.pyfunc.load_model`` accepts."""
+        return f"models:/{self.model_id}"
+
+
+def log_export_model(
+    tracker: Tracker,
+    run_id: str,
+    folder: Path,
+    img_size: int,
+    num_classes: int,
+    export_format: Optional[Any] = None,
+) -> LoggedExport:
+    """Log the export ``folder`` as an MLflow 3 LoggedModel whose source run is ``run_id``
+    (the trial it was exported from): the pyfunc of :func:`save_pyfunc_model` as its
+    artifacts, the run's params as its params, the final value of each of the run's metrics
+    linked to it (re-logged with ``model_id``: same value, step and timestamp, so the run's
+    histories gain no point), and the run's output. It ends READY, or FAILED if a step
+    failed (the error is raised)."""
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+    from mlflow.models import Model
+
+    client = tracker.client
+    run = tracker.get_run(run_id)
+    model = tracker._call(
+        "create_logged_model",
+        lambda: client.create_logged_model(
+            run.info.experiment_id,
+            name=LOGGED_MODEL_NAME,
+            source_run_id=run_id,
+            params=dict(run.data.params),
+        ),
+    )
+    model_id = model.model_id
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            mlflow_model = Model(
+                artifact_path=model.artifact_location,
+                model_uuid=model_id,
+                run_id=run_id,
+                model_id=model_id,
+            )
+            dst = save_pyfunc_model(
+                folder, Path(tmp) / "model", img_size, num_classes, export_format, mlflow_model
+            )
+            tracker._call(
+                "log_model_artifacts", lambda: client.log_model_artifacts(model_id, str(dst))
+            )
+        linked, step = _link_final_metrics(tracker, run_id, list(run.data.metrics), model_id)
+        tracker._call(
+            "log_outputs",
+            lambda: client.log_outputs(run_id, [LoggedModelOutput(model_id, step)]),
+        )
+        tracker._call(
+            "finalize_logged_model",
+            lambda: client.finalize_logged_model(model_id, LoggedModelStatus.READY),
+        )
+    except BaseException:
+        try:
+            client.finalize_logged_model(model_id, LoggedModelStatus.FAILED)
+        except Exception as err:  # the first error is the one to report
+            _log.warning("could not mark logged model %s FAILED: %s", model_id, err)
+        raise
+    _log.info("logged model %s on run %s (%d metrics linked)", model_id, run_id, len(linked))
+    return LoggedExport(model_id, run_id, model.artifact_location, tuple(linked))
+
+
+def _link_final_metrics(
+    tracker: Tracker, run_id: str, keys: list[str], model_id: str
+) -> tuple[list[str], int]:
+    """Link the final entry of each metric ``keys`` of the run to ``model_id``; returns the
+    keys linked and the highest step among them (the step the model was logged at)."""
+    from mlflow.entities import Metric
+
+    finals = []
+    for key in sorted(keys):
+        history = tracker.get_metric_history(run_id, key)
+        if history:  # the run's "latest": highest (step, timestamp, value), as MLflow orders
+            m = max(history, key=lambda h: (h.step, h.timestamp, h.value))
+            finals.append(Metric(key, m.value, m.timestamp, m.step, model_id=model_id))
+    for i in range(0, len(finals), 500):
+        batch = finals[i : i + 500]
+        tracker._call("log_batch", lambda b=batch: tracker.client.log_batch(run_id, metrics=b))
+    return [m.key for m in finals], max((m.step for m in finals), default=0)

@@ -23,6 +23,7 @@ both, :meth:`Tracker.spill` and :meth:`Tracker.replay` carry what is left to the
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -428,23 +429,52 @@ class Tracker(TrackingReader):
         run_id: str,
         description: str = "",
         alias: Optional[str] = None,
+        model_id: Optional[str] = None,
     ) -> str:
-        """Version ``source`` (``runs:/ID/PATH``) under the registered model ``name``, which is
-        created the first time, with ``description``; ``alias`` then points at it. Returns the
-        new version."""
+        """Version ``source`` under the registered model ``name``, which is created the first
+        time, with ``description``; ``alias`` then points at it. Returns the new version.
+
+        ``source`` is ``runs:/ID/PATH`` or ``models:/<model_id>`` (an MLflow 3 LoggedModel of
+        the run, given as ``model_id`` too): the version is then that model's files, and the
+        LoggedModel lists the version (tag ``mlflow.modelVersions``, which a tracking server
+        sets itself and a database store does not)."""
         self._call("create_registered_model", lambda: self._ensure_registered(name))
         mv = self._call(
             "create_model_version",
-            lambda: self.client.create_model_version(
-                name, source, run_id=run_id, description=description or None
-            ),
+            lambda: self._create_version(name, source, run_id, description, model_id),
         )
+        if model_id:
+            self._call("set_logged_model_tags", lambda: self._list_version(model_id, mv))
         if alias:
             self._call(
                 "set_registered_model_alias",
                 lambda: self.client.set_registered_model_alias(name, alias, mv.version),
             )
         return str(mv.version)
+
+    def _create_version(
+        self, name: str, source: str, run_id: str, description: str, model_id: Optional[str]
+    ) -> Any:
+        from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+        # A database registry looks a models:/<model_id> source up with a client of the
+        # GLOBAL tracking URI (MLflow 3's own TODO in SqlAlchemyStore.create_model_version),
+        # so that URI is this store's for the call only; a tracking server resolves it itself.
+        with _use_tracking_uri(self.tracking_uri):
+            return self.client.create_model_version(
+                name, source, run_id=run_id, description=description or None, model_id=model_id
+            )
+
+    def _list_version(self, model_id: str, mv: Any) -> None:
+        from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+        tags = self.client.get_logged_model(model_id).tags
+        listed = json.loads(tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
+        if not any((e["name"], str(e["version"])) == (mv.name, str(mv.version)) for e in listed):
+            entry = {"name": mv.name, "version": mv.version}  # as a server writes it
+            self.client.set_logged_model_tags(
+                model_id, {MLFLOW_MODEL_VERSIONS: json.dumps([*listed, entry])}
+            )
 
     def _ensure_registered(self, name: str) -> None:
         from mlflow.exceptions import MlflowException

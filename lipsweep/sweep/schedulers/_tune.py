@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Optional
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from lipsweep.core.storage import read_text, write_text
+from lipsweep.sweep.handoff import Handoff
 
 _log = logging.getLogger("lipsweep.sweep")
 TIME_ATTR = "epoch"
@@ -35,7 +36,7 @@ def _flat(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return inner if isinstance(inner, Mapping) else config
 
 
-class CoreScheduler(FIFOScheduler):
+class CoreScheduler(Handoff, FIFOScheduler):
     """Tune runs trials first in, first out; ``core`` decides which to stop.
 
     ``group_of(flat_config)`` names the configuration whose seeds are judged together.

@@ -1,0 +1,158 @@
+"""A live `moasha` sweep against the recorded grid (issue 28, figures: "a live tiny sweep").
+
+Runs the recorded grid's space (benchmarks/data/tiny_grid.yaml) as a real lipsweep sweep
+(local Ray, SQLite MLflow) with ``scheduler: moasha`` stopping on the same per-epoch
+counterparts that ``lipsweep bench-search`` uses by default (``acc_clean`` max,
+``probe_acc_pgd_4`` max, ``probe_lip_jacobian_median`` min; grace period 1, reduction factor 2,
+``max_t`` = the grid's epochs), on the seeds given (default: seed 0 only, to fit the time
+budget). Then it compares with the recorded table restricted to the same seeds:
+
+- compute: the live sweep's worker-seconds (every epoch's training + probe seconds of every
+  trial, stopped or not, plus the final evaluation of the finished ones) over the recorded
+  grid's for those configurations and seeds;
+- hypervolume: of the live sweep's configurations that ran in full (seed-mean final
+  ``acc_clean`` max, ``acc_pgd_4`` max, ``lip_jacobian_median`` min), relative to the recorded
+  grid's front with that front's reference point (:mod:`lipsweep.core.hypervolume`).
+
+    .venv/bin/python benchmarks/live_moasha.py --num-cpus 2 --out /tmp/live_moasha.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from record_grid import FINAL_SECONDS, PARAMS, SECONDS  # noqa: E402
+
+from lipsweep.core.hypervolume import relative_hypervolume  # noqa: E402
+
+_log = logging.getLogger("live_moasha")
+DATA = ROOT / "benchmarks" / "data"
+OBJECTIVES = (("acc_clean", "max"), ("acc_pgd_4", "max"), ("lip_jacobian_median", "min"))
+STOP_ON = (("acc_clean", "max"), ("probe_acc_pgd_4", "max"), ("probe_lip_jacobian_median", "min"))
+
+
+def live_space(grid_space: Path, seeds: list[int], out: Path) -> Path:
+    """The recorded grid's space with ``moasha`` and only ``seeds``."""
+    doc = yaml.safe_load(grid_space.read_text())
+    doc["name"] = "tiny_moasha"
+    doc["description"] = f"live moasha over {grid_space.name}, seeds {seeds}"
+    doc["repeat"] = {"seed": seeds}
+    doc["scheduler"] = {
+        "type": "moasha",
+        "metrics": [n for n, _ in STOP_ON],
+        "modes": [d for _, d in STOP_ON],
+        "grace_period": 1,
+        "reduction_factor": 2,
+        "max_t": int(doc["fixed"]["epochs"]),
+    }
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def _key(params: dict[str, str]) -> str:
+    return "|".join(f"{p}={params.get(p, '')}" for p in PARAMS)
+
+
+def live_runs(tracking_uri: str, experiment: str) -> tuple[float, dict[str, list[np.ndarray]]]:
+    """(worker-seconds of every trial run, {config key: [final objectives per full run]})."""
+    from lipsweep.tracking.reader import TrackingReader
+    from lipsweep.tracking.schema import FINISHED, TAG_KIND
+
+    reader = TrackingReader(tracking_uri, experiment)
+    compute, full = 0.0, {}
+    for run in reader.search(f"tags.`{TAG_KIND}` = 'trial'"):
+        for key in SECONDS:
+            compute += sum(m.value for m in reader.get_metric_history(run.info.run_id, key))
+        if run.info.status == FINISHED:
+            final = run.data.metrics
+            compute += sum(final.get(k, 0.0) for k in FINAL_SECONDS)
+            values = np.array([final[n] for n, _ in OBJECTIVES])
+            full.setdefault(_key(run.data.params), []).append(values)
+    return compute, full
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--table", default=str(DATA / "tiny_grid.csv"))
+    ap.add_argument("--space", default=str(DATA / "tiny_grid.yaml"))
+    ap.add_argument("--seed", type=int, action="append", help="repeat; default 0")
+    ap.add_argument("--experiment", default="tiny_moasha")
+    ap.add_argument("--tracking-uri", default=f"sqlite:///{DATA / 'tiny_moasha_mlflow.db'}")
+    ap.add_argument("--storage", default=str(DATA / "tiny_moasha_ray"))
+    ap.add_argument("--num-cpus", type=int, default=2)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--compare-only", action="store_true", help="only re-read MLflow")
+    ap.add_argument("--out", default=None, help="JSON of the figures")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    seeds = args.seed or [0]
+    from lipsweep.sweep.replay import load_table
+
+    table = load_table(args.table)  # first: a missing table fails before hours of training
+    wall = None
+    if not args.compare_only:
+        from lipsweep import api
+
+        with tempfile.TemporaryDirectory() as tmp:
+            space = live_space(Path(args.space), seeds, Path(tmp) / "tiny_moasha.yaml")
+            t0 = time.perf_counter()
+            result = api.sweep(
+                space=str(space),
+                experiment=args.experiment,
+                tracking_uri=args.tracking_uri,
+                storage=args.storage,
+                num_cpus=args.num_cpus,
+                resume=args.resume,
+            )
+            wall = time.perf_counter() - t0
+        _log.info("live sweep: %s in %.0f s", result.counts, wall)
+    compute, full = live_runs(args.tracking_uri, args.experiment)
+
+    chosen = {str(s) for s in seeds}
+    grid_compute = sum(
+        float(c.seconds[s].sum()) for c in table.configs for s in c.seeds if s in chosen
+    )
+    dirs = [d for _, d in OBJECTIVES]
+    names = [n for n, _ in OBJECTIVES]
+    front = np.array(
+        [
+            np.mean(
+                [[table.final_value(c, s, n) for n in names] for s in c.seeds if s in chosen], 0
+            )
+            for c in table.configs
+        ]
+    )
+    live = np.array([np.mean(v, 0) for v in full.values()]) if full else np.empty((0, len(names)))
+    figures = {
+        "seeds": seeds,
+        "configurations": len(table.configs),
+        "ran_in_full": len(full),
+        "live_compute_s": round(compute, 1),
+        "grid_compute_s": round(grid_compute, 1),
+        "compute_ratio": round(compute / grid_compute, 4),
+        "hv_ratio": round(relative_hypervolume(live, front, dirs), 4),
+        "wall_s": None if wall is None else round(wall, 1),
+        "stop_on": [f"{n}:{d}" for n, d in STOP_ON],
+        "objectives": [f"{n}:{d}" for n, d in OBJECTIVES],
+    }
+    _log.info("%s", json.dumps(figures))
+    if args.out:
+        Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
