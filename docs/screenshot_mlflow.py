@@ -7,6 +7,7 @@ the given artifact selected, writes a PNG, and stops the server.
     python docs/screenshot_mlflow.py --experiment smoke --tracking-uri sqlite:///mlflow.db \\
         --artifact pareto/pareto_scatter.png --out docs/mlflow_pareto.png
     python docs/screenshot_mlflow.py --experiment smoke --view runs --out docs/mlflow_runs.png
+    python docs/screenshot_mlflow.py --experiment smoke --view model --out docs/mlflow_model.png
 
 ``--view runs`` shows the experiment's run table instead of one run: the parent's child runs
 (the sweep's trials) with the columns of ``--columns`` (default: regularizer, k, lam,
@@ -136,6 +137,19 @@ def find_runs(tracking_uri: str, experiment: str, child: str | None) -> tuple[st
     return exp_id, runs[0].info.run_id
 
 
+def newest_logged_model(tracking_uri: str, exp_id: str) -> str:
+    """The id of the experiment's newest MLflow 3 LoggedModel (``export --register`` logs one
+    on the exported trial's run)."""
+    from mlflow.tracking import MlflowClient
+
+    models = MlflowClient(tracking_uri).search_logged_models(
+        experiment_ids=[exp_id], order_by=[{"field_name": "creation_time", "ascending": False}]
+    )
+    if not models:
+        sys.exit("error: no logged model in the experiment; run `lipsweep export --register`")
+    return models[0].model_id
+
+
 def wait_http(url: str, timeout: float) -> None:
     t0 = time.time()
     while time.time() - t0 < timeout:
@@ -154,7 +168,7 @@ def main() -> None:
     ap.add_argument(
         "--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
     )
-    ap.add_argument("--view", choices=["run", "runs"], default="run")
+    ap.add_argument("--view", choices=["run", "runs", "model"], default="run")
     ap.add_argument("--run", default=None, help="a child run's name or id (default: the parent)")
     ap.add_argument(
         "--artifact",
@@ -187,6 +201,9 @@ def main() -> None:
     if args.view == "runs":
         key = share_runs_view(args.tracking_uri, exp_id, run_id, args.columns)
         url = f"{base}/#/experiments/{exp_id}/runs?viewStateShareKey={key}&{view}"
+    elif args.view == "model":  # the newest LoggedModel's page: its metrics and source run
+        model_id = newest_logged_model(args.tracking_uri, exp_id)
+        url = f"{base}/#/experiments/{exp_id}/models/{model_id}?{view}"
     else:
         url = f"{base}/#/experiments/{exp_id}/runs/{run_id}/artifacts/{args.artifact}?{view}"
     server = subprocess.Popen(
