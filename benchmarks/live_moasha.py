@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from record_grid import FINAL_SECONDS, PARAMS, SECONDS  # noqa: E402
+from record_grid import FINAL_SECONDS, SECONDS, config_key  # noqa: E402
 
 from lipsweep.core.hypervolume import relative_hypervolume  # noqa: E402
 
@@ -62,10 +62,6 @@ def live_space(grid_space: Path, seeds: list[int], out: Path) -> Path:
     return out
 
 
-def _key(params: dict[str, str]) -> str:
-    return "|".join(f"{p}={params.get(p, '')}" for p in PARAMS)
-
-
 def live_runs(tracking_uri: str, experiment: str) -> tuple[float, dict[str, list[np.ndarray]]]:
     """(worker-seconds of every trial run, {config key: [final objectives per full run]})."""
     from lipsweep.tracking.reader import TrackingReader
@@ -80,7 +76,7 @@ def live_runs(tracking_uri: str, experiment: str) -> tuple[float, dict[str, list
             final = run.data.metrics
             compute += sum(final.get(k, 0.0) for k in FINAL_SECONDS)
             values = np.array([final[n] for n, _ in OBJECTIVES])
-            full.setdefault(_key(run.data.params), []).append(values)
+            full.setdefault(config_key(run.data.params), []).append(values)
     return compute, full
 
 

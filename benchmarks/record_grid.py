@@ -52,6 +52,11 @@ SECONDS = ("epoch_seconds", "probe_seconds")
 FINAL_SECONDS = ("eval_attack_seconds", "eval_lipschitz_seconds")
 
 
+def config_key(params: dict[str, str]) -> str:
+    """A run's ``config`` key: its settings, ``regularizer=jasmin|k=10|...``."""
+    return "|".join(f"{p}={params.get(p, '')}" for p in PARAMS)
+
+
 def table_rows(tracking_uri: str, experiment: str) -> list[dict[str, object]]:
     """One row per (finished child run, epoch), from MLflow."""
     from lipsweep.tracking.reader import TrackingReader
@@ -70,9 +75,8 @@ def table_rows(tracking_uri: str, experiment: str) -> list[dict[str, object]]:
         }
         epochs = max(series[EPOCH_ACC_CLEAN])
         for e in range(1, epochs + 1):
-            settings = {p: params.get(p, "") for p in PARAMS}
-            row: dict[str, object] = {"config": "|".join(f"{p}={v}" for p, v in settings.items())}
-            row.update({f"param:{p}": v for p, v in settings.items()})
+            row: dict[str, object] = {"config": config_key(params)}
+            row.update({f"param:{p}": params.get(p, "") for p in PARAMS})
             row.update(seed=params.get("seed", ""), epoch=e)
             seconds = sum(series[k].get(e, 0.0) for k in SECONDS)
             if e == epochs:

@@ -421,7 +421,6 @@ def _run_on_ray(
     from lipsweep.sweep.trainable import train_trial
 
     exp_path = experiment_path(opts.storage, opts.experiment)
-    stop.reinstall()  # ray.init replaced the SIGTERM handler with sys.exit
     try:
         if opts.resume:
             tracker.replay(spill)
