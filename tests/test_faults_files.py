@@ -31,10 +31,15 @@ SECRET = "hunter2"
 
 # -- the table: every folder option of every command -------------------------------------------
 def _options(w: Path, space: Path) -> list[tuple[str, list[str], dict[str, str], str]]:
-    """(name, argv with {p} for the path, env with {p}, the flag the error must name)."""
-    uri = f"sqlite:///{w}/m.db"
+    """(name, argv with {p} for the path, env with {p}, the flag the error must name).
+
+    The store holds a finished sweep of experiment ``e`` and the bucket a prepared dataset
+    (both made by :func:`_workspace`), so that each command would get as far as its folder
+    option: with a missing store or dataset, 6d23397 refused those first (naming
+    ``--tracking-uri`` or ``data_dir``) and never reached the path under test."""
+    uri = f"sqlite:///{w.parent / 'inputs' / 'store' / 'm.db'}"
     train = ["train", "--set", "epochs=1", "--set", "train_size=64", "--set", "eval_size=16"]
-    cache_uri = f"file://{w}/nowhere/cifar10.npz"
+    cache_uri = f"file://{w.parent / 'inputs' / 'bucket'}/cifar10.npz"
     return [
         ("train --out", [*train, "--out", "{p}"], {}, "--out"),
         ("train --out --overwrite", [*train, "--out", "{p}", "--overwrite"], {}, "--out"),
@@ -138,7 +143,10 @@ def _tree(folder: Path) -> dict[str, str]:
 
 def _workspace(base: Path) -> tuple[Path, Path]:
     """(work folder, search space): the work folder holds a file, a folder, a link to it and
-    a dangling link, each a path the table aims at."""
+    a dangling link, each a path the table aims at. Beside it, ``inputs/`` holds the space,
+    an MLflow store with a finished sweep (``e``) and a prepared dataset bucket."""
+    from lipsweep.__main__ import main
+
     w = base / "work"
     (w / "realdir").mkdir(parents=True)
     (w / "afile").write_text("mine\n")
@@ -148,6 +156,11 @@ def _workspace(base: Path) -> tuple[Path, Path]:
     (w / "home").mkdir()
     inputs = base / "inputs"
     inputs.mkdir()
+    _sweep_store(inputs, "e")
+    src = small_npz(inputs / "src.npz")
+    argv = ["data", "prepare", "--dataset", "cifar10", "--source", str(src)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main([*argv, "--dest", f"file://{inputs / 'bucket'}"]) == 0
     return w, write_space(inputs, "  - regularizer: none\n", epochs=1)
 
 
