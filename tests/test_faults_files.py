@@ -578,5 +578,36 @@ def test_the_dashboard_token_file_is_readable_by_its_owner_only(tmp_path, monkey
     assert path.read_text() == token  # the token is kept, only its mode tightened
 
 
+def test_sweep_dashboard_makes_the_token_file_private_before_ray_starts(tmp_path, monkeypatch):
+    """The driver's side of the test above: ``sweep --dashboard`` starting a local Ray calls
+    it first. ``ray.init`` is stood in for (it raises, as a Ray that cannot start does), so no
+    Ray runs; the file must already be 600 by then. Before (6d23397) nothing wrote it."""
+    import ray
+
+    from lipsweep.api.options import SweepOptions
+    from lipsweep.sweep import local_ray
+    from lipsweep.sweep.driver import _init_ray
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(local_ray.MARKER, "restored-by-monkeypatch")  # start() sets it
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+
+    def no_ray(**kwargs: object) -> None:
+        raise RuntimeError("ray.init stood in for by the test")
+
+    monkeypatch.setattr(ray, "init", no_ray)
+    opts = SweepOptions(space="smoke", dashboard=True, ray_address=None)
+    old = os.umask(0o022)
+    try:
+        with pytest.raises(OSError, match="could not start a local Ray"):
+            _init_ray(opts)
+    finally:
+        os.umask(old)
+    path = tmp_path / ".ray" / "auth_token"
+    assert stat_mode(path) == 0o600 and stat_mode(path.parent) == 0o700
+
+
 def stat_mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
