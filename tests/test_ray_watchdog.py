@@ -42,7 +42,7 @@ else:
         [sys.executable, "-I", "-S", "-c", code, path, str(os.getpid()), local.session],
         start_new_session=True,
     )
-os.environ[MARKER] = local.session
+local.mark()
 marked = [subprocess.Popen(["sleep", "600"]).pid,
           subprocess.Popen(["sleep", "600"], process_group=0).pid]
 plain = subprocess.Popen(["sleep", "600"], env={k: v for k, v in os.environ.items()
@@ -128,3 +128,33 @@ def test_a_normal_stop_ends_the_watchdog_and_it_kills_nothing():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")
+def test_a_process_with_a_ray_title_keeps_the_marker_readable():
+    """Ray's setproctitle overwrote the start of the environment block of its agents and
+    workers, so the marker was found or not by where it lay: with the environment of a short
+    command, never. ``LocalRay.mark`` sets ``SPT_NOENV`` with it. A child marked so takes
+    Ray's title for a worker, as ``ray::IDLE`` does, and is still found by the marker."""
+    local = LocalRay()
+    code = (
+        "import sys, ray._raylet; ray._raylet.setproctitle('ray::IDLE'); print(1, flush=True); "
+        "sys.stdin.read()"
+    )
+    saved = dict(os.environ)
+    try:
+        local.mark()
+        env = dict(os.environ)
+    finally:
+        local.unmark()
+    assert dict(os.environ) == saved  # unmark puts the driver's environment back
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert child.stdout.readline().strip() == b"1"
+        assert Path(f"/proc/{child.pid}/cmdline").read_bytes().startswith(b"ray::IDLE")
+        assert session_pids(local.session) == [child.pid]
+    finally:
+        child.kill()
+        child.wait()

@@ -21,10 +21,11 @@ dashboard and runtime-env agents, the workers). Two things went wrong with it:
 The processes of the instance are found by a marker in their environment,
 ``LIPSWEEP_RAY_SESSION=<pid>-<random>``, set in the driver just before ``ray.init``: every Ray
 process inherits it, orphans included (a walk of the driver's children would miss those), and
-no other Ray on the machine carries it. A cluster that the driver only joins (``--ray-address``)
-is never stopped: :func:`start` is not used for it, and ``ray.shutdown`` only disconnects from a
-cluster it did not start. Reading the environment needs ``/proc`` (Linux); elsewhere only
-``ray.shutdown`` runs.
+no other Ray on the machine carries it. ``SPT_NOENV=1`` beside it keeps it readable in the
+processes that take a title (:meth:`LocalRay.mark`). A cluster that the driver only joins
+(``--ray-address``) is never stopped: :func:`start` is not used for it, and ``ray.shutdown``
+only disconnects from a cluster it did not start. Reading the environment needs ``/proc``
+(Linux); elsewhere only ``ray.shutdown`` runs.
 
 A driver killed outright (``SIGKILL``) runs none of this, and Ray's two agents outlived it.
 :func:`start` also starts :mod:`lipsweep.sweep.ray_watchdog`, a small process apart from the
@@ -50,6 +51,7 @@ _log = logging.getLogger("lipsweep.sweep")
 
 GRACE_S = 10.0  # after ray.shutdown: how long the processes have to exit on their own
 WATCHDOG_EXIT_S = 5.0  # after SIGTERM: how long the watchdog has to exit
+NOENV = "SPT_NOENV"  # set: setproctitle leaves the environment block alone (see LocalRay.mark)
 
 
 class LocalRay:
@@ -58,6 +60,27 @@ class LocalRay:
     def __init__(self) -> None:
         self.session = f"{os.getpid()}-{secrets.token_hex(6)}"
         self.watchdog: Optional[subprocess.Popen] = None
+        self._set_noenv = False
+
+    def mark(self) -> None:
+        """Mark the processes Ray will start: the session variable in this process's environment
+        (they inherit it), and ``SPT_NOENV=1`` unless set. Ray's ``setproctitle`` (a vendored
+        py-setproctitle) otherwise overwrites the start of the environment block of each process
+        that takes a title (the agents, the workers): in ``/proc/<pid>/environ`` the marker was
+        found or not depending on where it lay (of Ray's two agents left by a SIGKILLed driver,
+        in one run both were found by it, in another neither). With ``SPT_NOENV`` the block is
+        left alone and a title is at most as long as the command line (Ray's are long)."""
+        os.environ[MARKER] = self.session
+        self._set_noenv = NOENV not in os.environ
+        os.environ.setdefault(NOENV, "1")
+
+    def unmark(self) -> None:
+        """Undo :meth:`mark` in this process."""
+        if os.environ.get(MARKER) == self.session:
+            del os.environ[MARKER]
+        if self._set_noenv:
+            os.environ.pop(NOENV, None)
+            self._set_noenv = False
 
     def start_watchdog(self) -> None:
         """Start :mod:`lipsweep.sweep.ray_watchdog` for this instance: a child in a session of
@@ -124,8 +147,7 @@ class LocalRay:
                 still = wait_gone(self.session, KILL_WAIT_S)
                 if still:
                     _log.error("Ray processes %s outlived SIGKILL", " ".join(map(str, still)))
-            if os.environ.get(MARKER) == self.session:
-                del os.environ[MARKER]
+            self.unmark()
             self.stop_watchdog()
         return left
 
@@ -138,7 +160,7 @@ def start(**init_kwargs: Any) -> tuple[LocalRay, Any]:
 
     local = LocalRay()
     local.start_watchdog()  # before the marker is set: it must not carry it
-    os.environ[MARKER] = local.session
+    local.mark()
     try:
         with _own_process_groups():
             ctx = ray.init(**init_kwargs)
