@@ -1,10 +1,10 @@
 """Ends the local Ray of a sweep driver that was killed outright (``SIGKILL``, the OOM killer).
 
 A ``SIGKILL``ed driver runs no cleanup. gcs_server, the raylet and the workers die with it
-(``PR_SET_PDEATHSIG``), but Ray's ``DashboardAgent`` and ``RuntimeEnvAgent`` did not in 2 of 3
-runs (docs/reliability.md, "After a driver SIGKILL"): they notice their raylet gone after
-5 x 0.4 s, then publish "Raylet is terminated" to the dead GCS with a 60 s timeout before they
-exit (Ray 2.60, ``ray/_private/process_watcher.py``; ``publish_error_to_driver``).
+(``PR_SET_PDEATHSIG``), but Ray's ``DashboardAgent`` and ``RuntimeEnvAgent`` were alive 30 s
+later in 6 of 6 runs (docs/reliability.md, "After a driver SIGKILL"): they notice their raylet
+gone after 5 x 0.4 s, then publish "Raylet is terminated" to the dead GCS with a 60 s timeout
+before they exit (Ray 2.60, ``ray/_private/process_watcher.py``; ``publish_error_to_driver``).
 
 LocalRay (:mod:`lipsweep.sweep.local_ray`) starts this module just before ``ray.init`` as a
 script, ``python -I -S ray_watchdog.py PID SESSION`` (standard library only, no lipsweep import:
