@@ -357,7 +357,7 @@ def _add_bench_search_parser(
         "--method", action="append", default=[],
         help="method to replay (repeatable; default all: grid, random, optuna-tpe, "
         "optuna-nsga2, asha-clean, moasha, optuna-moasha, and syne-moasha where Syne Tune "
-        "imports: pip install 'lipsweep[bench]')",
+        "imports: the bench extra)",
     )  # fmt: skip
     p.add_argument("--out", default="bench-search", help="folder for summary.json and the plot")
 

@@ -228,19 +228,22 @@ def test_grace_period_and_reduction_factor_set_every_schedulers_rungs(tmp_path, 
         assert not (tmp_path / "o2").exists()
 
 
-def test_syne_moasha_is_asked_for_without_syne_tune_exits_2(tmp_path, capsys, monkeypatch):
-    """Without Syne Tune, ``syne-moasha`` is absent from the methods and asking for it is a
-    one-line error naming --method and the extra to install."""
+def test_syne_moasha_is_asked_for_without_syne_tune_exits_2(tmp_path, capsys, monkeypatch, caplog):
+    """Without Syne Tune, ``syne-moasha`` is absent from the methods with one log line saying
+    why, and asking for it is a one-line error naming --method and the extra to install."""
     from lipsweep.__main__ import main
 
     monkeypatch.setattr(replay, "syne_tune_missing", lambda: "No module named 'syne_tune'")
     table = replay.load_table(synthetic_table(tmp_path / "t.csv", seeds=1, epochs=4))
-    assert replay.SYNE_MOASHA not in replay.methods(table, OBJECTIVES, ())
+    with caplog.at_level("INFO", logger=replay.__name__):
+        assert replay.SYNE_MOASHA not in replay.methods(table, OBJECTIVES, ())
+    (line,) = [r.getMessage() for r in caplog.records if replay.SYNE_MOASHA in r.getMessage()]
+    assert "No module named 'syne_tune'" in line and "--extra bench" in line
     argv = ["bench-search", "--table", str(tmp_path / "t.csv"), "--objective", "acc_clean:max"]
     rc = main([*argv, "--out", str(tmp_path / "o"), "--method", replay.SYNE_MOASHA])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "error: --method:" in err, err
-    assert "syne_tune" in err and "lipsweep[bench]" in err and not (tmp_path / "o").exists()
+    assert "syne_tune" in err and "--extra bench" in err and not (tmp_path / "o").exists()
 
 
 def test_syne_moasha_stops_dominated_trials_with_syne_tunes_own_decisions(tmp_path):

@@ -299,19 +299,18 @@ class StopRule:
 
 SYNE_MOASHA = "syne-moasha"
 """The method that exists only where Syne Tune imports (:func:`syne_tune_missing`)."""
-SYNE_INSTALL = "pip install 'lipsweep[bench]' (syne-tune==0.16.0)"
+SYNE_INSTALL = (
+    "the bench extra (syne-tune==0.16.0): `uv sync --frozen --extra dev --extra bench` in a "
+    "clone, `pip install '.[bench]'` elsewhere"
+)
 
 
 @functools.cache
 def syne_tune_missing() -> Optional[str]:
-    """Why Syne Tune's MO-ASHA cannot be imported here, or None; logged once when missing."""
+    """Why Syne Tune's MO-ASHA cannot be imported here (the import error), or None."""
     try:
         import syne_tune.optimizer.schedulers.multiobjective.moasha  # noqa: F401
     except ImportError as exc:
-        _log.info(
-            "%s is left out: Syne Tune does not import (%s); install it with %s",
-            SYNE_MOASHA, exc, SYNE_INSTALL,
-        )  # fmt: skip
         return str(exc)
     return None
 
@@ -563,8 +562,14 @@ def methods(
         "moasha": lambda s: (GridOrder(table, s), mo()),
         "optuna-moasha": lambda s: (OptunaProposer(table, s, "tpe", dirs), mo()),
     }
-    if syne_tune_missing() is None:
+    why = syne_tune_missing()
+    if why is None:
         found[SYNE_MOASHA] = lambda s: (GridOrder(table, s), syne(s))
+    else:
+        _log.info(
+            "%s is left out: Syne Tune does not import (%s); install it with %s",
+            SYNE_MOASHA, why, SYNE_INSTALL,
+        )  # fmt: skip
     return found
 
 
@@ -612,13 +617,13 @@ def bench_search(
             "--grace-period", f"must be at most the table's {table.epochs} epochs, "
             f"got {grace_period}"
         )  # fmt: skip
-    table_methods = methods(table, objectives, stop_on, grace_period, reduction_factor)
-    chosen = list(only) or list(table_methods)
-    if SYNE_MOASHA in chosen and SYNE_MOASHA not in table_methods:
+    if SYNE_MOASHA in only and syne_tune_missing() is not None:
         raise ConfigError(
             "--method", f"{SYNE_MOASHA} needs Syne Tune, which does not import here "
             f"({syne_tune_missing()}); install it with {SYNE_INSTALL}"
         )  # fmt: skip
+    table_methods = methods(table, objectives, stop_on, grace_period, reduction_factor)
+    chosen = list(only) or list(table_methods)
     runs: dict[str, list[Replay]] = {}
     for name in chosen:
         runs[name] = []
