@@ -345,9 +345,19 @@ def _add_bench_search_parser(
     p.add_argument("--replays", type=int, default=10, help="replays per method (default 10)")
     p.add_argument("--workers", type=int, default=4, help="simulated workers (default 4)")
     p.add_argument(
+        "--grace-period", type=int, default=1,
+        help="epochs before asha-clean, moasha, optuna-moasha and syne-moasha may stop a trial "
+        "(their first rung; default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--reduction-factor", type=int, default=2,
+        help="their rung spacing; each rung promotes 1/reduction-factor (>= 2; default 2)",
+    )  # fmt: skip
+    p.add_argument(
         "--method", action="append", default=[],
         help="method to replay (repeatable; default all: grid, random, optuna-tpe, "
-        "optuna-nsga2, asha-clean, moasha, optuna-moasha)",
+        "optuna-nsga2, asha-clean, moasha, optuna-moasha, and syne-moasha where Syne Tune "
+        "imports: the bench extra)",
     )  # fmt: skip
     p.add_argument("--out", default="bench-search", help="folder for summary.json and the plot")
 

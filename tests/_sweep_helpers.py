@@ -269,6 +269,10 @@ class RaySandbox:
             RAY_TMPDIR=self.dir,
             RAY_USAGE_STATS_ENABLED="0",
             PYTHONUNBUFFERED="1",
+            # Ray's setproctitle would overwrite the start of the environment block of its
+            # agents and workers, hiding RAY_TMPDIR from leftovers() in some runs and not others
+            # (lipsweep's own LocalRay.mark sets it too; here it holds for any code under test)
+            SPT_NOENV="1",
             **extra,
         )
         env.pop("RAY_ADDRESS", None)

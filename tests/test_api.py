@@ -74,6 +74,9 @@ def test_the_flag_comparison_sees_a_drift(monkeypatch):
     assert flags != fields
 
 
+_BENCH = {"table": "t.csv", "objective": ["acc_clean:max"]}
+
+
 @pytest.mark.parametrize(
     "cls,kwargs,flag",
     [
@@ -91,6 +94,9 @@ def test_the_flag_comparison_sees_a_drift(monkeypatch):
         (api.ConfirmOptions, {"experiment": "e", "top": 1, "run_id": ["r"]}, "--top"),
         (api.ConfirmOptions, {"experiment": "e", "images": -1}, "--images"),
         (api.DemoOptions, {"num_cpus": 0}, "--num-cpus"),
+        (api.BenchSearchOptions, _BENCH | {"reduction_factor": 1}, "--reduction-factor"),
+        (api.BenchSearchOptions, _BENCH | {"reduction_factor": 2.5}, "--reduction-factor"),
+        (api.BenchSearchOptions, _BENCH | {"grace_period": 0}, "--grace-period"),
     ],
 )
 def test_options_are_checked_when_made_naming_the_flag(cls, kwargs, flag):

@@ -26,6 +26,9 @@ UNDECLARED = {
     # the Triton kernel of the ranked softmax (regularizers/_ranked_softmax_triton.py) is
     # imported only where torch brought triton (Linux CUDA wheels); elsewhere the torch path runs
     "triton": "comes with torch where it exists; the import is guarded",
+    # bench-search's syne-moasha peer (sweep/replay.py): the benchmark-only `bench` extra,
+    # which CI does not install; the import is guarded (replay.syne_tune_missing)
+    "syne_tune": "declared in the bench extra only; the import is guarded",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,41 @@ max_concurrent_trials: 1
         assert r.data.metrics["epochs_done"] == 3
     for r in stopped:
         assert r.data.tags.get("lipsweep.early_stopped") == "true"
+
+
+# The driver schedules; only Tune's workers train. Importing torch cost every `lipsweep sweep`
+# ~3-4 s and ~300 MB before its first trial (through the trainable's module, the AutoAttack tags
+# and Tune's TensorBoardX logger). A blocker refuses torch, timm and torchvision; the driver's
+# modules, Tune's callbacks as the driver assembles them, and a finished trial's tags must work.
+_DRIVER_NO_TORCH = """
+import sys
+HEAVY = ("torch", "timm", "torchvision")
+tried = []
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY:
+            tried.append(name)
+            raise ImportError("blocked import of " + name)
+sys.meta_path.insert(0, _Block())
+from lipsweep.sweep import driver
+from lipsweep.sweep.callbacks import trial_attack_tags
+from lipsweep.sweep.trainable import train_trial
+driver._ray_environment()
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+from ray.tune.utils.callback import _create_default_callbacks
+made = _create_default_callbacks(driver._tune_loggers())
+kinds = sorted(type(c).__name__ for c in made)
+assert {"CSVLoggerCallback", "JsonLoggerCallback"} <= set(kinds), kinds
+assert not any("TBX" in k for k in kinds), kinds
+tags = trial_attack_tags({"attacks": ["autoattack"], "aa_eps": [2]}, {"attack_images": 32})
+assert tags["aa.images"] == "32" and "attack.acc_aa_2" in tags, tags
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)
+assert not tried and not loaded, f"imported {tried} {loaded}"
+"""
+
+
+def test_the_sweep_driver_imports_no_torch():
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRIVER_NO_TORCH], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -32,6 +32,8 @@ def run(opts: BenchSearchOptions) -> BenchSearchResult:
         opts.workers,
         stop_on=pairs(opts.stop_on),
         only=opts.method,
+        grace_period=opts.grace_period,
+        reduction_factor=opts.reduction_factor,
     )
     summary["table"] = str(opts.table)
     path = replay.write(summary, runs, Path(opts.out))

@@ -365,6 +365,11 @@ class BenchSearchOptions:
     """Replays per method (seeds 0..replays-1)."""
     workers: int = 4
     """Simulated parallel workers."""
+    grace_period: int = 1
+    """Epochs every trial runs before a scheduler (asha-clean, moasha, optuna-moasha,
+    syne-moasha) may stop it: the first rung, >= 1 and at most the table's epochs."""
+    reduction_factor: int = 2
+    """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it, >= 2."""
     method: tuple[str, ...] = ()
     """Methods to replay (default: all)."""
     out: str = "bench-search"
@@ -390,6 +395,8 @@ class BenchSearchOptions:
             raise ConfigError("--budget", f"must be a fraction in (0, 1], got {show(b)}")
         _int(self, "replays", 1, optional=False)
         _int(self, "workers", 1, optional=False)
+        _int(self, "grace_period", 1, optional=False)
+        _int(self, "reduction_factor", 2, optional=False)
 
 
 OPTIONS = {

@@ -12,7 +12,7 @@ default; ``--images N`` takes the seeded, sorted subset of N test images (the sw
 evaluation subset when N is its ``eval_size``). It logs ``acc_aa_std_<eps>`` (percent) to the
 same child runs, with tags saying the attack (``aa_std.version``, ``aa_std.iters``,
 ``aa_std.square_queries``, ``aa_std.images``, ``attack.acc_aa_std_<eps>``; see
-:func:`lipsweep.attacks.autoattack.autoattack_tags`), and prints the front re-ranked with
+:func:`lipsweep.attacks.autoattack_tags.autoattack_tags`), and prints the front re-ranked with
 ``acc_aa_std_<eps>`` in place of ``acc_aa_<eps>``.
 
 Resumable: a run's metrics and tags go to MLflow in one batch once its evaluation is done, so
@@ -175,7 +175,7 @@ def evaluate_standard(
     """
     import torch
 
-    from lipsweep.attacks.autoattack import autoattack_tags
+    from lipsweep.attacks.autoattack_tags import autoattack_tags
     from lipsweep.attacks.checks import check_perturbation
     from lipsweep.attacks.evaluate import tf32_matmuls
 

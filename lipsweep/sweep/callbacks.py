@@ -305,7 +305,7 @@ def checkpoint_uri(ckpt) -> str:
 
 def trial_attack_tags(flat: dict[str, Any], result: dict[str, Any]) -> dict[str, str]:
     """Tags saying which AutoAttack made each ``acc_aa_<eps>`` of a trial (issue 18)."""
-    from lipsweep.attacks.autoattack import autoattack_tags, describe_config
+    from lipsweep.attacks.autoattack_tags import autoattack_tags, describe_config
     from lipsweep.attacks.config import RobustnessConfig
     from lipsweep.core.config_base import from_mapping
     from lipsweep.settings.config import FIELD_SECTION

@@ -337,11 +337,25 @@ def _ray_environment() -> None:
     # Under `uv run` Ray would rebuild the project env for its workers (a copy of the folder, a
     # second install, and a raylet warning that VIRTUAL_ENV does not match): use this one.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    # Tune's default loggers include TensorBoardX's, which imports torch into the driver (~3-4
+    # s, ~300 MB) to write event files nobody reads (MLflow is the tracker): the driver adds
+    # the CSV and JSON loggers itself (_tune_loggers) and Tune adds none.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     if not (sys.stdout.isatty() and sys.stderr.isatty()):  # a log: no ANSI colour codes
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # around Ray's "(train_trial pid=N)"
     # A trial's few worker lines (its device) are shown when they happen: Ray's dedup held the
     # second trial's back until shutdown, after the summary. Read when Ray is first imported.
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+def _tune_loggers() -> list[Any]:
+    """Tune's per-trial ``progress.csv`` and ``result.json`` (its experiment analysis reads
+    them), which Tune adds itself unless ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS`` is 1."""
+    if os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "0") != "1":
+        return []
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    return [CSVLoggerCallback(), JsonLoggerCallback()]
 
 
 def build_callbacks(spec: SweepSpec) -> list[Any]:
@@ -455,6 +469,7 @@ def _run_on_ray(
         ),
         Heartbeat(tracker, parent, HEARTBEAT_S),
         *extra_callbacks,  # the space's `callbacks:`, after lipsweep's own
+        *_tune_loggers(),
     ]
     trainable = tune.with_resources(
         train_trial, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}

@@ -21,10 +21,16 @@ dashboard and runtime-env agents, the workers). Two things went wrong with it:
 The processes of the instance are found by a marker in their environment,
 ``LIPSWEEP_RAY_SESSION=<pid>-<random>``, set in the driver just before ``ray.init``: every Ray
 process inherits it, orphans included (a walk of the driver's children would miss those), and
-no other Ray on the machine carries it. A cluster that the driver only joins (``--ray-address``)
-is never stopped: :func:`start` is not used for it, and ``ray.shutdown`` only disconnects from a
-cluster it did not start. Reading the environment needs ``/proc`` (Linux); elsewhere only
-``ray.shutdown`` runs.
+no other Ray on the machine carries it. ``SPT_NOENV=1`` beside it keeps it readable in the
+processes that take a title (:meth:`LocalRay.mark`). A cluster that the driver only joins
+(``--ray-address``) is never stopped: :func:`start` is not used for it, and ``ray.shutdown``
+only disconnects from a cluster it did not start. Reading the environment needs ``/proc``
+(Linux); elsewhere only ``ray.shutdown`` runs.
+
+A driver killed outright (``SIGKILL``) runs none of this, and Ray's two agents outlived it.
+:func:`start` also starts :mod:`lipsweep.sweep.ray_watchdog`, a small process apart from the
+job that kills what is left of the instance once the driver has exited; :meth:`LocalRay.stop`
+ends it last.
 """
 
 from __future__ import annotations
@@ -33,17 +39,19 @@ import logging
 import os
 import secrets
 import signal
+import subprocess
 import sys
-import time
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
+
+from lipsweep.sweep import ray_watchdog
+from lipsweep.sweep.ray_watchdog import KILL_WAIT_S, MARKER, session_pids, wait_gone
 
 _log = logging.getLogger("lipsweep.sweep")
 
-MARKER = "LIPSWEEP_RAY_SESSION"
 GRACE_S = 10.0  # after ray.shutdown: how long the processes have to exit on their own
-KILL_WAIT_S = 10.0  # after SIGKILL: how long to wait for them to be gone
+WATCHDOG_EXIT_S = 5.0  # after SIGTERM: how long the watchdog has to exit
+NOENV = "SPT_NOENV"  # set: setproctitle leaves the environment block alone (see LocalRay.mark)
 
 
 class LocalRay:
@@ -51,6 +59,63 @@ class LocalRay:
 
     def __init__(self) -> None:
         self.session = f"{os.getpid()}-{secrets.token_hex(6)}"
+        self.watchdog: Optional[subprocess.Popen] = None
+        self._set_noenv = False
+
+    def mark(self) -> None:
+        """Mark the processes Ray will start: the session variable in this process's environment
+        (they inherit it), and ``SPT_NOENV=1`` unless set. Ray's ``setproctitle`` (a vendored
+        py-setproctitle) otherwise overwrites the start of the environment block of each process
+        that takes a title (the agents, the workers): in ``/proc/<pid>/environ`` the marker was
+        found or not depending on where it lay (of Ray's two agents left by a SIGKILLed driver,
+        in one run both were found by it, in another neither). With ``SPT_NOENV`` the block is
+        left alone and a title is at most as long as the command line (Ray's are long)."""
+        os.environ[MARKER] = self.session
+        self._set_noenv = NOENV not in os.environ
+        os.environ.setdefault(NOENV, "1")
+
+    def unmark(self) -> None:
+        """Undo :meth:`mark` in this process."""
+        if os.environ.get(MARKER) == self.session:
+            del os.environ[MARKER]
+        if self._set_noenv:
+            os.environ.pop(NOENV, None)
+            self._set_noenv = False
+
+    def start_watchdog(self) -> None:
+        """Start :mod:`lipsweep.sweep.ray_watchdog` for this instance: a child in a session of
+        its own, without the marker (``stop`` must not wait for it), standard library only
+        (``-I -S``: no site-packages, no ``PYTHON*`` variables). Where there is no ``/proc`` it
+        could find nothing, and is not started; if it cannot start, the sweep goes on."""
+        if self.watchdog is not None or not os.path.isdir("/proc") or not sys.executable:
+            return
+        env = {k: v for k, v in os.environ.items() if k != MARKER}
+        try:
+            self.watchdog = subprocess.Popen(
+                [sys.executable, "-I", "-S", ray_watchdog.__file__, str(os.getpid()), self.session],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            _log.warning(
+                "could not start the Ray watchdog (%s); if this driver is killed with SIGKILL, "
+                "Ray's agents may be left running",
+                exc,
+            )
+
+    def stop_watchdog(self) -> None:
+        """End the watchdog (its job is done once this instance is stopped) and reap it."""
+        proc, self.watchdog = self.watchdog, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=WATCHDOG_EXIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
     def pids(self) -> list[int]:
         """The live processes of this instance (its marker in their environment)."""
@@ -65,7 +130,7 @@ class LocalRay:
             if ray.is_initialized():
                 ray.shutdown()  # raylet first (it stops its workers), then GCS and the agents
         finally:
-            left = _wait_gone(self.session, grace_s)
+            left = wait_gone(self.session, grace_s)
             for pid in left:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -79,11 +144,11 @@ class LocalRay:
                     grace_s,
                     " ".join(map(str, left)),
                 )
-                still = _wait_gone(self.session, KILL_WAIT_S)
+                still = wait_gone(self.session, KILL_WAIT_S)
                 if still:
                     _log.error("Ray processes %s outlived SIGKILL", " ".join(map(str, still)))
-            if os.environ.get(MARKER) == self.session:
-                del os.environ[MARKER]
+            self.unmark()
+            self.stop_watchdog()
         return left
 
 
@@ -94,7 +159,8 @@ def start(**init_kwargs: Any) -> tuple[LocalRay, Any]:
     import ray
 
     local = LocalRay()
-    os.environ[MARKER] = local.session
+    local.start_watchdog()  # before the marker is set: it must not carry it
+    local.mark()
     try:
         with _own_process_groups():
             ctx = ray.init(**init_kwargs)
@@ -134,37 +200,3 @@ def _own_process_groups() -> Iterator[None]:
         yield
     finally:
         services.ConsolePopen = base
-
-
-def session_pids(session: str) -> list[int]:
-    """Live processes (not zombies) other than this one whose environment holds
-    ``MARKER=session``; empty where there is no ``/proc``."""
-    needle = f"{MARKER}={session}".encode()
-    me = os.getpid()
-    found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            if needle not in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
-                continue
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:  # gone, or another user's
-            continue
-        if stat[stat.rindex(")") + 2 :][:1] not in ("Z", "X"):
-            found.append(int(entry))
-    return found
-
-
-def _wait_gone(session: str, timeout_s: float) -> list[int]:
-    """Poll until no process of ``session`` is left or ``timeout_s`` passed; what is left."""
-    deadline = time.monotonic() + timeout_s
-    left = session_pids(session)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = session_pids(session)
-    return left

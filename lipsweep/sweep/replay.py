@@ -19,12 +19,17 @@ drawn independently from the values the table has), ``optuna-tpe`` / ``optuna-ns
 accuracy, today's best option), ``moasha`` (the grid order with multi-objective ASHA on the
 per-epoch counterparts of the objectives, seed-aware) and ``optuna-moasha`` (TPE proposing,
 ``moasha`` stopping). The schedulers are the live sweep's own decision code
-(:class:`lipsweep.sweep.schedulers.moasha.MoAsha`).
+(:class:`lipsweep.sweep.schedulers.moasha.MoAsha`), on rungs set by ``grace_period`` and
+``reduction_factor``. Where Syne Tune imports (the benchmark-only ``bench`` extra),
+``syne-moasha`` is its peer: the grid order with Syne Tune's own MO-ASHA deciding
+(:class:`SyneMoashaRule`).
 """
 
 from __future__ import annotations
 
 import csv
+import datetime
+import functools
 import heapq
 import json
 import logging
@@ -292,6 +297,77 @@ class StopRule:
         pass
 
 
+SYNE_MOASHA = "syne-moasha"
+"""The method that exists only where Syne Tune imports (:func:`syne_tune_missing`)."""
+SYNE_INSTALL = (
+    "the bench extra (syne-tune==0.16.0): `uv sync --frozen --extra dev --extra bench` in a "
+    "clone, `pip install '.[bench]'` elsewhere"
+)
+
+
+@functools.cache
+def syne_tune_missing() -> Optional[str]:
+    """Why Syne Tune's MO-ASHA cannot be imported here (the import error), or None."""
+    try:
+        import syne_tune.optimizer.schedulers.multiobjective.moasha  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+class SyneMoashaRule(StopRule):
+    """Syne Tune's MO-ASHA (``syne_tune.optimizer.schedulers.multiobjective.moasha.MOASHA``,
+    Schmucker et al. 2021, arXiv 2106.12639) deciding, as Syne Tune 0.16's ``Tuner`` drives a
+    scheduler (``syne_tune/tuner.py``): ``on_trial_add`` when a trial starts,
+    ``on_trial_result`` at each epoch, ``on_trial_remove`` once it says STOP (it says STOP at
+    ``max_t`` too). Its defaults otherwise: one bracket, non-dominated sorting with its
+    epsilon-net tie-break. Per trial, as Syne Tune judges trials (not seed-aware). It
+    minimises every metric, so ``max`` metrics are negated."""
+
+    TIME = "epoch"
+    CREATED = datetime.datetime(2000, 1, 1)  # a Trial needs one; no decision reads it
+
+    def __init__(
+        self,
+        metrics: Sequence[str],
+        modes: Sequence[str],
+        max_t: int,
+        grace_period: int,
+        reduction_factor: float,
+        seed: int,
+    ) -> None:
+        from syne_tune.backend.trial_status import Trial
+        from syne_tune.optimizer.scheduler import SchedulerDecision
+        from syne_tune.optimizer.schedulers.multiobjective.moasha import MOASHA
+
+        self.core = MOASHA(
+            config_space={}, metrics=list(metrics), do_minimize=True, time_attr=self.TIME,
+            max_t=max_t, grace_period=grace_period, reduction_factor=reduction_factor,
+            random_seed=seed,
+        )  # fmt: skip
+        self.signs = {m: 1.0 if mode == "min" else -1.0 for m, mode in zip(metrics, modes)}
+        self.make_trial, self.go = Trial, SchedulerDecision.CONTINUE
+        self.trials: dict[str, Any] = {}  # our trial -> Syne Tune's Trial
+        self.removed: set[str] = set()
+
+    def on_result(self, trial: str, group: str, t: int, metrics: Mapping[str, float]) -> bool:
+        if t == 0:  # the trial starts
+            self.trials[trial] = self.make_trial(len(self.trials), {}, self.CREATED)
+            self.core.on_trial_add(self.trials[trial])
+            return True
+        result = {self.TIME: t} | {m: s * metrics[m] for m, s in self.signs.items()}
+        go = self.core.on_trial_result(self.trials[trial], result) == self.go
+        if not go:
+            self.core.on_trial_remove(self.trials[trial])
+            self.removed.add(trial)
+        return go
+
+    def on_complete(self, trial: str) -> None:
+        if trial in self.trials and trial not in self.removed:
+            self.core.on_trial_remove(self.trials[trial])
+            self.removed.add(trial)
+
+
 class SchedulerRule(StopRule):
     """:class:`~lipsweep.sweep.schedulers.moasha.MoAsha` on ``metrics``; seed-aware when
     ``groups`` (a configuration's seeds are judged and stopped together), else per trial
@@ -452,9 +528,10 @@ def methods(
     objectives: Sequence[tuple[str, str]],
     stop_on: Sequence[tuple[str, str]],
     grace_period: int = 1,
-    reduction_factor: float = 2.0,
+    reduction_factor: float = 2,
 ) -> dict[str, Method]:
-    """Every method by name: replay seed -> (proposer, stop rule)."""
+    """Every method by name: replay seed -> (proposer, stop rule); ``syne-moasha`` only where
+    Syne Tune imports. ``grace_period`` and ``reduction_factor`` set every scheduler's rungs."""
     dirs = [d for _, d in objectives]
     stops = stop_metrics(table, objectives, stop_on)
     seeds = {c.key: len(c.seeds) for c in table.configs}
@@ -470,7 +547,13 @@ def methods(
             [ACC_CLEAN], ["max"], table.epochs, grace_period, reduction_factor, None
         )
 
-    return {
+    def syne(seed: int) -> StopRule:
+        return SyneMoashaRule(
+            [n for n, _ in stops], [d for _, d in stops], table.epochs, grace_period,
+            reduction_factor, seed,
+        )  # fmt: skip
+
+    found: dict[str, Method] = {
         "grid": lambda s: (GridOrder(table, s), StopRule()),
         "random": lambda s: (RandomDraws(table, s), StopRule()),
         "optuna-tpe": lambda s: (OptunaProposer(table, s, "tpe", dirs), StopRule()),
@@ -479,11 +562,22 @@ def methods(
         "moasha": lambda s: (GridOrder(table, s), mo()),
         "optuna-moasha": lambda s: (OptunaProposer(table, s, "tpe", dirs), mo()),
     }
+    why = syne_tune_missing()
+    if why is None:
+        found[SYNE_MOASHA] = lambda s: (GridOrder(table, s), syne(s))
+    else:
+        _log.info(
+            "%s is left out: Syne Tune does not import (%s); install it with %s",
+            SYNE_MOASHA, why, SYNE_INSTALL,
+        )  # fmt: skip
+    return found
 
 
 METHODS = (
-    "grid", "random", "optuna-tpe", "optuna-nsga2", "asha-clean", "moasha", "optuna-moasha"
+    "grid", "random", "optuna-tpe", "optuna-nsga2", "asha-clean", "moasha", "optuna-moasha",
+    SYNE_MOASHA,
 )  # fmt: skip
+"""Every method's name; :func:`methods` has ``syne-moasha`` only where Syne Tune imports."""
 
 
 def _round(value: Optional[float]) -> Optional[float]:
@@ -507,16 +601,29 @@ def bench_search(
     workers: int,
     stop_on: Sequence[tuple[str, str]] = (),
     only: Sequence[str] = (),
+    grace_period: int = 1,
+    reduction_factor: int = 2,
 ) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
-    """Replay every method ``replays`` times; the summary dict and the trajectories."""
+    """Replay every method ``replays`` times; the summary dict and the trajectories.
+    Everything is checked against the table before the first replay."""
     for name, _ in objectives:
         if name not in table.final:
             raise ConfigError(
                 "--objective", f"{name!r} is not a final column of the table; "
                 f"final columns are {list(table.final)}"
             )  # fmt: skip
-    table_methods = methods(table, objectives, stop_on)
-    chosen = list(only) or list(METHODS)
+    if grace_period > table.epochs:
+        raise ConfigError(
+            "--grace-period", f"must be at most the table's {table.epochs} epochs, "
+            f"got {grace_period}"
+        )  # fmt: skip
+    if SYNE_MOASHA in only and syne_tune_missing() is not None:
+        raise ConfigError(
+            "--method", f"{SYNE_MOASHA} needs Syne Tune, which does not import here "
+            f"({syne_tune_missing()}); install it with {SYNE_INSTALL}"
+        )  # fmt: skip
+    table_methods = methods(table, objectives, stop_on, grace_period, reduction_factor)
+    chosen = list(only) or list(table_methods)
     runs: dict[str, list[Replay]] = {}
     for name in chosen:
         runs[name] = []
@@ -535,6 +642,8 @@ def bench_search(
         "budget": budget,
         "replays": replays,
         "workers": workers,
+        "grace_period": grace_period,
+        "reduction_factor": reduction_factor,
         "grid": {"configurations": len(table.configs), "compute_s": round(table.compute, 3)},
         "methods": {
             name: {

@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.run import TrialCallbacks, run_trial
+from lipsweep.trial.callbacks import TrialCallbacks
 
 _log = logging.getLogger(__name__)
 FINAL_KEY = "lipsweep_final"
@@ -110,6 +110,7 @@ def train_trial(config: dict[str, Any]) -> None:
 
     from lipsweep.trial.device import choose_device
     from lipsweep.trial.engine import NonFiniteLossError
+    from lipsweep.trial.run import run_trial  # torch: in the worker, never in the driver
 
     cfg = TrialConfig.from_flat(flat_config(config))
     logging.getLogger("ray.tune").setLevel(logging.WARNING)  # one INFO line per checkpoint

@@ -36,6 +36,7 @@ from lipsweep.data.loading import (
 )
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.settings.config import TrialConfig
+from lipsweep.trial.callbacks import TrialCallbacks
 from lipsweep.trial.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -49,19 +50,6 @@ from lipsweep.trial.probes import probe_set, run_probes
 from lipsweep.vit.models import PixelModel, create_model
 
 _log = logging.getLogger(__name__)
-
-
-class TrialCallbacks:
-    """Hooks a trial calls; override what you need (all no-ops here)."""
-
-    def on_epoch_end(
-        self, epoch: int, metrics: dict[str, float], checkpoint: Optional[Path]
-    ) -> None:
-        """After epoch ``epoch`` (1-based) is trained and evaluated; ``checkpoint`` is the
-        folder written for it, or None when ``checkpoint_every`` skipped this epoch."""
-
-    def on_trial_end(self, metrics: dict[str, float], artifacts: Path) -> None:
-        """After the final evaluation; ``artifacts`` holds the Lipschitz arrays and figures."""
 
 
 @dataclass
