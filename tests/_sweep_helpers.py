@@ -471,3 +471,21 @@ def sweep_in_process(monkeypatch, tmp_path: Path, **options):
             monkeypatch.undo()  # later tests in this process see Ray's auth mode as it was
             Config.initialize("")
             AuthenticationTokenLoader.instance().reset_cache()
+
+
+def import_blocker(*heavy: str) -> str:
+    """The start of a ``python -c`` program that refuses (and records in ``tried``) every import
+    of the packages ``heavy``: an import that some ``try`` swallows still shows, and the
+    program's traceback on stderr names who imported it. End the program with
+    ``assert not tried``."""
+    return f"""
+import sys
+HEAVY = {tuple(heavy)!r}
+tried = []
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY:
+            tried.append(name)
+            raise ImportError("blocked import of " + name)
+sys.meta_path.insert(0, _Block())
+"""

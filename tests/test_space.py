@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _sweep_helpers import import_blocker
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.settings.config import TrialConfig
@@ -202,16 +203,9 @@ scheduler: {type: asha, metric: acc_clean, mode: max}
 # MLflow (issue 30 item 4). An unimportable torch package comes first on sys.path, and a
 # blocker records (and refuses) every import of the four, so an import that some `try` swallows
 # still fails the test; its traceback on stderr shows who imported it.
-_NO_TORCH = """
-import sys
-HEAVY = ("torch", "timm", "torchvision", "ray", "mlflow")
-tried = []
-class _Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in HEAVY:
-            tried.append(name)
-            raise ImportError("blocked import of " + name)
-sys.meta_path.insert(0, _Block())
+_NO_TORCH = (
+    import_blocker("torch", "timm", "torchvision", "ray", "mlflow")
+    + """
 sys.path.insert(0, sys.argv[1])
 from lipsweep.__main__ import main
 rcs = [main(["sweep", space, "--dry-run"]) for space in sys.argv[2:]]
@@ -219,6 +213,7 @@ loaded = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)
 assert not tried and not loaded, f"imported {tried} {loaded}"
 sys.exit(max(rcs))
 """
+)
 
 # Every family named by the space: regularizers, attacks and Lipschitz estimators.
 _FAMILIES = """name: families

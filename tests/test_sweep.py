@@ -15,6 +15,7 @@ from _sweep_helpers import (
     client,
     empty_store,
     epochs_logged,
+    import_blocker,
     parents,
     runs,
     sqlite_uri,
@@ -204,16 +205,9 @@ max_concurrent_trials: 1
 # ~3-4 s and ~300 MB before its first trial (through the trainable's module, the AutoAttack tags
 # and Tune's TensorBoardX logger). A blocker refuses torch, timm and torchvision; the driver's
 # modules, Tune's callbacks as the driver assembles them, and a finished trial's tags must work.
-_DRIVER_NO_TORCH = """
-import sys
-HEAVY = ("torch", "timm", "torchvision")
-tried = []
-class _Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in HEAVY:
-            tried.append(name)
-            raise ImportError("blocked import of " + name)
-sys.meta_path.insert(0, _Block())
+_DRIVER_NO_TORCH = (
+    import_blocker("torch", "timm", "torchvision")
+    + """
 from lipsweep.sweep import driver
 from lipsweep.sweep.callbacks import trial_attack_tags
 from lipsweep.sweep.trainable import train_trial
@@ -229,6 +223,7 @@ assert tags["aa.images"] == "32" and "attack.acc_aa_2" in tags, tags
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)
 assert not tried and not loaded, f"imported {tried} {loaded}"
 """
+)
 
 
 def test_the_sweep_driver_imports_no_torch():
