@@ -38,14 +38,13 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
 import subprocess
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
 from lipsweep.sweep import ray_watchdog
-from lipsweep.sweep.ray_watchdog import KILL_WAIT_S, MARKER, session_pids, wait_gone
+from lipsweep.sweep.ray_watchdog import MARKER, kill_session, session_pids, wait_gone
 
 _log = logging.getLogger("lipsweep.sweep")
 
@@ -131,12 +130,8 @@ class LocalRay:
                 ray.shutdown()  # raylet first (it stops its workers), then GCS and the agents
         finally:
             left = wait_gone(self.session, grace_s)
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             if left:
+                _, still = kill_session(self.session)  # the watchdog's kill, here and now
                 _log.warning(
                     "%d Ray processes of this sweep did not exit within %.0f s of ray.shutdown; "
                     "killed them (pids %s)",
@@ -144,7 +139,6 @@ class LocalRay:
                     grace_s,
                     " ".join(map(str, left)),
                 )
-                still = wait_gone(self.session, KILL_WAIT_S)
                 if still:
                     _log.error("Ray processes %s outlived SIGKILL", " ".join(map(str, still)))
             self.unmark()
