@@ -130,11 +130,10 @@ def test_api_functions_take_options_or_keywords(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_only_the_cli_module_sees_argparse():
-    """No ``argparse.Namespace`` outside ``lipsweep/__main__.py``: no other module imports
-    argparse."""
+def argparse_importers(package: Path) -> list[str]:
+    """The modules under ``package`` that import argparse, relative to its parent."""
     found = []
-    for path in (ROOT / "lipsweep").rglob("*.py"):
+    for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = (
                 [a.name for a in node.names]
@@ -144,8 +143,21 @@ def test_only_the_cli_module_sees_argparse():
                 else []
             )
             if "argparse" in names:
-                found.append(str(path.relative_to(ROOT)))
-    assert found == ["lipsweep/__main__.py"]
+                found.append(path.relative_to(package.parent).as_posix())
+    return found
+
+
+def test_only_the_cli_package_sees_argparse(tmp_path):
+    """No ``argparse.Namespace`` outside ``lipsweep/cli/``: no other module imports argparse
+    (``lipsweep/__main__.py`` only calls :func:`lipsweep.cli.main`)."""
+    found = argparse_importers(ROOT / "lipsweep")
+    assert "lipsweep/cli/parser.py" in found  # the check sees the parser's import
+    assert [m for m in found if not m.startswith("lipsweep/cli/")] == []
+    # the check sees an import anywhere in a module, in a function too
+    probe = tmp_path / "lipsweep" / "api"
+    probe.mkdir(parents=True)
+    (probe / "x.py").write_text("def f():\n    from argparse import Namespace\n")
+    assert argparse_importers(tmp_path / "lipsweep") == ["lipsweep/api/x.py"]
 
 
 # The API's dry run validates without torch, timm, Ray or MLflow, as the CLI's does.

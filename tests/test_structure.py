@@ -90,7 +90,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_the_import_graph_sees_deferred_imports():
     graph = import_graph()
-    assert "lipsweep.decide.commands" in graph["lipsweep.__main__"]  # inside cmd_pareto
+    assert "lipsweep.decide.commands" in graph["lipsweep.cli.commands"]  # in print_export
     assert "lipsweep.tracking.writer" in graph["lipsweep.tracking"]
 
 
@@ -195,13 +195,14 @@ def test_mlflow_is_reached_through_the_tracking_package_only():
 
 def test_demo_calls_the_api_with_the_parsers_defaults(monkeypatch, tmp_path):
     """``demo`` builds each command's options itself, through :mod:`lipsweep.api` (no
-    ``__main__`` import, no ``argparse.Namespace``); they are exactly what the CLI makes of
+    ``lipsweep.cli`` import, no ``argparse.Namespace``); they are exactly what the CLI makes of
     the same command line, every other flag at its default."""
     import os
 
-    from lipsweep.__main__ import _options, build_parser
     from lipsweep.api import DemoOptions, ExportOptions, ParetoOptions, SweepOptions
     from lipsweep.api._demo import demo_options
+    from lipsweep.cli import build_parser
+    from lipsweep.cli.commands import _options
 
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     st = os.path.realpath(tmp_path / "st")
@@ -218,7 +219,7 @@ def test_demo_calls_the_api_with_the_parsers_defaults(monkeypatch, tmp_path):
     assert pareto == _options(ParetoOptions, parse(["pareto", *common]))
     assert export == _options(ExportOptions, parse(["export", *common, "--out", "out", "--force"]))
     graph = import_graph()
-    assert "lipsweep.__main__" not in graph["lipsweep.api._demo"]
+    assert {_package(m) for m in graph["lipsweep.api._demo"]}.isdisjoint({"__main__", "cli"})
 
 
 _METRIC_LIKE = re.compile(r"(acc|lip_jacobian|lip_softmax|lip_head|loss)(_[a-z0-9_]*)?")

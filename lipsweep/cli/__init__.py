@@ -1,0 +1,81 @@
+"""The ``lipsweep`` command line: train, sweep, pareto, export, confirm, demo, models, spaces.
+
+Each subcommand maps to one ``cmd_*`` function in :data:`COMMANDS` (a test checks the map
+against the parser). Usage and configuration errors exit with status 2 and one line naming the
+offending field or flag; configuration is validated before anything is started or written.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Optional, Sequence
+
+from lipsweep.cli.commands import COMMANDS, EXIT_FAILURE, EXIT_USAGE
+from lipsweep.cli.parser import build_parser
+from lipsweep.core.config_base import ConfigError, UsageError
+from lipsweep.core.redact import redact_uri
+
+__all__ = [
+    "COMMANDS",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "build_parser",
+    "error_line",
+    "main",
+]
+
+_log = logging.getLogger("lipsweep")
+
+
+def _redact_record(record: logging.LogRecord) -> bool:
+    """No credential of a URI (userinfo or query, :func:`redact_uri`) in any log line."""
+    text = record.getMessage()
+    shown = redact_uri(text)
+    if shown != text:
+        record.msg, record.args = shown, None
+    return True
+
+
+def error_line(command: str, message: object) -> str:
+    """The one line a failed command prints: credentials of URIs redacted, and every
+    character that is not printable (a newline in a file name, a tab, an escape) written as
+    ``repr`` writes it, so the message stays on one line and nothing in it can pass for
+    lipsweep's own output."""
+    text = "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+        for c in redact_uri(message)
+    )
+    return f"lipsweep {command}: error: {text}\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from lipsweep.core.stdio import reader_gone_safe
+
+    with reader_gone_safe():  # `lipsweep ... | head -1`: a closed stdout never kills the work
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    for handler in logging.getLogger().handlers:  # no credential of a URI in any log line
+        handler.addFilter(_redact_record)
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as err:
+        sys.stderr.write(error_line(args.command, err.format()))
+        return EXIT_USAGE
+    except UsageError as err:
+        sys.stderr.write(error_line(args.command, err))
+        return EXIT_USAGE
+    except OSError as err:  # WriteError (a full disk, ulimit -f: its temporary is gone), EIO
+        _log.debug("write failed", exc_info=True)
+        sys.stderr.write(error_line(args.command, err))
+        return EXIT_FAILURE
