@@ -14,8 +14,8 @@ import pytest
 from _sweep_helpers import client, npz_space, sqlite_uri, sweep_in_process
 
 from lipsweep import api
-from lipsweep.__main__ import COMMANDS, build_parser
 from lipsweep.api.options import OPTIONS
+from lipsweep.cli import COMMANDS, build_parser
 from lipsweep.core.config_base import ConfigError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

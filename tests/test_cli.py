@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lipsweep.__main__ import COMMANDS, build_parser, main
+from lipsweep.__main__ import main
+from lipsweep.cli import COMMANDS, build_parser
 from lipsweep.core.config_base import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

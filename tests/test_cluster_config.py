@@ -680,7 +680,7 @@ def _cli_subcommands() -> list[str]:
     """The subcommands of `lipsweep`, from its parser (not from a list kept beside it)."""
     import argparse
 
-    from lipsweep.__main__ import build_parser
+    from lipsweep.cli import build_parser
 
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     return list(sub.choices)

@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from lipsweep.__main__ import build_parser
+from lipsweep.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
