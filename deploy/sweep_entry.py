@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 ENV_FILE = "~/lipsweep.env"
-# Every subcommand of `lipsweep` (lipsweep/__main__.py); a test compares this with its parser.
+# Every subcommand of `lipsweep` (lipsweep/cli/parser.py); a test compares this with its parser.
 SUBCOMMANDS = (
     "train", "sweep", "pareto", "export", "report", "confirm", "demo", "models", "data",
     "bench-search", "spaces",

@@ -14,7 +14,7 @@ names and defaults as the command's flags) or its fields as keywords. The option
 checked when they are made: a bad value raises :class:`ConfigError` naming the flag before
 anything is read, written or started; what only the world can answer (an unknown experiment,
 a non-empty folder, an existing sweep) raises :class:`UsageError`, still before the first
-write. The CLI (:mod:`lipsweep.__main__`) is argparse around these functions: it exits 2 on
+write. The CLI (:mod:`lipsweep.cli`) is argparse around these functions: it exits 2 on
 either error, and prints the result.
 
 Importing this module is light (no torch, Ray or MLflow): each function imports what it

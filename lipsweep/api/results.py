@@ -1,6 +1,6 @@
 """What each API function returns: small frozen dataclasses, torch-free.
 
-The CLI prints them (:mod:`lipsweep.__main__`); a notebook reads their fields.
+The CLI prints them (:mod:`lipsweep.cli.commands`); a notebook reads their fields.
 """
 
 from __future__ import annotations
