@@ -86,6 +86,7 @@ def test_artifact_downloads_draw_no_progress_bars_into_a_log(tmp_path, capsys, m
     from lipsweep.tracking import FINISHED, Tracker, TrackingReader
 
     monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    monkeypatch.chdir(tmp_path)  # a SQLite store's artifacts go to ./mlruns (MLflow's default)
     uri = empty_store(tmp_path / "m.db")
     tracker = Tracker(uri, "e")
     parent = tracker.open_parent(str(tmp_path / "ray"), "e", {"space": "test"})
