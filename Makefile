@@ -40,8 +40,11 @@ setup: .venv/.synced
 demo: setup
 	$(RUN) lipsweep demo
 
+# Two workers (pytest-xdist), a test file at a time each; tests/conftest.py says how they share.
+# PYTHONFAULTHANDLER: a crash anywhere, interpreter exit included, prints every thread's stack.
+TEST_WORKERS ?= 2
 test: setup
-	$(RUN) pytest -q $(PYTEST_ARGS)
+	PYTHONFAULTHANDLER=1 $(RUN) pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The habits CI holds the code to: ruff's rule set and format ([tool.ruff] in pyproject.toml).
 lint: setup

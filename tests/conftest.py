@@ -21,7 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_NPZ = ROOT.parent / "shared" / "data" / "cifar10_subset.npz"
 EMBEDDED_NPZ = ROOT / "lipsweep" / "data" / "cifar10_sample.npz"
 
-torch.set_num_threads(int(os.environ.get("LIPSWEEP_TEST_THREADS", "2")))
+# `make test` runs two pytest-xdist workers on CI's two cores: one torch thread each (two each
+# oversubscribed the cores), two in a single-process run.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+torch.set_num_threads(int(os.environ.get("LIPSWEEP_TEST_THREADS", "1" if _XDIST_WORKER else "2")))
 
 # Property tests: in CI (CI set, as .ci/run does) Hypothesis draws the same examples on every
 # run (derandomize: a failure reproduces, never "fails by chance") and keeps no database; a
@@ -71,6 +74,51 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if ray is not None and ray.is_initialized():
         ray.shutdown()  # an in-process Ray still holds files there
     shutil.rmtree(_RAY_TMPDIR, ignore_errors=True)
+
+
+# Two workers (`make test`: -n 2 --dist loadgroup): a group is one test file, so a module's
+# fixtures are made once, and files that share a session fixture share a group (one worker
+# makes it). Tests that start Ray run on both workers at once; every local Ray takes free
+# ports and its own session folder (RAY_TMPDIR above, one per worker). The longest files go
+# first, so that the two workers finish together.
+_SHARED_GROUP = {
+    "test_review.py": "test_sweep.py",  # four_trial_sweep
+    "test_head_bounds.py": "test_evaluate.py",  # trained_tiny_model
+}
+# Ordered by each group's test time in a 2-worker run (--durations=0, 2026-11-26): test_sweep
+# 350 s, test_faults 344, test_sweep_signals 157, test_cluster_loopback 124, ... test_schedulers 19.
+_LONGEST_FIRST = (
+    "test_sweep.py",
+    "test_faults.py",
+    "test_sweep_signals.py",
+    "test_cluster_loopback.py",
+    "test_evaluate.py",
+    "test_faults_drivers.py",
+    "test_searchers.py",
+    "test_gpu_suite.py",
+    "test_setup.py",
+    "test_arms_sweep.py",
+    "test_faults_uploads.py",
+    "test_faults_files.py",
+    "test_family_members.py",
+    "test_api.py",
+    "test_serve.py",
+    "test_s3_policies.py",
+    "test_pareto.py",
+    "test_schedulers.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist: each test in its file's group, the longest files first."""
+    if not _XDIST_WORKER:
+        return
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group(_SHARED_GROUP.get(name, name)))
+    items.sort(key=lambda item: rank.get(_SHARED_GROUP.get(item.path.name, item.path.name), 99))
 
 
 def small_npz(path: Path) -> Path:
