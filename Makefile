@@ -40,11 +40,11 @@ setup: .venv/.synced
 demo: setup
 	$(RUN) lipsweep demo
 
-# Two workers (pytest-xdist), a test file at a time each; tests/conftest.py says how they share.
-# PYTHONFAULTHANDLER: a crash anywhere, interpreter exit included, prints every thread's stack.
-TEST_WORKERS ?= 2
+# Two workers (pytest-xdist): one runs every test that starts Ray, the other the rest
+# (tests/conftest.py). PYTHONFAULTHANDLER: a crash anywhere, interpreter exit included, prints
+# every thread's stack.
 test: setup
-	PYTHONFAULTHANDLER=1 $(RUN) pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	PYTHONFAULTHANDLER=1 $(RUN) pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The habits CI holds the code to: ruff's rule set and format ([tool.ruff] in pyproject.toml).
 lint: setup

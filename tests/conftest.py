@@ -76,49 +76,47 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     shutil.rmtree(_RAY_TMPDIR, ignore_errors=True)
 
 
-# Two workers (`make test`: -n 2 --dist loadgroup): a group is one test file, so a module's
-# fixtures are made once, and files that share a session fixture share a group (one worker
-# makes it). Tests that start Ray run on both workers at once; every local Ray takes free
-# ports and its own session folder (RAY_TMPDIR above, one per worker). The longest files go
-# first, so that the two workers finish together.
-_SHARED_GROUP = {
-    "test_review.py": "test_sweep.py",  # four_trial_sweep
-    "test_head_bounds.py": "test_evaluate.py",  # trained_tiny_model
-}
-# Ordered by each group's test time in a 2-worker run (--durations=0, 2026-11-26): test_sweep
-# 350 s, test_faults 344, test_sweep_signals 157, test_cluster_loopback 124, ... test_schedulers 19.
-_LONGEST_FIRST = (
-    "test_sweep.py",
-    "test_faults.py",
-    "test_sweep_signals.py",
-    "test_cluster_loopback.py",
-    "test_evaluate.py",
-    "test_faults_drivers.py",
-    "test_searchers.py",
-    "test_gpu_suite.py",
-    "test_setup.py",
-    "test_arms_sweep.py",
-    "test_faults_uploads.py",
-    "test_faults_files.py",
-    "test_family_members.py",
-    "test_api.py",
-    "test_serve.py",
-    "test_s3_policies.py",
-    "test_pareto.py",
-    "test_schedulers.py",
+# Two workers (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder). Every test file that
+# starts Ray (a sweep, a Tune run, `ray up`) is in one group, "ray", which one worker runs first
+# to last while the other runs the rest, a test file at a time (a module's fixtures made once).
+# Two local sweeps at once gained nothing: a sweep's idle half went to the other sweep's Ray
+# daemons, and each took twice as long (two 2-worker runs of the suite: 1,054 s and 1,671 s).
+_RAY_FILES = frozenset(
+    {
+        "test_api.py",
+        "test_arms_sweep.py",
+        "test_cluster_loopback.py",
+        "test_faults.py",
+        "test_faults_drivers.py",
+        "test_faults_files.py",
+        "test_faults_uploads.py",
+        "test_family_members.py",
+        "test_ray_watchdog.py",
+        "test_review.py",  # four_trial_sweep, with test_sweep.py
+        "test_s3_policies.py",
+        "test_schedulers.py",
+        "test_searchers.py",
+        "test_setup.py",
+        "test_sweep.py",
+        "test_sweep_signals.py",
+    }
 )
+_SHARED_GROUP = {"test_head_bounds.py": "test_evaluate.py"}  # trained_tiny_model
+
+
+def _group(item: pytest.Item) -> str:
+    name = item.path.name
+    return "ray" if name in _RAY_FILES else _SHARED_GROUP.get(name, name)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
-    """Under pytest-xdist: each test in its file's group, the longest files first."""
+    """Under pytest-xdist: each test in its group, the "ray" group first."""
     if not _XDIST_WORKER:
         return
-    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group(_SHARED_GROUP.get(name, name)))
-    items.sort(key=lambda item: rank.get(_SHARED_GROUP.get(item.path.name, item.path.name), 99))
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    items.sort(key=lambda item: _group(item) != "ray")
 
 
 def small_npz(path: Path) -> Path:
