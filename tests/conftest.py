@@ -102,10 +102,6 @@ _RAY_FILES = frozenset(
     }
 )
 _SHARED_GROUP = {"test_head_bounds.py": "test_evaluate.py"}  # trained_tiny_model
-# Last in the "ray" group, after the other worker's CPU-bound tests are done: the tests that
-# slowed most beside them (a fresh-clone run: the loopback cluster 199 s instead of 133, the
-# arms sweep's setup 102 instead of 62).
-_RAY_LAST = ("test_api.py", "test_arms_sweep.py", "test_cluster_loopback.py")
 
 
 def _group(item: pytest.Item) -> str:
@@ -115,13 +111,12 @@ def _group(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
-    """Under pytest-xdist: each test in its group, the "ray" group first, _RAY_LAST at its end."""
+    """Under pytest-xdist: each test in its group, the "ray" group first."""
     if not _XDIST_WORKER:
         return
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_group(item)))
-    last = {name: i for i, name in enumerate(_RAY_LAST, 1)}
-    items.sort(key=lambda item: (_group(item) != "ray", last.get(item.path.name, 0)))
+    items.sort(key=lambda item: _group(item) != "ray")
 
 
 def small_npz(path: Path) -> Path:
