@@ -1,0 +1,85 @@
+"""Can early stopping work on a recorded grid? Two figures per objective, from the table alone.
+
+`lipsweep bench-search` replays methods; this says *why* a grid lets them save compute or not
+(docs/benchmarks.md, "Search that knows its objectives"). For each objective NAME:max|min:
+
+- **separation**: the spread of the configurations' seed-mean final values (their standard
+  deviation) over the noise of one such mean (the mean within-configuration seed standard
+  deviation / sqrt(seeds)). Below about 2, which configuration ends on the front is mostly the
+  draw of the seeds, and no method can find it early.
+- **Spearman rho per epoch**: the rank correlation, over configurations, between the seed-mean
+  per-epoch counterpart that ``moasha`` stops on (the column itself when it is per-epoch, else
+  ``probe_<name>``: lipsweep.sweep.replay.stop_metrics) at epoch e and the seed-mean final
+  objective. A rung at epoch e can only keep the right configurations where rho is high.
+
+It also lists the grid's Pareto front (seed-mean final objectives).
+
+    .venv/bin/python benchmarks/grid_signal.py --table benchmarks/data/wide_grid.csv \\
+        --objective acc_clean:max --objective acc_pgd_4:max --objective lip_jacobian_median:min
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lipsweep.core.dominance import non_dominated_ranks  # noqa: E402
+from lipsweep.sweep.replay import load_table, stop_metrics  # noqa: E402
+
+
+def _objective(text: str) -> tuple[str, str]:
+    name, _, mode = text.rpartition(":")
+    if mode not in ("max", "min") or not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:max or NAME:min")
+    return name, mode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--objective", type=_objective, action="append", required=True)
+    args = ap.parse_args()
+    table = load_table(args.table)
+    objectives = args.objective
+    stops = stop_metrics(table, objectives, [])
+    seeds = min(len(c.seeds) for c in table.configs)
+    print(
+        f"{args.table}: {len(table.configs)} configurations, {seeds}+ seeds, {table.epochs} epochs"
+    )
+    header = " | ".join(f"epoch {e}" for e in range(1, table.epochs))
+    print(f"| objective | per-epoch column | separation | {header} |")
+    print("|---|---|---:|" + "---:|" * (table.epochs - 1))
+    for (name, _), (stop, _) in zip(objectives, stops):
+        final = np.array([table.objectives(c, [name])[0] for c in table.configs])
+        seed_std = np.array(
+            [
+                np.std([table.final_value(c, s, name) for s in c.seeds], ddof=1)
+                for c in table.configs
+            ]
+        )
+        noise = float(np.mean(seed_std / np.sqrt([len(c.seeds) for c in table.configs])))
+        separation = float(np.std(final, ddof=1)) / noise if noise > 0 else float("inf")
+        rhos = []
+        for e in range(table.epochs - 1):
+            early = [np.mean([c.metrics[s][stop][e] for s in c.seeds]) for c in table.configs]
+            rhos.append(f"{spearmanr(early, final).statistic:+.2f}")
+        print(f"| `{name}` | `{stop}` | {separation:.1f} | " + " | ".join(rhos) + " |")
+    names = [n for n, _ in objectives]
+    values = np.array([table.objectives(c, names) for c in table.configs])
+    front = non_dominated_ranks(values, [m for _, m in objectives]) == 1
+    print(f"front ({int(front.sum())} of {len(table.configs)}): " + ", ".join(names))
+    for c, v, on in zip(table.configs, values, front):
+        if on:
+            print(f"  {c.key}: " + ", ".join(f"{x:.3g}" for x in v))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
