@@ -111,7 +111,7 @@ def test_sweep_console_says_when_a_trial_starts_its_evaluation(caplog):
     from types import SimpleNamespace
 
     from lipsweep.settings.config import TrialConfig
-    from lipsweep.sweep.callbacks import ConsoleProgress
+    from lipsweep.sweep.callbacks import ConsoleProgress, evaluation_plan
 
     flat = TrialConfig.from_flat({"epochs": 2, "eval_size": 64}).to_flat()
     cb = ConsoleProgress(1, status_every=0, stream=io.StringIO())
@@ -120,8 +120,17 @@ def test_sweep_console_says_when_a_trial_starts_its_evaluation(caplog):
         cb.on_trial_result(0, [trial], trial, {"epoch": 1, "loss": 2.0, "acc_clean": 20.0})
         assert "evaluating" not in caplog.text
         cb.on_trial_result(0, [trial], trial, {"epoch": 2, "loss": 1.9, "acc_clean": 21.0})
-    assert "t0 [none seed=0] evaluating: clean, FGSM, PGD, AutoAttack" in caplog.text
-    assert "on 64 images" in caplog.text
+    assert (
+        "t0 [none seed=0] evaluating: clean on 64 images; FGSM, PGD, AutoAttack on 64; "
+        "||J_f|| on 64" in caplog.text
+    )
+    # each count is what that part measures: the attacks and ||J_f|| take the first
+    # attack_images / lip_images of the evaluation images (0: all of them)
+    plan = evaluation_plan
+    wide = {**flat, "eval_size": 0, "attack_images": 256, "lip_images": 0, "attacks": ["pgd"]}
+    assert plan(wide) == "clean on all test images; PGD on 256; ||J_f|| on all"
+    few = {**flat, "eval_size": 100, "attack_images": 0, "lip_images": 500, "attacks": []}
+    assert plan(few) == "clean on 100 images; ||J_f|| on 100"
     no_eval = {**flat, "evaluate": False}
     caplog.clear()
     trial = SimpleNamespace(trial_id="t1", config={"trial": no_eval}, status="RUNNING")

@@ -293,6 +293,28 @@ class MlflowSweepCallback(Handoff, Callback):
         )
 
 
+_ATTACK_LABELS = {"fgsm": "FGSM", "pgd": "PGD", "autoattack": "AutoAttack"}
+
+
+def evaluation_plan(flat: dict[str, Any]) -> str:
+    """What a trial's final evaluation measures on how many images, from its flat config:
+    clean accuracy on ``eval_size`` held-out images (0: the whole test split), the attacks on
+    the first ``attack_images`` of them and ||J_f|| on the first ``lip_images`` (0: all)."""
+    n = int(flat.get("eval_size") or 0)
+
+    def of(cap: Any) -> str:
+        cap = int(cap or 0)
+        used = min(cap, n) if cap and n else cap or n
+        return str(used) if used else "all"
+
+    attacks = ", ".join(_ATTACK_LABELS.get(a, a) for a in flat.get("attacks") or ())
+    parts = [f"clean on {n or 'all test'} images"]
+    if attacks:
+        parts.append(f"{attacks} on {of(flat.get('attack_images'))}")
+    parts.append(f"||J_f|| on {of(flat.get('lip_images'))}")
+    return "; ".join(parts)
+
+
 def checkpoint_uri(ckpt) -> str:
     """Where a Tune checkpoint lives, as a string the uploader (and a spill file) can carry:
     its local path, else ``<filesystem>://<path>`` (``s3://bucket/...``)."""
@@ -450,11 +472,7 @@ class ConsoleProgress(Handoff, Callback):
         if last and flat.get("evaluate", True):
             # the trial's evaluation runs next, with no event until it ends (half a minute
             # on the demo, hours on ViT-B): say so instead of going quiet
-            _log.info(
-                "%s evaluating: clean, FGSM, PGD, AutoAttack and ||J_f|| on %s images",
-                self._name(trial),
-                flat.get("eval_size") or "all test",
-            )
+            _log.info("%s evaluating: %s", self._name(trial), evaluation_plan(flat))
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self.done += 1
