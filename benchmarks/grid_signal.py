@@ -21,6 +21,7 @@ It also lists the grid's Pareto front (seed-mean final objectives).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lipsweep.core.dominance import non_dominated_ranks  # noqa: E402
-from lipsweep.sweep.replay import load_table, stop_metrics  # noqa: E402
+from lipsweep.sweep.replay import Table, load_table, stop_metrics  # noqa: E402
 
 
 def _objective(text: str) -> tuple[str, str]:
@@ -39,6 +40,32 @@ def _objective(text: str) -> tuple[str, str]:
     if mode not in ("max", "min") or not name:
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:max or NAME:min")
     return name, mode
+
+
+def separation(table: Table, name: str) -> float:
+    """The spread of the configurations' seed-mean final ``name`` (sample standard deviation)
+    over the noise of one seed mean (mean over configurations of seed std / sqrt(seeds))."""
+    final = np.array([table.objectives(c, [name])[0] for c in table.configs])
+    noise = np.mean(
+        [
+            np.std([table.final_value(c, s, name) for s in c.seeds], ddof=1) / np.sqrt(len(c.seeds))
+            for c in table.configs
+        ]
+    )
+    return float(np.std(final, ddof=1) / noise) if noise > 0 else math.inf
+
+
+def early_rho(table: Table, name: str, stop: str) -> list[float]:
+    """Spearman's rho over configurations between the seed-mean ``stop`` at epochs
+    1..E-1 and the seed-mean final ``name``."""
+    final = [table.objectives(c, [name])[0] for c in table.configs]
+    return [
+        float(
+            spearmanr([np.mean([c.metrics[s][stop][e] for s in c.seeds]) for c in table.configs],
+                      final).statistic
+        )
+        for e in range(table.epochs - 1)
+    ]  # fmt: skip
 
 
 def main() -> int:
@@ -50,31 +77,18 @@ def main() -> int:
     objectives = args.objective
     stops = stop_metrics(table, objectives, [])
     seeds = min(len(c.seeds) for c in table.configs)
-    print(
-        f"{args.table}: {len(table.configs)} configurations, {seeds}+ seeds, {table.epochs} epochs"
-    )
+    n = len(table.configs)
+    print(f"{args.table}: {n} configurations, {seeds}+ seeds, {table.epochs} epochs")
     header = " | ".join(f"epoch {e}" for e in range(1, table.epochs))
     print(f"| objective | per-epoch column | separation | {header} |")
     print("|---|---|---:|" + "---:|" * (table.epochs - 1))
     for (name, _), (stop, _) in zip(objectives, stops):
-        final = np.array([table.objectives(c, [name])[0] for c in table.configs])
-        seed_std = np.array(
-            [
-                np.std([table.final_value(c, s, name) for s in c.seeds], ddof=1)
-                for c in table.configs
-            ]
-        )
-        noise = float(np.mean(seed_std / np.sqrt([len(c.seeds) for c in table.configs])))
-        separation = float(np.std(final, ddof=1)) / noise if noise > 0 else float("inf")
-        rhos = []
-        for e in range(table.epochs - 1):
-            early = [np.mean([c.metrics[s][stop][e] for s in c.seeds]) for c in table.configs]
-            rhos.append(f"{spearmanr(early, final).statistic:+.2f}")
-        print(f"| `{name}` | `{stop}` | {separation:.1f} | " + " | ".join(rhos) + " |")
+        rhos = " | ".join(f"{r:+.2f}" for r in early_rho(table, name, stop))
+        print(f"| `{name}` | `{stop}` | {separation(table, name):.1f} | {rhos} |")
     names = [n for n, _ in objectives]
     values = np.array([table.objectives(c, names) for c in table.configs])
     front = non_dominated_ranks(values, [m for _, m in objectives]) == 1
-    print(f"front ({int(front.sum())} of {len(table.configs)}): " + ", ".join(names))
+    print(f"front ({int(front.sum())} of {n}): " + ", ".join(names))
     for c, v, on in zip(table.configs, values, front):
         if on:
             print(f"  {c.key}: " + ", ".join(f"{x:.3g}" for x in v))

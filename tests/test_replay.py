@@ -277,3 +277,39 @@ def test_syne_moasha_stops_dominated_trials_with_syne_tunes_own_decisions(tmp_pa
         runs[1].hv,
         runs[1].stopped,
     )
+
+
+def test_grid_signal_figures_match_a_hand_computation(tmp_path):
+    """benchmarks/grid_signal.py: separation = std of the seed means / mean(seed std /
+    sqrt(seeds)), and Spearman's rho per epoch, on a 3-configuration table worked by hand."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "grid_signal.py"
+    spec = importlib.util.spec_from_file_location("grid_signal", path)
+    signal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(signal)
+    finals = {"a": (1.0, 3.0), "b": (4.0, 6.0), "c": (7.0, 10.0)}  # means 2, 5, 8.5
+    probes = {1: {"a": 3.0, "b": 2.0, "c": 1.0}, 2: {"a": 1.0, "b": 3.0, "c": 2.0}}
+    rows = [
+        {
+            "config": key,
+            "seed": s,
+            "epoch": e,
+            "epoch_seconds": 1.0,
+            "probe_f": probes.get(e, {}).get(key, 0.0) + s,
+            "f": finals[key][s] if e == 3 else "",
+        }
+        for key in finals
+        for s in (0, 1)
+        for e in (1, 2, 3)
+    ]
+    with (tmp_path / "t.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    table = replay.load_table(tmp_path / "t.csv")
+    # seed std (ddof 1): sqrt(2), sqrt(2), sqrt(4.5); over sqrt(2): 1, 1, 1.5 -> noise 7/6;
+    # the means' std, around 31/6: sqrt(((-19/6)^2 + (-1/6)^2 + (20/6)^2) / 2) = sqrt(127/12)
+    assert signal.separation(table, "f") == pytest.approx(np.sqrt(127 / 12) / (7 / 6))
+    # epoch 1 ranks the configurations c, b, a (reversed): -1; epoch 2 ranks a < c < b: +0.5
+    assert signal.early_rho(table, "f", "probe_f") == pytest.approx([-1.0, 0.5])
