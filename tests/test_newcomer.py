@@ -121,16 +121,16 @@ def test_sweep_console_says_when_a_trial_starts_its_evaluation(caplog):
         assert "evaluating" not in caplog.text
         cb.on_trial_result(0, [trial], trial, {"epoch": 2, "loss": 1.9, "acc_clean": 21.0})
     assert (
-        "t0 [none seed=0] evaluating: clean on 64 images; FGSM, PGD, AutoAttack on 64; "
-        "||J_f|| on 64" in caplog.text
+        "t0 [none seed=0] evaluating: clean, FGSM, PGD, AutoAttack on 64 images; ||J_f|| on 64 "
+        "images" in caplog.text
     )
-    # each count is what that part measures: the attacks and ||J_f|| take the first
-    # attack_images / lip_images of the evaluation images (0: all of them)
+    # each count is what that part measures: clean accuracy and the attacks on the first
+    # attack_images of the evaluation images, ||J_f|| on the first lip_images (0: all)
     plan = evaluation_plan
     wide = {**flat, "eval_size": 0, "attack_images": 256, "lip_images": 0, "attacks": ["pgd"]}
-    assert plan(wide) == "clean on all test images; PGD on 256; ||J_f|| on all"
+    assert plan(wide) == "clean, PGD on up to 256 images; ||J_f|| on all test images"
     few = {**flat, "eval_size": 100, "attack_images": 0, "lip_images": 500, "attacks": []}
-    assert plan(few) == "clean on 100 images; ||J_f|| on 100"
+    assert plan(few) == "clean on 100 images; ||J_f|| on 100 images"
     no_eval = {**flat, "evaluate": False}
     caplog.clear()
     trial = SimpleNamespace(trial_id="t1", config={"trial": no_eval}, status="RUNNING")

@@ -298,21 +298,22 @@ _ATTACK_LABELS = {"fgsm": "FGSM", "pgd": "PGD", "autoattack": "AutoAttack"}
 
 def evaluation_plan(flat: dict[str, Any]) -> str:
     """What a trial's final evaluation measures on how many images, from its flat config:
-    clean accuracy on ``eval_size`` held-out images (0: the whole test split), the attacks on
-    the first ``attack_images`` of them and ||J_f|| on the first ``lip_images`` (0: all)."""
+    clean accuracy and the attacks on the first ``attack_images`` of the ``eval_size``
+    held-out images (``evaluate_robustness``: robust accuracy counts an image only when it is
+    also right clean), ||J_f|| on the first ``lip_images`` (0: all of them)."""
     n = int(flat.get("eval_size") or 0)
 
     def of(cap: Any) -> str:
         cap = int(cap or 0)
-        used = min(cap, n) if cap and n else cap or n
-        return str(used) if used else "all"
+        if cap and not n:  # the whole test split, whose size the driver does not know
+            return f"up to {cap} images"
+        used = min(cap, n) if cap else n
+        return f"{used} images" if used else "all test images"
 
-    attacks = ", ".join(_ATTACK_LABELS.get(a, a) for a in flat.get("attacks") or ())
-    parts = [f"clean on {n or 'all test'} images"]
-    if attacks:
-        parts.append(f"{attacks} on {of(flat.get('attack_images'))}")
-    parts.append(f"||J_f|| on {of(flat.get('lip_images'))}")
-    return "; ".join(parts)
+    names = ["clean", *(_ATTACK_LABELS.get(a, a) for a in flat.get("attacks") or ())]
+    return f"{', '.join(names)} on {of(flat.get('attack_images'))}; ||J_f|| on " + of(
+        flat.get("lip_images")
+    )
 
 
 def checkpoint_uri(ckpt) -> str:
