@@ -27,6 +27,7 @@ from ray.tune import Callback
 from lipsweep.core.metric_names import (
     ACC_CLEAN,
     ACC_PREFIX,
+    ATTACK_TITLES,
     EPOCH_ACC_CLEAN,
     HEADLINE_METRICS,
     LIP_PREFIX,
@@ -293,9 +294,6 @@ class MlflowSweepCallback(Handoff, Callback):
         )
 
 
-_ATTACK_LABELS = {"fgsm": "FGSM", "pgd": "PGD", "autoattack": "AutoAttack"}
-
-
 def evaluation_plan(flat: dict[str, Any]) -> str:
     """What a trial's final evaluation measures on how many images, from its flat config:
     clean accuracy and the attacks on the first ``attack_images`` of the ``eval_size``
@@ -310,7 +308,13 @@ def evaluation_plan(flat: dict[str, Any]) -> str:
         used = min(cap, n) if cap else n
         return f"{used} images" if used else "all test images"
 
-    names = ["clean", *(_ATTACK_LABELS.get(a, a) for a in flat.get("attacks") or ())]
+    from lipsweep.attacks._registry import attack_vocab, is_attack
+
+    def title(attack: str) -> str:  # "autoattack" -> metric prefix "aa" -> "AutoAttack"
+        prefix = attack_vocab(attack).metric_prefix if is_attack(attack) else attack
+        return ATTACK_TITLES.get(prefix, attack)
+
+    names = ["clean", *map(title, flat.get("attacks") or ())]
     return f"{', '.join(names)} on {of(flat.get('attack_images'))}; ||J_f|| on " + of(
         flat.get("lip_images")
     )
