@@ -31,15 +31,10 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lipsweep.core.config_base import ConfigError  # noqa: E402
 from lipsweep.core.dominance import non_dominated_ranks  # noqa: E402
+from lipsweep.decide.pareto import parse_objective  # noqa: E402
 from lipsweep.sweep.replay import Table, load_table, stop_metrics  # noqa: E402
-
-
-def _objective(text: str) -> tuple[str, str]:
-    name, _, mode = text.rpartition(":")
-    if mode not in ("max", "min") or not name:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:max or NAME:min")
-    return name, mode
 
 
 def separation(table: Table, name: str) -> float:
@@ -71,11 +66,18 @@ def early_rho(table: Table, name: str, stop: str) -> list[float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--table", required=True)
-    ap.add_argument("--objective", type=_objective, action="append", required=True)
+    ap.add_argument("--objective", action="append", required=True, metavar="NAME:max|min")
     args = ap.parse_args()
-    table = load_table(args.table)
-    objectives = args.objective
-    stops = stop_metrics(table, objectives, [])
+    try:  # bench-search's own checks: one line and exit 2 on a bad table or objective
+        table = load_table(args.table)
+        objectives = [(o.name, o.direction) for o in map(parse_objective, args.objective)]
+        missing = [n for n, _ in objectives if n not in table.final]
+        if missing:
+            raise ConfigError("--objective", f"{missing[0]!r} is not a final column of the table")
+        stops = stop_metrics(table, objectives, [])
+    except ConfigError as exc:
+        print(f"grid_signal: {exc}", file=sys.stderr)
+        return 2
     seeds = min(len(c.seeds) for c in table.configs)
     n = len(table.configs)
     print(f"{args.table}: {n} configurations, {seeds}+ seeds, {table.epochs} epochs")
