@@ -174,7 +174,9 @@ def test_bench_search_command_writes_its_summary_and_refuses_bad_objectives(tmp_
     assert main([*argv, "--method", "grid", "--method", "moasha"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["methods"]) == {"grid", "moasha"} and (out / "hypervolume.png").is_file()
-    assert "moasha" in capsys.readouterr().out
+    assert set(summary["references"]) == set(replay.REFERENCES)
+    printed = capsys.readouterr().out
+    assert "moasha" in printed and "informed-order" in printed
     for bad, flag in (
         (["--objective", "acc_aa_2:max"], "--objective"),
         (["--objective", "acc_clean:up"], "--objective"),
@@ -313,3 +315,59 @@ def test_grid_signal_figures_match_a_hand_computation(tmp_path):
     assert signal.separation(table, "f") == pytest.approx(np.sqrt(127 / 12) / (7 / 6))
     # epoch 1 ranks the configurations c, b, a (reversed): -1; epoch 2 ranks a < c < b: +0.5
     assert signal.early_rho(table, "f", "probe_f") == pytest.approx([-1.0, 0.5])
+
+
+def _write_rows(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_the_informed_order_takes_hypervolume_per_second_first(tmp_path):
+    """Maximise a and b. B = (1, 3) costs 10 s, A = (3, 1) 20 s, C = (1, 1) 10 s (dominated).
+    Reference (0.8, 0.8) (the front's nadir pushed out 10% of its range 2): A and B alone each
+    dominate 2.2 x 0.2 = 0.44, both 0.84 (test above). Per second B gains 0.044, A 0.022, C
+    0.004: the order is B, A, then C (which adds nothing); on one worker the compute after each
+    is 10/40, 30/40, 40/40 and the hypervolume 0.44/0.84, 1, 1."""
+    finals = {"C": (1.0, 1.0, 5.0), "A": (3.0, 1.0, 10.0), "B": (1.0, 3.0, 5.0)}
+    rows = [
+        {"config": key, "seed": 0, "epoch": e, "epoch_seconds": sec, "loss": 1.0,
+         "a": a if e == 2 else "", "b": b if e == 2 else ""}
+        for key, (a, b, sec) in finals.items()
+        for e in (1, 2)
+    ]  # fmt: skip
+    table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
+    objectives = [("a", "max"), ("b", "max")]
+    assert [c.key for c in replay.InformedOrder(table, objectives).order] == ["B", "A", "C"]
+    run = replay.references(table, objectives, replays=1, workers=1)["informed-order"][0]
+    assert run.compute == pytest.approx([0.25, 0.75, 1.0])
+    assert run.hv == pytest.approx([0.44 / 0.84, 1.0, 1.0])
+
+
+def test_moasha_told_the_finals_keeps_the_front_that_misleading_probes_lose(tmp_path):
+    """Two front configurations whose probes look worst, two dominated ones whose probes look
+    best: moasha on the probes stops a front configuration in some grid order (a dominated one
+    reached the rung first), moasha told the final values never does."""
+    finals = {"front1": (3.0, 1.0), "front2": (1.0, 3.0), "junk1": (0.5, 0.5), "junk2": (0.4, 0.4)}
+    rows = [
+        {"config": key, "seed": s, "epoch": e, "epoch_seconds": 1.0,
+         "probe_a": (10.0 if key.startswith("junk") else 0.0) + s,
+         "probe_b": (10.0 if key.startswith("junk") else 0.0) + s,
+         "a": a + 0.01 * s if e == 4 else "", "b": b + 0.01 * s if e == 4 else ""}
+        for key, (a, b) in finals.items()
+        for s in (0, 1)
+        for e in (1, 2, 3, 4)
+    ]  # fmt: skip
+    table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
+    objectives = [("a", "max"), ("b", "max")]
+    probes = [
+        replay.simulate(table, *replay.methods(table, objectives, ())["moasha"](seed),
+                        objectives, workers=2)
+        for seed in range(6)
+    ]  # fmt: skip
+    told = replay.references(table, objectives, replays=6, workers=2)["moasha-told-finals"]
+    assert any(r.hv[-1] < 1.0 for r in probes)
+    assert all(r.hv[-1] == pytest.approx(1.0) for r in told)
+    assert any(r.stopped >= 1 for r in told)  # it does stop: junk, on its final values

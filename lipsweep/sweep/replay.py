@@ -23,11 +23,16 @@ per-epoch counterparts of the objectives, seed-aware) and ``optuna-moasha`` (TPE
 ``reduction_factor``. Where Syne Tune imports (the benchmark-only ``bench`` extra),
 ``syne-moasha`` is its peer: the grid order with Syne Tune's own MO-ASHA deciding
 (:class:`SyneMoashaRule`).
+
+Beside the methods, two references that know the final values (:data:`REFERENCES`) say what
+the table allows: ``informed-order`` (:class:`InformedOrder`) and ``moasha-told-finals``
+(:func:`told_finals`).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime
 import functools
 import heapq
@@ -284,6 +289,56 @@ class OptunaProposer(Proposer):
                 self.study.tell(trial, state=State.PRUNED)
             else:
                 self.study.tell(trial, list(map(float, values)))
+
+
+class InformedOrder(Proposer):
+    """A searcher that knows every configuration's final objectives (a reference, not a
+    method): it proposes them greedily by the hypervolume each adds, per worker-second it
+    costs, to those proposed before it, then the ones that add nothing, in the table's order.
+    Run in full, it shows what the table allows within a budget to a search that needs no
+    exploration; the greedy order is a schedule, not the best subset (that is a knapsack)."""
+
+    def __init__(self, table: Table, objectives: Sequence[tuple[str, str]]) -> None:
+        from lipsweep.core.hypervolume import hypervolume, reference_point
+
+        names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
+        points = {c.key: table.objectives(c, names) for c in table.configs}
+        cost = {c.key: sum(float(s.sum()) for s in c.seconds.values()) for c in table.configs}
+        ref = reference_point(np.array(list(points.values())), dirs)
+        chosen: list[Config] = []
+        left = list(table.configs)
+        volume = 0.0
+        while left:
+            gains = [
+                hypervolume(np.array([points[c.key] for c in chosen + [c]]), dirs, ref) - volume
+                for c in left
+            ]
+            best = max(range(len(left)), key=lambda i: (gains[i] / cost[left[i].key], -i))
+            if gains[best] <= 0:
+                break
+            volume += gains[best]
+            chosen.append(left.pop(best))
+        self.order = chosen + left
+
+    def next(self) -> Optional[Config]:
+        return self.order.pop(0) if self.order else None
+
+
+def told_finals(table: Table, names: Sequence[str]) -> Table:
+    """``table`` where each of ``names`` (final metrics) holds, at every epoch of each seed, that
+    seed's final value: a scheduler stopping on them is told each outcome at its first rung."""
+    configs = tuple(
+        dataclasses.replace(
+            c,
+            metrics={
+                s: {**m, **{n: np.full(table.epochs, m[n][-1]) for n in names}}
+                for s, m in c.metrics.items()
+            },
+        )
+        for c in table.configs
+    )
+    per_epoch = table.per_epoch + tuple(n for n in names if n not in table.per_epoch)
+    return dataclasses.replace(table, configs=configs, per_epoch=per_epoch)
 
 
 # -- stopping trials -------------------------------------------------------------------------
@@ -579,6 +634,40 @@ METHODS = (
 )  # fmt: skip
 """Every method's name; :func:`methods` has ``syne-moasha`` only where Syne Tune imports."""
 
+REFERENCES = ("informed-order", "moasha-told-finals")
+"""What the table allows, beside the methods (they know the final values, so they are not
+methods): ``informed-order`` (:class:`InformedOrder`, no stopping, one replay: it is
+deterministic) and ``moasha-told-finals`` (``moasha`` in ``moasha``'s grid orders, stopping on
+the objectives' final values at every rung, :func:`told_finals`). Far above the methods, the
+limit is the per-epoch signal; close to them, the horizon and the order."""
+
+
+def references(
+    table: Table,
+    objectives: Sequence[tuple[str, str]],
+    replays: int,
+    workers: int,
+    grace_period: int = 1,
+    reduction_factor: float = 2,
+) -> dict[str, list[Replay]]:
+    """The :data:`REFERENCES`' trajectories on ``table``."""
+    names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
+    told = told_finals(table, names)
+    seeds = {c.key: len(c.seeds) for c in table.configs}
+
+    def rule() -> StopRule:
+        return SchedulerRule(names, dirs, table.epochs, grace_period, reduction_factor, seeds)
+
+    return {
+        "informed-order": [
+            simulate(table, InformedOrder(table, objectives), StopRule(), objectives, workers)
+        ],
+        "moasha-told-finals": [
+            simulate(told, GridOrder(told, seed), rule(), objectives, workers)
+            for seed in range(replays)
+        ],
+    }
+
 
 def _round(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 6)
@@ -604,8 +693,9 @@ def bench_search(
     grace_period: int = 1,
     reduction_factor: int = 2,
 ) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
-    """Replay every method ``replays`` times; the summary dict and the trajectories.
-    Everything is checked against the table before the first replay."""
+    """Replay every method ``replays`` times, and the :data:`REFERENCES`; the summary dict
+    and the trajectories (the references' too, by their names). Everything is checked
+    against the table before the first replay."""
     for name, _ in objectives:
         if name not in table.final:
             raise ConfigError(
@@ -636,6 +726,7 @@ def bench_search(
             float(np.median([r.hv_at(budget) for r in runs[name]])),
             100 * budget,
         )
+    refs = references(table, objectives, replays, workers, grace_period, reduction_factor)
     summary = {
         "objectives": [f"{n}:{d}" for n, d in objectives],
         "stop_on": [f"{n}:{d}" for n, d in stop_metrics(table, objectives, stop_on)],
@@ -645,26 +736,30 @@ def bench_search(
         "grace_period": grace_period,
         "reduction_factor": reduction_factor,
         "grid": {"configurations": len(table.configs), "compute_s": round(table.compute, 3)},
-        "methods": {
-            name: {
-                "hv_fraction_at_budget": {
-                    "median": _median([r.hv_at(budget) for r in rs]),
-                    "per_replay": [round(r.hv_at(budget), 6) for r in rs],
-                },
-                "compute_fraction_to_90": {
-                    "median": _median([r.compute_to(TARGET) for r in rs]),
-                    "per_replay": [_round(r.compute_to(TARGET)) for r in rs],
-                },
-                "stopped_configurations": {"median": _median([r.stopped for r in rs])},
-            }
-            for name, rs in runs.items()
-        },
+        "methods": {name: _scores(rs, budget) for name, rs in runs.items()},
+        "references": {name: _scores(rs, budget) for name, rs in refs.items()},
     }
-    return summary, runs
+    return summary, runs | refs
+
+
+def _scores(rs: Sequence[Replay], budget: float) -> dict[str, Any]:
+    """One method's (or reference's) entry of ``summary.json``."""
+    return {
+        "hv_fraction_at_budget": {
+            "median": _median([r.hv_at(budget) for r in rs]),
+            "per_replay": [round(r.hv_at(budget), 6) for r in rs],
+        },
+        "compute_fraction_to_90": {
+            "median": _median([r.compute_to(TARGET) for r in rs]),
+            "per_replay": [_round(r.compute_to(TARGET)) for r in rs],
+        },
+        "stopped_configurations": {"median": _median([r.stopped for r in rs])},
+    }
 
 
 def plot(runs: Mapping[str, Sequence[Replay]], budget: float, path: Path) -> Path:
-    """Median hypervolume fraction against compute fraction, one line per method."""
+    """Median hypervolume fraction against compute fraction, one line per method (and
+    dashed, per reference)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -674,7 +769,9 @@ def plot(runs: Mapping[str, Sequence[Replay]], budget: float, path: Path) -> Pat
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, rs in runs.items():
         curves = [[r.hv_at(c) for c in grid] for r in rs]
-        ax.step(grid, np.median(curves, axis=0), where="post", label=name)
+        style = {"linestyle": "--", "linewidth": 1} if name in REFERENCES else {}
+        label = f"{name} (knows the finals)" if name in REFERENCES else name
+        ax.step(grid, np.median(curves, axis=0), where="post", label=label, **style)
     ax.axvline(budget, color="#999999", linestyle=":", linewidth=1)
     ax.axhline(TARGET, color="#999999", linestyle=":", linewidth=1)
     ax.set_xlabel("compute (fraction of the whole grid's worker-seconds)")
