@@ -43,6 +43,14 @@ def test_the_reference_point_is_the_fronts_nadir_pushed_out():
     assert relative_hypervolume(front[:1], front, dirs) == pytest.approx(0.44 / 0.84)
 
 
+def _write_rows(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def synthetic_table(path: Path, seeds: int = 3, epochs: int = 6, seed: int = 0) -> Path:
     """A grid with a trade-off: robust configurations lose clean accuracy; some are dominated
     junk; per-epoch values approach the final ones (probes track the final PGD and ‖J_f‖)."""
@@ -80,11 +88,7 @@ def synthetic_table(path: Path, seeds: int = 3, epochs: int = 6, seed: int = 0) 
                         "lip_jacobian_median": lip + noise[2] * 0.1 if e == epochs else "",
                     }
                 )
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
+    return _write_rows(path, rows)
 
 
 def test_the_table_reads_back_with_its_per_epoch_and_final_columns(tmp_path):
@@ -105,10 +109,7 @@ def test_the_table_reads_back_with_its_per_epoch_and_final_columns(tmp_path):
         {"config": r["config"], **{k: v for k, v in r.items() if not k.startswith("param:")}}
         for r in replay.iter_rows(table)
     ]
-    with keyed.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    _write_rows(keyed, rows)
     again = replay.load_table(keyed)
     assert again.params == ("config",) and again.epochs == table.epochs
     assert [c.key for c in again.configs] == [c.key for c in table.configs]
@@ -305,24 +306,12 @@ def test_grid_signal_figures_match_a_hand_computation(tmp_path):
         for s in (0, 1)
         for e in (1, 2, 3)
     ]
-    with (tmp_path / "t.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    table = replay.load_table(tmp_path / "t.csv")
+    table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
     # seed std (ddof 1): sqrt(2), sqrt(2), sqrt(4.5); over sqrt(2): 1, 1, 1.5 -> noise 7/6;
     # the means' std, around 31/6: sqrt(((-19/6)^2 + (-1/6)^2 + (20/6)^2) / 2) = sqrt(127/12)
     assert signal.separation(table, "f") == pytest.approx(np.sqrt(127 / 12) / (7 / 6))
     # epoch 1 ranks the configurations c, b, a (reversed): -1; epoch 2 ranks a < c < b: +0.5
     assert signal.early_rho(table, "f", "probe_f") == pytest.approx([-1.0, 0.5])
-
-
-def _write_rows(path: Path, rows: list[dict]) -> Path:
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 def test_the_informed_order_takes_hypervolume_per_second_first(tmp_path):
