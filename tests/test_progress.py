@@ -70,6 +70,19 @@ def test_restarted_trial_is_not_counted_twice_and_resumed_ones_are_done():
     assert p.counts_line(6).startswith("running 1 · pending 1 · finished 1 · failed 1 · ")
 
 
+def test_trials_finished_before_a_resume_compete_for_the_best():
+    """A resumed sweep's status names the best trial that finished before the restart, not
+    'no finished trial yet'; a stopped one (no final report) does not compete."""
+    p = SweepProgress(total=4)
+    p.ended_before("old0", FINISHED, "old0 [none seed=0]", {"acc_clean": 25.3})
+    p.ended_before("old1", STOPPED, "old1 [jasmin]", {"acc_clean": 90.0})
+    p.ended_before("old2", FINISHED, "old2 [jasmin]", {"acc_clean": 26.1})
+    assert p.best_line() == "best acc_clean (max): old2 [jasmin] 26.10"
+    p.started("x", 0)
+    p.ended("x", FINISHED, 10, {"acc_clean": 24.0})
+    assert p.best == ("old2", 26.1)
+
+
 def test_block_is_framed_on_a_terminal_and_one_plain_line_in_a_log():
     p = _sweep()
     plain = p.status_lines(1260, tty=False)

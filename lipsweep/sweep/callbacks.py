@@ -430,7 +430,7 @@ class ConsoleProgress(Handoff, Callback):
                     state = P_STOPPED  # ended without its final report: the scheduler stopped it
                     self._saved(t, last)
                 if state:
-                    self.progress.ended_before(t.trial_id, state, self._name(t))
+                    self.progress.ended_before(t.trial_id, state, self._name(t), last)
         if self.status_every > 0 and time.monotonic() - self._last_status >= self.status_every:
             self.show_status()
 

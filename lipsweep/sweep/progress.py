@@ -95,6 +95,10 @@ class SweepProgress:
         if t.started is not None and t.state == "running":
             t.duration = now - t.started
         t.state = state
+        self._offer(trial_id, state, metrics)
+
+    def _offer(self, trial_id: str, state: str, metrics: Optional[dict[str, float]]) -> None:
+        """Make a finished trial the best one if its objective value is finite and better."""
         value = (metrics or {}).get(self.objective[0])
         if state == FINISHED and isinstance(value, (int, float)) and math.isfinite(value):
             if self.best is None or self._better(float(value), self.best[1]):
@@ -104,10 +108,18 @@ class SweepProgress:
         """A trial stopped early after ``epochs_done`` of its ``epochs_full`` epochs."""
         self.saved[trial_id] = max(0, int(epochs_full) - int(epochs_done))
 
-    def ended_before(self, trial_id: str, state: str, label: str = "") -> None:
-        """A trial that ended before this driver started (``--resume``): counted, not timed."""
+    def ended_before(
+        self,
+        trial_id: str,
+        state: str,
+        label: str = "",
+        metrics: Optional[dict[str, float]] = None,
+    ) -> None:
+        """A trial that ended before this driver started (``--resume``): counted, not timed;
+        a finished one competes for the best with its last ``metrics``."""
         if trial_id not in self.trials or self.trials[trial_id].state == "pending":
             self.trials[trial_id] = _Trial(label or trial_id, state=state)
+            self._offer(trial_id, state, metrics)
 
     def _better(self, a: float, b: float) -> bool:
         return a > b if self.objective[1] == "max" else a < b
