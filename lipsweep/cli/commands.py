@@ -194,15 +194,13 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
         f"{s['workers']} workers; hypervolume fraction at {s['budget']:.0%} of the grid's "
         "compute, and the compute to reach 90% (medians)"
     )
-    for name, m in s["methods"].items():
-        hv = m["hv_fraction_at_budget"]["median"]
-        to90 = m["compute_fraction_to_90"]["median"]
-        _out(f"  {name:<18} {hv:6.3f}   " + ("never" if to90 is None else f"{to90:6.1%}"))
-    _out("references (they know the final values: what the table allows, not methods)")
-    for name, m in s["references"].items():
-        hv = m["hv_fraction_at_budget"]["median"]
-        to90 = m["compute_fraction_to_90"]["median"]
-        _out(f"  {name:<18} {hv:6.3f}   " + ("never" if to90 is None else f"{to90:6.1%}"))
+    for section in ("methods", "references"):
+        if section == "references":
+            _out("references (they know the final values: what the table allows, not methods)")
+        for name, m in s[section].items():
+            hv = m["hv_fraction_at_budget"]["median"]
+            to90 = m["compute_fraction_to_90"]["median"]
+            _out(f"  {name:<18} {hv:6.3f}   " + ("never" if to90 is None else f"{to90:6.1%}"))
     _out(f"wrote {result.summary_path} and {result.plot}")
     return 0
 

@@ -638,8 +638,10 @@ REFERENCES = ("informed-order", "moasha-told-finals")
 """What the table allows, beside the methods (they know the final values, so they are not
 methods): ``informed-order`` (:class:`InformedOrder`, no stopping, one replay: it is
 deterministic) and ``moasha-told-finals`` (``moasha`` in ``moasha``'s grid orders, stopping on
-the objectives' final values at every rung, :func:`told_finals`). Far above the methods, the
-limit is the per-epoch signal; close to them, the horizon and the order."""
+the objectives' final values at every rung, :func:`told_finals`). Read them against
+``moasha``: far below ``moasha-told-finals``, it is limited by the per-epoch signal; close to
+it, by the table's horizon and order; ``informed-order`` says whether the target is reachable
+at all."""
 
 
 def references(
