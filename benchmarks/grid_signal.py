@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from lipsweep.core.config_base import ConfigError  # noqa: E402
 from lipsweep.core.dominance import non_dominated_ranks  # noqa: E402
 from lipsweep.decide.pareto import parse_objective  # noqa: E402
-from lipsweep.sweep.replay import Table, load_table, stop_metrics  # noqa: E402
+from lipsweep.sweep.replay import Table, check_objectives, load_table, stop_metrics  # noqa: E402
 
 
 def separation(table: Table, name: str) -> float:
@@ -71,9 +71,7 @@ def main() -> int:
     try:  # bench-search's own checks: one line and exit 2 on a bad table or objective
         table = load_table(args.table)
         objectives = [(o.name, o.direction) for o in map(parse_objective, args.objective)]
-        missing = [n for n, _ in objectives if n not in table.final]
-        if missing:
-            raise ConfigError("--objective", f"{missing[0]!r} is not a final column of the table")
+        check_objectives(table, objectives)
         stops = stop_metrics(table, objectives, [])
     except ConfigError as exc:
         print(f"grid_signal: {exc}", file=sys.stderr)

@@ -557,6 +557,16 @@ def simulate(
 
 
 # -- methods and the benchmark ----------------------------------------------------------------
+def check_objectives(table: Table, objectives: Sequence[tuple[str, str]]) -> None:
+    """ConfigError naming ``--objective`` if an objective is not a final column of ``table``."""
+    for name, _ in objectives:
+        if name not in table.final:
+            raise ConfigError(
+                "--objective", f"{name!r} is not a final column of the table; "
+                f"final columns are {list(table.final)}"
+            )  # fmt: skip
+
+
 def stop_metrics(
     table: Table, objectives: Sequence[tuple[str, str]], stop_on: Sequence[tuple[str, str]]
 ) -> list[tuple[str, str]]:
@@ -578,6 +588,17 @@ def stop_metrics(
 Method = Callable[[int], tuple[Proposer, StopRule]]
 
 
+def moasha_rule(
+    table: Table, stops: Sequence[tuple[str, str]], grace_period: int, reduction_factor: float
+) -> StopRule:
+    """Seed-aware ``moasha`` on ``stops`` (name, mode), its rungs up to the table's epochs."""
+    seeds = {c.key: len(c.seeds) for c in table.configs}
+    return SchedulerRule(
+        [n for n, _ in stops], [d for _, d in stops], table.epochs, grace_period,
+        reduction_factor, seeds,
+    )  # fmt: skip
+
+
 def methods(
     table: Table,
     objectives: Sequence[tuple[str, str]],
@@ -589,13 +610,9 @@ def methods(
     Syne Tune imports. ``grace_period`` and ``reduction_factor`` set every scheduler's rungs."""
     dirs = [d for _, d in objectives]
     stops = stop_metrics(table, objectives, stop_on)
-    seeds = {c.key: len(c.seeds) for c in table.configs}
 
     def mo() -> StopRule:
-        return SchedulerRule(
-            [n for n, _ in stops], [d for _, d in stops], table.epochs, grace_period,
-            reduction_factor, seeds,
-        )  # fmt: skip
+        return moasha_rule(table, stops, grace_period, reduction_factor)
 
     def clean() -> StopRule:
         return SchedulerRule(
@@ -653,21 +670,17 @@ def references(
     reduction_factor: float = 2,
 ) -> dict[str, list[Replay]]:
     """The :data:`REFERENCES`' trajectories on ``table``."""
-    names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
-    told = told_finals(table, names)
-    seeds = {c.key: len(c.seeds) for c in table.configs}
+    told = told_finals(table, [n for n, _ in objectives])
 
-    def rule() -> StopRule:
-        return SchedulerRule(names, dirs, table.epochs, grace_period, reduction_factor, seeds)
+    def told_replay(seed: int) -> Replay:
+        rule = moasha_rule(told, objectives, grace_period, reduction_factor)
+        return simulate(told, GridOrder(told, seed), rule, objectives, workers)
 
     return {
         "informed-order": [
             simulate(table, InformedOrder(table, objectives), StopRule(), objectives, workers)
         ],
-        "moasha-told-finals": [
-            simulate(told, GridOrder(told, seed), rule(), objectives, workers)
-            for seed in range(replays)
-        ],
+        "moasha-told-finals": [told_replay(seed) for seed in range(replays)],
     }
 
 
@@ -698,12 +711,7 @@ def bench_search(
     """Replay every method ``replays`` times, and the :data:`REFERENCES`; the summary dict
     and the trajectories (the references' too, by their names). Everything is checked
     against the table before the first replay."""
-    for name, _ in objectives:
-        if name not in table.final:
-            raise ConfigError(
-                "--objective", f"{name!r} is not a final column of the table; "
-                f"final columns are {list(table.final)}"
-            )  # fmt: skip
+    check_objectives(table, objectives)
     if grace_period > table.epochs:
         raise ConfigError(
             "--grace-period", f"must be at most the table's {table.epochs} epochs, "
