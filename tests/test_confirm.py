@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,7 @@ def test_confirm_task_decides_its_device_like_a_trial(monkeypatch):
     from lipsweep.trial.device import DeviceError
 
     seen = {}
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # the task sets a worker's
     monkeypatch.setattr(confirm, "evaluate_standard", lambda *a, **k: seen.update(k))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])

@@ -128,9 +128,9 @@ def raise_(exc):
         raise exc
     return callback
 if sys.argv[1] == "quiet":
-    from lipsweep.sweep.trainable import _unraisable_exit_is_quiet
-    _unraisable_exit_is_quiet()
-    _unraisable_exit_is_quiet()  # twice: still one hook
+    from lipsweep.sweep.signals import quiet_worker_exit
+    quiet_worker_exit()
+    quiet_worker_exit()  # twice: still one hook
 a, b = Box(), Box()
 ra = weakref.ref(a, raise_(SystemExit(1)))  # what Ray's SIGTERM handler raises
 rb = weakref.ref(b, raise_(ValueError("kept")))
@@ -142,7 +142,7 @@ print("alive")
 @pytest.mark.parametrize("mode", ["quiet", "default"])
 def test_a_trial_worker_drops_an_unraisable_exit_without_a_traceback(mode):
     """A CI sweep log once ended in "Exception ignored in ... SystemExit: 1": Ray's SIGTERM
-    landed in a weakref callback of the finished trial's worker. The trial's hook drops that
+    landed in a weakref callback of the finished trial's worker. The worker's hook drops that
     traceback and keeps every other one; without it (``default``) Python prints both."""
     run = subprocess.run(
         [sys.executable, "-c", _UNRAISABLE, mode], capture_output=True, text=True, timeout=120

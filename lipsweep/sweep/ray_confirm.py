@@ -25,8 +25,10 @@ def _evaluate_task(*args: Any, **kwargs: Any) -> ConfirmOutcome:
     """
     import ray
 
+    from lipsweep.sweep.signals import quiet_worker_exit
     from lipsweep.trial.device import choose_device
 
+    quiet_worker_exit()
     gpus = [str(g) for g in ray.get_gpu_ids()]
     device = choose_device("auto", gpus, level=logging.WARNING, work="standard AutoAttack")
     logger = logging.getLogger("lipsweep.confirm")

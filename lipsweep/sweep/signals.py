@@ -19,6 +19,10 @@ with rc 134 and left runs RUNNING), and SIGHUP kills the process outright. While
 
 Tune's SIGINT handler is turned off (``TUNE_DISABLE_SIGINT_HANDLER=1``) so that SIGINT goes
 through the same path and the exit code can name the signal that arrived.
+
+Inside Ray's workers (a trial, a ``confirm`` task), :func:`quiet_worker_exit` keeps Ray's
+SIGTERM from relaying a traceback into the driver's log when it lands where Python cannot
+raise.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import Any, Callable, Optional
@@ -115,3 +120,29 @@ def _tune_stop_handler() -> Optional[Callable[[int, Optional[FrameType]], Any]]:
     if callable(handler) and getattr(handler, "__module__", "").startswith("ray.tune"):
         return handler
     return None
+
+
+def quiet_worker_exit() -> None:
+    """Drop, without a traceback, a ``SystemExit`` that Python cannot raise.
+
+    Ray's worker turns SIGTERM into ``SystemExit`` (``ray/_private/worker.py``,
+    ``Worker.main_loop``); the raylet sends it when it stops a worker (a finished trial's
+    actor, a confirm task's worker at ``ray.shutdown``). If the signal lands while a weakref
+    callback or a ``__del__`` runs, Python cannot raise the exception there: it prints
+    "Exception ignored in ... SystemExit: 1" with a traceback, which Ray relays into the
+    driver's log (a sweep's, after the trial's FINISHED line). The exit is dropped either way
+    (the raylet then kills the worker); this hook only drops the traceback with it. Every
+    other unraisable exception goes to the hook that was there before. Idempotent.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "lipsweep_quiet_exit", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, SystemExit):
+            _log.debug("SystemExit in %r dropped (the worker is being stopped)", unraisable.object)
+            return
+        previous(unraisable)
+
+    hook.lipsweep_quiet_exit = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook

@@ -30,13 +30,13 @@ import json
 import logging
 import os
 import shutil
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.settings.config import TrialConfig
+from lipsweep.sweep.signals import quiet_worker_exit
 from lipsweep.trial.callbacks import TrialCallbacks
 
 _log = logging.getLogger(__name__)
@@ -105,31 +105,6 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def _unraisable_exit_is_quiet() -> None:
-    """Drop, without a traceback, a ``SystemExit`` that Python cannot raise.
-
-    Ray's worker turns SIGTERM into ``SystemExit`` (``ray/_private/worker.py``,
-    ``Worker.main_loop``); the raylet sends it when a trial's actor ends. If the signal lands
-    while a weakref callback or a ``__del__`` runs, Python cannot raise the exception there: it
-    prints "Exception ignored in ... SystemExit: 1" with a traceback, which the driver relays
-    into the sweep's log after the trial's FINISHED line. The exit is dropped either way (the
-    raylet then kills the worker); this hook only drops the traceback with it. Every other
-    unraisable exception goes to the hook that was there before. Idempotent.
-    """
-    previous = sys.unraisablehook
-    if getattr(previous, "lipsweep_quiet_exit", False):
-        return
-
-    def hook(unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, SystemExit):
-            _log.debug("SystemExit in %r dropped (the worker is being stopped)", unraisable.object)
-            return
-        previous(unraisable)
-
-    hook.lipsweep_quiet_exit = True  # type: ignore[attr-defined]
-    sys.unraisablehook = hook
-
-
 def train_trial(config: dict[str, Any]) -> None:
     """Tune entry point: train, evaluate and report one trial."""
     from ray import tune
@@ -138,7 +113,7 @@ def train_trial(config: dict[str, Any]) -> None:
     from lipsweep.trial.engine import NonFiniteLossError
     from lipsweep.trial.run import run_trial  # torch: in the worker, never in the driver
 
-    _unraisable_exit_is_quiet()  # this process is a Ray worker from here on
+    quiet_worker_exit()  # this process is a Ray worker
     cfg = TrialConfig.from_flat(flat_config(config))
     logging.getLogger("ray.tune").setLevel(logging.WARNING)  # one INFO line per checkpoint
     logging.getLogger("ray.train").setLevel(logging.WARNING)
