@@ -12,7 +12,11 @@
   ``probe_<name>``: lipsweep.sweep.replay.stop_metrics) at epoch e and the seed-mean final
   objective. A rung at epoch e can only keep the right configurations where rho is high.
 
-It also lists the grid's Pareto front (seed-mean final objectives).
+It also lists the grid's Pareto front (seed-mean final objectives) and how its hypervolume
+is held, per front configuration: the fraction of the grid's hypervolume it reaches **alone**
+and what is left **without** it (what bench-search scores). One configuration holding most of
+it alone, inside seed noise, is a needle no method finds early; many configurations each
+holding little alone mean a method must finish most of them.
 
     .venv/bin/python benchmarks/grid_signal.py --table benchmarks/data/wide_grid.csv \\
         --objective acc_clean:max --objective acc_pgd_4:max --objective lip_jacobian_median:min
@@ -33,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from lipsweep.core.config_base import ConfigError  # noqa: E402
 from lipsweep.core.dominance import non_dominated_ranks  # noqa: E402
+from lipsweep.core.hypervolume import relative_hypervolume  # noqa: E402
 from lipsweep.decide.pareto import parse_objective  # noqa: E402
 from lipsweep.sweep.replay import Table, check_objectives, load_table, stop_metrics  # noqa: E402
 
@@ -63,6 +68,25 @@ def early_rho(table: Table, name: str, stop: str) -> list[float]:
     ]  # fmt: skip
 
 
+def front_shares(
+    table: Table, objectives: list[tuple[str, str]]
+) -> list[tuple[str, np.ndarray, float, float]]:
+    """Per configuration on the grid's front: (key, seed-mean objectives, the grid's relative
+    hypervolume it reaches alone, the relative hypervolume of the grid without it)."""
+    names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
+    values = np.array([table.objectives(c, names) for c in table.configs])  # (n, m)
+    front = np.flatnonzero(non_dominated_ranks(values, dirs) == 1)
+    return [
+        (
+            table.configs[i].key,
+            values[i],
+            relative_hypervolume(values[[i]], values, dirs),
+            relative_hypervolume(np.delete(values, i, axis=0), values, dirs),
+        )
+        for i in front
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--table", required=True)
@@ -86,12 +110,13 @@ def main() -> int:
         rhos = " | ".join(f"{r:+.2f}" for r in early_rho(table, name, stop))
         print(f"| `{name}` | `{stop}` | {separation(table, name):.1f} | {rhos} |")
     names = [n for n, _ in objectives]
-    values = np.array([table.objectives(c, names) for c in table.configs])
-    front = non_dominated_ranks(values, [m for _, m in objectives]) == 1
-    print(f"front ({int(front.sum())} of {n}): " + ", ".join(names))
-    for c, v, on in zip(table.configs, values, front):
-        if on:
-            print(f"  {c.key}: " + ", ".join(f"{x:.3g}" for x in v))
+    shares = front_shares(table, objectives)
+    print(
+        f"front ({len(shares)} of {n}): " + ", ".join(names)
+        + "; the grid's hypervolume reached by it alone | left without it"
+    )  # fmt: skip
+    for key, v, alone, without in shares:
+        print(f"  {key}: " + ", ".join(f"{x:.3g}" for x in v) + f"; {alone:.3f} | {without:.3f}")
     return 0
 
 

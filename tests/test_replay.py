@@ -360,3 +360,55 @@ def test_moasha_told_the_finals_keeps_the_front_that_misleading_probes_lose(tmp_
     assert any(r.hv[-1] < 1.0 for r in probes)
     assert all(r.hv[-1] == pytest.approx(1.0) for r in told)
     assert any(r.stopped >= 1 for r in told)  # it does stop: junk, on its final values
+
+
+def _benchmark_script(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grid_signal_front_shares_match_a_hand_computation(tmp_path):
+    """Maximise a and b: A = (3, 1), B = (1, 3), C = (1, 1) dominated. Reference (0.8, 0.8):
+    A or B alone dominates 0.44 of the front's 0.84 (the informed-order test's figures), the
+    grid without A is B alone, and C is not listed."""
+    rows = [
+        {"config": key, "seed": 0, "epoch": e, "epoch_seconds": 1.0, "loss": 1.0,
+         "a": a if e == 2 else "", "b": b if e == 2 else ""}
+        for key, (a, b) in {"C": (1.0, 1.0), "A": (3.0, 1.0), "B": (1.0, 3.0)}.items()
+        for e in (1, 2)
+    ]  # fmt: skip
+    table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
+    shares = _benchmark_script("grid_signal").front_shares(table, [("a", "max"), ("b", "max")])
+    assert [k for k, *_ in shares] == ["A", "B"]
+    assert [(alone, without) for *_, alone, without in shares] == pytest.approx(
+        [(0.44 / 0.84, 0.44 / 0.84)] * 2
+    )
+
+
+def test_stretch_table_splits_each_epoch_and_keeps_the_final_evaluation_last(tmp_path):
+    """benchmarks/stretch_table.py, factor 3 on one trial of 2 epochs: 6 s of training, then
+    an epoch of 6 s training + 12 s final evaluation (its training estimated by the mean
+    training epoch). Per-epoch values repeat, acc_clean's last value (the final evaluation's)
+    only on the last epoch, final-only values only there; the compute is the same."""
+    rows = [
+        {"config": "x", "seed": 0, "epoch": 1, "epoch_seconds": 6.0, "acc_clean": 10.0,
+         "probe_p": 1.0, "f": ""},
+        {"config": "x", "seed": 0, "epoch": 2, "epoch_seconds": 18.0, "acc_clean": 30.0,
+         "probe_p": 2.0, "f": 7.0},
+    ]  # fmt: skip
+    table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
+    stretch = _benchmark_script("stretch_table")
+    stretch.write_table(stretch.stretch(table, 3), tmp_path / "long.csv")
+    long = replay.load_table(tmp_path / "long.csv")
+    (c,) = long.configs
+    assert long.epochs == 6 and long.compute == pytest.approx(table.compute)
+    assert (long.per_epoch, long.final) == (table.per_epoch, table.final)
+    assert c.seconds["0"] == pytest.approx([2, 2, 2, 2, 2, 14])
+    assert c.metrics["0"]["probe_p"] == pytest.approx([1, 1, 1, 2, 2, 2])
+    assert c.metrics["0"]["acc_clean"] == pytest.approx([10, 10, 10, 10, 10, 30])
+    assert np.isnan(c.metrics["0"]["f"][:-1]).all() and c.metrics["0"]["f"][-1] == 7.0
