@@ -23,7 +23,6 @@ import argparse
 import json
 import logging
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -102,18 +101,27 @@ def main() -> int:
     if not args.compare_only:
         from lipsweep import api
 
-        with tempfile.TemporaryDirectory() as tmp:
-            space = live_space(Path(args.space), seeds, Path(tmp) / "tiny_moasha.yaml")
-            t0 = time.perf_counter()
-            result = api.sweep(
-                space=str(space),
-                experiment=args.experiment,
-                tracking_uri=args.tracking_uri,
-                storage=args.storage,
-                num_cpus=args.num_cpus,
-                resume=args.resume,
-            )
-            wall = time.perf_counter() - t0
+        # beside Ray's state, not in a temporary folder: the driver's resume hint names it
+        Path(args.storage).mkdir(parents=True, exist_ok=True)
+        space = live_space(
+            Path(args.space), seeds, Path(args.storage) / f"{args.experiment}.space.yaml"
+        )
+        t0 = time.perf_counter()
+        result = api.sweep(
+            space=str(space),
+            experiment=args.experiment,
+            tracking_uri=args.tracking_uri,
+            storage=args.storage,
+            num_cpus=args.num_cpus,
+            resume=args.resume,
+        )
+        wall = time.perf_counter() - t0
+        if result.interrupted:  # nothing to compare yet: the same command with --resume
+            _log.warning(
+                "live sweep interrupted after %.0f s (%s); rerun this command with --resume",
+                wall, result.counts,
+            )  # fmt: skip
+            return 128 + result.signal if result.signal else 1
         _log.info("live sweep: %s in %.0f s", result.counts, wall)
     compute, full = live_runs(args.tracking_uri, args.experiment)
 

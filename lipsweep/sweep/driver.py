@@ -580,12 +580,13 @@ def _close_interrupted(
             _log.error("%s", err)
         _deliver(tracker, spill, INTERRUPT_FLUSH_TIMEOUT_S)
     _log.warning(
-        "sweep interrupted (%d running trials marked KILLED); continue it "
-        "with: lipsweep sweep %s --experiment %s --storage %s --resume",
+        "sweep interrupted (%d running trials marked KILLED); continue it with: "
+        "lipsweep sweep %s --experiment %s --storage %s --tracking-uri %s --resume",
         n,
         spec.path,
         opts.experiment,
         opts.storage,
+        redact_uri(opts.tracking_uri),  # the store holding its runs (credentials hidden)
     )
 
 
