@@ -74,10 +74,10 @@ def print_sweep(result: "SweepResult") -> int:
         _out("\n".join(result.planned))
         return 0
     if result.interrupted:
-        _out(
-            f"sweep interrupted; resume with: lipsweep sweep {result.space} --experiment "
-            f"{result.experiment} --storage {result.storage} --resume"
-        )
+        from lipsweep.sweep.driver import resume_command
+
+        hint = resume_command(result.space, result.experiment, result.storage, result.tracking_uri)
+        _out(f"sweep interrupted; resume with: {hint}")
         return exit_code(result.signal or signal.SIGINT)
     _out(result.summary)
     _out(

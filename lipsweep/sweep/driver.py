@@ -580,13 +580,18 @@ def _close_interrupted(
             _log.error("%s", err)
         _deliver(tracker, spill, INTERRUPT_FLUSH_TIMEOUT_S)
     _log.warning(
-        "sweep interrupted (%d running trials marked KILLED); continue it with: "
-        "lipsweep sweep %s --experiment %s --storage %s --tracking-uri %s --resume",
+        "sweep interrupted (%d running trials marked KILLED); continue it with: %s",
         n,
-        spec.path,
-        opts.experiment,
-        opts.storage,
-        redact_uri(opts.tracking_uri),  # the store holding its runs (credentials hidden)
+        resume_command(str(spec.path), opts.experiment, opts.storage, opts.tracking_uri),
+    )
+
+
+def resume_command(space: str, experiment: str, storage: str, tracking_uri: str) -> str:
+    """The command that continues an interrupted sweep: its space, and where its Tune state
+    and its MLflow runs are (the tracking URI with any credentials hidden)."""
+    return (
+        f"lipsweep sweep {space} --experiment {experiment} --storage {storage} "
+        f"--tracking-uri {redact_uri(tracking_uri)} --resume"
     )
 
 
