@@ -42,6 +42,9 @@ from lipsweep.sweep.space_record import (
 TWO = "  - regularizer: none\n  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}\n"
 
 
+MOASHA = "scheduler: {type: moasha, metrics: [acc_clean, loss], modes: [max, min]}\n"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sig, code, group, resume",
@@ -56,9 +59,11 @@ def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
     process of the Ray it started is left (found by the test's RAY_TMPDIR in their
     environment). Before: SIGTERM aborted the driver (rc 134) and SIGHUP killed it; runs stayed
     RUNNING. Then, to the job: gcs_server and the raylet died of it, the driver waited 60 s for
-    the GCS and exited 1, and trial workers were still running when it had."""
+    the GCS and exited 1, and trial workers were still running when it had. The resumed sweep
+    runs ``moasha``, whose state must be saved at the signal and read back by ``--resume``."""
     epochs = 3
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=epochs)
+    extra = MOASHA if resume else ""
+    space = write_space(tmp_path, "  - regularizer: none\n", epochs=epochs, extra=extra)
     uri, log = empty_store(tmp_path / "mlflow.db"), tmp_path / "sweep.log"
     with ray_sandbox() as box:
         with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log, group) as proc:
@@ -85,6 +90,7 @@ def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
         resumed = run_sweep_cli(sweep_cmd(tmp_path, space, "--resume"), tmp_path, box)
         left = [(p, cmdline(p)) for p in box.leftovers()]
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr[-4000:]
+        assert "scheduler state restored" in resumed.stdout + resumed.stderr, resumed.stderr
         assert not left, left  # after a sweep that ended normally too
     (kid,) = children(uri)
     assert kid.info.status == "FINISHED"
