@@ -54,6 +54,7 @@ class OutcomeCounts:
     """Stopped early by the scheduler (ASHA)."""
     failed: int
     not_run: int
+    """Without an end: not started, or interrupted before their end (``resume`` runs them)."""
     total: int
 
 
