@@ -317,3 +317,18 @@ def test_a_ray_that_does_not_start_exits_cleanly(
     assert rc == code, err[-2000:]
     assert says in err and "Traceback" not in err, err[-2000:]
     assert runs(uri) == []
+
+
+def test_the_resume_command_is_shell_quoted_and_hides_credentials():
+    """What an interrupted sweep prints to continue it: pasted into a shell, it names the same
+    space (a path with a space in it), storage and MLflow store, without the store's password."""
+    import shlex
+
+    from lipsweep.sweep.driver import resume_command
+
+    cmd = resume_command("my space.yaml", "e", "/runs", "https://user:secret@mlflow.example/x")
+    assert "secret" not in cmd
+    assert shlex.split(cmd) == [
+        "lipsweep", "sweep", "my space.yaml", "--experiment", "e", "--storage", "/runs",
+        "--tracking-uri", "https://***@mlflow.example/x", "--resume",
+    ]  # fmt: skip

@@ -23,6 +23,7 @@ import fcntl
 import logging
 import os
 import random
+import shlex
 import signal
 import socket
 import sys
@@ -588,11 +589,11 @@ def _close_interrupted(
 
 def resume_command(space: str, experiment: str, storage: str, tracking_uri: str) -> str:
     """The command that continues an interrupted sweep: its space, and where its Tune state
-    and its MLflow runs are (the tracking URI with any credentials hidden)."""
-    return (
-        f"lipsweep sweep {space} --experiment {experiment} --storage {storage} "
-        f"--tracking-uri {redact_uri(tracking_uri)} --resume"
-    )
+    and its MLflow runs are (the tracking URI with any credentials hidden), shell-quoted."""
+    return shlex.join(
+        ["lipsweep", "sweep", space, "--experiment", experiment, "--storage", storage,
+         "--tracking-uri", redact_uri(tracking_uri), "--resume"]
+    )  # fmt: skip
 
 
 def total_epochs(spec: SweepSpec) -> int:
