@@ -139,7 +139,9 @@ def raise_(exc):
 if sys.argv[1] == "quiet":
     from lipsweep.sweep.signals import quiet_worker_exit
     quiet_worker_exit()
-    quiet_worker_exit()  # twice: still one hook
+    hook = sys.unraisablehook
+    quiet_worker_exit()
+    assert sys.unraisablehook is hook  # twice: still one hook
 a, b = Box(), Box()
 ra = weakref.ref(a, raise_(SystemExit(1)))  # what Ray's SIGTERM handler raises
 rb = weakref.ref(b, raise_(ValueError("kept")))
