@@ -22,8 +22,8 @@ docs/benchmarks.md ("What the tables allow") has what it showed.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
+import math
 import sys
 from pathlib import Path
 
@@ -31,6 +31,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from record_grid import write_table  # noqa: E402
 
 from lipsweep.core.config_base import ConfigError  # noqa: E402
 from lipsweep.core.metric_names import ACC_CLEAN  # noqa: E402
@@ -62,16 +65,13 @@ def stretch(table: Table, factor: int) -> Table:
     return dataclasses.replace(table, configs=tuple(configs), epochs=table.epochs * factor)
 
 
-def write_table(table: Table, path: Path) -> None:
-    """``table`` as a CSV that :func:`load_table` reads back (empty cells for absent values)."""
-    rows = list(iter_rows(table))
-    with path.open("w", newline="") as fh:
-        out = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        out.writeheader()
-        for row in rows:
-            out.writerow(
-                {k: "" if isinstance(v, float) and np.isnan(v) else v for k, v in row.items()}
-            )
+def table_rows(table: Table) -> list[dict[str, object]]:
+    """``table``'s rows without their absent values, for ``record_grid.write_table`` (which
+    leaves those cells empty, as :func:`load_table` reads them)."""
+    return [
+        {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
+        for row in iter_rows(table)
+    ]
 
 
 def main() -> int:
@@ -91,7 +91,7 @@ def main() -> int:
         print(f"stretch_table: {exc}", file=sys.stderr)
         return 2
     long = stretch(table, args.factor)
-    write_table(long, args.out)
+    write_table(table_rows(long), args.out)
     back = load_table(args.out)  # what bench-search will read: same columns, same compute
     assert back.per_epoch == table.per_epoch and back.final == table.final, (back, table)
     assert abs(back.compute - table.compute) < 1e-6 * table.compute

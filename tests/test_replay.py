@@ -403,7 +403,7 @@ def test_stretch_table_splits_each_epoch_and_keeps_the_final_evaluation_last(tmp
     ]  # fmt: skip
     table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
     stretch = _benchmark_script("stretch_table")
-    stretch.write_table(stretch.stretch(table, 3), tmp_path / "long.csv")
+    stretch.write_table(stretch.table_rows(stretch.stretch(table, 3)), tmp_path / "long.csv")
     long = replay.load_table(tmp_path / "long.csv")
     (c,) = long.configs
     assert long.epochs == 6 and long.compute == pytest.approx(table.compute)

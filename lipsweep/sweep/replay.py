@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from lipsweep.core.config_base import ConfigError, show
-from lipsweep.core.hypervolume import relative_hypervolume
+from lipsweep.core.hypervolume import hypervolume, reference_point, relative_hypervolume
 from lipsweep.core.metric_names import ACC_CLEAN, probe_metric
 
 _log = logging.getLogger(__name__)
@@ -299,8 +299,6 @@ class InformedOrder(Proposer):
     exploration; the greedy order is a schedule, not the best subset (that is a knapsack)."""
 
     def __init__(self, table: Table, objectives: Sequence[tuple[str, str]]) -> None:
-        from lipsweep.core.hypervolume import hypervolume, reference_point
-
         names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
         points = {c.key: table.objectives(c, names) for c in table.configs}
         cost = {c.key: sum(float(s.sum()) for s in c.seconds.values()) for c in table.configs}
