@@ -78,7 +78,7 @@ wheel-check: setup
 NUMERICS_TESTS := tests/test_regularizers.py tests/test_jasmin_math.py tests/test_specformer.py \
 	tests/test_lipschitz_jacobian.py tests/test_lipschitz_margin.py \
 	tests/test_lipschitz_summary.py tests/test_head_bounds.py tests/test_attacks.py \
-	tests/test_autoattack.py
+	tests/test_autoattack.py tests/test_precision.py
 test-avx2: setup
 	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(RUN) pytest -q $(NUMERICS_TESTS)
 

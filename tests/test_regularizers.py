@@ -24,6 +24,7 @@ from lipsweep.regularizers import (
 )
 from lipsweep.vit.attention import QKRecorder, attention_probs
 from lipsweep.vit.models import attention_modules, create_model
+from lipsweep.vit.precision import bf16_autocast
 
 
 @pytest.fixture()
@@ -149,7 +150,7 @@ def test_training_term_equals_public_function_on_the_models_maps(model, batch, k
 def test_jasmin_under_bf16_autocast(model, batch):
     reg = create_regularizer("jasmin", k=10)
     reg.attach(model)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with bf16_autocast("cpu"):  # the trial's and the attacks' bf16 context
         logits = model(batch[0])
         term = reg.terms()["jasmin"]
     (F.cross_entropy(logits.float(), batch[1]) + 1e-2 * term).backward()

@@ -23,6 +23,7 @@ from torch import nn
 
 from lipsweep.attacks.config import PRECISIONS
 from lipsweep.vit.models import frozen_eval
+from lipsweep.vit.precision import bf16_autocast
 
 attack_mode = frozen_eval
 """Eval mode and frozen parameters inside the block (:func:`lipsweep.vit.models.frozen_eval`)."""
@@ -82,7 +83,7 @@ def logits_fn(model: nn.Module, precision: str = "fp32"):
         return model
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+        with bf16_autocast(x.device.type):
             out = model(x)
         return out.float()
 

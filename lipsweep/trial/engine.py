@@ -24,6 +24,7 @@ from lipsweep.core.metric_names import LOSS, LOSS_CE, LOSS_REG
 from lipsweep.data.loading import DataConfig, augment, to_unit
 from lipsweep.regularizers import Regularizer
 from lipsweep.settings.config import OptimConfig
+from lipsweep.vit.precision import bf16_autocast
 
 
 class NonFiniteLossError(RuntimeError):
@@ -46,7 +47,7 @@ def autocast_context(device: torch.device, precision: str) -> contextlib.Abstrac
     use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
     if not use_bf16:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return bf16_autocast(device.type)
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:

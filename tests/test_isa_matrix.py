@@ -1,0 +1,52 @@
+"""benchmarks/isa_matrix.py: the numerics tests under each CPU kernel choice (issue 32)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import isa_matrix  # noqa: E402
+
+
+def test_the_test_list_is_the_makefiles_and_every_file_exists():
+    tests = isa_matrix.numerics_tests()
+    assert "tests/test_regularizers.py" in tests and "tests/test_precision.py" in tests
+    assert all((ROOT / t).is_file() for t in tests)
+
+
+def test_unset_removes_the_variable_and_a_value_sets_it(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    env = isa_matrix.combo_env("unset", "avx2", threads=3)
+    assert "ONEDNN_MAX_CPU_ISA" not in env
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["OMP_NUM_THREADS"] == "3"
+
+
+def test_junit_counts_by_hand(tmp_path):
+    xml = tmp_path / "r.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.a" name="ok"/>'
+        '<testcase classname="tests.a" name="bad"><failure message="x"/></testcase>'
+        '<testcase classname="tests.b" name="err"><error message="y"/></testcase>'
+        '<testcase classname="tests.b" name="skip"><skipped message="z"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    counts = isa_matrix.junit_counts(xml)
+    assert counts == {
+        "passed": 1,
+        "failed": 2,
+        "skipped": 1,
+        "failures": ["tests.a::bad", "tests.b::err"],
+    }
+
+
+def test_one_combination_runs_on_the_kernels_it_names(tmp_path):
+    """SSE4.1 and ATen's scalar kernels exist on every x86-64 CPU; the row must show them."""
+    row = isa_matrix.run_combo("SSE41", "default", ["tests/test_precision.py"], 1, tmp_path)
+    assert row["rc"] == 0 and row["passed"] == 3 and row["failed"] == 0, row.get("output_tail")
+    assert row["aten"] == "DEFAULT"
+    assert row["onednn"] == "Intel SSE4.1"
+    assert row["cpu_flash_attention_bf16"] == "True"
