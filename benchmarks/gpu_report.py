@@ -129,6 +129,21 @@ def regularizer_table(d: dict[str, Any]) -> str:
             ],
             rows,
         )
+        + sync_sites_list(sec.get("variants", {}))
+    )
+
+
+def sync_sites_list(variants: dict[str, Any]) -> str:
+    """Where the counted syncs came from (``sync_sites``: site -> count), per variant."""
+    lines = [
+        f"- {name}: {count} x `{site}`"
+        for name, r in variants.items()
+        for site, count in (r.get("sync_sites") or {}).items()
+    ]
+    return (
+        "\n\nHost syncs by site (the 2- and 4-step runs together):\n\n" + "\n".join(lines)
+        if lines
+        else ""
     )
 
 

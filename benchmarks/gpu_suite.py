@@ -49,6 +49,7 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import logging
@@ -485,12 +486,12 @@ def time_steps(
     return clk.seconds / len(batches)
 
 
-def count_syncs(fn: Callable[[], Any], device: torch.device) -> Optional[int]:
-    """Host-device synchronisations ``fn`` makes (:func:`lipsweep.trial.engine.count_host_syncs`);
+def sync_sites(fn: Callable[[], Any], device: torch.device) -> Optional[list[str]]:
+    """Where ``fn`` makes host-device syncs (:func:`lipsweep.trial.engine.host_sync_sites`);
     None on CPU, where there is no device to sync with."""
-    from lipsweep.trial.engine import count_host_syncs
+    from lipsweep.trial.engine import host_sync_sites
 
-    return count_host_syncs(fn, device) if device.type == "cuda" else None
+    return host_sync_sites(fn, device) if device.type == "cuda" else None
 
 
 def syncs_per_step(run_steps: Callable[[int], Any], device: torch.device) -> dict[str, Any]:
@@ -499,13 +500,18 @@ def syncs_per_step(run_steps: Callable[[int], Any], device: torch.device) -> dic
     ``run_steps(n)`` trains one epoch of ``n`` steps. With s(n) its syncs,
     per_step = (s(4) - s(2)) / 2 and per_epoch = s(2) - 2 per_step: the epoch-end
     non-finite check (1 expected) is not charged to the steps, and the every-N check
-    (``nonfinite_check_every`` = 50) does not fire in 4 steps. Nulls on CPU.
+    (``nonfinite_check_every`` = 50) does not fire in 4 steps. ``sync_sites``: where each
+    sync of the two runs came from, counted. Nulls on CPU.
     """
-    two, four = count_syncs(lambda: run_steps(2), device), count_syncs(lambda: run_steps(4), device)
+    two, four = sync_sites(lambda: run_steps(2), device), sync_sites(lambda: run_steps(4), device)
     if two is None or four is None:
-        return {"syncs_per_step": None, "syncs_per_epoch_fixed": None}
-    per_step = (four - two) / 2
-    return {"syncs_per_step": per_step, "syncs_per_epoch_fixed": two - 2 * per_step}
+        return {"syncs_per_step": None, "syncs_per_epoch_fixed": None, "sync_sites": None}
+    per_step = (len(four) - len(two)) / 2
+    return {
+        "syncs_per_step": per_step,
+        "syncs_per_epoch_fixed": len(two) - 2 * per_step,
+        "sync_sites": dict(collections.Counter(two + four)),
+    }
 
 
 # ---------------------------------------------------------------- sections

@@ -21,7 +21,7 @@ from lipsweep.trial.engine import (
     LossMonitor,
     NonFiniteLossError,
     build_optimizer,
-    count_host_syncs,
+    host_sync_sites,
     train_one_epoch,
     train_step,
 )
@@ -154,9 +154,9 @@ def test_non_finite_loss_is_caught_by_the_periodic_check_with_its_step():
         monitor.check(3, 0.1)
 
 
-def test_count_host_syncs_needs_cuda():
+def test_host_sync_sites_needs_cuda():
     with pytest.raises(ValueError, match="CUDA"):
-        count_host_syncs(lambda: None, torch.device("cpu"))
+        host_sync_sites(lambda: None, torch.device("cpu"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -199,4 +199,24 @@ def test_a_cuda_train_step_makes_no_sync(flat):
         )
 
     step()  # warm-up: first-use allocations and lazy inits
-    assert count_host_syncs(step, device) == 0
+    assert host_sync_sites(step, device) == []  # on failure: where each sync came from
+
+
+def test_host_sync_sites_names_the_line_of_each_sync(monkeypatch):
+    """The recording half of host_sync_sites on any machine: the CUDA calls are stubbed, and
+    ``fn`` raises the warning PyTorch's sync debug mode raises (on a GPU it comes from CUDA)."""
+    import warnings
+
+    for name in ("synchronize", "get_sync_debug_mode", "set_sync_debug_mode"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, **k: 0)
+
+    def fn() -> None:
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)  # the sync
+        warnings.warn("something else", stacklevel=1)  # not a sync: shown as usual, not counted
+
+    line = fn.__code__.co_firstlineno + 1
+    with pytest.warns(UserWarning, match="something else"):
+        sites = host_sync_sites(fn, torch.device("cuda"))
+    assert len(sites) == 1
+    assert sites[0].startswith(f"{__file__}:{line} <- ")
+    assert sites[0].endswith(": called a synchronizing CUDA operation")

@@ -537,9 +537,13 @@ def test_sync_split_charges_the_epoch_end_check_to_the_epoch(monkeypatch) -> Non
 
     # a loop with 1 sync per epoch (the check) and 0 per step, then 3 per step
     for per_step in (0, 3):
-        monkeypatch.setattr(gs, "count_syncs", lambda fn, dev, k=per_step: 1 + k * fn())
+        sites = lambda fn, dev, k=per_step: ["check"] + ["step"] * (k * fn())  # noqa: E731
+        monkeypatch.setattr(gs, "sync_sites", sites)
         split = gs.syncs_per_step(lambda n: n, torch.device("cuda"))
-        assert split == {"syncs_per_step": per_step, "syncs_per_epoch_fixed": 1}
+        assert split["syncs_per_step"] == per_step and split["syncs_per_epoch_fixed"] == 1
+        assert split["sync_sites"] == (
+            {"check": 2, "step": 6 * per_step} if per_step else {"check": 2}
+        )
 
 
 def test_train_loop_refuses_a_generator_off_the_training_device() -> None:

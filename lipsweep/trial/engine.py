@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import traceback
 import warnings
 from typing import Any, Callable, Iterable, Optional
 
@@ -271,25 +272,43 @@ def train_one_epoch(
     return out
 
 
-def count_host_syncs(fn: Callable[[], Any], device: torch.device) -> int:
-    """Host-device syncs made by ``fn()`` on CUDA (``torch.cuda.set_sync_debug_mode``).
+def host_sync_sites(fn: Callable[[], Any], device: torch.device) -> list[str]:
+    """Where ``fn()`` makes host-device syncs on CUDA (``torch.cuda.set_sync_debug_mode``).
 
-    Synchronises before and after, so only ``fn``'s own syncs count. For the GPU suite:
-    e.g. ``count_host_syncs(lambda: train_step(...), device)`` should be 0.
+    One entry per sync: the Python frames that led to it (innermost first, up to 6, as
+    ``file:line``) and the message. Synchronises before and after, so only ``fn``'s own syncs
+    count. ``host_sync_sites(lambda: train_step(...), device)`` should be empty.
     """
     if device.type != "cuda":
-        raise ValueError(f"count_host_syncs needs a CUDA device, got {device}")
+        raise ValueError(f"host_sync_sites needs a CUDA device, got {device}")
+    sites: list[str] = []
+    show = warnings.showwarning  # other warnings still show as they would
+
+    def record(message, category, filename, lineno, file=None, line=None) -> None:
+        if "synchroniz" not in str(message):
+            show(message, category, filename, lineno, file, line)
+            return
+        frames = [f for f in traceback.extract_stack()[:-1] if "/warnings.py" not in f.filename]
+        where = " <- ".join(f"{f.filename}:{f.lineno}" for f in reversed(frames[-6:]))
+        sites.append(f"{where}: {str(message).splitlines()[0]}")
+
     torch.cuda.synchronize(device)
     prev = torch.cuda.get_sync_debug_mode()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode(prev)
     torch.cuda.synchronize(device)
-    return sum("synchroniz" in str(w.message) for w in caught)
+    return sites
+
+
+def count_host_syncs(fn: Callable[[], Any], device: torch.device) -> int:
+    """How many host-device syncs ``fn()`` makes on CUDA (:func:`host_sync_sites`)."""
+    return len(host_sync_sites(fn, device))
 
 
 @torch.no_grad()
