@@ -100,6 +100,7 @@ def main() -> int:
     wall = None
     if not args.compare_only:
         from lipsweep import api
+        from lipsweep.sweep.signals import exit_code
 
         # beside Ray's state, not in a temporary folder: the driver's resume hint names it
         Path(args.storage).mkdir(parents=True, exist_ok=True)
@@ -121,7 +122,7 @@ def main() -> int:
                 "live sweep interrupted after %.0f s (%s); rerun this command with --resume",
                 wall, result.counts,
             )  # fmt: skip
-            return 128 + result.signal if result.signal else 1
+            return exit_code(result.signal) if result.signal else 1
         _log.info("live sweep: %s in %.0f s", result.counts, wall)
     compute, full = live_runs(args.tracking_uri, args.experiment)
 

@@ -306,11 +306,6 @@ def host_sync_sites(fn: Callable[[], Any], device: torch.device) -> list[str]:
     return sites
 
 
-def count_host_syncs(fn: Callable[[], Any], device: torch.device) -> int:
-    """How many host-device syncs ``fn()`` makes on CUDA (:func:`host_sync_sites`)."""
-    return len(host_sync_sites(fn, device))
-
-
 @torch.no_grad()
 def evaluate_clean(
     model: nn.Module,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +35,7 @@ def cpu_flash_attention_runs_in_bf16() -> bool:
 
     False on the kernel combination the module docstring names; the reason is logged once.
     """
-    q = torch.linspace(-1.0, 1.0, steps=int(torch.tensor(_PROBE_SHAPE).prod()))
+    q = torch.linspace(-1.0, 1.0, steps=math.prod(_PROBE_SHAPE))
     q = q.reshape(_PROBE_SHAPE).to(torch.bfloat16)
     try:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
