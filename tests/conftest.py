@@ -3,6 +3,7 @@ four-trial sweep; and a private Ray temp dir for the session, removed at its end
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -117,6 +118,15 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_group(item)))
     items.sort(key=lambda item: _group(item) != "ray")
+
+
+def bench_module(name: str):
+    """A script of benchmarks/ imported as a module (benchmarks/ is not a package)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 def small_npz(path: Path) -> Path:

@@ -8,7 +8,6 @@ every import of those packages raise ImportError and log the attempt, so an impo
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import bench_module
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = ("ray", "mlflow", "optuna")
@@ -220,18 +220,9 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
     assert 0 < proj["lipschitz_share"] < 1 and 0 <= proj["checkpoint_share"] < 1
 
 
-def _bench_module(name: str):
-    """A script of benchmarks/ imported as a module (benchmarks/ is not a package)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-
-
 def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
     """gpu_report.py turns the kept CPU quick JSON, and a run cut short, into the tables."""
-    gpu_report = _bench_module("gpu_report")
+    gpu_report = bench_module("gpu_report")
     data = json.loads((ROOT / "benchmarks" / "gpu_suite_cpu_quick.json").read_text())
     text = gpu_report.report(data)
     for heading in (
@@ -260,7 +251,7 @@ def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
 def test_gpu_report_renders_the_kept_h100_run() -> None:
     """The session-9 H100 JSON (docs/benchmarks.md's GPU figures) still renders, device named,
     with the projection docs/benchmarks.md quotes and the placement verdict a GPU run gets."""
-    gpu_report = _bench_module("gpu_report")
+    gpu_report = bench_module("gpu_report")
     data = json.loads((ROOT / "benchmarks" / "gpu_suite_h100.json").read_text())
     text = gpu_report.report(data)
     assert "Device: **NVIDIA H100 80GB HBM3**" in text
@@ -276,7 +267,7 @@ def test_gpu_report_renders_the_kept_h100_run() -> None:
     ],
 )
 def test_gpu_report_says_which_linalg_placement_to_keep(svd, ritz, words) -> None:
-    gpu_report = _bench_module("gpu_report")
+    gpu_report = bench_module("gpu_report")
     rows = {"bounds_svd_device_s": svd[0], "bounds_svd_cpu_s": svd[1]}
     rows |= {"lanczos_ritz_device_s": ritz[0], "lanczos_ritz_cpu_s": ritz[1]}
     text = gpu_report.report({"meta": {"gpu": "H100"}, "lipschitz": {"head_bounds": rows}})
@@ -284,7 +275,7 @@ def test_gpu_report_says_which_linalg_placement_to_keep(svd, ritz, words) -> Non
 
 
 def _suite_module():
-    return _bench_module("gpu_suite")
+    return bench_module("gpu_suite")
 
 
 def test_smoke_trial_within_the_deadline_or_skipped_or_killed_with_its_output(
@@ -592,7 +583,7 @@ def test_precision_switches_leave_torch_consistent() -> None:
 
 
 def test_gpu_report_shows_the_smoke_trial() -> None:
-    gpu_report = _bench_module("gpu_report")
+    gpu_report = bench_module("gpu_report")
     cfg = {"model": "vit_base_patch16_224", "regularizer": "none", "device": "cuda"}
     ok = {
         "space": "search_spaces/gpu_smoke.yaml",

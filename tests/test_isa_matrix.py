@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from conftest import bench_module
 
-import isa_matrix  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+isa_matrix = bench_module("isa_matrix")
 
 
 def test_the_test_list_is_the_makefiles_and_every_file_exists():

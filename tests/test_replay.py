@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import bench_module
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.core.hypervolume import hypervolume, reference_point, relative_hypervolume
@@ -285,12 +286,7 @@ def test_syne_moasha_stops_dominated_trials_with_syne_tunes_own_decisions(tmp_pa
 def test_grid_signal_figures_match_a_hand_computation(tmp_path):
     """benchmarks/grid_signal.py: separation = std of the seed means / mean(seed std /
     sqrt(seeds)), and Spearman's rho per epoch, on a 3-configuration table worked by hand."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "grid_signal.py"
-    spec = importlib.util.spec_from_file_location("grid_signal", path)
-    signal = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(signal)
+    signal = bench_module("grid_signal")
     finals = {"a": (1.0, 3.0), "b": (4.0, 6.0), "c": (7.0, 10.0)}  # means 2, 5, 8.5
     probes = {1: {"a": 3.0, "b": 2.0, "c": 1.0}, 2: {"a": 1.0, "b": 3.0, "c": 2.0}}
     rows = [
@@ -362,16 +358,6 @@ def test_moasha_told_the_finals_keeps_the_front_that_misleading_probes_lose(tmp_
     assert any(r.stopped >= 1 for r in told)  # it does stop: junk, on its final values
 
 
-def _benchmark_script(name: str):
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_grid_signal_front_shares_match_a_hand_computation(tmp_path):
     """Maximise a and b: A = (3, 1), B = (1, 3), C = (1, 1) dominated. Reference (0.8, 0.8):
     A or B alone dominates 0.44 of the front's 0.84 (the informed-order test's figures), the
@@ -383,7 +369,7 @@ def test_grid_signal_front_shares_match_a_hand_computation(tmp_path):
         for e in (1, 2)
     ]  # fmt: skip
     table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
-    shares = _benchmark_script("grid_signal").front_shares(table, [("a", "max"), ("b", "max")])
+    shares = bench_module("grid_signal").front_shares(table, [("a", "max"), ("b", "max")])
     assert [k for k, *_ in shares] == ["A", "B"]
     assert [(alone, without) for *_, alone, without in shares] == pytest.approx(
         [(0.44 / 0.84, 0.44 / 0.84)] * 2
@@ -402,7 +388,7 @@ def test_stretch_table_splits_each_epoch_and_keeps_the_final_evaluation_last(tmp
          "probe_p": 2.0, "f": 7.0},
     ]  # fmt: skip
     table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
-    stretch = _benchmark_script("stretch_table")
+    stretch = bench_module("stretch_table")
     stretch.write_table(stretch.table_rows(stretch.stretch(table, 3)), tmp_path / "long.csv")
     long = replay.load_table(tmp_path / "long.csv")
     (c,) = long.configs
