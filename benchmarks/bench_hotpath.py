@@ -39,6 +39,7 @@ from lipsweep.regularizers import _ranked_softmax
 from lipsweep.regularizers.jasmin import jasmin_penalty_from_qk
 from lipsweep.vit.attention import QKRecorder, restore_fused_attention, set_fused_attention
 from lipsweep.vit.models import ModelConfig, attention_modules, create_model
+from lipsweep.vit.precision import bf16_autocast
 
 
 def model_config(kind: str, depth: int) -> ModelConfig:
@@ -148,7 +149,7 @@ def patched(module, name: str, value) -> Iterator[None]:
 
 
 def _recorded_leaves(model: nn.Module, x: torch.Tensor, bf16: bool):
-    with QKRecorder(model) as rec, torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+    with QKRecorder(model) as rec, bf16_autocast("cpu") if bf16 else contextlib.nullcontext():
         model(x)
     return [
         (q.detach().requires_grad_(), k.detach().requires_grad_(), s) for q, k, s in rec.records

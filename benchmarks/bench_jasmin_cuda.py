@@ -50,6 +50,7 @@ from lipsweep.regularizers import create_regularizer  # noqa: E402
 from lipsweep.regularizers.jasmin import jasmin_penalty_from_qk, jasmin_ranks  # noqa: E402
 from lipsweep.settings.config import OptimConfig  # noqa: E402
 from lipsweep.trial.engine import build_optimizer  # noqa: E402
+from lipsweep.vit.precision import bf16_autocast  # noqa: E402
 
 _log = logging.getLogger("bench_jasmin_cuda")
 
@@ -108,7 +109,7 @@ def section_accuracy(device: torch.device, out: dict) -> None:
             k = k0.clone().requires_grad_()
             try:
                 with variant(name):
-                    with torch.autocast(device.type, torch.bfloat16):
+                    with bf16_autocast(device.type):
                         val = jasmin_penalty_from_qk([(q, k, scale)], k_reg, "mean")
                     val.backward()
             except Exception as exc:  # a failing variant is recorded, the others still run

@@ -17,6 +17,7 @@ from lipsweep.regularizers import JASMIN_EPS, g_k, jasmin_penalty, jasmin_penalt
 from lipsweep.regularizers._ranked_softmax import ranked_softmax_probs
 from lipsweep.regularizers.jasmin import _log_ratio, jasmin_ranks
 from lipsweep.vit.attention import attention_probs
+from lipsweep.vit.precision import bf16_autocast
 
 TOL = 1e-12
 
@@ -479,7 +480,7 @@ def test_uniform_rows_value():
 
 def test_finite_under_bf16_autocast():
     q, kk = qk(n=33, d=16, dtype=torch.float32, spread=3.0)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with bf16_autocast("cpu"):
         qb, kb = q.to(torch.bfloat16), kk.to(torch.bfloat16)
         fast = jasmin_penalty_from_qk([(qb, kb, 0.25)], 10, "mean")
         ref = jasmin_penalty([attention_probs(qb, kb, 0.25)], 10, "mean")

@@ -9,6 +9,7 @@ from conftest import tiny_model_config
 from lipsweep.regularizers import SpecformerRegularizer, create_regularizer
 from lipsweep.regularizers.specformer import head_weights
 from lipsweep.vit.models import attention_modules, create_model
+from lipsweep.vit.precision import bf16_autocast
 
 
 @pytest.fixture()
@@ -179,7 +180,7 @@ def test_one_iteration_per_call_by_default(model):
 def test_bf16_autocast_is_computed_in_float32(model):
     reg = SpecformerRegularizer(power_iters=5)
     reg.attach(model)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with bf16_autocast("cpu"):
         terms = reg.terms()
     assert all(t.dtype == torch.float32 and torch.isfinite(t) for t in terms.values())
 

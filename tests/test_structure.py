@@ -273,3 +273,43 @@ def test_metric_names_are_spelled_in_metric_names_only(tmp_path):
     probe.write_text('"""acc_clean"""\nX = 1\n"""loss"""\ny = {"acc_pgd_4": f"lip_head_{X}"}\n')
     hits = [h.split(": ", 1)[1] for h in _metric_name_literals([probe], names, settings)]
     assert sorted(hits) == ["'acc_pgd_4'", "'lip_head_'"]
+
+
+_PRECISION = PKG / "vit" / "precision.py"
+
+
+def _bf16_autocasts(paths: list[Path]) -> list[str]:
+    """Each ``*.autocast(...)`` call of ``paths`` that names bfloat16 (``enabled=False``
+    calls, which turn autocast off, name no dtype)."""
+    hits = []
+    for p in paths:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func).endswith("autocast")
+                and "bfloat16" in ast.unparse(node)
+            ):
+                hits.append(f"{p.relative_to(ROOT) if ROOT in p.parents else p.name}:{node.lineno}")
+    return hits
+
+
+def test_bf16_autocast_is_entered_through_the_precision_module_only(tmp_path):
+    """A bf16 autocast is ``lipsweep.vit.precision.bf16_autocast`` everywhere, so every bf16
+    forward on the CPU takes its route around the flash kernel that fails on Intel AMX with
+    ATen below AVX-512 (docs/reliability.md); a test that entered torch.autocast itself was
+    the one that still failed there (session 17)."""
+    paths = [
+        *PKG.rglob("*.py"),
+        *(ROOT / "tests").glob("*.py"),
+        *(ROOT / "benchmarks").glob("*.py"),
+    ]
+    assert _bf16_autocasts([p for p in paths if p != _PRECISION]) == []
+    assert _bf16_autocasts([_PRECISION]) != []  # the one home: the check sees it there
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import torch\n"
+        "with torch.autocast('cpu', dtype=torch.bfloat16):\n    pass\n"
+        "with torch.autocast('cpu', enabled=False):\n    pass\n"
+        "with torch.amp.autocast(device_type='cuda', dtype=torch.bfloat16):\n    pass\n"
+    )
+    assert _bf16_autocasts([probe]) == ["probe.py:2", "probe.py:6"]
