@@ -220,3 +220,32 @@ def test_host_sync_sites_names_the_line_of_each_sync(monkeypatch):
     assert len(sites) == 1
     assert sites[0].startswith(f"{__file__}:{line} <- ")
     assert sites[0].endswith(": called a synchronizing CUDA operation")
+
+
+def test_host_sync_sites_marks_a_sync_made_in_garbage_collection(monkeypatch):
+    """A finalizer run by Python's collector while ``fn`` runs (an older object's, say a
+    tensor's cleanup) is named as such: on a GPU that tells a one-time sync of the process from
+    one in ``fn``'s own code. The collection is forced here; on a GPU it comes when it comes."""
+    import gc
+    import warnings
+
+    for name in ("synchronize", "get_sync_debug_mode", "set_sync_debug_mode"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, **k: 0)
+
+    class Syncs:
+        def __del__(self) -> None:
+            warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+
+    def fn() -> None:
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)  # fn's own
+        garbage = Syncs()
+        garbage.cycle = garbage  # freed only by the collector
+        del garbage
+        gc.collect()
+
+    callbacks = list(gc.callbacks)
+    sites = host_sync_sites(fn, torch.device("cuda"))
+    assert len(sites) == 2
+    assert not sites[0].endswith("[in garbage collection]")
+    assert sites[1].endswith(": called a synchronizing CUDA operation [in garbage collection]")
+    assert gc.callbacks == callbacks  # the hook is gone afterwards

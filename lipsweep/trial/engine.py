@@ -11,6 +11,7 @@ error that says where and what to change. The step itself never waits for the de
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 import traceback
 import warnings
@@ -276,13 +277,20 @@ def host_sync_sites(fn: Callable[[], Any], device: torch.device) -> list[str]:
     """Where ``fn()`` makes host-device syncs on CUDA (``torch.cuda.set_sync_debug_mode``).
 
     One entry per sync: the Python frames that led to it (innermost first, up to 6, as
-    ``file:line``) and the message. Synchronises before and after, so only ``fn``'s own syncs
-    count. ``host_sync_sites(lambda: train_step(...), device)`` should be empty.
+    ``file:line``) and the message, marked ``[in garbage collection]`` where Python's collector
+    was running (a finalizer of older objects, not ``fn``'s own code, then made the sync).
+    Synchronises before and after, so only syncs made while ``fn`` runs count.
+    ``host_sync_sites(lambda: train_step(...), device)`` should be empty.
     """
     if device.type != "cuda":
         raise ValueError(f"host_sync_sites needs a CUDA device, got {device}")
     sites: list[str] = []
     show = warnings.showwarning  # other warnings still show as they would
+    collecting = False
+
+    def on_gc(phase: str, info: dict) -> None:
+        nonlocal collecting
+        collecting = phase == "start"
 
     def record(message, category, filename, lineno, file=None, line=None) -> None:
         if "synchroniz" not in str(message):
@@ -290,10 +298,12 @@ def host_sync_sites(fn: Callable[[], Any], device: torch.device) -> list[str]:
             return
         frames = [f for f in traceback.extract_stack()[:-1] if "/warnings.py" not in f.filename]
         where = " <- ".join(f"{f.filename}:{f.lineno}" for f in reversed(frames[-6:]))
-        sites.append(f"{where}: {str(message).splitlines()[0]}")
+        gc_note = " [in garbage collection]" if collecting else ""
+        sites.append(f"{where}: {str(message).splitlines()[0]}{gc_note}")
 
     torch.cuda.synchronize(device)
     prev = torch.cuda.get_sync_debug_mode()
+    gc.callbacks.append(on_gc)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = record
@@ -302,6 +312,7 @@ def host_sync_sites(fn: Callable[[], Any], device: torch.device) -> list[str]:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode(prev)
+            gc.callbacks.remove(on_gc)
     torch.cuda.synchronize(device)
     return sites
 
