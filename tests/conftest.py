@@ -38,9 +38,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 # Every local Ray the tests start (in this process or in a sweep subprocess) keeps its session
 # (logs, object spill, sockets) here, not in the shared /tmp/ray, which grew by 423 MB per run.
 # Short on purpose: Ray's Unix socket paths live under it (108-byte limit). A test that sets
-# its own RAY_TMPDIR (tests/_sweep_helpers.RaySandbox) keeps it.
-_RAY_TMPDIR = tempfile.mkdtemp(prefix="lsr", dir="/tmp")
-os.environ["RAY_TMPDIR"] = _RAY_TMPDIR
+# its own RAY_TMPDIR (tests/_sweep_helpers.RaySandbox) keeps it. Made in pytest_configure, not
+# at import: a Ray worker that imports a test module (and so this file) made one it never removed.
+_RAY_TMPDIR = ""
+
+
+def pytest_configure(config) -> None:
+    global _RAY_TMPDIR
+    _RAY_TMPDIR = tempfile.mkdtemp(prefix="lsr", dir="/tmp")
+    os.environ["RAY_TMPDIR"] = _RAY_TMPDIR
 
 
 # Ray's auth mode and token, which a local sweep in the test process sets in os.environ itself
@@ -118,6 +124,39 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_group(item)))
     items.sort(key=lambda item: _group(item) != "ray")
+
+
+def _ray_sessions() -> set[str]:
+    """Ray's sessions under this process's RAY_TMPDIR (Ray keeps them in its ray/ folder)."""
+    ray_dir = os.path.join(_RAY_TMPDIR, "ray")
+    return (
+        {n for n in os.listdir(ray_dir) if n.startswith("session_")}
+        if os.path.isdir(ray_dir)
+        else set()
+    )
+
+
+def check_no_new_ray_session(test_file: str, before: set[str]) -> None:
+    """Fail when a test outside the "ray" group started a Ray (a new session under this
+    process's RAY_TMPDIR, in this process or a sweep subprocess): _RAY_FILES is kept by hand,
+    and a missing name would run a sweep beside another one (see above)."""
+    new = sorted(_ray_sessions() - before)
+    if new:
+        pytest.fail(
+            f"{test_file} started Ray ({new[0]} under RAY_TMPDIR) but is not in "
+            "tests/conftest.py's _RAY_FILES: add it there",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(autouse=True)
+def _ray_starts_in_the_ray_group_only(request):
+    if _group(request.node) == "ray":
+        yield
+        return
+    before = _ray_sessions()
+    yield
+    check_no_new_ray_session(request.node.path.name, before)
 
 
 def bench_module(name: str):
