@@ -8,6 +8,10 @@ ran on: ``torch.backends.cpu.get_cpu_capability()`` and the ISA line oneDNN prin
 alone proves nothing). No tolerance is touched: the tests run as CI runs them.
 
     python benchmarks/isa_matrix.py [--jobs 4] [--threads 2] [--out isa_matrix.json]
+    python benchmarks/isa_matrix.py --isa unset --cap unset --emulate-amx-fault
+
+``--emulate-amx-fault`` makes CPU flash attention raise on bf16 as it does on an Intel AMX host
+with ATen below AVX-512 (tests/_amx_fault.py), on any CPU.
 
 It needs pytest, hypothesis, mpmath, scipy, torchattacks and pyautoattack beside lipsweep's
 own dependencies, and none of Ray, MLflow or Optuna (the GPU machine has none of those).
@@ -34,6 +38,7 @@ log = logging.getLogger("isa_matrix")
 ROOT = Path(__file__).resolve().parents[1]
 ISAS = ("unset", "AVX512_CORE", "AVX2", "SSE41")
 CAPS = ("unset", "default", "avx2", "avx512")
+AMX_FAULT_ENV = "LIPSWEEP_TEST_AMX_FAULT"  # tests/_amx_fault.py
 FLASH_TEXT = {"True": "runs", "False": "fails: math kernel used"}
 
 PROBE = """
@@ -41,6 +46,11 @@ import torch
 x = torch.randn(8, 16, 32, 32)  # large enough that ATen hands the convolution to oneDNN
 torch.nn.functional.conv2d(x, torch.randn(32, 16, 3, 3))
 print("aten_capability=" + torch.backends.cpu.get_cpu_capability(), flush=True)
+import os, sys
+if os.environ.get("LIPSWEEP_TEST_AMX_FAULT") == "1":
+    sys.path.insert(0, "tests")
+    import _amx_fault
+    _amx_fault.install()
 from lipsweep.vit.precision import cpu_flash_attention_runs_in_bf16
 print(f"flash_bf16={cpu_flash_attention_runs_in_bf16()}", flush=True)
 """
@@ -55,9 +65,12 @@ def numerics_tests(makefile: Path = ROOT / "Makefile") -> list[str]:
     return match.group(1).split()
 
 
-def combo_env(isa: str, cap: str, threads: int) -> dict[str, str]:
+def combo_env(isa: str, cap: str, threads: int, emulate_amx_fault: bool = False) -> dict[str, str]:
     """The environment of one combination: 'unset' removes the variable."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    env.pop(AMX_FAULT_ENV, None)
+    if emulate_amx_fault:
+        env[AMX_FAULT_ENV] = "1"
     for name, value in (("ONEDNN_MAX_CPU_ISA", isa), ("ATEN_CPU_CAPABILITY", cap)):
         env.pop(name, None)
         if value != "unset":
@@ -101,9 +114,11 @@ def junit_counts(path: Path) -> dict[str, object]:
     return counts
 
 
-def run_combo(isa: str, cap: str, tests: list[str], threads: int, work: Path) -> dict:
+def run_combo(
+    isa: str, cap: str, tests: list[str], threads: int, work: Path, emulate_amx_fault: bool = False
+) -> dict:
     """The numerics tests in one fresh pytest process under one combination."""
-    env = combo_env(isa, cap, threads)
+    env = combo_env(isa, cap, threads, emulate_amx_fault)
     name = f"{isa}-{cap}"
     junit = work / f"{name}.xml"
     start = time.perf_counter()
@@ -173,11 +188,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=4, help="combinations run at once")
     ap.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of each")
     ap.add_argument("--out", type=Path, help="JSON file of the matrix")
+    ap.add_argument(
+        "--emulate-amx-fault",
+        action="store_true",
+        help="CPU flash attention raises on bf16, as on an Intel AMX host (tests/_amx_fault.py)",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     tests = args.tests or numerics_tests()
     combos = list(itertools.product(args.isa.split(","), args.cap.split(",")))
     meta = {**cpu_meta(), "python": platform.python_version(), "tests": tests}
+    meta["emulated_amx_fault"] = args.emulate_amx_fault
     import torch  # only for its version: the combinations run in their own processes
 
     meta["torch"] = torch.__version__
@@ -186,7 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="isa_matrix_") as tmp:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            rows = list(pool.map(lambda c: run_combo(*c, tests, args.threads, Path(tmp)), combos))
+            rows = list(
+                pool.map(
+                    lambda c: run_combo(*c, tests, args.threads, Path(tmp), args.emulate_amx_fault),
+                    combos,
+                )
+            )
     meta["seconds"] = round(time.perf_counter() - start, 1)
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")

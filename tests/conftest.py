@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _amx_fault import install_if_asked
 from hypothesis import settings
 
 from lipsweep.vit.models import ModelConfig, PixelModel, create_model
@@ -25,6 +26,7 @@ EMBEDDED_NPZ = ROOT / "lipsweep" / "data" / "cifar10_sample.npz"
 # `make test` runs two pytest-xdist workers on CI's two cores: one torch thread each (two each
 # oversubscribed the cores), two in a single-process run.
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+install_if_asked()  # LIPSWEEP_TEST_AMX_FAULT=1: CPU flash attention fails in bf16 (_amx_fault.py)
 torch.set_num_threads(int(os.environ.get("LIPSWEEP_TEST_THREADS", "1" if _XDIST_WORKER else "2")))
 
 # Property tests: in CI (CI set, as .ci/run does) Hypothesis draws the same examples on every

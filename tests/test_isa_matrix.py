@@ -49,3 +49,14 @@ def test_one_combination_runs_on_the_kernels_it_names(tmp_path):
     assert row["aten"] == "DEFAULT"
     assert row["onednn"] == "Intel SSE4.1"
     assert row["cpu_flash_attention_bf16"] == "True"
+
+
+def test_the_emulated_amx_fault_sends_bf16_attention_to_the_math_kernel(tmp_path):
+    """--emulate-amx-fault on any CPU: the probe finds flash failing, the forced-flash case
+    skips as on the AMX host, and the routing test passes on the math kernel."""
+    row = isa_matrix.run_combo(
+        "unset", "unset", ["tests/test_precision.py"], 1, tmp_path, emulate_amx_fault=True
+    )
+    assert row["rc"] == 0 and row["failed"] == 0, row.get("output_tail")
+    assert (row["passed"], row["skipped"]) == (2, 1)
+    assert row["cpu_flash_attention_bf16"] == "False"
