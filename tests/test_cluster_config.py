@@ -223,6 +223,14 @@ def test_dockerignore_keeps_environments_out_and_every_copy_source_in():
     for src in sources:
         for pat in patterns:
             assert not fnmatch.fnmatch(src, pat.removeprefix("**/")), (src, pat)
+    # search_spaces is a symlink: a builder copies the link or what it points to. Either way it
+    # resolves in the image only if it points, relatively, into what another COPY brings.
+    links = [src for src in sources if (ROOT / src).is_symlink()]
+    assert "search_spaces" in links
+    for src in links:
+        target = os.readlink(ROOT / src)
+        assert not os.path.isabs(target), (src, target)
+        assert os.path.normpath(os.path.join(os.path.dirname(src), target)).split("/")[0] in sources
 
 
 # --- the pinned stack ---------------------------------------------------------------------------
