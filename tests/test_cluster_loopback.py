@@ -581,6 +581,9 @@ def test_ray_up_submit_down_on_loopback(loopback: Loopback):
             assert len(token) >= 32
         elif verb == "up":
             _check_head(box, token)
+            # rsync -v lists each file it sends on a line of its own: no laptop bytecode
+            sent_pyc = re.findall(r"^\S*__pycache__/\S*", proc.stdout, flags=re.M)
+            assert not sent_pyc, f"ray up shipped bytecode to the head: {sent_pyc[:3]}"
         elif verb == "submit":
             assert "sweep_entry.py: lipsweep sweep search_spaces/smoke.yaml" in proc.stdout
             assert f"MLFLOW_TRACKING_URI=http://127.0.0.1:{box.mlflow_port}" in proc.stdout
