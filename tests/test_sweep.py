@@ -231,3 +231,50 @@ def test_the_sweep_driver_imports_no_torch():
         [sys.executable, "-c", _DRIVER_NO_TORCH], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_ray_already_running_in_the_process_is_used_and_its_unapplied_options_are_named(
+    tmp_path, caplog, monkeypatch
+):
+    """A notebook's ``ray.init()`` before ``api.sweep(num_cpus=...)``: the sweep runs on that
+    Ray (the driver neither starts nor stops one) and names what it leaves unapplied."""
+    import logging
+
+    import ray
+
+    from lipsweep.sweep import driver
+
+    opts = driver.SweepOptions(
+        experiment="e", storage=str(tmp_path), tracking_uri="sqlite:///x.db", num_cpus=2
+    )
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+            assert driver._init_ray(opts) is None  # nothing started: nothing to stop later
+        assert "num_cpus=2 (it has 1 CPU) not applied" in caplog.text
+        assert "ray.shutdown()" in caplog.text
+        caplog.clear()
+        same = driver.SweepOptions(
+            experiment="e", storage=str(tmp_path), tracking_uri="x", num_cpus=1
+        )
+        with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+            assert driver._init_ray(same) is None
+        assert caplog.text == ""  # what it asked for is what it has
+        joined = driver.SweepOptions(
+            experiment="e", storage=str(tmp_path), tracking_uri="x", ray_address="head:6379"
+        )
+        with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+            assert driver._init_ray(joined) is None
+        assert "ray_address='head:6379' not applied" in caplog.text
+        caplog.clear()  # the address this process's driver joined before: as asked
+        gcs = ray.get_runtime_context().gcs_address
+        monkeypatch.setattr(driver, "_joined", ("head:6379", gcs))
+        with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+            assert driver._init_ray(joined) is None
+        assert caplog.text == ""
+        monkeypatch.setattr(driver, "_joined", ("head:6379", "other-head:6379"))  # another cluster
+        with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+            driver._init_ray(joined)
+        assert "ray_address='head:6379' not applied" in caplog.text
+    finally:
+        ray.shutdown()

@@ -103,10 +103,12 @@ def train(options: Optional[TrainOptions] = None, /, **kwargs: Any) -> TrainResu
 def sweep(options: Optional[SweepOptions] = None, /, **kwargs: Any) -> SweepResult:
     """Run a sweep on Ray Tune, logging to MLflow (``lipsweep sweep``).
 
-    The whole space is validated first; then a local Ray instance starts (or ``ray_address``
-    is joined) and stays up for the next call. A signal (SIGINT, SIGTERM, SIGHUP) stops it
-    cleanly: ``interrupted`` is set and ``resume=True`` continues it. ``dry_run`` only lists
-    the trials (``planned``), without importing torch, Ray or MLflow."""
+    The whole space is validated first; then a local Ray instance starts and is stopped
+    before the call returns, or ``ray_address`` is joined (and stays joined). A Ray already
+    running in the process (a notebook's ``ray.init()``) is used as it is, with a warning naming
+    any of ``num_cpus``, ``ray_address`` it leaves unapplied. A signal (SIGINT, SIGTERM,
+    SIGHUP) stops the sweep cleanly: ``interrupted`` is set and ``resume=True`` continues it.
+    ``dry_run`` only lists the trials (``planned``), without importing torch, Ray or MLflow."""
     from lipsweep.api import _sweep
 
     return _sweep.run(make_options(SweepOptions, options, kwargs))

@@ -262,18 +262,45 @@ def _tune_config(spec: SweepSpec, opts: SweepOptions):
     return cfg, plan.param_space
 
 
+# The --ray-address this process's driver joined and that cluster's GCS address: the process
+# stays connected after the sweep (a cluster is never stopped), so a later sweep naming the same
+# address, while the same cluster is still the one connected, runs on it as asked.
+_joined: Optional[tuple[str, str]] = None
+
+
+def _warn_unapplied_ray_options(opts: SweepOptions, cpus: Optional[float], gcs: str) -> None:
+    """Say which Ray options the Ray already running in this process (``cpus`` CPUs, GCS at
+    ``gcs``) leaves unapplied."""
+    unapplied = []
+    if opts.num_cpus is not None and cpus != opts.num_cpus:
+        has = f" (it has {cpus:g} CPU{'' if cpus == 1 else 's'})" if cpus else ""
+        unapplied.append(f"num_cpus={opts.num_cpus}{has}")
+    if opts.ray_address and (opts.ray_address, gcs) != _joined:
+        unapplied.append(f"ray_address={opts.ray_address!r}")
+    if unapplied:
+        _log.warning(
+            "Ray is already running in this process, and the sweep runs on it: %s not applied "
+            "(call ray.shutdown() first to have the sweep start or join the Ray it names)",
+            " and ".join(unapplied),
+        )
+
+
 def _init_ray(opts: SweepOptions) -> Optional[LocalRay]:
     """Join ``--ray-address``, or start a local Ray; returns the local instance (which the
     driver stops before it returns), ``None`` when Ray was joined or already running."""
     import ray
 
-    if ray.is_initialized():
+    if ray.is_initialized():  # e.g. a notebook's ray.init(): the sweep runs on that Ray
+        gcs = ray.get_runtime_context().gcs_address
+        _warn_unapplied_ray_options(opts, ray.cluster_resources().get("CPU"), gcs)
         return None
     if opts.ray_address:  # TCP-probed once, by the caller, before anything was written
         try:
             ray.init(address=opts.ray_address, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(f"--ray-address {opts.ray_address}: {exc}") from None
+        global _joined
+        _joined = (opts.ray_address, ray.get_runtime_context().gcs_address)
         return None
     from lipsweep.sweep import local_ray
 
