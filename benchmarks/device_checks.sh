@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The open device checks on the GPU machine (docs/benchmarks.md, "Running it on the GPU
+# machine"), most informative first, each part's output under $OUT:
+#   tests  the CUDA tests: fused JaSMin Triton kernels, head bounds, the train step's host syncs
+#          (a failure names each sync's site), the CUDA trial resume       -> cuda_tests.log
+#   isa    the numerics tests under the two Intel AMX kernel combinations that failed before the
+#          bf16 attention fix (issue 32; meaningful only on an AMX Xeon)   -> isa_matrix_amx.*
+#   suite  gpu_suite.py with its smoke trial (budget 300 s, deadline 390 s as in session 17, cut
+#          to what LIMIT_S leaves)                                        -> gpu_suite.json/.log
+# Here, once: bash benchmarks/fetch_wheels.sh. Then device `run` calls, carry [".whl"],
+# timeout_s 600, e.g. `bash benchmarks/device_checks.sh tests isa` and, at once on the still
+# warm machine, `bash benchmarks/device_checks.sh suite` (no argument: all three, in one call).
+# Then here: python benchmarks/gpu_report.py <files_at>/gpu_suite.json
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/device_checks}"
+LIMIT_S="${LIMIT_S:-570}"  # the call's 600 s less the copy back
+parts="${*:-tests isa suite}"
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  grep -m1 "model name" /proc/cpuinfo; grep -c amx_tile /proc/cpuinfo
+  python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__)"
+} > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+
+if [[ " $parts " == *" tests "* ]]; then
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -rs -k cuda \
+        tests/test_ranked_softmax_triton.py tests/test_head_bounds.py \
+        tests/test_engine_syncs.py tests/test_trial.py 2>&1 | tee "$OUT/cuda_tests.log"
+    echo "== tests done at ${SECONDS} s"
+fi
+if [[ " $parts " == *" isa "* ]]; then
+    timeout 200 python3 benchmarks/isa_matrix.py --isa unset --cap default,avx2 --jobs 2 \
+        --threads 4 --out "$OUT/isa_matrix_amx.json" 2>&1 | tee "$OUT/isa_matrix_amx.log"
+    echo "== isa done at ${SECONDS} s"
+fi
+if [[ " $parts " == *" suite "* ]]; then
+    left=$((LIMIT_S - SECONDS))
+    budget=$((left - 100 < 300 ? left - 100 : 300))
+    deadline=$((left - 20 < 390 ? left - 20 : 390))
+    if [ "$budget" -lt 60 ]; then
+        echo "== suite skipped: ${left} s left" | tee "$OUT/gpu_suite.log"
+        exit 0
+    fi
+    python3 benchmarks/gpu_suite.py --device cuda --budget-s "$budget" --deadline-s "$deadline" \
+        --smoke-trial --out "$OUT/gpu_suite.json" 2>&1 | tee "$OUT/gpu_suite.log"
+    echo "== suite done at ${SECONDS} s"
+fi
