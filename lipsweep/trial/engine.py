@@ -304,15 +304,17 @@ def host_sync_sites(fn: Callable[[], Any], device: torch.device) -> list[str]:
     torch.cuda.synchronize(device)
     prev = torch.cuda.get_sync_debug_mode()
     gc.callbacks.append(on_gc)
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        warnings.showwarning = record
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode(prev)
-            gc.callbacks.remove(on_gc)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = record
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                fn()
+            finally:
+                torch.cuda.set_sync_debug_mode(prev)
+    finally:
+        gc.callbacks.remove(on_gc)
     torch.cuda.synchronize(device)
     return sites
 
