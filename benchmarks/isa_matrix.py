@@ -46,11 +46,10 @@ import torch
 x = torch.randn(8, 16, 32, 32)  # large enough that ATen hands the convolution to oneDNN
 torch.nn.functional.conv2d(x, torch.randn(32, 16, 3, 3))
 print("aten_capability=" + torch.backends.cpu.get_cpu_capability(), flush=True)
-import os, sys
-if os.environ.get("LIPSWEEP_TEST_AMX_FAULT") == "1":
-    sys.path.insert(0, "tests")
-    import _amx_fault
-    _amx_fault.install()
+import sys
+sys.path.insert(0, "tests")
+import _amx_fault
+_amx_fault.install_if_asked()  # --emulate-amx-fault: the probe sees the tests' fault
 from lipsweep.vit.precision import cpu_flash_attention_runs_in_bf16
 print(f"flash_bf16={cpu_flash_attention_runs_in_bf16()}", flush=True)
 """
