@@ -242,9 +242,14 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
     ]
 
 
+def _shown(path: Path) -> str:
+    """A checked file as a hit names it: repo-relative, or its bare name (a tmp_path probe)."""
+    return str(path.relative_to(ROOT)) if ROOT in path.parents else path.name
+
+
 def _metric_name_literals(paths: list[Path], names: set[str], settings: set[str]) -> list[str]:
     return sorted(
-        f"{p.relative_to(ROOT) if ROOT in p.parents else p.name}:{line}: {s!r}"
+        f"{_shown(p)}:{line}: {s!r}"
         for p in paths
         for line, s in _code_strings(p)
         if s not in settings and (s in names or _METRIC_LIKE.fullmatch(s))
@@ -289,7 +294,7 @@ def _bf16_autocasts(paths: list[Path]) -> list[str]:
                 and ast.unparse(node.func).endswith("autocast")
                 and "bfloat16" in ast.unparse(node)
             ):
-                hits.append(f"{p.relative_to(ROOT) if ROOT in p.parents else p.name}:{node.lineno}")
+                hits.append(f"{_shown(p)}:{node.lineno}")
     return hits
 
 
