@@ -249,3 +249,23 @@ def test_host_sync_sites_marks_a_sync_made_in_garbage_collection(monkeypatch):
     assert not sites[0].endswith("[in garbage collection]")
     assert sites[1].endswith(": called a synchronizing CUDA operation [in garbage collection]")
     assert gc.callbacks == callbacks  # the hook is gone afterwards
+
+
+def test_host_sync_sites_does_not_count_the_warning_of_entering_the_debug_mode(monkeypatch):
+    """PyTorch warns once per process, when the sync debug mode is first switched on, that it
+    "does not yet detect all synchronizing operations". On the H100 that warning was the one
+    "sync" of the first measured train step: it is the instrument's, not the step's."""
+    import warnings
+
+    def set_mode(mode: object) -> None:
+        if mode == "warn":
+            warnings.warn(
+                "Sync debug mode is on; it does not yet detect all synchronizing operations",
+                stacklevel=1,
+            )
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", set_mode)
+    with pytest.warns(UserWarning, match="does not yet detect"):
+        assert host_sync_sites(lambda: None, torch.device("cuda")) == []

@@ -303,17 +303,17 @@ def host_sync_sites(fn: Callable[[], Any], device: torch.device) -> list[str]:
 
     torch.cuda.synchronize(device)
     prev = torch.cuda.get_sync_debug_mode()
+    # Entering the mode warns once per process that it "does not yet detect all
+    # synchronizing operations": that warning is no sync, so the recorder comes after it.
+    torch.cuda.set_sync_debug_mode("warn")
     gc.callbacks.append(on_gc)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.showwarning = record
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                fn()
-            finally:
-                torch.cuda.set_sync_debug_mode(prev)
+            fn()
     finally:
+        torch.cuda.set_sync_debug_mode(prev)
         gc.callbacks.remove(on_gc)
     torch.cuda.synchronize(device)
     return sites
