@@ -141,7 +141,7 @@ def section_parts(device: torch.device, quick: bool, out: dict) -> None:
         lambda: rs._operands(q, k, scale, torch.float32, ws), device, reps
     )
     out["scores_fp32_ms"] = timed(lambda: rs._scores(qs, kc, ws), device, reps)
-    from lipsweep.attacks.evaluate import tf32_matmuls
+    from lipsweep.vit.precision import tf32_matmuls
 
     with tf32_matmuls(True):
         out["scores_tf32_ms"] = timed(lambda: rs._scores(qs, kc, ws), device, reps)

@@ -569,7 +569,7 @@ def test_precision_switches_leave_torch_consistent() -> None:
     gs = _suite_module()
     import torch
 
-    from lipsweep.attacks.evaluate import tf32_matmuls
+    from lipsweep.vit.precision import tf32_matmuls
 
     before = torch.get_float32_matmul_precision()
     for mode in ("fp32", "tf32", "bf16"):

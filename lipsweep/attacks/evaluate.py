@@ -21,12 +21,11 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import sys
 import time
-from typing import Any, Iterable, Iterator, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 import torch
 from torch import nn
@@ -38,6 +37,7 @@ from lipsweep.attacks.checks import check_monotone, check_perturbation, run_mode
 from lipsweep.attacks.config import RobustnessConfig
 from lipsweep.core.config_base import from_mapping
 from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
+from lipsweep.vit.precision import tf32_matmuls
 
 _log = logging.getLogger(__name__)
 
@@ -107,17 +107,6 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-@contextlib.contextmanager
-def tf32_matmuls(enabled: bool = True) -> Iterator[None]:
-    """Allow (or forbid) TF32 in CUDA matmuls and cuDNN convolutions inside the block only."""
-    prev = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
 
 
 def _percent(flags: torch.Tensor, n: int) -> float:

@@ -177,7 +177,7 @@ def evaluate_standard(
 
     from lipsweep.attacks.autoattack_tags import autoattack_tags
     from lipsweep.attacks.checks import check_perturbation
-    from lipsweep.attacks.evaluate import tf32_matmuls
+    from lipsweep.vit.precision import tf32_matmuls
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     robustness = _trial_config(flat).robustness

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import logging
 import math
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -61,3 +62,14 @@ def bf16_autocast(device_type: str) -> contextlib.AbstractContextManager:
     stack.enter_context(sdpa_kernel(SDPBackend.MATH))
     stack.enter_context(autocast)
     return stack
+
+
+@contextlib.contextmanager
+def tf32_matmuls(enabled: bool = True) -> Iterator[None]:
+    """Allow (or forbid) TF32 in CUDA matmuls and cuDNN convolutions inside the block only."""
+    prev = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
