@@ -3,7 +3,8 @@
 Part 1, the per-sample norm ||J_f(x)||_2 on a batch of 64 tiny-ViT images (32 px, patch 4,
 65 tokens, depth 4, width 128, 4 heads) as a multiple of one forward+backward (cross-entropy,
 parameter gradients, fused attention: a training step without the optimizer) on the same batch:
-the default route, the other routes, and the per-sample reference
+the default route, the other routes, the per-step Lanczos the batched route replaced
+(benchmarks/lipschitz_reference.py) and the per-sample reference
 ``torch.autograd.functional.jacobian`` + SVD; at C = 10 and C = 100 logits. Each repetition
 runs every variant once in a rotating order; a variant's ratio is the median over repetitions
 of (its time / the baseline's time in the same repetition). Wall time and process CPU time
@@ -38,6 +39,7 @@ from typing import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lipschitz_reference import reference_lanczos_norms  # benchmarks/, beside this file
 
 from lipsweep.attacks import pgd
 from lipsweep.lipschitz import (
@@ -51,6 +53,7 @@ from lipsweep.vit.attention import QKRecorder, attention_probs
 from lipsweep.vit.models import ModelConfig, create_model
 
 ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = "lanczos, per-step reference"
 SAMPLE = ROOT / "lipsweep" / "data" / "cifar10_sample.npz"
 
 
@@ -154,19 +157,35 @@ def part1(args: argparse.Namespace, data) -> None:
         variants: dict[str, Callable[[], object]] = {"fwd+bwd": fwd_bwd(model, x, y)}
         for label, route in routes.items():
             variants[label] = lambda r=route: jacobian_norm_result(model, x, 100, route=r)
+        variants[REFERENCE] = lambda: reference_lanczos_norms(model, x)
         if classes == 10:
             variants["per-sample jacobian+SVD"] = lambda: per_sample_reference(model, x)
         res = interleave(variants, "fwd+bwd", args.reps)
         for label, (wall, wr, cr) in res.items():
             route = (
                 "-"
-                if label in ("fwd+bwd", "per-sample jacobian+SVD")
+                if label in ("fwd+bwd", "per-sample jacobian+SVD", REFERENCE)
                 else jacobian_norm_result(model, x[:1], 100, route=routes[label]).route
             )
             print(
                 f"| {classes} | {label} | {route} | {wall:.3f} | {wr:.2f} | {cr:.2f} |", flush=True
             )
+        print(
+            f"|  | **lanczos vs {REFERENCE}** |  |  | "
+            f"**{res[REFERENCE][1] / res['lanczos'][1]:.2f}x faster** (wall) |"
+            f" **{res[REFERENCE][2] / res['lanczos'][2]:.2f}x** (CPU) |"
+        )
         exact = jacobian_norm_result(model, x, 100, route="exact")
+        ref_values, ref_iters = reference_lanczos_norms(model, x)
+        accuracy.append(
+            (
+                classes,
+                REFERENCE,
+                ((ref_values - exact.values).abs() / exact.values).max().item(),
+                ref_iters.float().mean().item(),
+                1.0,
+            )
+        )
         for route in [r for r in ("lanczos", "power") if r in routes.values()]:
             it = jacobian_norm_result(model, x, 100, route=route)
             rel = ((it.values - exact.values).abs() / exact.values).max().item()

@@ -13,6 +13,7 @@ from lipsweep.core.config_base import ConfigError, check_choice, check_int, chec
 from lipsweep.lipschitz._registry import list_estimators
 
 _ROUTES = ("auto", "exact", "lanczos", "power")
+_PRECISIONS = ("auto", "fp32", "tf32")
 _HEAD_ROUTES = ("auto", "lanczos", "full")
 _SOFTMAX_METHODS = ("secular", "eigvalsh")
 
@@ -47,8 +48,16 @@ class LipschitzConfig:
     lip_tol: float = 1e-3
     """Relative tolerance of the iterative routes on ||J||^2 (their residual estimate; a
     sample that does not meet it within lip_iters counts as not converged)."""
-    lip_batch_size: int = 64
-    """Images per batch for every Lipschitz estimate."""
+    lip_precision: str = "auto"
+    """Matmul precision of the ||J_f|| and token-Jacobian products: 'fp32', 'tf32' (TF32
+    matmuls in the products, each value then the strict-fp32 Rayleigh quotient of its
+    converged vector, a lower bound) or 'auto': TF32 for the exact route on CUDA (5e-7 from
+    fp32 on an H100), fp32 for Lanczos and power (TF32 deviated up to 4e-3 there) and on
+    the CPU."""
+    lip_batch_size: int = 256
+    """Images per batch for every Lipschitz estimate. On an H100 (ViT-B, C = 100, fp32
+    Lanczos) 256 takes 12.2 ms/image and 18 GiB against 17.0 ms/image at 64 and 11.6 at 512
+    (35 GiB): docs/benchmarks.md, "Lipschitz estimates"."""
     lip_images: int = 500
     """Images for the whole-network ||J_f(x)||_2 distribution (0: all). At C = 10 the exact
     norm costs about as much per image as PGD-4 (C backward passes against PGD's 4 forward +
@@ -84,6 +93,7 @@ class LipschitzConfig:
 
     def __post_init__(self) -> None:
         check_choice("lip_route", self.lip_route, _ROUTES)
+        check_choice("lip_precision", self.lip_precision, _PRECISIONS)
         check_choice("lip_head_route", self.lip_head_route, _HEAD_ROUTES)
         check_choice("lip_softmax_method", self.lip_softmax_method, _SOFTMAX_METHODS)
         for name in ("lip_iters", "lip_batch_size", "lip_head_iters"):

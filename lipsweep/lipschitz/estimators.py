@@ -21,11 +21,15 @@ class JacobianNorm:
     name = "jacobian"
     outputs = ("jacobian_norm", "jacobian_iterations", "jacobian_converged")
 
-    def __init__(self, route: str, iters: int = 100, tol: float = DEFAULT_TOL) -> None:
-        self.route, self.iters, self.tol = route, iters, tol
+    def __init__(
+        self, route: str, iters: int = 100, tol: float = DEFAULT_TOL, precision: str = "auto"
+    ) -> None:
+        self.route, self.iters, self.tol, self.precision = route, iters, tol, precision
 
     def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        res = jacobian_norm_result(model, x, self.iters, route=self.route, tol=self.tol)
+        res = jacobian_norm_result(
+            model, x, self.iters, route=self.route, tol=self.tol, precision=self.precision
+        )
         return {
             "jacobian_norm": res.values,
             "jacobian_iterations": res.iterations,
@@ -34,18 +38,24 @@ class JacobianNorm:
 
 
 @register_estimator("jacobian_exact")
-def _jacobian_exact(iters: int = 100, tol: float = DEFAULT_TOL) -> JacobianNorm:
-    return JacobianNorm("exact", iters, tol)
+def _jacobian_exact(
+    iters: int = 100, tol: float = DEFAULT_TOL, precision: str = "auto"
+) -> JacobianNorm:
+    return JacobianNorm("exact", iters, tol, precision)
 
 
 @register_estimator("jacobian_lanczos")
-def _jacobian_lanczos(iters: int = 100, tol: float = DEFAULT_TOL) -> JacobianNorm:
-    return JacobianNorm("lanczos", iters, tol)
+def _jacobian_lanczos(
+    iters: int = 100, tol: float = DEFAULT_TOL, precision: str = "auto"
+) -> JacobianNorm:
+    return JacobianNorm("lanczos", iters, tol, precision)
 
 
 @register_estimator("jacobian_power")
-def _jacobian_power(iters: int = 100, tol: float = DEFAULT_TOL) -> JacobianNorm:
-    return JacobianNorm("power", iters, tol)
+def _jacobian_power(
+    iters: int = 100, tol: float = DEFAULT_TOL, precision: str = "auto"
+) -> JacobianNorm:
+    return JacobianNorm("power", iters, tol, precision)
 
 
 @register_estimator("token_jacobian")
@@ -57,11 +67,19 @@ class TokenJacobianNorm:
     name = "token_jacobian"
     outputs = ("token_jacobian_norm", "token_jacobian_iterations", "token_jacobian_converged")
 
-    def __init__(self, route: str = "auto", iters: int = 100, tol: float = DEFAULT_TOL) -> None:
-        self.route, self.iters, self.tol = route, iters, tol
+    def __init__(
+        self,
+        route: str = "auto",
+        iters: int = 100,
+        tol: float = DEFAULT_TOL,
+        precision: str = "auto",
+    ) -> None:
+        self.route, self.iters, self.tol, self.precision = route, iters, tol, precision
 
     def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        res = token_jacobian_norm_result(model, x, self.iters, route=self.route, tol=self.tol)
+        res = token_jacobian_norm_result(
+            model, x, self.iters, route=self.route, tol=self.tol, precision=self.precision
+        )
         return {
             "token_jacobian_norm": res.values,
             "token_jacobian_iterations": res.iterations,

@@ -50,9 +50,13 @@ from lipsweep.lipschitz._krylov import (
 )
 from lipsweep.vit.attention import restore_fused_attention, set_fused_attention
 from lipsweep.vit.models import frozen_eval
+from lipsweep.vit.precision import tf32_matmuls
 
 ROUTES = ("auto", "exact", "lanczos", "power")
 """Accepted values of ``route``."""
+
+PRECISIONS = ("auto", "fp32", "tf32")
+"""Accepted values of ``precision`` (:func:`resolve_precision`)."""
 
 EXACT_MAX_CLASSES = 32
 """``auto`` uses the exact route up to this many logits, Lanczos above (see module docstring)."""
@@ -125,53 +129,124 @@ def _forward(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return xg, out
 
 
-def _exact(xg: torch.Tensor, out: torch.Tensor, eigh_device: torch.device) -> JacobianNormResult:
+def resolve_precision(precision: str, device: torch.device, route: str = "exact") -> str:
+    """The concrete precision ``auto`` stands for: 'tf32' for the exact route on CUDA, else
+    'fp32'. On an H100 (docs/benchmarks.md, "Lipschitz estimates") the exact route's TF32
+    VJPs with the fp32 Rayleigh quotient deviated 5e-7 from strict fp32, the iterative routes'
+    TF32 products up to 4e-3: above their tolerance, so they stay fp32."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    if precision == "auto":
+        return "tf32" if device.type == "cuda" and route == "exact" else "fp32"
+    return precision
+
+
+class LogitGram:
+    """u -> J_b J_b^T u for every image b of a batch, J_b = d f(x_b) / d x_b (C x n), with
+    reverse-mode autograd only (a :class:`~lipsweep.lipschitz._krylov.RowOperator`).
+
+    One forward (strict fp32) records the graph; one backward with ``create_graph`` records
+    g(u) = J^T u as a function of a cotangent leaf u. g is linear in u, so backpropagating v
+    through it gives d<g(u), v>/du = J v: the forward-mode product as a reverse pass over
+    recorded tensors, with no second forward. Each application is two reverse passes, J^T u
+    on the forward's graph and J (J^T u) on g's. The attention must run unfused (a fused
+    kernel's backward is not differentiable: :func:`measurement_mode` with ``fused=False``).
+    With ``tf32`` the two passes use TF32 matmuls; the forward, g and :meth:`vjp` are fp32.
+    """
+
+    def __init__(self, model: nn.Module, x: torch.Tensor, tf32: bool) -> None:
+        self.model, self.x, self.tf32 = model, x, tf32
+        with tf32_matmuls(False):
+            self.xg, self.out = _forward(model, x)
+            self.cotangent = torch.zeros_like(self.out, requires_grad=True)
+            with torch.enable_grad():
+                (self.g,) = torch.autograd.grad(
+                    self.out, self.xg, self.cotangent, create_graph=True
+                )
+
+    def vjp(self, u: torch.Tensor) -> torch.Tensor:
+        """J^T u, (B, C) -> (B, ...), in strict fp32 (the graph is kept)."""
+        with tf32_matmuls(False):
+            (vt,) = torch.autograd.grad(self.out, self.xg, u.to(self.out.dtype), retain_graph=True)
+        return vt
+
+    def __call__(self, u: torch.Tensor) -> torch.Tensor:
+        with tf32_matmuls(self.tf32):
+            (vt,) = torch.autograd.grad(self.out, self.xg, u.to(self.out.dtype), retain_graph=True)
+            (ju,) = torch.autograd.grad(self.g, self.cotangent, vt, retain_graph=True)
+        return ju.detach()
+
+    def restrict(self, keep: torch.Tensor) -> "LogitGram":
+        """The operator of images ``keep`` alone (a new, smaller graph)."""
+        return LogitGram(self.model, self.x.index_select(0, keep), self.tf32)
+
+
+def _refined(gram_vjp, vector: torch.Tensor) -> torch.Tensor:
+    """||J^T y||^2 in strict fp32 for each unit vector y: the Rayleigh quotient of y, a lower
+    bound on sigma_1^2 whose error is quadratic in y's (TF32) error."""
+    return gram_vjp(vector).flatten(1).double().pow(2).sum(1)
+
+
+def _exact(
+    xg: torch.Tensor, out: torch.Tensor, eigh_device: torch.device, tf32: bool
+) -> JacobianNormResult:
     """C batched VJPs on one graph, then the top eigenvalue of the C x C Gram matrix (its
-    eigvalsh on ``eigh_device``)."""
+    eigh on ``eigh_device``). With ``tf32`` the VJPs use TF32 matmuls and the value is the
+    strict-fp32 Rayleigh quotient of the Gram's top eigenvector (:func:`_refined`)."""
     b, c = out.shape
     rows = []
-    for k in range(c):
-        (g,) = torch.autograd.grad(out[:, k].sum(), xg, retain_graph=k < c - 1)
-        rows.append(g.reshape(b, -1))  # row k of every J_b
+    with tf32_matmuls(tf32):
+        for k in range(c):
+            (g,) = torch.autograd.grad(out[:, k].sum(), xg, retain_graph=tf32 or k < c - 1)
+            rows.append(g.reshape(b, -1))  # row k of every J_b
     jac = torch.stack(rows, 1).double()  # (B, C, n)
     gram = jac @ jac.transpose(1, 2)  # (B, C, C)
-    top = torch.linalg.eigvalsh(gram.to(eigh_device))[:, -1].to(gram.device).clamp_min(0)
+    evals, evecs = torch.linalg.eigh(gram.to(eigh_device))
+    if tf32:
+        y = evecs[:, :, -1].to(device=out.device, dtype=out.dtype)
+
+        def vjp(u: torch.Tensor) -> torch.Tensor:
+            with tf32_matmuls(False):
+                return torch.autograd.grad(out, xg, u)[0]
+
+        top = _refined(vjp, y)
+    else:
+        top = evals[:, -1].to(gram.device)
     return JacobianNormResult(
-        top.sqrt().to(xg.dtype),
+        top.clamp_min(0).sqrt().to(xg.dtype),
         "exact",
         torch.full((b,), c, dtype=torch.int64),
         torch.ones(b, dtype=bool),
     )
 
 
+SHRINK = 0.5
+"""The iterative routes go on with the images still iterating alone once they are at most this
+share of the batch (:func:`~lipsweep.lipschitz._krylov.lanczos_top_eigenvalue`): a batch then
+costs about the mean of its images' iterations, not the maximum."""
+
+
 def _iterative(
-    model: nn.Module,
-    xg: torch.Tensor,
-    out: torch.Tensor,
-    iters: int,
-    tol: float,
-    route: str,
-    eigh_device: torch.device,
+    model: nn.Module, x: torch.Tensor, iters: int, tol: float, route: str, tf32: bool
 ) -> JacobianNormResult:
-    """Lanczos / power on u -> J J^T u in logit space: one VJP (retained graph) + one JVP."""
-    b, c = out.shape
-    xd = xg.detach()
-
-    def op(u: torch.Tensor) -> torch.Tensor:
-        (vt,) = torch.autograd.grad(out, xg, u.to(out.dtype), retain_graph=True)  # J^T u
-        flags = set_fused_attention(model, False)  # the fused kernel has no forward AD
-        try:
-            _, ju = torch.func.jvp(model, (xd,), (vt,))  # J J^T u
-        finally:
-            restore_fused_attention(model, flags)
-        return ju.detach()
-
-    u0 = start_vector(b, c, out.dtype, out.device)
+    """Lanczos / power on u -> J J^T u in logit space (:class:`LogitGram`). With ``tf32`` each
+    value is the strict-fp32 Rayleigh quotient of the converged vector (:func:`_refined`)."""
+    gram = LogitGram(model, x, tf32)
+    b, c = gram.out.shape
+    u0 = start_vector(b, c, gram.out.dtype, gram.out.device)
     if route == "lanczos":
-        res: KrylovResult = lanczos_top_eigenvalue(op, u0, iters, tol, eigh_device)
+        res: KrylovResult = lanczos_top_eigenvalue(
+            gram, u0, iters, tol, keep_vectors=tf32, shrink=SHRINK
+        )
     else:
-        res = power_top_eigenvalue(op, u0, iters, tol)
-    return JacobianNormResult(res.value.clamp_min(0).sqrt(), route, res.iterations, res.converged)
+        res = power_top_eigenvalue(gram, u0, iters, tol, keep_vectors=tf32)
+    value = res.value.double()
+    if tf32:
+        assert res.vector is not None
+        value = _refined(gram.vjp, res.vector)
+    return JacobianNormResult(
+        value.clamp_min(0).sqrt().to(x.dtype), route, res.iterations, res.converged
+    )
 
 
 def jacobian_norm_result(
@@ -183,6 +258,7 @@ def jacobian_norm_result(
     tol: float = DEFAULT_TOL,
     batch_size: Optional[int] = None,
     linalg_placement: str = "auto",
+    precision: str = "auto",
 ) -> JacobianNormResult:
     """||J_f(x_b)||_2 for every sample, with the route that ran (docs/science.md §1.5).
 
@@ -193,28 +269,38 @@ def jacobian_norm_result(
         route: 'auto', 'exact', 'lanczos' or 'power'.
         tol: relative tolerance of the iterative routes on sigma_1^2.
         batch_size: evaluate in chunks of this many samples (None: all at once).
-        linalg_placement: where the Gram eigvalsh / Ritz eigh run (``_krylov.LINALG_DEVICES``).
+        linalg_placement: where the exact route's Gram eigh runs (``_krylov.LINALG_DEVICES``).
+        precision: 'fp32', 'tf32' (the reverse passes in TF32 matmuls, each value then the
+            strict-fp32 Rayleigh quotient of its converged vector) or 'auto'
+            (:func:`resolve_precision`).
     """
     _check_args(model, x, iters, tol)
     eigh_dev = linalg_device(x.device, linalg_placement)
     if route not in ROUTES:
         raise ValueError(f"route must be one of {list(ROUTES)}, got {route!r}")
+    resolve_precision(precision, x.device)  # validates before any work
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
         raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
     step = batch_size or x.shape[0]
     parts = []
-    with measurement_mode(model):
+    concrete = route
+    if route == "auto":  # the number of logits decides
+        with measurement_mode(model), torch.no_grad():
+            concrete = resolve_route(route, model(x[:1]).shape[-1])
+    tf32 = resolve_precision(precision, x.device, concrete) == "tf32"
+    # the iterative routes differentiate the VJP's graph once more: unfused attention
+    with measurement_mode(model, fused=None if concrete == "exact" else False):
         for i in range(0, x.shape[0], step):
-            xg, out = _forward(model, x[i : i + step])
-            route_b = resolve_route(route, out.shape[1])
-            parts.append(
-                _exact(xg, out, eigh_dev)
-                if route_b == "exact"
-                else _iterative(model, xg, out, iters, tol, route_b, eigh_dev)
-            )
-            del xg, out
+            xb = x[i : i + step]
+            if concrete == "exact":
+                with tf32_matmuls(False):
+                    xg, out = _forward(model, xb)
+                parts.append(_exact(xg, out, eigh_dev, tf32))
+                del xg, out
+            else:
+                parts.append(_iterative(model, xb, iters, tol, concrete, tf32))
     return JacobianNormResult(
         torch.cat([p.values for p in parts]),
         parts[0].route,

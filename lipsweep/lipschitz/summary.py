@@ -212,7 +212,9 @@ def lipschitz_summary(
     with measurement_mode(model), torch.no_grad():
         route = resolve_route(cfg.lip_route, model(x_jac[:1]).shape[-1])
     arrays: dict[str, np.ndarray] = {}
-    est = create_estimator(f"jacobian_{route}", iters=cfg.lip_iters, tol=cfg.lip_tol)
+    est = create_estimator(
+        f"jacobian_{route}", iters=cfg.lip_iters, tol=cfg.lip_tol, precision=cfg.lip_precision
+    )
     arrays.update(_batched(est, model, x_jac, cfg.lip_batch_size, progress, "jacobian"))
     arrays["jacobian_route"] = np.array(route)
     metrics = _jacobian_metrics(arrays["jacobian_norm"], arrays["jacobian_converged"])
@@ -220,7 +222,13 @@ def lipschitz_summary(
     arrays.update(_margin_arrays(model, x_jac, arrays["jacobian_norm"], cfg.lip_batch_size))
     metrics.update(per_margin_metrics(arrays["jacobian_per_margin"]))
     if cfg.lip_tokens:
-        est = create_estimator("token_jacobian", route=route, iters=cfg.lip_iters, tol=cfg.lip_tol)
+        est = create_estimator(
+            "token_jacobian",
+            route=route,
+            iters=cfg.lip_iters,
+            tol=cfg.lip_tol,
+            precision=cfg.lip_precision,
+        )
         arrays.update(_batched(est, model, x_jac, cfg.lip_batch_size, progress, "tokens"))
         metrics.update(
             _jacobian_metrics(

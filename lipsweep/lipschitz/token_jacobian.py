@@ -68,41 +68,45 @@ def token_embeddings(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 class TokenModel(nn.Module):
-    """The logits as a function of T, for fixed images ``x`` (Shape: (B, N, D) -> (B, C)).
+    """The logits as a function of T (Shape: (B, N, D) -> (B, C)), for any batch size B.
 
-    The images only fix the batch; their pixels never reach the blocks, whose input is replaced
-    by the argument.
+    The network runs on a stand-in image batch (``x``'s first image, repeated B times) whose
+    pixels never reach the blocks: their input is replaced by the argument.
     """
 
     def __init__(self, model: nn.Module, x: torch.Tensor) -> None:
         super().__init__()
         self.model = model
         self.blocks = token_blocks(model)
-        self.images = x.detach()
+        self.image = x[:1].detach()
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if tokens.shape[0] != self.images.shape[0]:
-            raise ValueError(
-                f"tokens batch {tokens.shape[0]} != images batch {self.images.shape[0]}"
-            )
-
         def swap(_module: nn.Module, args: tuple) -> tuple:
             return (tokens,) + tuple(args[1:])
 
         handle = self.blocks.register_forward_pre_hook(swap)
         try:
-            return self.model(self.images)
+            return self.model(self.image.expand(tokens.shape[0], *self.image.shape[1:]))
         finally:
             handle.remove()
 
 
 def token_jacobian_norm_result(
-    model: nn.Module, x: torch.Tensor, iters: int, *, route: str = "auto", tol: float = DEFAULT_TOL
+    model: nn.Module,
+    x: torch.Tensor,
+    iters: int,
+    *,
+    route: str = "auto",
+    tol: float = DEFAULT_TOL,
+    precision: str = "auto",
 ) -> JacobianNormResult:
     """||d f(T) / d T||_2 per image of ``x`` (B, 3, H, W), T the tokens entering the first
-    block (paper Fig. 4); routes as :func:`~lipsweep.lipschitz.jacobian.jacobian_norm_result`."""
+    block (paper Fig. 4); routes and precision as
+    :func:`~lipsweep.lipschitz.jacobian.jacobian_norm_result`."""
     tokens = token_embeddings(model, x)  # (B, N, D)
-    return jacobian_norm_result(TokenModel(model, x), tokens, iters, route=route, tol=tol)
+    return jacobian_norm_result(
+        TokenModel(model, x), tokens, iters, route=route, tol=tol, precision=precision
+    )
 
 
 def token_jacobian_spectral_norm(

@@ -13,8 +13,9 @@ Per epoch (docs/benchmarks.md, "Per-epoch robustness probes"):
   with all of them correct this is an upper bound (``correct_fraction`` scales the attack
   part);
 - Jacobian probe: ``n_j * (1 + C)`` on the exact route (one forward, C input backward passes)
-  or ``n_j * (1 + 2 * k)`` on Lanczos/power (k = J J^T applications, each one VJP + one JVP,
-  at most ``lip_iters``), n_j = probe_lip_images, C = classes;
+  or ``n_j * (2 + 2 * k)`` on Lanczos/power (one forward and the backward that records
+  J^T u, then k = J J^T applications, each two reverse passes, at most ``lip_iters``;
+  ``lipschitz.jacobian.LogitGram``), n_j = probe_lip_images, C = classes;
 - fraction = (PGD + Jacobian) / (probe_every * training).
 """
 
@@ -80,6 +81,6 @@ def probe_cost(
         jac = float(n_j * (1 + classes))
     else:
         k = cfg.lipschitz.lip_iters if lanczos_iters is None else lanczos_iters
-        jac = n_j * (1 + 2 * k)
+        jac = n_j * (2 + 2 * k)
     train = 2 * train_images_per_epoch(train_images, cfg.optim.batch_size)
     return ProbeCost(train, pgd, jac, max(1, p.probe_every))
