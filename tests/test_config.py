@@ -97,3 +97,19 @@ def test_lr_schedule_warmup_then_cosine():
     assert lrs[0] == pytest.approx(0.05) and lrs[19] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(lrs[20:], lrs[21:]))
     assert lrs[-1] < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("value", "cuda", "cpu"), [("auto", True, False), (True, True, True), (False, False, False)]
+)
+def test_compile_is_auto_true_or_false(value, cuda, cpu):
+    """'auto' (the default) compiles on CUDA only; a YAML bool forces either way."""
+    run = TrialConfig.from_flat({"compile": value}).run
+    assert run.compiles_on("cuda") is cuda and run.compiles_on("cpu") is cpu
+    assert TrialConfig().run.compile == "auto"
+
+
+@pytest.mark.parametrize(("value", "words"), [("yes", "'auto'"), (1, "true or false or a string")])
+def test_compile_refuses_anything_else_naming_the_field(value, words):
+    with pytest.raises(ConfigError, match=f"^compile: must be .*{words}"):
+        TrialConfig.from_flat({"compile": value})

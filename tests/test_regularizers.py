@@ -297,13 +297,22 @@ def test_check_tokens():
         RegularizerConfig(regularizer="jasmin").check_tokens(1)
 
 
-@pytest.mark.slow  # Dynamo tracing takes ~10 s on the 2-core box
-def test_jasmin_hooks_under_torch_compile_match_eager():
-    """`run.compile: true` with JaSMin (issue 27 item 9): the q/k hooks trace into ONE graph
-    (fullgraph: no break), the recorded q/k leave it with their autograd history, and two
-    train steps give the eager loss, penalty and gradients. Backend 'aot_eager' (Dynamo +
+_COMPILED = {
+    "none": {},
+    "jasmin": {"k": 3, "lam": 1e-2, "aggregation": "mean"},
+    "specformer": {"lam_q": 1e-2, "lam_k": 1e-2, "lam_v": 1e-2},
+}
+
+
+@pytest.mark.slow  # Dynamo tracing takes ~10 s per regularizer on the 2-core box
+@pytest.mark.parametrize("name", list_regularizers())
+def test_every_regularizer_under_torch_compile_matches_eager(name):
+    """`run.compile` ('auto' compiles on CUDA): each registered regularizer's forward traces
+    into ONE graph (fullgraph: a graph break fails here, not in a trial), and two train steps
+    give the eager loss, penalties and gradients. Backend 'aot_eager' (Dynamo +
     AOTAutograd: the parts the hooks meet); inductor takes tens of seconds on this CPU and
     agrees to 2e-8 (penalty) and 5e-7 (relative gradient): docs/benchmarks.md, "Hot path"."""
+    assert name in _COMPILED, f"add {name!r}'s test settings to _COMPILED"
     x = torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     y = torch.tensor([0, 1, 2, 3])
     out = {}
@@ -311,7 +320,7 @@ def test_jasmin_hooks_under_torch_compile_match_eager():
         torch.manual_seed(0)
         model = create_model(tiny_model_config(img_size=16, depth=2, embed_dim=32, num_heads=2))
         model.train()
-        reg = create_regularizer("jasmin", k=3, lam=1e-2, aggregation="mean")
+        reg = create_regularizer(name, **_COMPILED[name])
         reg.attach(model)
         run = (
             torch.compile(model, backend="aot_eager", fullgraph=True)
@@ -321,10 +330,12 @@ def test_jasmin_hooks_under_torch_compile_match_eager():
         for _ in range(2):
             model.zero_grad(set_to_none=True)
             ce = F.cross_entropy(run(x), y)
-            pen = reg.terms()["jasmin"]
-            (ce + reg.weights["jasmin"] * pen).backward()
-        out[mode] = [ce.detach(), pen.detach()] + [p.grad for p in model.parameters()]
-        assert not reg._recorder.records  # terms() consumed them
+            terms = reg.terms()
+            loss = ce + sum((reg.weights[n] * t for n, t in terms.items()), torch.zeros(()))
+            loss.backward()
+        out[mode] = [ce.detach()] + [t.detach() for t in terms.values()]
+        out[mode] += [p.grad for p in model.parameters()]
+        reg.detach()
     assert len(out["eager"]) == len(out["compiled"])
     for a, b in zip(out["eager"], out["compiled"]):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-8)

@@ -190,6 +190,9 @@ def _field_types(cls: type) -> Mapping[str, Any]:
     return MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(cls)})
 
 
+_TYPE_WORDS = {bool: "true or false", str: "a string", int: "an integer", float: "a number"}
+
+
 def _coerce(field: str, value: Any, tp: Any) -> Any:
     """Coerce YAML/Tune scalars to the annotated type, or raise ConfigError naming ``field``."""
     origin = typing.get_origin(tp)
@@ -198,7 +201,15 @@ def _coerce(field: str, value: Any, tp: Any) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(field, value, inner[0])
+        if len(inner) == 1:
+            return _coerce(field, value, inner[0])
+        for arm in inner:  # Union[bool, str]: the first type the value fits
+            try:
+                return _coerce(field, value, arm)
+            except ConfigError:
+                pass
+        words = " or ".join(_TYPE_WORDS.get(a, getattr(a, "__name__", str(a))) for a in inner)
+        raise ConfigError(field, f"must be {words}, got {show(value)}")
     if origin in (list, tuple):
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]

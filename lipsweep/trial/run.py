@@ -148,7 +148,7 @@ def run_trial(
     regularizer = create_regularizer_from_config(cfg.regularizer)
     regularizer.attach(model)
     optimizer = build_optimizer(model, cfg.optim)
-    train_model = torch.compile(model) if cfg.run.compile else model
+    train_model = torch.compile(model) if cfg.run.compiles_on(device.type) else model
 
     ckpt = load_latest(Path(checkpoint_dir) if checkpoint_dir else ckpt_root)
     if ckpt is None and (ckpt_root.exists() and any(ckpt_root.iterdir())):
