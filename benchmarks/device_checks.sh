@@ -5,8 +5,8 @@
 #          (a failure names each sync's site), the CUDA trial resume       -> cuda_tests.log
 #   isa    the numerics tests under the two Intel AMX kernel combinations that failed before the
 #          bf16 attention fix (issue 32; meaningful only on an AMX Xeon)   -> isa_matrix_amx.*
-#   suite  gpu_suite.py with its smoke trial (budget 300 s, deadline 390 s as in session 17, cut
-#          to what LIMIT_S leaves)                                        -> gpu_suite.json/.log
+#   suite  gpu_suite.py with its smoke trial: deadline 20 s and budget 100 s short of what
+#          LIMIT_S leaves                                                 -> gpu_suite.json/.log
 # Here, once: bash benchmarks/fetch_wheels.sh. Then device `run` calls, carry [".whl"],
 # timeout_s 600, e.g. `bash benchmarks/device_checks.sh tests isa` and, at once on the still
 # warm machine, `bash benchmarks/device_checks.sh suite` (no argument: all three, in one call).
@@ -39,8 +39,8 @@ if [[ " $parts " == *" isa "* ]]; then
 fi
 if [[ " $parts " == *" suite "* ]]; then
     left=$((LIMIT_S - SECONDS))
-    budget=$((left - 100 < 300 ? left - 100 : 300))
-    deadline=$((left - 20 < 390 ? left - 20 : 390))
+    budget=$((left - 100))
+    deadline=$((left - 20))
     if [ "$budget" -lt 60 ]; then
         echo "== suite skipped: ${left} s left" | tee "$OUT/gpu_suite.log"
         exit 0

@@ -130,6 +130,37 @@ def regularizer_table(d: dict[str, Any]) -> str:
             rows,
         )
         + sync_sites_list(sec.get("variants", {}))
+        + ("\n\n" + compiled_table(d) if compiled_table(d) else "")
+    )
+
+
+def compiled_table(d: dict[str, Any]) -> str:
+    """The regularizers' compiled steps (``regularizers.compiled``), or '' if not run."""
+    sec = _get(d, "regularizers", "compiled") or {}
+    rows = [
+        [
+            name,
+            fmt(r.get("compile_s"), 1),
+            fmt(r.get("step_ms")),
+            fmt(r.get("ratio"), 3),
+            fmt(r.get("speedup_vs_eager"), 3),
+            str(sum((r.get("graph_breaks") or {}).values())),
+        ]
+        for name, r in sec.items()
+        if isinstance(r, dict) and "step_ms" in r
+    ]
+    if not rows:
+        return ""
+    return f"Compiled ({sec.get('backend')}), same batch and precision:\n\n" + table(
+        [
+            "variant",
+            "compile s",
+            "ms/step",
+            "ratio to compiled baseline",
+            "x eager",
+            "graph breaks",
+        ],
+        rows,
     )
 
 
@@ -273,6 +304,9 @@ def lipschitz_tables(d: dict[str, Any]) -> str:
         "Batched float64 eigh of one Ritz check (one matrix per image x head), ms per call:\n",
         table(["size", "on the device", "on the CPU (with copies)"], rows),
     ]
+    routes = routes_table(d)
+    if routes:
+        out += ["", routes]
     verdict = placement_verdict(h, bool(d.get("meta", {}).get("gpu")))
     if verdict:
         out += ["", verdict]
@@ -298,6 +332,48 @@ def lipschitz_tables(d: dict[str, Any]) -> str:
             f"predict {fmt(s.get('parts_predicted_s'))} s (ratio {fmt(s.get('ratio_to_parts'))}).",
         ]
     return "\n".join(out)
+
+
+def routes_table(d: dict[str, Any]) -> str:
+    """The per-step reference route against the batched one (``lipschitz.routes``)."""
+    sec = _get(d, "lipschitz", "routes") or {}
+    rows = [
+        [
+            name.replace("_", " "),
+            fmt(r.get("images")),
+            fmt(r.get("ms_per_image"), 3),
+            fmt(r.get("x_train_step"), 1),
+            fmt(r.get("mean_iterations"), 1),
+            "-"
+            if r.get("max_rel_dev_vs_exact_fp32") is None
+            else f"{r['max_rel_dev_vs_exact_fp32']:.1e}",
+        ]
+        for name, r in sec.items()
+        if isinstance(r, dict) and "ms_per_image" in r
+    ]
+    if not rows:
+        return ""
+    unit = sec.get("train_step_ms_per_image")
+    return (
+        f"Routes side by side (x train step: multiples of the training step's "
+        f"{fmt(unit, 4)} ms per image):\n\n"
+        + table(
+            ["variant", "images", "ms/image", "x train step", "mean iterations", "max rel. dev."],
+            rows,
+        )
+    )
+
+
+def probes_line(d: dict[str, Any]) -> str:
+    p = d.get("probes") or {}
+    if "share_of_epoch" not in p:
+        return ""
+    return (
+        f"One probe round ({p.get('probe_images')} PGD images, {p.get('probe_lip_images')} "
+        f"‖J_f‖ images): PGD {fmt(p.get('pgd_s'))} s + ‖J_f‖ {fmt(p.get('jacobian_s'))} s "
+        f"against a {fmt(p.get('train_epoch_s'))} s training epoch: "
+        f"**{pct(p.get('share_of_epoch'))}** of the epoch at `probe_every: 1`."
+    )
 
 
 def placement_verdict(h: dict[str, Any], on_gpu: bool) -> str:
@@ -343,6 +419,15 @@ def trial_tables(d: dict[str, Any]) -> str:
     ]
     p = tr.get("projection", {})
     out.append(projection_text(p))
+    again = tr.get("projection_lipschitz_batch")
+    if again:
+        out += [
+            "",
+            f"Again with the ‖J_f‖ and token-Jacobian parts of `lipschitz.batch` "
+            f"({again.get('lipschitz_from')}):",
+            "",
+            projection_text(again),
+        ]
     return "\n".join(out)
 
 
@@ -376,7 +461,8 @@ def projection_text(p: dict[str, Any]) -> str:
             table(["part", "seconds", "share"], rows),
             "",
             f"= **{fmt(p.get('hours'), 3)} h** (slowest regularizer: "
-            f"{fmt(p.get('hours_slowest_regularizer'), 3)} h; target {p.get('target_hours')} h"
+            f"{fmt(p.get('hours_slowest_regularizer'), 3)} h; target for it "
+            f"{p.get('target_hours')} h"
             f"); the {p.get('grid_trials')}-trial grid: {fmt(p.get('grid_hours'), 1)} h. "
             f"Lipschitz share {pct(p.get('lipschitz_share'))}; checkpoint share "
             f"{pct(p.get('checkpoint_share'))} (target <= {pct(p.get('checkpoint_share_target'))}"
@@ -448,6 +534,9 @@ def report(d: dict[str, Any]) -> str:
         "### Lipschitz estimators\n\n" + lipschitz_tables(d),
         "### Trial and projection\n\n" + trial_tables(d),
     ]
+    probes = probes_line(d)
+    if probes:
+        parts.insert(-1, "### Per-epoch probes\n\n" + probes)
     smoke = smoke_line(d)
     if smoke:
         parts.append("### Smoke trial\n\n" + smoke)

@@ -249,14 +249,16 @@ def test_gpu_report_renders_full_and_partial_json(tmp_path: Path) -> None:
 
 
 def test_gpu_report_renders_the_kept_h100_run() -> None:
-    """The session-9 H100 JSON (docs/benchmarks.md's GPU figures) still renders, device named,
-    with the projection docs/benchmarks.md quotes and the placement verdict a GPU run gets."""
+    """The kept H100 JSON (docs/benchmarks.md's GPU figures) still renders, device named, with
+    both projections docs/benchmarks.md quotes and the placement verdict a GPU run gets."""
     gpu_report = bench_module("gpu_report")
     data = json.loads((ROOT / "benchmarks" / "gpu_suite_h100.json").read_text())
     text = gpu_report.report(data)
     assert "Device: **NVIDIA H100 80GB HBM3**" in text
-    assert "**0.246 h**" in text and "Placement: the CPU is 3.46x faster" in text
-    assert "| jasmin_k10_mean | 127.88 | 1.955 |" in text and "rc 0" in text
+    assert "**0.189 h**" in text and "**0.165 h** (slowest regularizer: 0.181 h" in text
+    assert "Placement: the CPU is 2.63x faster" in text
+    assert "| jasmin_k10_mean | 82.85 | 1.257 |" in text and "rc 0" in text
+    assert "| c100 reference | 64 | 21.361 |" in text and "24.2 %" in text
 
 
 @pytest.mark.parametrize(
