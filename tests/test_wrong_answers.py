@@ -77,3 +77,26 @@ def test_a_repeated_seed_counts_once_and_the_run_used_is_named(caplog):
     s = arm_stats(arm, "acc_clean")
     assert (s.n, s.mean) == (2, 15.0)  # seed 0 -> a-run (10), seed 1 -> 20
     assert "seed 0 has 2 runs (a-run, b-run); its statistics use run a-run only" in caplog.text
+
+
+def _objectives(clean: float, pgd: float) -> dict[str, float]:
+    return {"acc_clean": clean, "acc_pgd_4": pgd, "acc_aa_2": 1.0, "lip_jacobian_median": 1.0}
+
+
+def test_confirm_top_breaks_ties_in_a_rank_towards_the_better_first_objective(tmp_path):
+    """``confirm --top 1`` with two runs (then two arms) on the front, neither dominating:
+    the one with the better first objective (acc_clean, max) is confirmed, over runs and
+    over arms alike."""
+    from lipsweep.decide.commands import read_tracker
+    from lipsweep.decide.confirm import choose_runs
+
+    def params(lr: str, seed: int) -> dict[str, str]:
+        return {"regularizer": "none", "lr": lr, "seed": str(seed)}
+
+    worse_first, better_first = _objectives(25.0, 8.0), _objectives(30.0, 5.0)
+    runs = [(params("0.002", 0), worse_first), (params("0.001", 0), better_first)]
+    uri, ids = _store(tmp_path / "runs", runs)
+    assert choose_runs(read_tracker(uri, "x"), "x", None, 1) == [ids[1]]
+    arms = [(params(lr, s), m) for lr, m in runs for s in (0, 1)]
+    uri, ids = _store(tmp_path / "arms", arms)
+    assert choose_runs(read_tracker(uri, "x"), "x", None, 1) == ids[2:]
