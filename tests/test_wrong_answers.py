@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 import pytest
 from _sweep_helpers import empty_store
@@ -77,6 +78,32 @@ def test_a_repeated_seed_counts_once_and_the_run_used_is_named(caplog):
     s = arm_stats(arm, "acc_clean")
     assert (s.n, s.mean) == (2, 15.0)  # seed 0 -> a-run (10), seed 1 -> 20
     assert "seed 0 has 2 runs (a-run, b-run); its statistics use run a-run only" in caplog.text
+
+
+def test_an_arms_n_counts_the_runs_its_statistics_use(caplog):
+    """Two runs of one arm with seed 0: pareto's table showed ``n 2`` beside a "mean" that was
+    one run's value. n now counts one run per seed, as the statistics do, wherever an arm's n
+    is shown (the table, the figures' labels, the report, the export pick); an arm with one
+    seed run twice is not an arm of two seeds, so such a sweep ranks runs."""
+    from lipsweep.decide.arms import arm_records, arm_table, max_seeds
+    from lipsweep.decide.pareto import Objective
+    from lipsweep.decide.report import arm_markdown
+
+    caplog.set_level(logging.WARNING)
+    twice = [_rec("a-run", 0, 10.0), _rec("b-run", 0, 30.0)]
+    other = [{**_rec(f"o{s}", s, 20.0), "params": {**_rec("", s, 0)["params"], "lr": "0.01"}}
+             for s in (0, 1)]  # fmt: skip
+    arms = group_arms(twice + other)
+    rows = arm_table(arms, [1, 1], [Objective("acc_clean", "max")]).splitlines()[2:4]
+    cells = [re.split(r"\s{2,}", row.strip())[1:] for row in rows]  # arm, n, mean [95% CI]
+    assert cells == [
+        ["baseline (lr=0.01)", "2", "20.00 [20.00, 20.00]"],
+        ["baseline (lr=0.001)", "1", "10.00"],
+    ], rows
+    assert [r["run_name"] for r in arm_records(arms, ["acc_clean"])] == ["n=1", "n=2"]
+    assert "| 1 | 0 (2 runs, first used) |" in arm_markdown(arms, [1, 1])
+    (arm,) = group_arms(twice)
+    assert (arm.n, arm_stats(arm, "acc_clean").n, max_seeds([arm])) == (1, 1, 1)
 
 
 def _objectives(clean: float, pgd: float) -> dict[str, float]:
