@@ -198,10 +198,10 @@ def create_callbacks(
     refs: tuple[CallbackRef, ...], source: str = "", timeout_s: Optional[float] = None
 ) -> list[Any]:
     """Import and build each callback (imports Ray): ``ray.tune.Callback`` instances, in
-    order, each in a :class:`GuardedCallback`. A ConfigError naming ``callbacks[i]`` if one
-    cannot be imported (it raises, calls ``sys.exit()`` or takes longer than ``timeout_s``,
-    default :func:`callback_timeout_s`), is not a Tune callback, or refuses its keyword
-    arguments."""
+    order, each in a :class:`~lipsweep.sweep.callback_guard.GuardedCallback`. A ConfigError
+    naming ``callbacks[i]`` if one cannot be imported or built (it raises, calls
+    ``sys.exit()`` or takes longer than ``timeout_s``, default
+    :func:`~lipsweep.sweep.callback_guard.callback_timeout_s`), or is not a Tune callback."""
     if not refs:
         return []
     from ray.tune import Callback
