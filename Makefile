@@ -19,7 +19,7 @@ RUN := env -u VIRTUAL_ENV RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 \
 	MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false $(UV) run --frozen
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-avx2 test-amx-fault lint wheel-check test-faults study clean
+.PHONY: setup demo test test-avx2 test-amx-fault isa-matrix lint wheel-check test-faults study clean
 
 $(CURDIR)/$(TOOLS)/bin/uv:
 	rm -rf $(TOOLS)
@@ -87,6 +87,15 @@ test-avx2: setup
 # forward must take lipsweep.vit.precision's route around it. CI runs it after `make test-avx2`.
 test-amx-fault: setup
 	LIPSWEEP_TEST_AMX_FAULT=1 $(RUN) pytest -q $(NUMERICS_TESTS)
+
+# The numerics tests under every CPU kernel combination (benchmarks/isa_matrix.py: 4 oneDNN caps x
+# 4 ATen capabilities, each in a fresh pytest process; about 35 min on 2 cores). A table on
+# stdout, the rows with what each process really ran on in reports/isa_matrix.json. Narrow it
+# with ISA_ARGS, e.g. ISA_ARGS="--isa unset --cap default,avx2 --jobs 2 --threads 1".
+ISA_ARGS ?=
+isa-matrix: setup
+	mkdir -p reports
+	$(RUN) python benchmarks/isa_matrix.py --out reports/isa_matrix.json $(ISA_ARGS)
 
 test-faults: setup
 	$(RUN) pytest -q -m faults

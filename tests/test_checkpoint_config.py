@@ -53,3 +53,22 @@ def test_run_trial_refuses_a_checkpoint_of_another_config(tmp_path):
     assert "seed 0 -> 1" in foreign_checkpoint(out / "checkpoints", other.to_flat())
     with pytest.raises(CheckpointError, match="another configuration"):
         run_trial(other, out, progress=False)
+
+
+def test_a_checkpoint_that_records_no_configuration_resumes_under_none(tmp_path):
+    """A checkpoint whose state.json holds neither the config nor its hash (written by
+    another tool, or edited) could belong to any config: it is refused, never resumed."""
+    import torch
+
+    from lipsweep.trial.checkpoint import save_checkpoint
+    from lipsweep.vit.models import create_model
+
+    cfg = TrialConfig.from_flat(FLAT)
+    model = create_model(cfg.model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    root = tmp_path / "out" / "checkpoints"
+    save_checkpoint(root, 1, model.state_dict(), opt.state_dict(), {}, {"history": []})
+    why = "it does not record the configuration it was trained with"
+    assert foreign_checkpoint(root, cfg.to_flat()) == f"{root / 'epoch_0001'}: {why}"
+    with pytest.raises(CheckpointError, match=why):
+        run_trial(cfg, tmp_path / "out", progress=False)

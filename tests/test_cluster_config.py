@@ -11,7 +11,8 @@
   MLflow bound to 127.0.0.1; shared S3 storage; spot GPU workers get the GPUs (`--gpus all`) and
   check CUDA; every value a user must set is marked.
 - Issue 16 item 11 / issue 17 item 2: SSH only from a required `SET:` source (your security
-  group, never Ray's default one); the head's policy has iam:PassRole on the worker role; the
+  group, never Ray's default one); the head's policy has iam:PassRole on the worker role and
+  reaches only instances tagged with this cluster's name; the
   RayJob's ServiceAccount and MLflow PersistentVolumeClaim ship in deploy/k8s_prereqs.yaml; no
   Postgres backend is documented (no driver in the lock).
 - The scripts behave: ``sweep_entry.py`` loads ``~/lipsweep.env`` and execs ``lipsweep`` (dry run),
@@ -347,6 +348,37 @@ def test_head_policy_may_pass_the_worker_role():
         for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
     }
     assert {"ec2:RunInstances", "ec2:TerminateInstances", "ecr:BatchGetImage"} <= actions
+
+
+def test_the_autoscaler_policy_reaches_this_clusters_instances_only():
+    """deploy/iam/autoscaler.json, judged as AWS evaluates it (tests/_s3_gate.is_allowed): the
+    head may launch, and terminate, stop, start and retag an instance that carries this
+    cluster's ``ray-cluster-name`` tag (Ray retags its nodes' status); another cluster's or an
+    untagged instance is out of reach, and a tag is put on anything else only at launch."""
+    from _s3_gate import ACCOUNT, Permission, is_allowed, load_policy
+
+    policy = [load_policy(ROOT / "deploy" / "iam" / "autoscaler.json", "b")]
+    cluster = _cluster()["cluster_name"]
+    instance = f"arn:aws:ec2:us-west-2:{ACCOUNT}:instance/i-0123456789abcdef0"
+    tag = "ec2:ResourceTag/ray-cluster-name"
+    node_actions = ("TerminateInstances", "StopInstances", "StartInstances", "CreateTags")
+
+    def allowed(action: str, resource: str = instance, **context: str) -> bool:
+        return is_allowed(policy, Permission(f"ec2:{action}", resource, context))
+
+    assert allowed("RunInstances", "*") and allowed("DescribeInstances", "*")
+    assert allowed("CreateTags", **{"ec2:CreateAction": "RunInstances"})  # Ray's launch tags
+    for action in node_actions:
+        assert allowed(action, **{tag: cluster}), action
+        for other in ({tag: f"not-{cluster}"}, {tag: ""}, {}):
+            assert not allowed(action, **other), (action, other)
+    assert not allowed("CreateTags", **{"ec2:CreateAction": "CreateVolume"})
+    assert not allowed("DeleteTags", **{tag: cluster})  # Ray never deletes a tag
+    assert not allowed("TerminateInstances", "*", **{tag: cluster})  # no wildcard resource
+    # Ray's own spelling of the tag the condition names
+    from ray.autoscaler.tags import TAG_RAY_CLUSTER_NAME
+
+    assert tag.endswith("/" + TAG_RAY_CLUSTER_NAME)
 
 
 def test_rayjob_service_accounts_and_mlflow_volume_ship_in_deploy():

@@ -106,9 +106,10 @@ def test_callbacks_are_built_when_the_sweep_starts_and_must_be_tune_callbacks(tm
         return build_callbacks(load_space(_space(tmp_path, GRID + f"callbacks:\n  - {entry}\n")))
 
     [cb] = built(f"{PROBE}.RecordingCallback: {{path: {tmp_path / 'log'}, tag: t}}")
-    assert isinstance(cb, Callback) and (cb.path, cb.tag) == (str(tmp_path / "log"), "t")
+    assert isinstance(cb, Callback) and cb.label == f"callbacks[0] {PROBE}.RecordingCallback"
+    assert (cb.callback.path, cb.callback.tag) == (str(tmp_path / "log"), "t")  # guarded
     [cb] = built(f"{PROBE}:RecordingCallback: {{path: p}}")  # module:Class works too
-    assert cb.tag == "probe"
+    assert cb.callback.tag == "probe"
     for entry, words in [
         (f"{PROBE}.NotACallback", "not a ray.tune.Callback"),
         (f"{PROBE}.RecordingCallback: {{colour: red}}", "failed: TypeError"),

@@ -4,6 +4,7 @@ pass config validation (errors naming their fields) and run in one tiny trial.""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,26 +270,44 @@ def test_a_searcher_and_a_scheduler_defined_in_a_test_module_validate(search_mem
 
 @pytest.mark.slow
 def test_a_searcher_and_a_scheduler_defined_in_a_test_module_drive_a_sweep(
-    search_members, tmp_path, monkeypatch
+    search_members, tmp_path, monkeypatch, caplog
 ):
     """Through lipsweep.api, no argparse: the test's searcher plans the trials and its
     scheduler stops each after its first epoch; the space's ``callbacks:`` entry (a Tune
     callback named by import path, as W&B's would be: tests/_plugins/tune_probe.py) is told
-    each result and the experiment's end (issue 29 item 4)."""
-    from _sweep_helpers import sweep_in_process
+    each result and the experiment's end. Hostile callbacks before it (one raises in every
+    ``on_trial_result``, one hangs in ``on_trial_complete``, one calls ``sys.exit`` at the
+    experiment's end) are logged and change nothing: every run ends, none RUNNING
+    (tests/test_faults_callbacks.py holds the rule)."""
+    from _sweep_helpers import runs, sweep_in_process
 
     log = tmp_path / "callback.log"
-    callbacks = f"callbacks:\n  - _plugins.tune_probe.RecordingCallback: {{path: {log}}}\n"
+    hostile = "_plugins.tune_probe.HostileCallback"
+    callbacks = (
+        "callbacks:\n"
+        f"  - {hostile}: {{mode: raise}}\n"
+        f"  - {hostile}: {{mode: hang, hook: on_trial_complete}}\n"
+        f"  - {hostile}: {{mode: exit, hook: on_experiment_end}}\n"
+        f"  - _plugins.tune_probe.RecordingCallback: {{path: {log}}}\n"
+    )
+    monkeypatch.setenv("LIPSWEEP_CALLBACK_TIMEOUT_S", "2")
+    caplog.set_level(logging.WARNING, logger="lipsweep")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     swept = sweep_in_process(
         monkeypatch,
         tmp_path,
         space=_search_space(tmp_path, "{type: halt-after, epochs: 1}", callbacks),
-        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        tracking_uri=uri,
     )
     assert CALLS == {"searcher": 1, "scheduler": 1}
-    assert swept.counts.total == 2 and swept.counts.stopped == 2, swept.summary
+    assert swept.ok and swept.counts.total == 2 and swept.counts.stopped == 2, swept.summary
     assert sorted(log.read_text().splitlines()) == [
         "probe end 2",
         "probe result 1",
         "probe result 1",
     ]
+    said = caplog.text
+    assert "callbacks[0] " + hostile + ": on_trial_result raised ValueError" in said
+    assert "callbacks[1] " + hostile + ": on_trial_complete did not return within 2 s" in said
+    assert "callbacks[2] " + hostile + ": on_experiment_end called sys.exit(4)" in said
+    assert "RUNNING" not in {r.info.status for r in runs(uri)}

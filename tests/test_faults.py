@@ -2,7 +2,8 @@
 
 Run alone with ``pytest -m faults``. The Ray tests (marked ``slow``) use a real local Ray in a
 private RAY_TMPDIR and a real MLflow (SQLite store, or an ``mlflow server`` on 127.0.0.1), and
-kill only processes they started. docs/reliability.md tabulates the faults and the figures.
+kill only processes they started. docs/reliability.md tabulates each fault, what happens and
+its test.
 """
 
 from __future__ import annotations

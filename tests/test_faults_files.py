@@ -9,6 +9,7 @@ Real MLflow (SQLite in the test folder), real files; nothing is mocked.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import logging
@@ -507,7 +508,9 @@ def test_a_newline_in_an_image_name_stays_on_one_line(tmp_path, capsys):
 
 
 # -- section 7: half-written state under ulimit -f -----------------------------------------------
-def _limited(cwd: Path, limit: int, *argv: str) -> subprocess.CompletedProcess:
+def _limited(
+    cwd: Path, limit: int, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``lipsweep ARGV`` with ``ulimit -f`` at ``limit`` bytes (Python ignores SIGXFSZ, so a
     write past it fails with EFBIG, as a full disk fails with ENOSPC)."""
     import resource
@@ -515,7 +518,7 @@ def _limited(cwd: Path, limit: int, *argv: str) -> subprocess.CompletedProcess:
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LIPSWEEP_TEST_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LIPSWEEP_TEST_THREADS": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "lipsweep", *argv],
         cwd=cwd,
@@ -555,6 +558,39 @@ def test_write_errors_leave_no_temporary_and_print_one_line(tmp_path):
     ]
     _one_line_exit_1(_limited(tmp_path, 100_000, *train), "could not write checkpoint")
     assert not [p for p in out.rglob("*") if ".tmp" in p.name], list(out.rglob("*"))
+
+
+def test_a_full_disk_during_export_names_the_file_not_the_tracking_uri(tmp_path):
+    """``export`` under ``ulimit -f`` while it downloads the checkpoint: exit 1, one line
+    naming the local file and EFBIG; never exit 2 blaming ``--tracking-uri`` (MLflow's own
+    download hides the cause behind "please ensure that the path is correct")."""
+    uri, _ = _sweep_store(tmp_path, "e")
+    c = mlflow_client(uri)
+    [run] = c.search_runs([c.get_experiment_by_name("e").experiment_id], "params.seed = '0'")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "config.json").write_text("{}")
+    (ck / "model.safetensors").write_bytes(os.urandom(1_000_000))
+    c.log_artifacts(run.info.run_id, str(ck), "checkpoint")
+    (tmp_path / "tmp").mkdir()
+    out = tmp_path / "out"
+    argv = ["export", "--experiment", "e", "--run-id", run.info.run_id, "--out", str(out)]
+    argv += ["--tracking-uri", uri]
+    proc = _limited(tmp_path, 300_000, *argv, env={"TMPDIR": str(tmp_path / "tmp")})
+    _one_line_exit_1(proc, "model.safetensors: [Errno 27] File too large")
+    assert str(tmp_path / "tmp") in proc.stderr and "--tracking-uri" not in proc.stderr
+    assert not out.exists() and list((tmp_path / "tmp").iterdir()) == []
+    # the rule, on the errors themselves: a local file's OSError names the file; one that
+    # names a remote URI, or any other failure, is MLflow's
+    from lipsweep.tracking.schema import LocalIOError, tracking_error
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert isinstance(tracking_error("x", "u", full, local="/d"), LocalIOError)
+    assert "/d: [Errno 28] No space left" in str(tracking_error("x", "u", full, local="/d"))
+    remote = OSError(errno.EACCES, "Access denied", "s3://bucket/key")
+    for exc in (remote, ValueError("bad request")):
+        err = tracking_error("x", "u", exc)
+        assert not isinstance(err, LocalIOError) and str(err).startswith("MLflow x failed at u")
 
 
 # -- section 8: the Ray token file of --dashboard ------------------------------------------------

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import bench_module
 
 ROOT = Path(__file__).resolve().parents[1]
 isa_matrix = bench_module("isa_matrix")
+
+
+def test_make_isa_matrix_runs_the_script():
+    """One command: ``make isa-matrix`` (after ``make setup``), the JSON under reports/."""
+    make = (ROOT / "Makefile").read_text()
+    recipe = make.split("\nisa-matrix: setup\n", 1)[1].split("\n\n", 1)[0]
+    assert "python benchmarks/isa_matrix.py --out reports/isa_matrix.json $(ISA_ARGS)" in recipe
+    assert "isa-matrix" in make.split(".PHONY:", 1)[1].splitlines()[0]
 
 
 def test_the_test_list_is_the_makefiles_and_every_file_exists():
@@ -43,8 +54,21 @@ def test_junit_counts_by_hand(tmp_path):
 
 
 def test_one_combination_runs_on_the_kernels_it_names(tmp_path):
-    """SSE4.1 and ATen's scalar kernels exist on every x86-64 CPU; the row must show them."""
-    row = isa_matrix.run_combo("SSE41", "default", ["tests/test_precision.py"], 1, tmp_path)
+    """SSE4.1 and ATen's scalar kernels exist on every x86-64 CPU; the row must show them.
+    Run as a user runs it: the script's command line, from another folder."""
+    out = tmp_path / "m.json"
+    argv = ["--isa", "SSE41", "--cap", "default", "--tests", "tests/test_precision.py"]
+    argv += ["--jobs", "1", "--threads", "1", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "isa_matrix.py"), *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| SSE41 | default | DEFAULT | Intel SSE4.1 | runs | 3 | 0 | 0 |" in proc.stdout
+    [row] = json.loads(out.read_text())["rows"]
     assert row["rc"] == 0 and row["passed"] == 3 and row["failed"] == 0, row.get("output_tail")
     assert row["aten"] == "DEFAULT"
     assert row["onednn"] == "Intel SSE4.1"

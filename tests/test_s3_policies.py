@@ -210,13 +210,25 @@ def test_tune_storage_calls_pass_the_documented_policies(s3, tmp_path):
         "data/cifar100.npz",
     ],
 )
-def test_a_worker_may_not_write_the_drivers_files(s3, key):
+def test_a_worker_may_not_write_or_delete_the_drivers_files(s3, key):
+    """Neither overwritten nor deleted by a worker (a worker may read them: the Read
+    statement grants GetObject and nothing else)."""
     url, gate = s3
+    _client(url, ADMIN_KEY).put_object(Bucket=BUCKET, Key=f"lipsweep/{key}", Body=b"driver's")
     start = len(gate.calls)
+    worker = _fs(url, WORKER_KEY)
     with pytest.raises(OSError, match="ACCESS_DENIED|AccessDenied"):
-        with _fs(url, WORKER_KEY).open_output_stream(f"{PREFIX}/{key}") as f:
+        with worker.open_output_stream(f"{PREFIX}/{key}") as f:
             f.write(b"forged")
-    assert [c.principal for c in _new_calls(gate, start) if not c.allowed] == ["worker"]
+    with pytest.raises(OSError, match="ACCESS_DENIED|AccessDenied"):
+        worker.delete_file(f"{PREFIX}/{key}")
+    refused = [c for c in _new_calls(gate, start) if not c.allowed]
+    assert [(c.principal, c.permissions[0].action) for c in refused] == [
+        ("worker", "s3:PutObject"),
+        ("worker", "s3:DeleteObject"),
+    ]
+    with worker.open_input_stream(f"{PREFIX}/{key}") as f:
+        assert f.read() == b"driver's"
 
 
 # --- MLflow's artifact store (the head's server, --serve-artifacts) ------------------------------

@@ -68,7 +68,8 @@ def _tracked_run(tmp: Path) -> tuple[Tracker, str, str, torch.nn.Module, dict]:
     )
     (ckpt / "config.json").write_text(json.dumps(flat))
     tracker.log_artifacts(child, ckpt, "checkpoint")
-    tracker.log_metrics(child, {"acc_clean": 12.5, "acc_pgd_4": 3.0}, step=1)
+    tracker.log_metrics(child, {"acc_clean": 7.0}, step=1)  # an epoch before the final one
+    tracker.log_metrics(child, {"acc_clean": 12.5, "acc_pgd_4": 3.0}, step=2)
     tracker.end(child, "FINISHED")
     return tracker, parent, child, original, flat
 
@@ -168,11 +169,13 @@ def test_registered_version_is_a_logged_model_of_the_trial_run_with_its_metrics(
     assert model_uri == f"models:/{model.model_id}"
     assert (model.source_run_id, model.name, str(model.status)) == (child, "model", "READY")
     linked = {m.key: (m.value, m.step, m.run_id) for m in model.metrics}
-    assert linked == {"acc_clean": (12.5, 1, child), "acc_pgd_4": (3.0, 1, child)}
+    # each metric's final entry (acc_clean was 7.0 at step 1 and 12.5 at step 2), not its first
+    assert linked == {"acc_clean": (12.5, 2, child), "acc_pgd_4": (3.0, 2, child)}
     assert model.params["regularizer"] == str(flat["regularizer"])
-    assert [(o.model_id, o.step) for o in run.outputs.model_outputs] == [(model.model_id, 1)]
-    # linking re-used each final entry: the run's history has no second point
-    assert len(client.get_metric_history(child, "acc_clean")) == 1
+    assert [(o.model_id, o.step) for o in run.outputs.model_outputs] == [(model.model_id, 2)]
+    # linking re-used each final entry: the run's history gains no point
+    history = client.get_metric_history(child, "acc_clean")
+    assert sorted((m.step, m.value) for m in history) == [(1, 7.0), (2, 12.5)]
     mv = client.get_model_version("tiny-vit", version)  # registered from the LoggedModel
     assert (mv.source, mv.run_id) == (f"models:/{model.model_id}", child)
     assert mv.model_id in (None, model.model_id)  # a database registry does not keep it

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 import pytest
 from _sweep_helpers import empty_store
@@ -77,3 +78,52 @@ def test_a_repeated_seed_counts_once_and_the_run_used_is_named(caplog):
     s = arm_stats(arm, "acc_clean")
     assert (s.n, s.mean) == (2, 15.0)  # seed 0 -> a-run (10), seed 1 -> 20
     assert "seed 0 has 2 runs (a-run, b-run); its statistics use run a-run only" in caplog.text
+
+
+def test_an_arms_n_counts_the_runs_its_statistics_use(caplog):
+    """Two runs of one arm with seed 0: pareto's table showed ``n 2`` beside a "mean" that was
+    one run's value. n now counts one run per seed, as the statistics do, wherever an arm's n
+    is shown (the table, the figures' labels, the report, the export pick); an arm with one
+    seed run twice is not an arm of two seeds, so such a sweep ranks runs."""
+    from lipsweep.decide.arms import arm_records, arm_table, max_seeds
+    from lipsweep.decide.pareto import Objective
+    from lipsweep.decide.report import arm_markdown
+
+    caplog.set_level(logging.WARNING)
+    twice = [_rec("a-run", 0, 10.0), _rec("b-run", 0, 30.0)]
+    other = [{**_rec(f"o{s}", s, 20.0), "params": {**_rec("", s, 0)["params"], "lr": "0.01"}}
+             for s in (0, 1)]  # fmt: skip
+    arms = group_arms(twice + other)
+    rows = arm_table(arms, [1, 1], [Objective("acc_clean", "max")]).splitlines()[2:4]
+    cells = [re.split(r"\s{2,}", row.strip())[1:] for row in rows]  # arm, n, mean [95% CI]
+    assert cells == [
+        ["baseline (lr=0.01)", "2", "20.00 [20.00, 20.00]"],
+        ["baseline (lr=0.001)", "1", "10.00"],
+    ], rows
+    assert [r["run_name"] for r in arm_records(arms, ["acc_clean"])] == ["n=1", "n=2"]
+    assert "| 1 | 0 (2 runs, first used) |" in arm_markdown(arms, [1, 1])
+    (arm,) = group_arms(twice)
+    assert (arm.n, arm_stats(arm, "acc_clean").n, max_seeds([arm])) == (1, 1, 1)
+
+
+def _objectives(clean: float, pgd: float) -> dict[str, float]:
+    return {"acc_clean": clean, "acc_pgd_4": pgd, "acc_aa_2": 1.0, "lip_jacobian_median": 1.0}
+
+
+def test_confirm_top_breaks_ties_in_a_rank_towards_the_better_first_objective(tmp_path):
+    """``confirm --top 1`` with two runs (then two arms) on the front, neither dominating:
+    the one with the better first objective (acc_clean, max) is confirmed, over runs and
+    over arms alike."""
+    from lipsweep.decide.commands import read_tracker
+    from lipsweep.decide.confirm import choose_runs
+
+    def params(lr: str, seed: int) -> dict[str, str]:
+        return {"regularizer": "none", "lr": lr, "seed": str(seed)}
+
+    worse_first, better_first = _objectives(25.0, 8.0), _objectives(30.0, 5.0)
+    runs = [(params("0.002", 0), worse_first), (params("0.001", 0), better_first)]
+    uri, ids = _store(tmp_path / "runs", runs)
+    assert choose_runs(read_tracker(uri, "x"), "x", None, 1) == [ids[1]]
+    arms = [(params(lr, s), m) for lr, m in runs for s in (0, 1)]
+    uri, ids = _store(tmp_path / "arms", arms)
+    assert choose_runs(read_tracker(uri, "x"), "x", None, 1) == ids[2:]

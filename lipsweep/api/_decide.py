@@ -26,12 +26,19 @@ from lipsweep.api.results import ExportResult, ParetoResult, ReportResult
 
 @contextlib.contextmanager
 def reading(tracking_uri: str) -> Iterator[None]:
-    """MLflow failing under a read command is a ``--tracking-uri`` problem: a UsageError."""
+    """MLflow failing under a read command is a ``--tracking-uri`` problem: a UsageError;
+    a local file failing under it (a full disk while downloading a checkpoint, no permission)
+    is not: a WriteError naming the file and the cause (the CLI exits 1)."""
     from lipsweep.core.config_base import UsageError
-    from lipsweep.tracking import TrackingError, redact_uri
+    from lipsweep.core.paths import WriteError
+    from lipsweep.tracking import LocalIOError, TrackingError, redact_uri
 
     try:
         yield
+    except LocalIOError as err:
+        failed = WriteError(str(err))
+        failed.errno = err.errno
+        raise failed from err
     except TrackingError as err:
         shown = redact_uri(tracking_uri)
         text = str(err).replace(f" at {shown}", "")

@@ -80,6 +80,23 @@ class Arm:
         return [_seed(t) for t in self.runs]
 
     @property
+    def used_runs(self) -> tuple[Trial, ...]:
+        """The runs its statistics use: the first run (by run id) of each seed."""
+        seen: set[Any] = set()
+        used = []
+        for t in self.runs:
+            if _seed(t) not in seen:
+                seen.add(_seed(t))
+                used.append(t)
+        return tuple(used)
+
+    @property
+    def n(self) -> int:
+        """How many runs its statistics use: one per distinct seed (what every ``n`` shown
+        for an arm counts; a metric some runs lack has a smaller ``Stats.n``)."""
+        return len(self.used_runs)
+
+    @property
     def repeated_seeds(self) -> dict[Any, list[str]]:
         """{seed: run ids} for each seed that has more than one run (the first is used)."""
         by_seed: dict[Any, list[str]] = {}
@@ -91,10 +108,7 @@ class Arm:
         """{seed: finite value of ``metric``} (runs without one left out). A seed with several
         runs counts once, with its first run (by run id; :func:`group_arms` warns)."""
         out = {}
-        used = {_seed(t): t.run_id for t in reversed(self.runs)}  # the first run of each seed
-        for t in self.runs:
-            if used[_seed(t)] != t.run_id:
-                continue
+        for t in self.used_runs:
             v = _as_float(t.metrics.get(metric))
             if v is not None and math.isfinite(v):
                 out[_seed(t)] = v
@@ -151,7 +165,8 @@ def baseline_arm(arms: Sequence[Arm]) -> Arm | None:
 
 
 def max_seeds(arms: Sequence[Arm]) -> int:
-    return max((len(a.runs) for a in arms), default=0)
+    """The most distinct seeds of any arm (two runs of one seed are one seed)."""
+    return max((a.n for a in arms), default=0)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -307,7 +322,7 @@ def paired_relative(arm: Arm, base: Arm, metric: str) -> Stats:
 
 
 def arm_records(arms: Sequence[Arm], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    """One pareto record per arm: run_id = arm_id, run_name = ``n=<runs>`` (figures label a
+    """One pareto record per arm: run_id = arm_id, run_name = ``n=<seeds>`` (figures label a
     point with its config and run_name), metrics = the means."""
     return [arm_record(a, {m: arm_stats(a, m) for m in metrics}) for a in arms]
 
@@ -317,7 +332,7 @@ def arm_record(arm: Arm, stats: Mapping[str, Stats]) -> dict[str, Any]:
     with no finite value, n = 0, are left out)."""
     return {
         "run_id": arm.arm_id,
-        "run_name": f"n={len(arm.runs)}",
+        "run_name": f"n={arm.n}",
         "params": dict(arm.params),
         "metrics": {m: s.mean for m, s in stats.items() if s.n},
     }
@@ -339,8 +354,9 @@ def arm_table(
     max_rank: int = 1,
     stats: Sequence[Mapping[str, Stats]] | None = None,
 ) -> str:
-    """Plain-text table of the arms with rank <= ``max_rank``: rank, arm, n, and per objective
-    the mean with its 95% t-interval; then a count line and the arms not ranked. ``stats``:
+    """Plain-text table of the arms with rank <= ``max_rank``: rank, arm, n (the runs the
+    statistics use: one per seed), and per objective the mean with its 95% t-interval; then
+    a count line and the arms not ranked. ``stats``:
     each arm's statistics per metric when already computed (a built front's)."""
     r = [int(x) for x in ranks]
 
@@ -354,7 +370,7 @@ def arm_table(
     )
     head = ["rank", "arm", "n"] + [f"{o.name}({o.direction}) mean [95% CI]" for o in objectives]
     rows = [
-        [str(r[i]), arms[i].name, str(len(arms[i].runs))]
+        [str(r[i]), arms[i].name, str(arms[i].n)]
         + [fmt_stats(o.name, st(i, o.name)) for o in objectives]
         for i in shown
     ]

@@ -113,7 +113,7 @@ def _mean_std(arm: Arm, metric: str) -> str:
         return "-"
     d = _digits(metric)
     cell = f"{s.mean:.{d}f}" if s.n < 2 else f"{s.mean:.{d}f} ± {s.std:.{d}f}"
-    return cell if s.n == len(arm.runs) else f"{cell} (n={s.n})"  # e.g. confirmed runs only
+    return cell if s.n == arm.n else f"{cell} (n={s.n})"  # e.g. confirmed runs only
 
 
 def _fmt_p(p: float) -> str:
@@ -133,16 +133,22 @@ def _paired_cell(s: Stats, d: int, unit: str = "") -> str:
 
 
 def arm_markdown(arms: Sequence[Arm], arm_ranks: Sequence[int]) -> str:
-    """The arm table: arm, runs, seeds, Pareto rank of its means, mean ± std per metric."""
+    """The arm table: arm, n (the runs its statistics use: one per seed), seeds (a repeated
+    one with its count of runs, of which the first is used), Pareto rank of its means, mean ±
+    std per metric."""
     cols = _present(arms, ARM_METRICS)
     lines = [
         "| arm | n | seeds | rank | " + " | ".join(h for _, h in cols) + " |",
         "|---|---:|---|---:|" + "---:|" * len(cols),
     ]
     for a, r in zip(arms, arm_ranks):
-        seeds = ", ".join(str(s) for s in a.seeds)
+        repeated = a.repeated_seeds
+        seeds = ", ".join(
+            f"{s} ({len(repeated[s])} runs, first used)" if s in repeated else str(s)
+            for s in dict.fromkeys(a.seeds)
+        )
         lines.append(
-            f"| {a.name} | {len(a.runs)} | {seeds} | {r or '-'} | "
+            f"| {a.name} | {a.n} | {seeds} | {r or '-'} | "
             + " | ".join(_mean_std(a, m) for m, _ in cols)
             + " |"
         )

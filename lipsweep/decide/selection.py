@@ -213,12 +213,17 @@ def select_from_arm_front(
     arm = arms[pick.index]
     goal = sel.goal.name
     mean = float(np.mean(list(arm.values(goal).values())))
-    runs = [(i, t) for i, t in enumerate(arm.runs) if metric_value(t, goal) is not None]
+    used = {t.run_id for t in arm.used_runs}  # a seed's second run is in no statistic
+    runs = [
+        (i, t)
+        for i, t in enumerate(arm.runs)
+        if t.run_id in used and metric_value(t, goal) is not None
+    ]
     i, run = min(runs, key=lambda it: (abs(metric_value(it[1], goal) - mean), it[0]))
     index = next(j for j, t in enumerate(as_trials(records)) if t.run_id == run.run_id)
     how = pick.explanation.replace("front runs", "front arms")
     why = (
-        f"arm {arm.name!r} (n={len(arm.runs)}): {how}"
+        f"arm {arm.name!r} (n={arm.n}): {how}"
         f"; its run closest to the arm's mean {goal} ({fmt_value(goal, mean)}), seed "
         f"{arm.seeds[i]}"
     )

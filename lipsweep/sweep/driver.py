@@ -46,6 +46,7 @@ from lipsweep.tracking import (
     RUNNING,
     TAG_HEARTBEAT,
     TAG_OWNER,
+    LocalIOError,
     SweepBusy,
     Tracker,
     TrackingError,
@@ -477,6 +478,10 @@ def _run_on_ray(
         )
     except SweepBusy as err:
         raise UsageError(f"--experiment {opts.experiment}: {err}") from None
+    except LocalIOError as err:  # a local file (a full disk): exit 1 naming it, not the URI
+        failed = OSError(str(err))
+        failed.errno = err.errno
+        raise failed from err
     except TrackingError as err:  # nothing started yet: a bad or unreachable --tracking-uri
         if tracker.pending:
             _log.error(
@@ -552,7 +557,11 @@ def _run_on_ray(
         if interrupted:
             _close_interrupted(tracker, parent, spill, tracking_error, spec, opts)
     if interrupted:
-        reason = f"MLflow unreachable: {tracking_error}" if tracking_error else "interrupted"
+        reason = "interrupted"
+        if isinstance(tracking_error, LocalIOError):
+            reason = f"local file error: {tracking_error}"
+        elif tracking_error is not None:
+            reason = f"MLflow unreachable: {tracking_error}"
         trials = list(mlflow_cb.outcomes.values())
         return SweepOutcome(False, reason, parent, exp_path, interrupted=True, trials=trials)
     ok, summary = summarize(mlflow_cb.outcomes, spec.num_trials)

@@ -2,7 +2,7 @@
 
 A ``SIGKILL``ed driver runs no cleanup. gcs_server, the raylet and the workers die with it
 (``PR_SET_PDEATHSIG``), but Ray's ``DashboardAgent`` and ``RuntimeEnvAgent`` were alive 30 s
-later in 6 of 6 runs (docs/reliability.md, "After a driver SIGKILL"): they notice their raylet
+later in 6 of 6 runs (docs/reliability.md, "Ray processes after a sweep"): they notice their raylet
 gone after 5 x 0.4 s, then publish "Raylet is terminated" to the dead GCS with a 60 s timeout
 before they exit (Ray 2.60, ``ray/_private/process_watcher.py``; ``publish_error_to_driver``).
 

@@ -32,6 +32,7 @@ from lipsweep.tracking.schema import (
     TAG_SWEEP_DIR,
     TAG_TRIAL_ID,
     TAG_VERSION,
+    LocalIOError,
     SweepBusy,
     TrackingError,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "SweepBusy",
     "Tracker",
     "TrackingError",
+    "LocalIOError",
     "TrackingReader",
     "check_tracking_uri",
     "redact_uri",

@@ -18,7 +18,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
-from lipsweep.tracking.schema import TrackingError, transient
+from lipsweep.tracking.schema import TrackingError, local_io_cause, tracking_error, transient
 from lipsweep.tracking.uri import redact_uri
 
 _log = logging.getLogger("lipsweep.tracking")
@@ -66,11 +66,8 @@ class WriteQueue:
             try:
                 self.apply(record)
             except Exception as exc:  # noqa: BLE001 - MLflow raises many types for I/O
-                if not transient(exc):
-                    raise TrackingError(
-                        f"MLflow {record['op']} failed at {self.shown_uri}:"
-                        f" {type(exc).__name__}: {redact_uri(exc)}"
-                    ) from exc
+                if not transient(exc) or local_io_cause(exc):
+                    raise tracking_error(record["op"], self.shown_uri, exc) from exc
                 self._flush_delay = min(
                     max(self._flush_delay * 2, self.backoff_s), self.max_backoff_s
                 )

@@ -27,6 +27,8 @@ from lipsweep.tracking.schema import (
     TAG_SWEEP_DIR,
     TAG_TRIAL_ID,
     TrackingError,
+    local_io_cause,
+    tracking_error,
     transient,
 )
 from lipsweep.tracking.uri import redact_uri, sqlite_schema_lock
@@ -60,17 +62,17 @@ class TrackingReader:
         """The tracking URI as logs and errors show it: without ``user:password@``."""
         return redact_uri(self.tracking_uri)
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, fn: Callable[[], T], local: Optional[str] = None) -> T:
+        """``fn()``, retried while its failure is transient; then a TrackingError, or a
+        :class:`~lipsweep.tracking.schema.LocalIOError` naming the local file (``local`` if
+        the error names none) when a local file failed (a full disk, no permission)."""
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - MLflow raises many types for I/O
-                if attempt == self.retries or not transient(exc):
-                    raise TrackingError(
-                        f"MLflow {what} failed at {self.shown_uri}: "
-                        f"{type(exc).__name__}: {redact_uri(exc)}"
-                    ) from exc
+                if attempt == self.retries or not transient(exc) or local_io_cause(exc):
+                    raise tracking_error(what, self.shown_uri, exc, local) from exc
                 _log.warning(
                     "MLflow %s failed (%s); retrying in %.0fs", what, redact_uri(exc), delay
                 )
@@ -221,9 +223,34 @@ class TrackingReader:
         return self._call("list_artifacts", lambda: self.client.list_artifacts(run_id, path))
 
     def download_artifacts(self, run_id: str, path: str, dst: Path | str) -> Path:
-        """Copy the run's artifact ``path`` (a file or folder) under ``dst``; its local path."""
-        return Path(
-            self._call(
-                "download_artifacts", lambda: self.client.download_artifacts(run_id, path, str(dst))
-            )
-        )
+        """Copy the run's artifact ``path`` (a file or folder) under ``dst``; its local path.
+
+        Straight from the run's artifact store, keeping each file's error: MLflow's
+        ``runs:/`` route swallows the real one (a full disk under ``dst``) and says only that
+        the path may be wrong, and its per-file downloads keep only each error's text."""
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        root = self.get_run(run_id).info.artifact_uri
+        Path(dst).mkdir(parents=True, exist_ok=True)
+
+        def download() -> str:
+            repo = get_artifact_repository(root, tracking_uri=self.tracking_uri)
+            failures: list[BaseException] = []
+            one_file = repo._download_file  # what MLflow's download runs per file
+
+            def keeping_errors(remote_file_path: str, local_path: str) -> None:
+                try:
+                    one_file(remote_file_path=remote_file_path, local_path=local_path)
+                except BaseException as exc:
+                    failures.append(exc)
+                    raise
+
+            repo._download_file = keeping_errors
+            try:
+                return repo.download_artifacts(path, str(dst))
+            except Exception as exc:
+                if failures:
+                    raise exc from failures[0]
+                raise
+
+        return Path(self._call("download_artifacts", download, local=str(dst)))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+import errno
+from typing import Iterator, Optional
 
 TAG_KIND = "lipsweep.kind"  # 'sweep' (parent) or 'trial' (child)
 TAG_SWEEP_DIR = "lipsweep.sweep_dir"  # Tune experiment path, the parent's identity
@@ -24,6 +25,59 @@ DATASET_FIELDS = ("dataset", "data_dir", "train_size", "eval_size", "eval_seed")
 
 class TrackingError(RuntimeError):
     """MLflow could not be reached or refused a write after retries."""
+
+
+class LocalIOError(TrackingError):
+    """A local file failed under an MLflow call (a full disk, ``ulimit -f``, a read-only or
+    unreadable folder): the message names the file and the cause, not the tracking URI. A
+    TrackingError, so a sweep stops and keeps its writes as for an outage; read commands
+    exit 1 with its one line (:func:`lipsweep.api._decide.reading`)."""
+
+    def __init__(self, message: str, path: str, errno_: int) -> None:
+        super().__init__(message)
+        self.path, self.errno = path, errno_
+
+
+LOCAL_IO_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+)
+"""What an OSError on a local file says about the machine, never about the tracking server:
+no space, a file past ``ulimit -f``, a quota, a read-only filesystem, no permission."""
+
+
+def local_io_cause(exc: BaseException) -> Optional[OSError]:
+    """The OSError of :data:`LOCAL_IO_ERRNOS` in ``exc``'s chain whose file, if it names one,
+    is local (not a ``scheme://`` URI); None if there is none."""
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.errno in LOCAL_IO_ERRNOS:
+            name = e.filename2 if e.filename2 is not None else e.filename
+            if name is None or "://" not in str(name):
+                return e
+    return None
+
+
+def tracking_error(
+    what: str, shown_uri: str, exc: BaseException, local: Optional[str] = None
+) -> TrackingError:
+    """The error to raise for MLflow call ``what`` that failed with ``exc``: a
+    :class:`LocalIOError` naming the file (``local`` when the OSError names none) and the
+    cause, for a local file's error; otherwise a TrackingError naming the call and the URI."""
+    from lipsweep.tracking.uri import redact_uri
+
+    cause = local_io_cause(exc)
+    if cause is not None:
+        names = [n for n in (cause.filename, cause.filename2) if n is not None]
+        path = str(names[-1]) if names else (local or "a local file")
+        why = cause.strerror or errno.errorcode.get(cause.errno, str(cause.errno))
+        return LocalIOError(
+            f"{path}: [Errno {cause.errno}] {why} (a local file, during MLflow {what}; "
+            "not a tracking server error)",
+            path,
+            cause.errno,
+        )
+    return TrackingError(
+        f"MLflow {what} failed at {shown_uri}: {type(exc).__name__}: {redact_uri(exc)}"
+    )
 
 
 class SweepBusy(RuntimeError):

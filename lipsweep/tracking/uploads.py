@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from lipsweep.tracking.buffer import Record, append_records
-from lipsweep.tracking.schema import TrackingError, transient
+from lipsweep.tracking.schema import TrackingError, local_io_cause, tracking_error, transient
 from lipsweep.tracking.uri import redact_uri
 
 _log = logging.getLogger("lipsweep.tracking")
@@ -115,11 +115,11 @@ class UploadQueue:
                 self.upload(record)
             except Exception as exc:  # noqa: BLE001 - MLflow raises many types for I/O
                 shown = f"{type(exc).__name__}: {redact_uri(exc)}"
-                if not transient(exc):
+                if not transient(exc) or local_io_cause(exc):
+                    what = f"{record['op']} of run {record['run_id']}"
                     with self._cond:
-                        self._failure = TrackingError(
-                            f"MLflow {record['op']} of run {record['run_id']} failed at "
-                            f"{self.shown_uri}: {shown}"
+                        self._failure = tracking_error(
+                            what, self.shown_uri, exc, record.get("source")
                         )
                         self._cond.notify_all()
                     _log.error("artifact upload failed: %s", shown[:500])

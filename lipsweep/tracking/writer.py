@@ -78,10 +78,10 @@ class Tracker(TrackingReader):
         state["_uploads"] = state["_upload_client"] = None
         return state
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, fn: Callable[[], T], local: Optional[str] = None) -> T:
         if self._queue.pending:
             self._queue.drain()  # give queued writes a chance first (rate-limited while down)
-        return super()._call(what, fn)
+        return super()._call(what, fn, local)
 
     def _connect(self) -> Any:
         if self.buffer_writes:  # our retries and buffer decide, not urllib3's 4-min
@@ -158,7 +158,7 @@ class Tracker(TrackingReader):
             "move": list(move),
         }
         if not self.buffer_writes:
-            self._call("log_artifacts", lambda: self._apply(record))
+            self._call("log_artifacts", lambda: self._apply(record), local=source)
             return
         self.poll()
         self.uploads.submit(record)
@@ -406,6 +406,7 @@ class Tracker(TrackingReader):
         self._call(
             "log_artifacts",
             lambda: self.client.log_artifacts(run_id, str(local_dir), artifact_path),
+            local=str(local_dir),
         )
 
     def end(self, run_id: str, status: str) -> None:

@@ -4,6 +4,8 @@ test can read back that Tune called it."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +34,30 @@ class NotACallback:
 
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
+
+
+class HostileCallback(Callback):
+    """A callback whose ``hook`` misbehaves on every call: ``mode`` ``raise`` (ValueError),
+    ``exit`` (``sys.exit(4)``) or ``hang`` (sleeps an hour)."""
+
+    def __init__(self, mode: str, hook: str = "on_trial_result") -> None:
+        self.mode, self.hook = mode, hook
+
+    def _misbehave(self, hook: str) -> None:
+        if hook != self.hook:
+            return
+        if self.mode == "raise":
+            raise ValueError(f"{hook} broke")
+        if self.mode == "exit":
+            sys.exit(4)
+        if self.mode == "hang":
+            time.sleep(3600)
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
+        self._misbehave("on_trial_result")
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._misbehave("on_trial_complete")
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self._misbehave("on_experiment_end")
