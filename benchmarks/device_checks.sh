@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# The open device checks on the GPU machine (docs/benchmarks.md, "Running it on the GPU
-# machine"), most informative first, each part's output under $OUT:
-#   tests  the CUDA tests: fused JaSMin Triton kernels, head bounds, the train step's host syncs
-#          (a failure names each sync's site), the CUDA trial resume       -> cuda_tests.log
-#   isa    the numerics tests under the two Intel AMX kernel combinations that failed before the
-#          bf16 attention fix (issue 32; meaningful only on an AMX Xeon)   -> isa_matrix_amx.*
-#   suite  gpu_suite.py with its smoke trial: deadline 20 s and budget 100 s short of what
-#          LIMIT_S leaves                                                 -> gpu_suite.json/.log
-# Here, once: bash benchmarks/fetch_wheels.sh. Then device `run` calls, carry [".whl"],
-# timeout_s 600, e.g. `bash benchmarks/device_checks.sh tests isa` and, at once on the still
-# warm machine, `bash benchmarks/device_checks.sh suite` (no argument: all three, in one call).
-# Then here: python benchmarks/gpu_report.py <files_at>/gpu_suite.json
+# The device checks on the GPU machine (docs/benchmarks.md, "Running it on the GPU machine"),
+# each part's output under $OUT:
+#   tests     the CUDA tests: fused JaSMin Triton kernels, head bounds, the train step's host
+#             syncs (a failure names each sync's site), the CUDA trial resume -> cuda_tests.log
+#   isa       the numerics tests under the two Intel AMX kernel combinations of the bf16
+#             attention fault (meaningful only on an AMX Xeon)          -> isa_matrix_amx.*
+#   lipbatch  bench_lipschitz_batch.py: ||J_f|| and token Jacobian by lip_batch_size, and a
+#             profile (about 70 s)                                       -> lip_batch.json
+#   suite     gpu_suite.py with its smoke trial: deadline 20 s and budget 100 s short of what
+#             LIMIT_S leaves                                             -> gpu_suite.json/.log
+# Here, once: bash benchmarks/fetch_wheels.sh. Then one device `run`, carry [".whl"], e.g.
+# timeout_s 560 and `LIMIT_S=520 bash benchmarks/device_checks.sh tests lipbatch suite`
+# (about 8 minutes; no argument: tests lipbatch suite). Then here:
+#   python benchmarks/merge_lipschitz_batch.py <files_at>/gpu_suite.json \
+#       <files_at>/lip_batch.json --out benchmarks/gpu_suite_h100.json
+#   python benchmarks/gpu_report.py benchmarks/gpu_suite_h100.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/device_checks}"
 LIMIT_S="${LIMIT_S:-570}"  # the call's 600 s less the copy back
-parts="${*:-tests isa suite}"
+parts="${*:-tests lipbatch suite}"
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -36,6 +40,11 @@ if [[ " $parts " == *" isa "* ]]; then
     timeout 200 python3 benchmarks/isa_matrix.py --isa unset --cap default,avx2 --jobs 2 \
         --threads 4 --out "$OUT/isa_matrix_amx.json" 2>&1 | tee "$OUT/isa_matrix_amx.log"
     echo "== isa done at ${SECONDS} s"
+fi
+if [[ " $parts " == *" lipbatch "* ]]; then
+    timeout 150 python3 benchmarks/bench_lipschitz_batch.py --device cuda \
+        --out "$OUT/lip_batch.json" 2>&1 | tail -n 40
+    echo "== lipbatch done at ${SECONDS} s"
 fi
 if [[ " $parts " == *" suite "* ]]; then
     left=$((LIMIT_S - SECONDS))
