@@ -79,7 +79,7 @@ def export(opts: ExportOptions) -> ExportResult:
     from lipsweep.decide.export import check_out
 
     out = Path(opts.out)
-    check_out(out, opts.force, make_parents=False)  # force: only a previous export (issue 16)
+    check_out(out, opts.force, make_parents=False)  # force: only a previous export
     with reading(opts.tracking_uri):
         return _export(opts, out)
 

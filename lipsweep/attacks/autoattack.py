@@ -175,7 +175,7 @@ class AutoAttack(Attack):
         )
 
     def describe(self) -> dict[str, Any]:
-        """What this attack runs, as recorded next to its metrics (issue 18): version, attacks,
+        """What this attack runs, as recorded next to its metrics: version, attacks,
         iterations of APGD/FAB, Square queries and restarts."""
         return describe(self.version, self.attacks, self.iters, self.restarts)
 

@@ -1,5 +1,5 @@
 """What an AutoAttack run is, in words: its settings (:func:`describe`) and the MLflow tags
-that say which AutoAttack made a metric (issue 18). Torch-free, so the sweep driver tags a
+that say which AutoAttack made a metric. Torch-free, so the sweep driver tags a
 trial's runs without importing torch (``sweep/callbacks.py``)."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def autoattack_tags(
     eps: Optional[int] = None,
     prefix: str = "aa",
 ) -> dict[str, str]:
-    """MLflow tags saying which AutoAttack produced ``metric`` (issue 18: every AutoAttack
+    """MLflow tags saying which AutoAttack produced ``metric`` (every AutoAttack
     metric says which attack it is).
 
     ``description`` is :meth:`AutoAttack.describe`; the result holds ``<prefix>.version``,

@@ -9,7 +9,7 @@ classified correctly clean *and* under the attack. Attacks therefore run only on
 the model gets right (the others are non-robust either way), which also saves their cost.
 Accuracies are computed with fp32 forward passes whatever ``attack_precision`` is. On CUDA the
 attacks' own forward/backward passes may use TF32 matmuls (``allow_tf32``, scoped to the attack
-and restored after; issue 17): the clean pass and every robust decision stay strict fp32, and
+and restored after): the clean pass and every robust decision stay strict fp32, and
 AutoAttack's survivors are re-checked in strict fp32. ``attack_images: 0`` evaluates every
 image given (the whole test split with ``eval_size: 0``), clean accuracy included.
 

@@ -1,4 +1,4 @@
-"""Hypervolume of a set of objective vectors, relative to a reference front (issue 28 item 5).
+"""Hypervolume of a set of objective vectors, relative to a reference front.
 
 The hypervolume (Zitzler & Thiele 1998) is the measure of the region that the points
 dominate and that dominates the reference point. It is computed by moocore (Fonseca, Paquete

@@ -81,7 +81,7 @@ LIP_HEAD = "lip_head"
 """Prefix of the per-head bound family (``lip_head_thm2_mean``, ...; Thm. 1-3)."""
 
 PROBE_PREFIX = "probe_"
-"""Per-epoch robustness probes (issue 28 item 1) are named ``probe_<final metric>``: the same
+"""Per-epoch robustness probes are named ``probe_<final metric>``: the same
 measurement as the final metric, on the fixed probe subset (lipsweep/trial/probes.py)."""
 
 

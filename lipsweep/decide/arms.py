@@ -214,7 +214,7 @@ SPREAD_RTOL = 1e-9
 """A spread of paired differences below this fraction of their largest magnitude is rounding,
 not spread: differences of float64 values of size M carry errors ~1e-16 M, so "the arm is 3
 images better on every seed" gives 0.5999999999999943 and 0.6000000000000085 (std 7.8e-15),
-which a t-test would call p = 7e-57 (issue 32). Real measurements never agree to 9 digits."""
+which a t-test would call p = 7e-57. Real measurements never agree to 9 digits."""
 
 
 def _no_spread(s: Stats, diffs: Sequence[float]) -> bool:
@@ -263,7 +263,7 @@ def paired_t_power(n: int, d: float, alpha: float) -> float:
     noncentral t with n - 1 degrees of freedom and noncentrality d sqrt(n) (Cohen 1988, ch. 2),
     P(T > crit) + P(T < -crit). The lower tail is taken as P(-T > crit), -T being noncentral t
     with noncentrality -d sqrt(n): scipy's ``nct.cdf(-crit, df, nc)`` returns NaN at large nc
-    (d = 5.5, n = 2..5; issue 32), its ``sf`` does not (checked against mpmath in the tests)."""
+    (d = 5.5, n = 2..5), its ``sf`` does not (checked against mpmath in the tests)."""
     from scipy.stats import nct
     from scipy.stats import t as student_t
 

@@ -1,4 +1,4 @@
-"""``lipsweep confirm``: re-check a sweep's front with standard AutoAttack (issue 18, item 3).
+"""``lipsweep confirm``: re-check a sweep's front with standard AutoAttack.
 
 The sweep ranks its runs by a cheap AutoAttack (``acc_aa_2``: version 'custom', 10
 iterations; docs/science.md §1.6). ``confirm`` re-evaluates the front's runs (``--top N``: the N

@@ -276,7 +276,7 @@ def head_exact_norm(
     """||J_Attn(X)||_2 of every head at every input ``x`` (B, N, D) -> (B, H), float64.
 
     A head whose Lanczos did not meet ``tol`` within ``iters`` steps is NaN: its last Ritz
-    value is only a lower bound, and an "exact" value must never be understated (issue 32).
+    value is only a lower bound, and an "exact" value must never be understated.
     ``linalg_placement``: where the Lanczos route's Ritz eigh runs (LINALG_DEVICES).
     """
     if route not in HEAD_ROUTES:

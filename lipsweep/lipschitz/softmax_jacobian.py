@@ -55,7 +55,7 @@ def softmax_jacobian_matrix(p: torch.Tensor) -> torch.Tensor:
     The diagonal is written as p_i (1 - p_i), with the complement of the top entry summed from
     the other entries (see :func:`_top_split`), and never as -p_i^2 + (p_i (1 - p_i) + p_i^2):
     for the top entry of a peaked row that sum cancels and loses the small term (eigvalsh was
-    19-60% low on such rows, issue 32).
+    19-60% low on such rows).
     """
     _, _, _, c1 = _top_split(p)
     comp = 1 - p
@@ -100,7 +100,7 @@ def _secular_top(p: torch.Tensor) -> torch.Tensor:
 
     Each row is solved in units of its p_(2) (lam' = lam / p_(2), r = p_(2) r'): on very peaked
     rows p_i^2 is subnormal or zero below p_(2) ~ 1e-154, and the unscaled equation was up to
-    50% off there (issue 32); scaled, every term is O(1) down to p_(2) ~ 1e-300.
+    50% off there; scaled, every term is O(1) down to p_(2) ~ 1e-300.
     """
     p1, p2, others, c1 = _top_split(p)
     shape, n = p1.shape, p.shape[-1]

@@ -16,7 +16,7 @@ Gradient (p = softmax(s), y_r = p at the position i_r of rank r, G_r = dL/dy_r):
 which is exactly what autograd through ``softmax(s).topk(...)`` gives for the same positions
 (tests compare both and run gradcheck in float64).
 
-No host syncs (issue 17): nothing here reads a tensor on the host or makes a shape depend on
+No host syncs: nothing here reads a tensor on the host or makes a shape depend on
 data, so a CUDA step never waits for the device. The backward is therefore always dense (all
 rows, whichever received gradient): a row-sparse backward for max aggregation, which has
 gradient in about one row per (sample, head), needed ``nonzero`` (a sync) and data-dependent
@@ -171,7 +171,7 @@ def _dense_backward(
     own (1 - p) - p * others from the same rounded p as the forward's (1 - p_(1)), which
     cancels as autograd through softmax does. exp(s - lse) with lse = mx + log z rounded to
     float32 carried ulp(mx) / 2 in the exponent and made the gradient 10-40 times noisier than
-    autograd on peaked rows (issue 32). 1 / z is folded into the per-row factors: no extra
+    autograd on peaked rows. 1 / z is folded into the per-row factors: no extra
     (G, N, N) pass.
     """
     e = _scores(qs, kc, ws).sub_(mx).exp_()  # (G, N, N), p = e / z

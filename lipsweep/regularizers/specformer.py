@@ -50,8 +50,8 @@ def head_weights(attn: nn.Module) -> torch.Tensor:
 def _unit_or_keep(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     """Rows of ``new`` scaled to unit norm; where a row is zero (W^T u = 0: the head's matrix
     was zero that step), the row of ``old`` instead, or a fixed unit vector if that is zero
-    too. A zero vector would stay zero and its head would never be penalised again (issue 32;
-    F.normalize returned zero there). No host sync. (n, m) -> (n, m)."""
+    too. A zero vector would stay zero and its head would never be penalised again
+    (F.normalize returns zero there). No host sync. (n, m) -> (n, m)."""
     norm = new.norm(dim=-1, keepdim=True)
     old_norm = old.norm(dim=-1, keepdim=True)
     fallback = torch.where(old_norm > 0, old, torch.full_like(old, old.shape[-1] ** -0.5))

@@ -1,4 +1,4 @@
-"""Settings of the per-epoch robustness probes (torch-free; issue 28 item 1).
+"""Settings of the per-epoch robustness probes (torch-free).
 
 Every ``probe_every`` epochs a trial measures cheap proxies of its final robustness metrics on
 one fixed probe subset of its held-out evaluation images (the same images for every trial and

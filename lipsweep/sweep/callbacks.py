@@ -80,7 +80,7 @@ CHECKPOINT_ARTIFACTS = (
 """What a finished trial's final checkpoint folder gives its MLflow run: (entry, artifact path)."""
 MOVED_ARTIFACTS = ("artifacts",)
 """Entries of the final checkpoint that only travel in it (the Lipschitz per-row arrays, up to
-750 MB on a ViT-B split): removed from Tune's storage once MLflow has them (issue 27 item 6)."""
+750 MB on a ViT-B split): removed from Tune's storage once MLflow has them."""
 
 
 def epoch_metrics(values: dict[str, Any]) -> dict[str, float]:
@@ -331,7 +331,7 @@ def checkpoint_uri(ckpt) -> str:
 
 
 def trial_attack_tags(flat: dict[str, Any], result: dict[str, Any]) -> dict[str, str]:
-    """Tags saying which AutoAttack made each ``acc_aa_<eps>`` of a trial (issue 18)."""
+    """Tags saying which AutoAttack made each ``acc_aa_<eps>`` of a trial."""
     from lipsweep.attacks.autoattack_tags import autoattack_tags, describe_config
     from lipsweep.attacks.config import RobustnessConfig
     from lipsweep.core.config_base import from_mapping

@@ -1,4 +1,4 @@
-"""MLflow, written and read through one small API (issue 14 item 4).
+"""MLflow, written and read through one small API.
 
 :mod:`~lipsweep.tracking.reader` is the one read API (``TrackingReader``: experiments, runs,
 metric histories, artifacts); :mod:`~lipsweep.tracking.writer` adds the run lifecycle of a

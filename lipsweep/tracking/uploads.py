@@ -2,7 +2,7 @@
 
 Copying a trial's checkpoint into MLflow (hundreds of MB for ViT-B, and a download first when
 Tune's storage is ``s3://``) took seconds to minutes inside Tune's event loop, which schedules
-nothing while a callback runs (issue 27 item 7). :class:`UploadQueue` takes an upload as a
+nothing while a callback runs. :class:`UploadQueue` takes an upload as a
 JSON-able record and returns at once; its thread delivers the records in order, one at a time,
 retrying transient failures (an MLflow outage) with backoff up to ``max_backoff_s`` (30 s by
 default). The controller learns which runs' uploads landed from :meth:`UploadQueue.completed`

@@ -2,7 +2,7 @@
 
 :func:`decide_device` is pure: the caller passes what it knows (the GPUs Ray assigned to the
 trial, if it runs under Ray, and whether torch sees CUDA), so the rule is unit-tested without
-Ray or a GPU. The rule (issue 17 item 2):
+Ray or a GPU. The rule:
 
 - ``cpu``: the CPU, always (a warning in the reason if Ray assigned a GPU that stays idle).
 - ``cuda`` / ``cuda:N``: that device if CUDA is visible (and N below the visible device count:

@@ -3,8 +3,8 @@
 The loss of one step is ``loss = loss_ce + loss_reg`` with ``loss_reg = sum_n lam_n * term_n``:
 a regularizer returns its un-weighted terms and their weights (docs/science.md §1.2-1.3), the
 engine applies the weights and reports every part. A non-finite loss stops the trial with an
-error that says where and what to change. The step itself never waits for the device
-(issue 17): loss parts are summed on the device and checked for finiteness every
+error that says where and what to change. The step itself never waits for the device:
+loss parts are summed on the device and checked for finiteness every
 ``nonfinite_check_every`` steps and at epoch end, so a non-finite epoch is never checkpointed.
 """
 

@@ -1,4 +1,4 @@
-"""Per-epoch robustness probes (issue 28 item 1): cheap proxies of the final robustness metrics.
+"""Per-epoch robustness probes: cheap proxies of the final robustness metrics.
 
 After every ``probe_every``-th epoch a trial measures, on one fixed probe subset of its
 held-out evaluation images:
@@ -43,7 +43,7 @@ from lipsweep.settings.config import TrialConfig
 _log = logging.getLogger(__name__)
 
 PROBE_SEED = 28
-"""Seed of the probe subset (issue 28); fixed, so that every trial of every sweep on the same
+"""Seed of the probe subset; fixed, so that every trial of every sweep on the same
 evaluation subset probes the same images."""
 PROBE_ATTACK = "pgd"
 """The registered attack the probe runs."""
