@@ -130,7 +130,7 @@ def test_members_defined_in_a_test_module_validate(members):
     assert cfg.to_flat()["logit_lam"] == 0.25 and cfg.regularizer.settings == LogitSettings(0.25)
     assert TrialConfig.from_flat(cfg.to_flat()) == cfg
     assert cfg.robustness.metric_names() == ["acc_clean", "acc_signnoise_8"]
-    assert ATTACKS.entry("sign_noise").info["vocab"].eps_field == "fgsm_eps"
+    assert ATTACKS.spec("sign_noise").eps_field == "fgsm_eps"
     for bad, field in [
         ({"logit_lam": -1}, "logit_lam"),
         ({"regularizer": "jasmin"}, "logit_lam"),  # another member's setting

@@ -59,3 +59,54 @@ def test_a_declared_member_takes_the_registered_implementation_and_keeps_its_fac
     entry = fam.entry("json")
     assert entry.loaded and entry.settings is _Knob and entry.info["light"]
     assert fam.create("json", [1]) == "[1]"
+
+
+def test_a_family_keeps_declared_specs_and_takes_a_plugins_spec_three_ways():
+    """The one family object: a declared member keeps its spec when its module registers it;
+    an undeclared one gives its spec as ``spec=``, as keywords, or as class attributes, else a
+    TypeError naming the fields; the family's check and hook run on every spec."""
+    from lipsweep.core.registry import Family
+
+    @dataclass(frozen=True)
+    class Facts:
+        unit: str
+        scale: float = 1.0
+
+    seen: list[tuple[str, str]] = []
+
+    def check(name: str, spec: Facts) -> None:
+        if spec.unit == "bad":
+            raise ValueError(f"{name}: bad unit")
+
+    fam = Family(
+        "gadget",
+        spec_type=Facts,
+        check=check,
+        on_register=lambda name, obj, spec: seen.append((name, spec.unit)),
+    )
+    fam.declare("meter", "builtins:len", spec=Facts("m"))
+
+    @fam.register("meter")
+    class Meter:
+        unit = "ignored: the declared spec stays"
+
+    @fam.register("inch", unit="in", scale=0.0254)
+    class Inch:
+        pass
+
+    @fam.register("foot")
+    class Foot:
+        unit, scale = "ft", 0.3048
+
+    fam.register("yard", spec=Facts("yd", 0.9144))(lambda: None)
+    assert fam.spec("meter") == Facts("m") and fam.load("meter") is Meter
+    assert fam.spec("inch") == Facts("in", 0.0254) and fam.spec("foot") == Facts("ft", 0.3048)
+    assert [s.unit for s in fam.specs()] == ["m", "in", "ft", "yd"]
+    assert seen == [("meter", "m"), ("inch", "in"), ("foot", "ft"), ("yard", "yd")]
+    with pytest.raises(TypeError, match=r"gadget 'mile' is not declared.*\['unit'\]"):
+        fam.register("mile")(type("Mile", (), {}))
+    with pytest.raises(ValueError, match="mile: bad unit"):
+        fam.register("mile", unit="bad")(type("Mile", (), {}))
+    assert not fam.is_member("mile") and fam.is_member("yard")
+    fam.unregister("yard")
+    assert fam.names() == ["foot", "inch", "meter"]

@@ -274,3 +274,132 @@ class Registry(Generic[T]):
         if cls is None:
             raise TypeError(f"{self.kind} {name!r} has no settings")
         return cls(**values)
+
+
+class Family(Registry[T]):
+    """One family of members: the registry with the facade every family shares.
+
+    A member's light facts are its *spec*, one frozen dataclass of the family's ``spec_type``
+    (an attack's eps field and metric stem, an estimator's outputs, a regularizer's settings
+    and labels), known before its implementation is imported. A built-in is declared with its
+    spec and import path in the family's torch-free index; the implementation's file adds it
+    with the family's decorator (:meth:`register`), which keeps the declared spec. A member
+    that is not declared (a plugin, a test) gives its spec to the decorator: as ``spec=``, as
+    the spec's fields by keyword, or as class attributes of those names.
+
+        >>> from dataclasses import dataclass
+        >>> @dataclass(frozen=True)
+        ... class Doc:
+        ...     summary: str
+        >>> widgets = Family("widget", spec_type=Doc)
+        >>> @widgets.register("shout", summary="upper case")
+        ... def shout(text):
+        ...     return text.upper()
+        >>> widgets.names(), widgets.spec("shout").summary, widgets.create("shout", "hi")
+        (['shout'], 'upper case', 'HI')
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        spec_type: Optional[type] = None,
+        unknown: Optional[Callable[[str, list[str]], Exception]] = None,
+        check: Optional[Callable[[str, Any], None]] = None,
+        on_register: Optional[Callable[[str, Any, Any], None]] = None,
+    ) -> None:
+        super().__init__(kind, unknown)
+        self.spec_type = spec_type
+        self._check_spec = check
+        self._on_register = on_register
+
+    def _spec_of(self, name: str, obj: Any, spec: Any, fields_: Mapping[str, Any]) -> Any:
+        if spec is not None or self.spec_type is None:
+            return spec
+        if fields_:
+            return self.spec_type(**fields_)
+        import dataclasses
+
+        fields_all = dataclasses.fields(self.spec_type)
+        required = [
+            f.name
+            for f in fields_all
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        if required and all(getattr(obj, n, None) for n in required):
+            return self.spec_type(
+                **{f.name: getattr(obj, f.name) for f in fields_all if hasattr(obj, f.name)}
+            )
+        raise TypeError(
+            f"{self.kind} {name!r} is not declared: give its {self.spec_type.__name__} "
+            f"(spec=..., or the fields {required} by keyword or as class attributes)"
+        )
+
+    def declare(  # type: ignore[override]
+        self,
+        name: str,
+        impl: str,
+        *,
+        spec: Any = None,
+        settings: Optional[type] = None,
+        info: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        """Declare a member by the import path of its implementation, with its spec."""
+        if spec is not None and self._check_spec is not None:
+            self._check_spec(name, spec)
+        facts = {**(info or {}), **({"spec": spec} if spec is not None else {})}
+        settings = settings or getattr(spec, "settings", None)
+        super().declare(name, impl, settings=settings, info=facts)
+
+    def register(  # type: ignore[override]
+        self,
+        name: Optional[str] = None,
+        *,
+        spec: Any = None,
+        settings: Optional[type] = None,
+        info: Optional[Mapping[str, Any]] = None,
+        **spec_fields: Any,
+    ) -> Callable[[T], T]:
+        """Decorator: add a class or factory under ``name`` (default: ``spec.name``, the
+        object's ``name`` attribute or ``__name__``). A declared member keeps its declared
+        spec unless one is given."""
+
+        def deco(obj: T) -> T:
+            key = name or getattr(spec, "name", None) or getattr(obj, "name", None)
+            key = key or obj.__name__  # type: ignore[attr-defined]
+            old = self._members.get(key)
+            declared = old is not None and not old.loaded
+            given = spec is not None or bool(spec_fields)
+            member_spec = None
+            if given or not declared:
+                member_spec = self._spec_of(key, obj, spec, spec_fields)
+                if member_spec is not None and self._check_spec is not None:
+                    self._check_spec(key, member_spec)
+            facts = {**(info or {}), **({"spec": member_spec} if member_spec is not None else {})}
+            self.add(
+                key,
+                obj,
+                settings=settings or getattr(member_spec, "settings", None),
+                info=facts or None,
+            )
+            if self._on_register is not None:
+                self._on_register(key, obj, self._members[key].info.get("spec"))
+            return obj
+
+        return deco
+
+    def spec(self, name: str) -> Any:
+        """The light facts of ``name`` (nothing imported); the family's error if unknown."""
+        return self.entry(name).info.get("spec")
+
+    def specs(self) -> list[Any]:
+        """Every member's spec, in registration order (nothing imported)."""
+        return [m.info.get("spec") for m in self.entries()]
+
+    def is_member(self, name: object) -> bool:
+        """True if ``name`` is a member (plugins included)."""
+        return name in self
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (tests register temporary members)."""
+        self.remove(name)

@@ -12,14 +12,16 @@ depend on how the evaluation set is split (the registry-parametrized tests check
 Registering an estimator is what gets it into those tests.
 
 Adding a built-in estimator: its factory in a file of this folder with
-``@register_estimator("name")``, and one ``_declare(...)`` line below (docs/architecture.md).
+``@register_estimator("name")``, and one ``ESTIMATORS.declare(...)`` line below
+(docs/architecture.md).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from lipsweep.core.registry import Registry
+from lipsweep.core.registry import Family
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -35,71 +37,61 @@ class Estimator(Protocol):
     def __call__(self, model: "nn.Module", x: "torch.Tensor") -> dict[str, "torch.Tensor"]: ...
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """What a config needs of an estimator, known without importing torch."""
 
-ESTIMATORS: Registry[Callable[..., Estimator]] = Registry(
+    outputs: tuple[str, ...]
+    """The names of the per-sample arrays it returns."""
+
+    def __post_init__(self) -> None:
+        if not self.outputs or not all(isinstance(o, str) and o for o in self.outputs):
+            raise TypeError(f"an estimator needs its outputs (names), got {self.outputs!r}")
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+
+
+ESTIMATORS: Family[Callable[..., Estimator]] = Family(
     "estimator",
-    lambda name, known: ValueError(f"unknown estimator {name!r}; known estimators are {known}"),
+    spec_type=EstimatorSpec,
+    unknown=lambda name, known: ValueError(
+        f"unknown estimator {name!r}; known estimators are {known}"
+    ),
 )
 
-_JACOBIAN = ("jacobian_norm", "jacobian_iterations", "jacobian_converged")
-
-
-def _declare(name: str, impl: str, outputs: Sequence[str]) -> None:
-    ESTIMATORS.declare(name, impl, info={"outputs": tuple(outputs)})
-
+_JACOBIAN = EstimatorSpec(("jacobian_norm", "jacobian_iterations", "jacobian_converged"))
 
 # The built-in estimators: name, factory, outputs.
 _E = "lipsweep.lipschitz.estimators"
-_declare("jacobian_exact", f"{_E}:_jacobian_exact", _JACOBIAN)
-_declare("jacobian_lanczos", f"{_E}:_jacobian_lanczos", _JACOBIAN)
-_declare("jacobian_power", f"{_E}:_jacobian_power", _JACOBIAN)
-_declare(
+ESTIMATORS.declare("jacobian_exact", f"{_E}:_jacobian_exact", spec=_JACOBIAN)
+ESTIMATORS.declare("jacobian_lanczos", f"{_E}:_jacobian_lanczos", spec=_JACOBIAN)
+ESTIMATORS.declare("jacobian_power", f"{_E}:_jacobian_power", spec=_JACOBIAN)
+ESTIMATORS.declare(
     "token_jacobian",
     f"{_E}:TokenJacobianNorm",
-    ("token_jacobian_norm", "token_jacobian_iterations", "token_jacobian_converged"),
+    spec=EstimatorSpec(
+        ("token_jacobian_norm", "token_jacobian_iterations", "token_jacobian_converged")
+    ),
 )
-_declare("softmax_jacobian", f"{_E}:SoftmaxJacobian", ("softmax_norm", "softmax_g1"))
-_declare(
+ESTIMATORS.declare(
+    "softmax_jacobian", f"{_E}:SoftmaxJacobian", spec=EstimatorSpec(("softmax_norm", "softmax_g1"))
+)
+ESTIMATORS.declare(
     "head_bounds",
     f"{_E}:HeadBounds",
-    ("head_exact", "head_thm1", "head_thm2", "head_thm3", "head_thm3_g1"),
+    spec=EstimatorSpec(("head_exact", "head_thm1", "head_thm2", "head_thm3", "head_thm3_g1")),
 )
 
-
-def register_estimator(name: str, *, outputs: Optional[Sequence[str]] = None) -> Callable[[F], F]:
-    """Decorator: add a class or factory returning an :class:`Estimator` under ``name``. A
-    declared estimator keeps its declared ``outputs``; any other gives them (or the class
-    has an ``outputs`` attribute)."""
-
-    def deco(factory: F) -> F:
-        declared = name in ESTIMATORS and not ESTIMATORS.entry(name).loaded
-        outs = outputs if outputs is not None else getattr(factory, "outputs", None)
-        if not declared and not outs:
-            raise TypeError(f"estimator {name!r} needs its outputs (outputs=...)")
-        info = {"outputs": tuple(outs)} if outs and not declared else None
-        return ESTIMATORS.add(name, factory, info=info)
-
-    return deco
-
-
-def unregister_estimator(name: str) -> None:
-    """Remove ``name`` (tests register temporary estimators)."""
-    ESTIMATORS.remove(name)
-
-
-def list_estimators(filter: str = "") -> list[str]:
-    """Registered estimator names, sorted; ``filter`` is an optional fnmatch pattern."""
-    return ESTIMATORS.names(filter)
-
-
-def is_estimator(name: str) -> bool:
-    return name in ESTIMATORS
+# The family's names (methods of the one family object): ``@register_estimator("name")`` adds a
+# class or factory (an undeclared one gives ``outputs=`` or has an ``outputs`` attribute).
+register_estimator = ESTIMATORS.register
+unregister_estimator = ESTIMATORS.unregister
+list_estimators = ESTIMATORS.names
+is_estimator = ESTIMATORS.is_member
 
 
 def estimator_outputs(name: str) -> tuple[str, ...]:
     """The names of the arrays estimator ``name`` returns (nothing imported)."""
-    return ESTIMATORS.entry(name).info["outputs"]
+    return ESTIMATORS.spec(name).outputs
 
 
 def create_estimator(name: str, **kwargs: Any) -> Estimator:

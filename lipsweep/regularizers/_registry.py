@@ -17,28 +17,24 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional, TypeVar
+from typing import Optional
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.core.registry import Registry
+from lipsweep.core.registry import Family
 from lipsweep.regularizers.spec import RegularizerSpec
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lipsweep.regularizers.base import Regularizer
 
-T = TypeVar("T", bound=type)
-
-REGULARIZERS: Registry[type] = Registry(
-    "regularizer",
-    lambda name, known: ConfigError(
-        "regularizer", f"unknown regularizer {name!r}; choose one of {known}"
-    ),
-)
-
-
-def _check_spec(spec: RegularizerSpec) -> None:
-    """A setting name belongs to one regularizer only (it is one flat config key)."""
-    taken = {n: s.name for s in regularizer_specs() if s.name != spec.name for n in s.setting_names}
+def _check_spec(name: str, spec: RegularizerSpec) -> None:
+    """A spec is registered under its own name, and a setting name belongs to one regularizer
+    only (it is one flat config key)."""
+    if spec.name != name:
+        raise ValueError(f"spec {spec.name!r} registered under {name!r}")
+    taken = {
+        n: s.name
+        for s in REGULARIZERS.specs()
+        if s is not None and s.name != spec.name
+        for n in s.setting_names
+    }
     for n in spec.setting_names:
         if n in taken or n == "regularizer":
             raise ValueError(
@@ -47,50 +43,36 @@ def _check_spec(spec: RegularizerSpec) -> None:
             )
 
 
+def _on_register(name: str, cls: type, spec: RegularizerSpec) -> None:
+    cls.name = name  # type: ignore[attr-defined]
+
+
+REGULARIZERS: Family[type] = Family(
+    "regularizer",
+    spec_type=RegularizerSpec,
+    unknown=lambda name, known: ConfigError(
+        "regularizer", f"unknown regularizer {name!r}; choose one of {known}"
+    ),
+    check=_check_spec,
+    on_register=_on_register,
+)
+
+# The family's names (methods of the one family object). ``@register_regularizer("name")``
+# adds a class; a member not declared in :mod:`.builtin` passes ``spec=`` (its
+# :class:`RegularizerSpec`).
+register_regularizer = REGULARIZERS.register
+unregister_regularizer = REGULARIZERS.unregister
+regularizer_specs = REGULARIZERS.specs
+regularizer_spec = REGULARIZERS.spec
+list_regularizers = REGULARIZERS.names
+is_regularizer = REGULARIZERS.is_member
+get_regularizer_class = REGULARIZERS.load
+
+
 def declare_regularizer(spec: RegularizerSpec, impl: str) -> None:
     """Declare a member by the import path of its class (``"module:Class"``), loaded on first
     use: the family index (:mod:`.builtin`) does this for the built-ins."""
-    _check_spec(spec)
-    REGULARIZERS.declare(spec.name, impl, settings=spec.settings, info={"spec": spec})
-
-
-def register_regularizer(
-    name: Optional[str] = None, *, spec: Optional[RegularizerSpec] = None
-) -> Callable[[T], T]:
-    """Class decorator: add a :class:`~lipsweep.regularizers.base.Regularizer` to the family.
-
-    A declared member (a built-in) keeps its declared spec; any other passes ``spec``.
-    """
-
-    def deco(cls: T) -> T:
-        key = name or (spec.name if spec is not None else cls.name)  # type: ignore[attr-defined]
-        if spec is not None:
-            if spec.name != key:
-                raise ValueError(f"spec {spec.name!r} registered under {key!r}")
-            _check_spec(spec)
-        elif key not in REGULARIZERS:
-            raise TypeError(f"regularizer {key!r} is not declared; pass its spec=")
-        info = {"spec": spec} if spec is not None else None
-        REGULARIZERS.add(key, cls, settings=spec.settings if spec else None, info=info)
-        cls.name = key  # type: ignore[attr-defined]
-        return cls
-
-    return deco
-
-
-def unregister_regularizer(name: str) -> None:
-    """Remove ``name`` (tests register temporary regularizers)."""
-    REGULARIZERS.remove(name)
-
-
-def regularizer_specs() -> list[RegularizerSpec]:
-    """Every member's spec, in registration order (nothing imported)."""
-    return [m.info["spec"] for m in REGULARIZERS.entries()]
-
-
-def regularizer_spec(name: str) -> RegularizerSpec:
-    """The spec of ``name``; ConfigError('regularizer') if unknown."""
-    return REGULARIZERS.entry(name).info["spec"]
+    REGULARIZERS.declare(spec.name, impl, spec=spec)
 
 
 def find_spec(name: object) -> Optional[RegularizerSpec]:
@@ -106,18 +88,3 @@ def setting_names() -> tuple[str, ...]:
 def shown_params() -> tuple[str, ...]:
     """Every shown setting of every regularizer, in registration order."""
     return tuple(n for spec in regularizer_specs() for n in spec.shown)
-
-
-def list_regularizers(filter: str = "") -> list[str]:
-    """Sorted names of the registered regularizers, optionally matching a glob ``filter``."""
-    return REGULARIZERS.names(filter)
-
-
-def is_regularizer(name: object) -> bool:
-    """True if ``name`` is a registered regularizer."""
-    return name in REGULARIZERS
-
-
-def get_regularizer_class(name: str) -> type["Regularizer"]:
-    """The class of ``name`` (imported on first use); ConfigError('regularizer') if unknown."""
-    return REGULARIZERS.load(name)
