@@ -313,7 +313,7 @@ def lipschitz_tables(d: dict[str, Any]) -> str:
     parts = lip.get("parts", {})
     rows = [
         [name, fmt(_get(parts, name, "images")), fmt((_get(parts, name, "s_per_image") or 0) * 1e3)]
-        for name in ("jacobian", "margin", "tokens", "softmax", "heads")
+        for name in ("jacobian", "margin", "tokens", "softmax", "heads")  # margin: older runs
         if name in parts
     ]
     if rows:

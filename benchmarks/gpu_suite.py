@@ -992,36 +992,22 @@ def _head_split(s: Suite, model: PixelModel, x: torch.Tensor) -> dict[str, Any]:
     return out
 
 
-LIP_PARTS = ("jacobian", "margin", "tokens", "softmax", "heads")
-"""The parts of ``lipschitz_summary``, each timed per image: ||J_f|| (pixels), the logit
-margin (one forward pass), ||d f / d T|| (tokens), the softmax-Jacobian rows, the head bounds."""
+LIP_PARTS = ("jacobian", "tokens", "softmax", "heads")
+"""The parts of ``lipschitz_summary``, each timed per image: ||J_f|| (pixels, with the logit
+margin of its own forward), ||d f / d T|| (tokens), the softmax-Jacobian rows, the head bounds."""
+_PART_OF = {"token_jacobian": "tokens", "softmax_jacobian": "softmax", "head_bounds": "heads"}
 
 
-def _lip_estimators(cfg: Any, route: str) -> dict[str, Callable[[PixelModel, torch.Tensor], Any]]:
-    """The summary's estimators as ``cfg`` (the space's LipschitzConfig) builds them."""
-    from lipsweep.lipschitz import create_estimator
-    from lipsweep.lipschitz.jacobian import measurement_mode
-    from lipsweep.lipschitz.margin import logit_margin
+def _lip_estimators(cfg: Any, num_classes: int) -> dict[str, Callable[[PixelModel, Any], Any]]:
+    """The summary's parts as a trial builds them from ``cfg`` (the space's LipschitzConfig):
+    ``lipsweep.lipschitz.summary.summary_parts``, keyed by :data:`LIP_PARTS`."""
+    from lipsweep.lipschitz.summary import summary_parts
 
-    def margin(model: PixelModel, x: torch.Tensor) -> torch.Tensor:
-        with measurement_mode(model), torch.no_grad():
-            return logit_margin(model(x).float()).cpu()
-
-    ests: dict[str, Callable[[PixelModel, torch.Tensor], Any]] = {
-        "jacobian": create_estimator(f"jacobian_{route}", iters=cfg.lip_iters, tol=cfg.lip_tol),
-        "margin": margin,
+    return {
+        _PART_OF.get(name, "jacobian"): est
+        for name, est, _ in summary_parts(cfg, num_classes)
+        if name in _PART_OF or name.startswith("jacobian_")
     }
-    if cfg.lip_tokens:
-        ests["tokens"] = create_estimator(
-            "token_jacobian", route=route, iters=cfg.lip_iters, tol=cfg.lip_tol
-        )
-    if cfg.lip_softmax:
-        ests["softmax"] = create_estimator("softmax_jacobian", method=cfg.lip_softmax_method)
-    if cfg.lip_head_bounds:
-        ests["heads"] = create_estimator(
-            "head_bounds", route=cfg.lip_head_route, iters=cfg.lip_head_iters, tol=cfg.lip_head_tol
-        )
-    return ests
 
 
 def phase_lipschitz(s: Suite) -> None:
@@ -1039,7 +1025,7 @@ def phase_lipschitz(s: Suite) -> None:
     x = x.to(dev)
     parts = sec.setdefault("parts", {})
     parts.update(num_classes=c, route=route, batch=cfg.lip_batch_size)
-    for name, est in _lip_estimators(cfg, route).items():
+    for name, est in _lip_estimators(cfg, c).items():
         with s.guard(parts, name) as r:
             xs = x[: sz.head_images] if name == "heads" else x
             est(model, xs[:1])  # warm-up
@@ -1489,7 +1475,7 @@ def project_trial(data: dict[str, Any], target: Target, device: torch.device | s
     def per_image(part: str) -> float:
         return _num(_get(lip_parts, part, "s_per_image"))
 
-    lip_counts = {"jacobian": n_lip, "margin": n_lip}
+    lip_counts = {"jacobian": n_lip}
     if lip.lip_tokens:
         lip_counts["tokens"] = n_lip
     if lip.lip_softmax:

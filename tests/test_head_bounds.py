@@ -425,7 +425,7 @@ def test_thm1_as_stated_is_not_an_upper_bound_near_zero():
 
 
 def test_summary_counts_where_thm1_as_stated_falls_below_the_exact_norm():
-    from lipsweep.lipschitz.summary import _head_metrics
+    from lipsweep.lipschitz.estimators import head_metrics
 
     exact = np.array([[[1.0, 2.0], [3.0, 4.0]]])  # (image, layer, head)
     arrays = {
@@ -435,7 +435,7 @@ def test_summary_counts_where_thm1_as_stated_falls_below_the_exact_norm():
         "head_thm3": exact * 2,
         "head_thm3_g1": exact * 2,
     }
-    metrics = _head_metrics(arrays)
+    metrics = head_metrics(arrays)
     assert metrics["lip_head_thm1_below_exact_frac"] == 0.25
     assert metrics["lip_head_thm1_ratio_min"] == 0.5
 

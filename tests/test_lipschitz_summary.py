@@ -209,3 +209,40 @@ def test_summary_rejects_bad_arguments(model, images):
         lipschitz_summary(model, images, {"lip_images": 2})
     with pytest.raises(ValueError, match="batch"):
         lipschitz_summary(model, images[:0], LipschitzConfig())
+
+
+def test_a_summary_part_added_from_a_test_module_runs_in_every_summary(model, images):
+    """The summary loops over the family: a member declared with ``summary=True`` builds itself
+    from the LipschitzConfig, and its metrics, arrays and switch need no change elsewhere."""
+    from lipsweep.lipschitz import register_estimator, unregister_estimator
+    from lipsweep.lipschitz._registry import EstimatorSpec
+
+    class LogitSize:
+        def __init__(self, scale: float) -> None:
+            self.scale = scale
+
+        def __call__(self, m, x):
+            with torch.no_grad():
+                return {"logit_size": m(x).norm(dim=1) * self.scale}
+
+        @classmethod
+        def for_summary(cls, cfg, num_classes):
+            return (cls(float(num_classes)), 2) if cfg.lip_figures else None
+
+        def summarize(self, arrays):
+            return {"lip_logit_size_max": float(arrays["logit_size"].max())}
+
+        def figures(self, arrays, out_dir):
+            pass
+
+    register_estimator("logit_size", spec=EstimatorSpec(("logit_size",), summary=True))(LogitSize)
+    try:
+        base = dict(lip_images=3, lip_tokens=False, lip_softmax=False, lip_head_bounds=False)
+        on = lipschitz_summary(model, images, LipschitzConfig(**base))
+        off = lipschitz_summary(model, images, LipschitzConfig(**base, lip_figures=False))
+    finally:
+        unregister_estimator("logit_size")
+    with torch.no_grad():
+        want = float(model(images[:2]).norm(dim=1).max()) * 10
+    assert on["lip_logit_size_max"] == pytest.approx(want, rel=1e-12)
+    assert "lip_logit_size_max" not in off and "lip_jacobian_median" in off

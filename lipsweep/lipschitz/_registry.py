@@ -43,6 +43,9 @@ class EstimatorSpec:
 
     outputs: tuple[str, ...]
     """The names of the per-sample arrays it returns."""
+    summary: bool = False
+    """A part of the trial's summary: its class has ``for_summary``, ``summarize`` and
+    ``figures`` (:mod:`lipsweep.lipschitz.estimators`)."""
 
     def __post_init__(self) -> None:
         if not self.outputs or not all(isinstance(o, str) and o for o in self.outputs):
@@ -58,27 +61,34 @@ ESTIMATORS: Family[Callable[..., Estimator]] = Family(
     ),
 )
 
-_JACOBIAN = EstimatorSpec(("jacobian_norm", "jacobian_iterations", "jacobian_converged"))
+_JACOBIAN = EstimatorSpec(
+    ("jacobian_norm", "jacobian_iterations", "jacobian_converged", "logit_margin"), summary=True
+)
 
-# The built-in estimators: name, factory, outputs.
+# The built-in estimators, in the order the summary runs them: name, class, outputs.
 _E = "lipsweep.lipschitz.estimators"
-ESTIMATORS.declare("jacobian_exact", f"{_E}:_jacobian_exact", spec=_JACOBIAN)
-ESTIMATORS.declare("jacobian_lanczos", f"{_E}:_jacobian_lanczos", spec=_JACOBIAN)
-ESTIMATORS.declare("jacobian_power", f"{_E}:_jacobian_power", spec=_JACOBIAN)
+ESTIMATORS.declare("jacobian_exact", f"{_E}:JacobianExact", spec=_JACOBIAN)
+ESTIMATORS.declare("jacobian_lanczos", f"{_E}:JacobianLanczos", spec=_JACOBIAN)
+ESTIMATORS.declare("jacobian_power", f"{_E}:JacobianPower", spec=_JACOBIAN)
 ESTIMATORS.declare(
     "token_jacobian",
     f"{_E}:TokenJacobianNorm",
     spec=EstimatorSpec(
-        ("token_jacobian_norm", "token_jacobian_iterations", "token_jacobian_converged")
+        ("token_jacobian_norm", "token_jacobian_iterations", "token_jacobian_converged"),
+        summary=True,
     ),
 )
 ESTIMATORS.declare(
-    "softmax_jacobian", f"{_E}:SoftmaxJacobian", spec=EstimatorSpec(("softmax_norm", "softmax_g1"))
+    "softmax_jacobian",
+    f"{_E}:SoftmaxJacobian",
+    spec=EstimatorSpec(("softmax_norm", "softmax_g1"), summary=True),
 )
 ESTIMATORS.declare(
     "head_bounds",
     f"{_E}:HeadBounds",
-    spec=EstimatorSpec(("head_exact", "head_thm1", "head_thm2", "head_thm3", "head_thm3_g1")),
+    spec=EstimatorSpec(
+        ("head_exact", "head_thm1", "head_thm2", "head_thm3", "head_thm3_g1"), summary=True
+    ),
 )
 
 # The family's names (methods of the one family object): ``@register_estimator("name")`` adds a

@@ -48,6 +48,7 @@ from lipsweep.lipschitz._krylov import (
     power_top_eigenvalue,
     start_vector,
 )
+from lipsweep.lipschitz.margin import logit_margin
 from lipsweep.vit.attention import restore_fused_attention, set_fused_attention
 from lipsweep.vit.models import frozen_eval
 from lipsweep.vit.precision import tf32_matmuls
@@ -77,6 +78,9 @@ class JacobianNormResult:
     """(B,) operator applications per sample (C for the exact route)."""
     converged: torch.Tensor
     """(B,) bool; always True for the exact route."""
+    margins: torch.Tensor
+    """(B,) top logit minus the runner-up, from the measurement's own forward
+    (:func:`~lipsweep.lipschitz.margin.logit_margin`)."""
 
 
 def resolve_route(route: str, num_classes: int) -> str:
@@ -217,6 +221,7 @@ def _exact(
         "exact",
         torch.full((b,), c, dtype=torch.int64),
         torch.ones(b, dtype=bool),
+        logit_margin(out.detach().float()),
     )
 
 
@@ -245,7 +250,11 @@ def _iterative(
         assert res.vector is not None
         value = _refined(gram.vjp, res.vector)
     return JacobianNormResult(
-        value.clamp_min(0).sqrt().to(x.dtype), route, res.iterations, res.converged
+        value.clamp_min(0).sqrt().to(x.dtype),
+        route,
+        res.iterations,
+        res.converged,
+        logit_margin(gram.out.detach().float()),
     )
 
 
@@ -306,6 +315,7 @@ def jacobian_norm_result(
         parts[0].route,
         torch.cat([p.iterations for p in parts]).cpu(),
         torch.cat([p.converged for p in parts]).cpu(),
+        torch.cat([p.margins for p in parts]),
     )
 
 

@@ -39,39 +39,21 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
-from lipsweep.core.metric_names import (
-    LIP_HEAD,
-    LIP_JACOBIAN,
-    LIP_JACOBIAN_MEDIAN,
-    LIP_JACOBIAN_TOKENS,
-    LIP_PREFIX,
-    LIP_SOFTMAX,
-    LIP_SOFTMAX_ROWS,
-    LIP_STATS,
-    lip_metric,
-)
-from lipsweep.lipschitz._registry import create_estimator
+from lipsweep.core.metric_names import LIP_PREFIX, lip_metric
+from lipsweep.lipschitz._registry import ESTIMATORS, create_estimator
 from lipsweep.lipschitz.config import LipschitzConfig
-from lipsweep.lipschitz.jacobian import measurement_mode, resolve_route
-from lipsweep.lipschitz.margin import jacobian_per_margin, logit_margin, per_margin_metrics
-from lipsweep.lipschitz.softmax_jacobian import softmax_ratio
+from lipsweep.lipschitz.estimators import FIGURES  # noqa: F401  (the PNG names, read by tests)
+from lipsweep.lipschitz.jacobian import measurement_mode
 
 _log = logging.getLogger(__name__)
 
 NPZ_NAME = "lipschitz.npz"
-FIGURES = {
-    "jacobian": "lipschitz_jacobian_hist.png",
-    "tokens": "lipschitz_jacobian_tokens_hist.png",
-    "softmax": "lipschitz_softmax_ratio.png",
-    "heads": "lipschitz_head_bounds.png",
-}
-_HEAD_BOUNDS = ("thm1", "thm2", "thm3", "thm3_g1")
 ROW_ARRAYS = ("softmax_norm", "softmax_g1")
 """Arrays with one value per (image, layer, head, query row): 9,360 per ViT-B image, so on a
 10,000-image test split 94 M values per array (750 MB each in float64)."""
@@ -100,64 +82,33 @@ def _batched(
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def _jacobian_metrics(
-    v: np.ndarray, converged: np.ndarray, prefix: str = LIP_JACOBIAN
-) -> dict[str, float]:
-    stats = (np.mean(v), np.median(v), np.percentile(v, 90), np.percentile(v, 99), np.max(v))
-    out = {lip_metric(prefix, s): float(x) for s, x in zip(LIP_STATS, stats)}
-    out[lip_metric(prefix, "converged_frac")] = float(np.mean(converged))
-    return out
+def summary_parts(cfg: LipschitzConfig, num_classes: int) -> list[tuple[str, Any, int]]:
+    """(name, estimator, images) of every part the summary runs under ``cfg``: the built-in
+    members that take part (``for_summary``; in registration order, each deciding from
+    ``cfg`` whether it runs), then ``lip_estimators`` with their default settings on
+    ``lip_images``. ``images`` counts from the first of the ``lip_images`` (0: all)."""
+    parts: list[tuple[str, Any, int]] = []
+    for member in ESTIMATORS.entries():
+        if not getattr(member.info.get("spec"), "summary", False):
+            continue
+        built = ESTIMATORS.load(member.name).for_summary(cfg, num_classes)
+        if built is not None:
+            est, images = built
+            est.name = member.name
+            parts.append((member.name, est, images))
+    for name in cfg.lip_estimators or ():
+        parts.append((name, create_estimator(name), 0))
+    return parts
 
 
-def _margin_arrays(
-    model: nn.Module, x: torch.Tensor, norms: np.ndarray, batch_size: int
-) -> dict[str, np.ndarray]:
-    """Per-image logit margin and ||J_f|| / margin (:mod:`lipsweep.lipschitz.margin`)."""
-    with measurement_mode(model), torch.no_grad():
-        margins = torch.cat(
-            [
-                logit_margin(model(x[i : i + batch_size]).float()).cpu()
-                for i in range(0, x.shape[0], batch_size)
-            ]
-        )  # (B,)
-    ratio = jacobian_per_margin(torch.from_numpy(norms), margins)
-    return {"logit_margin": margins.numpy(), "jacobian_per_margin": ratio.numpy()}
-
-
-def _softmax_metrics(norm: np.ndarray, g1: np.ndarray) -> dict[str, float]:
-    ratio = softmax_ratio(torch.from_numpy(norm), torch.from_numpy(g1)).numpy()
-    if ratio.size == 0:
-        return {LIP_SOFTMAX_ROWS: 0.0}
-    stats = {
-        "ratio_mean": float(ratio.mean()),
-        "ratio_median": float(np.median(ratio)),
-        "ratio_p99": float(np.percentile(ratio, 99)),
-        "ratio_max": float(ratio.max()),
-        "ratio_min": float(ratio.min()),
-        "norm_mean": float(norm.mean()),
-        "norm_max": float(norm.max()),
-        "g1_mean": float(g1.mean()),
-        "rows": float(ratio.size),
+def _extra_metrics(name: str, outputs: tuple[str, ...], arrays: dict) -> dict[str, float]:
+    """``lip_<name>_<output>_mean`` of an estimator named in ``lip_estimators``."""
+    return {
+        lip_metric(f"{LIP_PREFIX}{name}_{out}", "mean"): float(
+            np.mean(arrays[f"{name}.{out}"].astype(np.float64))
+        )
+        for out in outputs
     }
-    return {lip_metric(LIP_SOFTMAX, k): v for k, v in stats.items()}
-
-
-def _head_metrics(arr: dict[str, np.ndarray]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    exact = arr["head_exact"]
-    for name in ("exact",) + _HEAD_BOUNDS:
-        v = arr[f"head_{name}"]
-        out[lip_metric(LIP_HEAD, f"{name}_mean")] = float(v.mean())
-        out[lip_metric(LIP_HEAD, f"{name}_max")] = float(v.max())
-    for name in _HEAD_BOUNDS:
-        ratio = arr[f"head_{name}"] / exact
-        out[lip_metric(LIP_HEAD, f"{name}_ratio_min")] = float(ratio.min())
-        out[lip_metric(LIP_HEAD, f"{name}_ratio_median")] = float(np.median(ratio))
-    thm3_below = float(np.mean(arr["head_thm3"] < arr["head_thm2"]))
-    out[lip_metric(LIP_HEAD, "thm3_below_thm2_frac")] = thm3_below
-    # Thm 1 is the paper's statement, not a certified bound: how often it falls below exact
-    out[lip_metric(LIP_HEAD, "thm1_below_exact_frac")] = float(np.mean(arr["head_thm1"] < exact))
-    return out
 
 
 def _save_npz(arrays: dict[str, np.ndarray], path: Path) -> None:
@@ -170,25 +121,6 @@ def _save_npz(arrays: dict[str, np.ndarray], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _write_figures(arrays: dict[str, np.ndarray], out_dir: Path) -> None:
-    from lipsweep.lipschitz import figures
-
-    if "jacobian_norm" in arrays:
-        figures.plot_jacobian_histogram(arrays["jacobian_norm"], out_dir / FIGURES["jacobian"])
-    if "token_jacobian_norm" in arrays:
-        figures.plot_jacobian_histogram(
-            arrays["token_jacobian_norm"], out_dir / FIGURES["tokens"], wrt="tokens"
-        )
-    if "softmax_norm" in arrays:
-        ratio = softmax_ratio(
-            torch.from_numpy(arrays["softmax_norm"]), torch.from_numpy(arrays["softmax_g1"])
-        ).numpy()
-        if ratio.size:
-            figures.plot_softmax_ratio_histogram(ratio, out_dir / FIGURES["softmax"])
-    if "head_exact" in arrays:
-        figures.plot_head_bounds(arrays, out_dir / FIGURES["heads"])
-
-
 def lipschitz_summary(
     model: nn.Module,
     x: torch.Tensor,
@@ -198,11 +130,11 @@ def lipschitz_summary(
 ) -> dict[str, float]:
     """Measure the model's local Lipschitz behaviour on evaluation images ``x`` (B, 3, H, W).
 
-    Runs the whole-network Jacobian norm w.r.t. pixels and (``lip_tokens``) token embeddings
-    (``lip_images``), the softmax-Jacobian ratio
-    (``lip_softmax_images``) and the per-head bounds (``lip_head_images``), returns the metrics
-    listed in the module docstring, and writes the arrays and figures to ``out_dir`` if given.
-    The model's train/eval modes and fused-attention flags are restored after.
+    Runs every part :func:`summary_parts` names for ``cfg`` (the whole-network Jacobian norm
+    w.r.t. pixels, and with the switches on: w.r.t. the token embeddings, the softmax-Jacobian
+    ratio, the per-head bounds; then ``lip_estimators``), returns the metrics listed in the
+    module docstring, and writes the arrays and figures to ``out_dir`` if given. The model's
+    train/eval modes and fused-attention flags are restored after.
     """
     if not isinstance(cfg, LipschitzConfig):
         raise ValueError(f"cfg must be a LipschitzConfig, got {type(cfg).__name__}")
@@ -210,72 +142,23 @@ def lipschitz_summary(
         raise ValueError("x must be a non-empty batch of images (B, 3, H, W)")
     x_jac = _first(x, cfg.lip_images)
     with measurement_mode(model), torch.no_grad():
-        route = resolve_route(cfg.lip_route, model(x_jac[:1]).shape[-1])
+        num_classes = model(x_jac[:1]).shape[-1]
     arrays: dict[str, np.ndarray] = {}
-    est = create_estimator(
-        f"jacobian_{route}", iters=cfg.lip_iters, tol=cfg.lip_tol, precision=cfg.lip_precision
-    )
-    arrays.update(_batched(est, model, x_jac, cfg.lip_batch_size, progress, "jacobian"))
-    arrays["jacobian_route"] = np.array(route)
-    metrics = _jacobian_metrics(arrays["jacobian_norm"], arrays["jacobian_converged"])
-    _log.info("lipschitz: ||J_f|| route %s, median %.4g", route, metrics[LIP_JACOBIAN_MEDIAN])
-    arrays.update(_margin_arrays(model, x_jac, arrays["jacobian_norm"], cfg.lip_batch_size))
-    metrics.update(per_margin_metrics(arrays["jacobian_per_margin"]))
-    if cfg.lip_tokens:
-        est = create_estimator(
-            "token_jacobian",
-            route=route,
-            iters=cfg.lip_iters,
-            tol=cfg.lip_tol,
-            precision=cfg.lip_precision,
-        )
-        arrays.update(_batched(est, model, x_jac, cfg.lip_batch_size, progress, "tokens"))
-        metrics.update(
-            _jacobian_metrics(
-                arrays["token_jacobian_norm"],
-                arrays["token_jacobian_converged"],
-                LIP_JACOBIAN_TOKENS,
-            )
-        )
-    if cfg.lip_softmax:
-        est = create_estimator("softmax_jacobian", method=cfg.lip_softmax_method)
-        arrays.update(
-            _batched(
-                est,
-                model,
-                _first(x_jac, cfg.lip_softmax_images),
-                cfg.lip_batch_size,
-                progress,
-                "softmax",
-            )
-        )
-        metrics.update(_softmax_metrics(arrays["softmax_norm"], arrays["softmax_g1"]))
-    if cfg.lip_head_bounds:
-        est = create_estimator(
-            "head_bounds", route=cfg.lip_head_route, iters=cfg.lip_head_iters, tol=cfg.lip_head_tol
-        )
-        arrays.update(
-            _batched(
-                est,
-                model,
-                _first(x_jac, cfg.lip_head_images),
-                cfg.lip_batch_size,
-                progress,
-                "head bounds",
-            )
-        )
-        metrics.update(_head_metrics(arrays))
-    for name in cfg.lip_estimators or ():
-        est = create_estimator(name)
-        extra = _batched(est, model, x_jac, cfg.lip_batch_size, progress, name)
-        for out in est.outputs:
-            arrays[f"{name}.{out}"] = extra[out]
-            metrics[lip_metric(f"{LIP_PREFIX}{name}_{out}", "mean")] = float(
-                np.mean(extra[out].astype(np.float64))
-            )
+    metrics: dict[str, float] = {}
+    built_in = []
+    for name, est, images in summary_parts(cfg, num_classes):
+        got = _batched(est, model, _first(x_jac, images), cfg.lip_batch_size, progress, name)
+        if hasattr(est, "summarize"):
+            arrays.update(got)
+            metrics.update(est.summarize(arrays))
+            built_in.append(est)
+        else:  # an estimator named in lip_estimators: its arrays as <name>.<output>
+            arrays.update({f"{name}.{k}": v for k, v in got.items()})
+            metrics.update(_extra_metrics(name, tuple(est.outputs), arrays))
     if out_dir is not None:
         out_dir = Path(out_dir)
         _save_npz(arrays, out_dir / NPZ_NAME)
         if cfg.lip_figures:
-            _write_figures(arrays, out_dir)
+            for est in built_in:
+                est.figures(arrays, out_dir)
     return metrics
