@@ -30,19 +30,16 @@ def test_confirm_top_help_says_what_the_readme_says():
 
 
 def test_report_header_with_one_seed_per_arm_reads_as_english(tmp_path):
-    from lipsweep.decide.arms import group_arms
-    from lipsweep.decide.pareto import DEFAULT_OBJECTIVES
-    from lipsweep.decide.report import write_report
+    from lipsweep.decide.front import build_front
+    from lipsweep.decide.report import write_front_report
 
     params = [{"regularizer": "none"}, {"regularizer": "jasmin", "k": "0", "lam": "0.01"}]
     recs = [
         {"run_id": f"r{i}", "params": {**p, "seed": 0}, "metrics": {"acc_clean": 20.0 + i}}
         for i, p in enumerate(params)
     ]
-    arms = group_arms(recs)
-    md = write_report(
-        recs, arms, [1, 1], [1, 1], DEFAULT_OBJECTIVES, False, {}, tmp_path, "e", "test"
-    ).read_text()
+    front = build_front(recs, ["acc_clean:max"])
+    md = write_front_report(front, {}, tmp_path, "e", "test").read_text()
     assert "at most 1 seeds" not in md and "2 arms (configs that differ only in seed; one" in md
 
 

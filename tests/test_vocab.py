@@ -56,7 +56,8 @@ def toy():
 def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
     from lipsweep.__main__ import main
     from lipsweep.decide.export import _model_card
-    from lipsweep.decide.pareto import config_label, front_table
+    from lipsweep.decide.front import build_front
+    from lipsweep.decide.pareto import config_label
     from lipsweep.decide.plots import _style
     from lipsweep.settings.config import TrialConfig
     from lipsweep.vit.export_format import build_config_json
@@ -78,7 +79,7 @@ def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
     assert flat["toy_alpha"] == 0.5 and flat["toy_mode"] == "b"
     params = {k: str(v) for k, v in flat.items()}
     assert config_label(params) == "Toy toy_alpha=0.5 toy_mode=b"
-    table = front_table(
+    table = build_front(
         [
             {
                 "run_id": "r1",
@@ -86,8 +87,8 @@ def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
                 "metrics": {"acc_clean": 50.0, "acc_pgd_4": 10.0, "acc_aa_2": 5.0},
             }
         ],
-        [1],
-    )
+        ["acc_clean:max", "acc_pgd_4:max", "acc_aa_2:max"],
+    ).table
     assert "toy_alpha" in table.splitlines()[0] and "toy_reg" in table
     assert _style("toy_reg", {})[2] == "Toy"
     card = _model_card(build_config_json(flat, (0.5,) * 3, (0.5,) * 3, {}), {})

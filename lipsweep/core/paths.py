@@ -175,11 +175,6 @@ def removing(
             _remove(tmp)
 
 
-def fsync_file(path: Path) -> None:
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
-
-
 def write_atomic(path: Path, data: bytes | str) -> Path:
     """Write ``data`` to ``path`` through its temporary sibling (fsync'ed, then renamed);
     a failure leaves ``path`` as it was and no temporary (WriteError)."""
