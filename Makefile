@@ -46,10 +46,12 @@ demo: setup
 test: setup
 	PYTHONFAULTHANDLER=1 $(RUN) pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
-# The habits CI holds the code to: ruff's rule set and format ([tool.ruff] in pyproject.toml).
+# The habits CI holds the code to: ruff's rule set and format ([tool.ruff] in pyproject.toml),
+# and deptry: every distribution lipsweep/ imports is declared ([tool.deptry]).
 lint: setup
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
+	$(RUN) deptry lipsweep
 
 # The wheel a user installs (issue 29): built, installed with --no-deps into a fresh target
 # beside the locked .venv (which supplies the dependencies), and run from an empty folder, so
