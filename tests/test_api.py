@@ -201,6 +201,7 @@ def test_a_tiny_sweep_end_to_end_through_the_api(tmp_path, monkeypatch):
     assert swept.ok and not swept.interrupted, swept.summary
     assert swept.experiment == "api" and swept.experiment_path.endswith("/ray_results/api")
     assert swept.counts == api.OutcomeCounts(finished=1, stopped=0, failed=0, not_run=0, total=1)
+    assert swept.ran == 1 and not swept.summary.startswith("nothing left to run")
     (run,) = swept.runs
     assert run.status == "FINISHED" and run.metrics["acc_clean"] >= 0
     # the runs it returns are the ones MLflow holds, under its parent run
@@ -217,3 +218,9 @@ def test_a_tiny_sweep_end_to_end_through_the_api(tmp_path, monkeypatch):
     assert exported.run_id == run.run_id and exported.folder == tmp_path / "export"
     assert (exported.folder / "model.safetensors").is_file()
     assert exported.metrics["acc_clean"] == run.metrics["acc_clean"]
+    # a resume of the finished sweep runs nothing, and says so
+    again = sweep_in_process(
+        monkeypatch, tmp_path, space=_space(tmp_path), tracking_uri=uri, resume=True
+    )
+    assert again.ok and again.ran == 0 and again.counts == swept.counts
+    assert again.summary.startswith("nothing left to run: every trial had ended before this")

@@ -4,6 +4,7 @@ what the demo and the report write."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import subprocess
@@ -144,3 +145,44 @@ def test_demo_names_the_mlflow_that_setup_installed(monkeypatch):
     tool = installed_tool("mlflow")  # ROOT / an absolute path is that path
     assert tool != "mlflow" and (ROOT / tool).is_file(), tool
     assert ".venv/bin/mlflow ui --backend-store-uri" in README
+
+
+def test_printed_paths_are_relative_to_the_working_folder_under_it(tmp_path, monkeypatch):
+    from lipsweep.core.paths import shown_path
+
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(tmp_path / "exports" / "smoke-best") == "exports/smoke-best"
+    assert shown_path("reports/x") == "reports/x"
+    assert shown_path("/elsewhere/x") == "/elsewhere/x"  # not under it: as given
+    assert shown_path(tmp_path.parent / "y") == str(tmp_path.parent / "y")
+
+
+def test_the_demo_says_where_to_look_relatively_and_when_its_resume_ran_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """A second `make demo` resumed a finished sweep and printed `sweep: 67 s` and absolute
+    paths; it says that nothing was left to run, and the paths as the README shows them."""
+    from lipsweep import api
+    from lipsweep.__main__ import main
+    from lipsweep.api.results import DemoResult, ExportResult, OutcomeCounts, SweepResult
+    from lipsweep.cli import commands
+
+    monkeypatch.chdir(tmp_path)
+    state = tmp_path / "ray_results" / "smoke"
+    counts = OutcomeCounts(finished=4, stopped=0, failed=0, not_run=0, total=4)
+    sweep = SweepResult("s.yaml", "smoke", "st", str(state), "sqlite:///mlflow.db", counts, ran=0)
+    export = ExportResult(tmp_path / "exports" / "smoke-best", "r", "rule", {})
+    done = DemoResult(sweep, object(), export, sweep_seconds=67.2)
+    monkeypatch.setattr(api, "demo", lambda opts: done)
+    for name in ("print_pareto", "print_export"):
+        monkeypatch.setattr(commands, name, lambda result: None)
+    monkeypatch.setattr(commands, "print_sweep", lambda result: 0)
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "sweep: nothing left to run, every trial had ended (67 s to check); Ray Tune " in out
+    assert "state in ray_results/smoke\n" in out
+    assert "export:     exports/smoke-best  (load with" in out
+    done = DemoResult(dataclasses.replace(sweep, ran=4), object(), export, sweep_seconds=377)
+    monkeypatch.setattr(api, "demo", lambda opts: done)
+    assert main(["demo"]) == 0
+    assert "sweep: 377 s; Ray Tune state in ray_results/smoke" in capsys.readouterr().out

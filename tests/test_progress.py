@@ -53,7 +53,9 @@ def test_failed_and_stopped_are_counted_and_never_best():
 def test_min_objective_and_no_best_yet():
     p = SweepProgress(total=2, objective=("lip_jacobian_median", "min"))
     assert p.best_line() == "best lip_jacobian_median (min): no finished trial yet"
-    assert p.counts_line(0) == "running 0 · pending 2 · finished 0 · failed 0 · ETA ?"
+    assert p.counts_line(0) == (
+        "running 0 · pending 2 · finished 0 · failed 0 · waiting for a trial to start"
+    )
     p.started("a", 0)
     p.ended("a", FINISHED, 10, {"lip_jacobian_median": 1.4})
     p.started("b", 10)
@@ -132,3 +134,51 @@ def test_eta_says_soon_not_0s_while_trials_run_past_the_mean():
     p.started("b", 10)
     assert p.counts_line(12).endswith("ETA 8s")
     assert p.counts_line(30).endswith("ETA soon")
+
+
+def test_before_any_trial_ends_the_line_says_what_it_waits_for():
+    """No `ETA ?` repeated for the whole first trial: how far the furthest trial is."""
+    p = SweepProgress(total=4)
+    p.started("a", 0, "a [none]")
+    p.started("b", 0, "b [jasmin]")
+    assert p.counts_line(5).endswith(
+        "failed 0 · waiting for the first trial to end (furthest: in its first epoch)"
+    )
+    p.epoch_done("a", 1, 4, 30)
+    p.epoch_done("b", 3, 4, 40)
+    assert p.counts_line(45).endswith("(furthest: epoch 3/4)")
+    p.epoch_done("b", 4, 4, 50, evaluating=True)
+    assert p.counts_line(50 + 125).endswith("(furthest: evaluating for 2m)")
+    p.ended("b", FINISHED, 200, {"acc_clean": 1.0})
+    assert "ETA" in p.counts_line(201)
+    resumed = SweepProgress(total=2)  # one ended before this run: "a trial of this run"
+    resumed.ended_before("x", FINISHED, "x")
+    resumed.started("y", 0)
+    assert resumed.counts_line(1).endswith(
+        "waiting for a trial of this run to end (furthest: in its first epoch)"
+    )
+    assert (resumed.ran, p.ran) == (1, 2)
+
+
+def test_a_periodic_status_that_repeats_the_last_one_is_not_printed_again(monkeypatch):
+    import io
+    from types import SimpleNamespace
+
+    from lipsweep.sweep import callbacks
+    from lipsweep.sweep.callbacks import ConsoleProgress
+
+    clock = [100.0]
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    cb = ConsoleProgress(2, status_every=30, stream=out)
+    flat = {"regularizer": "none", "seed": 0, "epochs": 2}
+    trial = SimpleNamespace(trial_id="t0", config=flat, status="RUNNING", last_result={})
+    cb.on_trial_start(0, [trial], trial)
+    for step in range(4):  # two minutes in the first epoch: one line, not four
+        clock[0] += 30
+        cb.on_step_end(step, [trial])
+    assert out.getvalue().count("status:") == 1
+    cb.on_trial_result(0, [trial], trial, {"epoch": 1, "loss": 2.0, "acc_clean": 20.0})
+    clock[0] += 30
+    cb.on_step_end(5, [trial])
+    assert out.getvalue().count("status:") == 2 and "(furthest: epoch 1/2)" in out.getvalue()

@@ -141,4 +141,5 @@ def run(opts: SweepOptions) -> SweepResult:
         interrupted=outcome is None or outcome.interrupted,
         signal=None if stop.received is None else int(stop.received),
         summary=outcome.summary if outcome is not None else "interrupted",
+        ran=outcome.ran if outcome is not None else None,
     )
