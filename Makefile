@@ -19,7 +19,8 @@ RUN := env -u VIRTUAL_ENV RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 \
 	MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false $(UV) run --frozen
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-avx2 test-amx-fault isa-matrix lint wheel-check test-faults study clean
+.PHONY: setup demo test test-avx2 test-amx-fault isa-matrix lint wheel-check test-faults study \
+	optuna-dashboard clean
 
 $(CURDIR)/$(TOOLS)/bin/uv:
 	rm -rf $(TOOLS)
@@ -117,6 +118,14 @@ study: setup
 	if command -v chromium >/dev/null; then $(RUN) python docs/screenshot_mlflow.py \
 		--experiment $(STUDY) --tracking-uri $(STUDY_URI) --view runs \
 		--out docs/study/mlflow_runs.png; fi
+
+# The Optuna study of a `search:` sweep in optuna-dashboard on http://127.0.0.1:8080, from
+# .venv (the lock's `dashboard` extra, installed on first use; never the system pip).
+# OPTUNA_DB: the study file the sweep logged (default: the one beside sqlite:///mlflow.db).
+OPTUNA_DB ?= mlflow.optuna.db
+optuna-dashboard: setup
+	$(RUN) --extra dashboard optuna-dashboard --host 127.0.0.1 --port 8080 \
+		sqlite:///$(abspath $(OPTUNA_DB))
 
 # Everything setup, the demo, the study and `lipsweep report` (default --out reports/) write.
 clean:
