@@ -127,7 +127,8 @@ optuna-dashboard: setup
 	$(RUN) --extra dashboard optuna-dashboard --host 127.0.0.1 --port 8080 \
 		sqlite:///$(abspath $(OPTUNA_DB))
 
-# Everything setup, the demo, the study and `lipsweep report` (default --out reports/) write.
+# Start over: everything setup, the demo, the study, `lipsweep report` (default --out
+# reports/), the Optuna studies beside the MLflow stores and the README's examples write.
 clean:
-	rm -rf .venv .tools mlflow.db mlflow.db.lock study.db study.db.lock mlruns ray_results \
-		runs exports reports
+	rm -rf .venv .tools mlflow.db mlflow.db.lock mlflow.optuna.db study.db study.db.lock \
+		study.optuna.db mlruns mlartifacts ray_results runs exports reports nb-export my100.npz

@@ -52,9 +52,11 @@ def test_readme_commands_after_setup_need_no_uv_on_path():
 
 
 def test_make_clean_removes_what_the_demo_and_the_report_write(tmp_path):
-    """mlflow.db.lock (MLflow's SQLite lock) and reports/ (``lipsweep report``'s default
-    --out) were neither ignored nor cleaned."""
+    """Starting over: the MLflow store, its lock and its Optuna study (whose study blocks a
+    rerun of the same Optuna sweep), reports/, exports/ and what the README's examples write
+    are cleaned, and git ignores them."""
     made = ["mlflow.db", "mlflow.db.lock", "reports/e/report.md", "exports/x/a", "ray_results/s/a"]
+    made += ["mlflow.optuna.db", "nb-export/model.safetensors", "my100.npz", "runs/my100/a"]
     for name in made:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
@@ -186,3 +188,30 @@ def test_the_demo_says_where_to_look_relatively_and_when_its_resume_ran_nothing(
     monkeypatch.setattr(api, "demo", lambda opts: done)
     assert main(["demo"]) == 0
     assert "sweep: 377 s; Ray Tune state in ray_results/smoke" in capsys.readouterr().out
+
+
+def test_optuna_dashboard_comes_from_the_lock_not_the_system_pip(tmp_path):
+    """The README's `pip install optuna-dashboard`, after activating .venv (which has no pip),
+    installed into the system Python: `make optuna-dashboard` runs it from .venv, installed
+    from the lock's `dashboard` extra."""
+    import tomllib
+
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    me = next(p for p in lock["package"] if p["name"] == "lipsweep")
+    assert [d["name"] for d in me["optional-dependencies"]["dashboard"]] == ["optuna-dashboard"]
+    assert "pip install optuna" not in README and "make optuna-dashboard" in README
+    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
+    for name in ("pyproject.toml", "uv.lock", ".venv/.synced", "uv"):  # setup done: no install
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).touch()
+    dry = subprocess.run(
+        ["make", "-n", "optuna-dashboard", f"UV={tmp_path / 'uv'}", "OPTUNA_DB=study.optuna.db"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dry.returncode == 0, dry.stderr
+    cmd = " ".join(dry.stdout.replace("\\\n", " ").split())
+    assert "uv run --frozen --extra dashboard optuna-dashboard --host 127.0.0.1" in cmd
+    assert cmd.endswith(f"sqlite:///{tmp_path / 'study.optuna.db'}"), cmd
