@@ -215,3 +215,38 @@ def test_optuna_dashboard_comes_from_the_lock_not_the_system_pip(tmp_path):
     cmd = " ".join(dry.stdout.replace("\\\n", " ").split())
     assert "uv run --frozen --extra dashboard optuna-dashboard --host 127.0.0.1" in cmd
     assert cmd.endswith(f"sqlite:///{tmp_path / 'study.optuna.db'}"), cmd
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    import os
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_the_api_shows_lipsweeps_info_lines_unless_logging_is_configured():
+    """From Python, lipsweep's INFO lines (the Optuna study's path among them) were not shown:
+    the API shows them as the CLI does, and leaves a configuration the user made alone."""
+    call = (
+        "from lipsweep import api; api.sweep(space='smoke', dry_run=True)\n"
+        "log = logging.getLogger('lipsweep.sweep')\n"
+        "log.info('study in %s', 'postgresql://u:secret@h/x'); log.debug('not shown')\n"
+    )
+    user = "logging.basicConfig(level=logging.INFO, format='U %(message)s')\n"
+    fresh = _python("import logging\n" + call + user + call)
+    assert fresh.returncode == 0, fresh.stderr
+    lines = fresh.stderr.splitlines()
+    assert len(lines) == 2, lines  # the second call: the user's handler alone, once
+    shown = r"\d\d:\d\d:\d\d INFO lipsweep\.sweep: study in postgresql://\*\*\*@h/x"
+    assert re.fullmatch(shown, lines[0]), lines[0]
+    assert lines[1] == "U study in postgresql://u:secret@h/x"  # their format, their filters
+    theirs = _python(
+        "import logging; logging.basicConfig(level=logging.WARNING, format='U %(message)s')\n"
+        + call
+        + "assert logging.getLogger('lipsweep').handlers == []\n"
+        + "assert logging.getLogger('lipsweep').level == logging.NOTSET\n"
+    )
+    assert theirs.returncode == 0 and theirs.stderr == "", theirs.stderr
