@@ -182,3 +182,31 @@ def test_a_periodic_status_that_repeats_the_last_one_is_not_printed_again(monkey
     clock[0] += 30
     cb.on_step_end(5, [trial])
     assert out.getvalue().count("status:") == 2 and "(furthest: epoch 1/2)" in out.getvalue()
+
+
+def test_a_sweep_worker_shows_its_evaluation_lines_named_by_trial():
+    """A Tune worker shows lipsweep's INFO lines nowhere, so a trial's evaluation was silent
+    on the driver: its evaluation lines go to the worker's stderr (Ray shows them on the
+    driver), named by trial, and its other lines stay quiet. In a fresh process: it changes
+    the loggers for the process's life."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import logging; from lipsweep.sweep.trainable import show_evaluation_lines\n"
+        "show_evaluation_lines('t0 [none seed=0]'); show_evaluation_lines('t1 [none seed=1]')\n"
+        "logging.getLogger('lipsweep.attacks.evaluate').info('acc_fgsm_2 = %.2f%%', 25)\n"
+        "logging.getLogger('lipsweep.trial.run').info('epoch 1/1')\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.endswith(" INFO lipsweep.attacks.evaluate: t1 [none seed=1] acc_fgsm_2 = 25.00%")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -80,6 +81,11 @@ def test_four_trial_sweep_logs_finished_children_under_one_parent(four_trial_swe
     regs = sorted(r.data.params["regularizer"] for r in kids)
     assert regs == ["jasmin", "jasmin", "none", "specformer"]
     assert "jasmin k=10" in proc.stderr  # one console line per trial event
+    # each trial's evaluation shows its progress on the driver, named by trial (Ray shows
+    # the worker's lines there)
+    shown = proc.stdout + proc.stderr
+    for what in ("final evaluation: clean accuracy and", "acc_pgd_4 = ", "Lipschitz summary done"):
+        assert re.search(r"lipsweep\.\S+: \w+_0000\d \[[^]]+\] " + re.escape(what), shown), what
     # output to pipes, not a terminal: Ray's worker-line prefixes come without colour codes
     assert "\x1b[" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
     parent_arts = {a.path for a in c.list_artifacts(parent.info.run_id)}
