@@ -18,6 +18,8 @@ from lipsweep.api.options import OPTIONS
 from lipsweep.cli import COMMANDS, build_parser
 from lipsweep.core.config_base import ConfigError, UsageError
 
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 CLI_ONLY = {"train": {"help_settings"}}
 """Flags that are the CLI's alone: they print something and exit, and run no command."""

@@ -17,7 +17,7 @@ from _sweep_helpers import (
     sweep_cmd,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 # the helpers' tiny trial (2 blocks, 256 train / 32 eval images), 1 epoch, only ||J_f||
 LEAN = "  lip_tokens: false\n  lip_softmax: false\n  lip_head_bounds: false\n"

@@ -25,6 +25,8 @@ from lipsweep.regularizers import (
 )
 from lipsweep.settings.config import TrialConfig
 
+pytestmark = pytest.mark.ray
+
 # ------------------------------------------------------------------ a regularizer
 
 

@@ -45,7 +45,7 @@ from _sweep_helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.ray]
 
 SPEC_METRICS = (
     "acc_clean",

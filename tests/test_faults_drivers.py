@@ -34,7 +34,7 @@ from _sweep_helpers import (
     write_space,
 )
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.ray]
 
 SECRET = "hunter2"
 MLFLOW_SH = ROOT / "deploy" / "start_mlflow.sh"

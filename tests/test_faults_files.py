@@ -24,7 +24,7 @@ import pytest
 from _sweep_helpers import ROOT, empty_store, mlflow_client, write_space
 from conftest import small_npz
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.ray]
 
 SUBSET = ROOT.parent / "shared" / "data" / "cifar10_subset.npz"
 SECRET = "hunter2"

@@ -25,7 +25,7 @@ from _sweep_helpers import (
     write_space,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 SPEC_METRICS = (
     "acc_clean",
     "acc_fgsm_2",

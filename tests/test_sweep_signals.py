@@ -39,6 +39,8 @@ from lipsweep.sweep.space_record import (
     space_record,
 )
 
+pytestmark = pytest.mark.ray
+
 TWO = "  - regularizer: none\n  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}\n"
 
 
