@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import client, npz_space, sqlite_uri, sweep_in_process
+from _sweep_helpers import NONE, client, npz_space, sqlite_uri, sweep_in_process
 
 from lipsweep import api
 from lipsweep.api.options import OPTIONS
@@ -190,8 +190,8 @@ def test_the_api_dry_run_imports_no_torch_ray_or_mlflow(tmp_path):
 
 def _space(tmp_path: Path) -> Path:
     """One tiny trial on the 20/10-image npz of conftest: the smallest sweep there is."""
-    rest = "grid:\n  - regularizer: none\nresources: {cpu: 1, gpu: 0}\nmax_concurrent_trials: 1\n"
-    return npz_space(tmp_path, "api", rest)
+    resources = {"cpu": 1, "gpu": 0}
+    return npz_space(tmp_path, "api", grid=[NONE], resources=resources, max_concurrent_trials=1)
 
 
 @pytest.mark.slow

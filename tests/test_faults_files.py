@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _sweep_helpers import ROOT, empty_store, mlflow_client, write_space
+from _sweep_helpers import NONE, ROOT, empty_store, mlflow_client, write_space
 from conftest import small_npz
 
 pytestmark = [pytest.mark.faults, pytest.mark.ray]
@@ -162,7 +162,7 @@ def _workspace(base: Path) -> tuple[Path, Path]:
     argv = ["data", "prepare", "--dataset", "cifar10", "--source", str(src)]
     with contextlib.redirect_stdout(io.StringIO()):
         assert main([*argv, "--dest", f"file://{inputs / 'bucket'}"]) == 0
-    return w, write_space(inputs, "  - regularizer: none\n", epochs=1)
+    return w, write_space(inputs, [NONE], epochs=1)
 
 
 CASES = {
