@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _sweep_helpers import space_file
 
 from lipsweep.core.config_base import ConfigError, check_choice, check_positive
 from lipsweep.regularizers import (
@@ -65,10 +66,8 @@ def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
     assert main(["train", "--help-settings"]) == 0
     out = capsys.readouterr().out
     assert "  toy_alpha = 0.5\n      Toy: strength" in out and "'toy_reg' (test only)" in out
-    space = tmp_path / "toy.yaml"
-    space.write_text(
-        "name: toy\nfixed: {epochs: 1}\ngrid:\n  - {regularizer: toy_reg, toy_alpha: [0.5, 2.0]}\n"
-    )
+    grid = [{"regularizer": "toy_reg", "toy_alpha": [0.5, 2.0]}]
+    space = space_file(tmp_path, {"name": "toy", "fixed": {"epochs": 1}, "grid": grid})
     assert main(["sweep", str(space), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "toy_reg toy_alpha=0.5 toy_mode=a" in out and "toy_reg toy_alpha=2.0" in out
