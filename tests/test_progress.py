@@ -146,7 +146,7 @@ def test_before_any_trial_ends_the_line_says_what_it_waits_for():
     )
     p.epoch_done("a", 1, 4, 30)
     p.epoch_done("b", 3, 4, 40)
-    assert p.counts_line(45).endswith("(furthest: epoch 3/4)")
+    assert p.counts_line(45).endswith("(furthest: epoch 3/4 done)")
     p.epoch_done("b", 4, 4, 50, evaluating=True)
     assert p.counts_line(50 + 125).endswith("(furthest: evaluating for 2m)")
     p.ended("b", FINISHED, 200, {"acc_clean": 1.0})
@@ -181,7 +181,7 @@ def test_a_periodic_status_that_repeats_the_last_one_is_not_printed_again(monkey
     cb.on_trial_result(0, [trial], trial, {"epoch": 1, "loss": 2.0, "acc_clean": 20.0})
     clock[0] += 30
     cb.on_step_end(5, [trial])
-    assert out.getvalue().count("status:") == 2 and "(furthest: epoch 1/2)" in out.getvalue()
+    assert out.getvalue().count("status:") == 2 and "(furthest: epoch 1/2 done)" in out.getvalue()
 
 
 def test_a_sweep_worker_shows_its_evaluation_lines_named_by_trial():

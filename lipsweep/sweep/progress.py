@@ -16,7 +16,7 @@ failed) trial and run as many at a time as have run at once so far: (the running
 remainders + pending x mean) / parallel, and no less than the longest remainder. It is a rough
 guide. Until a timed trial has ended there is none, and the line says instead what it waits
 for and how far the furthest running trial is (``waiting for the first trial to end
-(furthest: epoch 3/4)``, then ``(furthest: evaluating for 2m)``).
+(furthest: epoch 3/4 done)``, then ``(furthest: evaluating for 2m)``).
 """
 
 from __future__ import annotations
@@ -208,9 +208,8 @@ class SweepProgress:
         if ahead.evaluating_since is not None:
             where = f"evaluating for {format_duration(now - ahead.evaluating_since)}"
         elif ahead.epoch:
-            where = (
-                f"epoch {ahead.epoch}/{ahead.epochs}" if ahead.epochs else f"epoch {ahead.epoch}"
-            )
+            of = f"/{ahead.epochs}" if ahead.epochs else ""
+            where = f"epoch {ahead.epoch}{of} done"
         else:
             where = "in its first epoch"
         return f"waiting for {which} to end (furthest: {where})"
