@@ -60,6 +60,17 @@ class _EvaluationLines(logging.StreamHandler):
         return f"{head}: {self.trial} {body}"
 
 
+def trial_label(flat: dict[str, Any]) -> str:
+    """The trial's label as the driver's lines show it (:func:`lipsweep.sweep.space.trial_label`,
+    which this module cannot import: the space imports the schedulers, which import this)."""
+    from lipsweep.regularizers import find_spec
+
+    reg = flat.get("regularizer", "none")
+    spec = find_spec(reg)
+    core = spec.label(flat) if spec is not None else str(reg)
+    return core.strip() + (f" seed={flat['seed']}" if "seed" in flat else "")
+
+
 def show_evaluation_lines(trial: str) -> None:
     """Show this worker's final-evaluation log lines (INFO and up), named by ``trial``; once
     per process (a reused worker renames them)."""
@@ -149,7 +160,6 @@ def train_trial(config: dict[str, Any]) -> None:
     """Tune entry point: train, evaluate and report one trial."""
     from ray import tune
 
-    from lipsweep.sweep.space import trial_label
     from lipsweep.trial.device import choose_device
     from lipsweep.trial.engine import NonFiniteLossError
     from lipsweep.trial.run import run_trial  # torch: in the worker, never in the driver

@@ -108,9 +108,7 @@ def save_pyfunc_model(
 def package_code(dst: Path) -> Path:
     """lipsweep's Python files (not its data, spaces or configs) copied to ``dst/lipsweep``:
     the loader the model carries."""
-    import lipsweep
-
-    src = Path(lipsweep.__file__).parent
+    src = Path(__file__).resolve().parents[1]  # lipsweep/
 
     def skip(folder: str, names: list[str]) -> list[str]:
         keep = (".py", "py.typed")
