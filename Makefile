@@ -19,7 +19,8 @@ RUN := env -u VIRTUAL_ENV RAY_ENABLE_UV_RUN_RUNTIME_ENV=0 \
 	MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false $(UV) run --frozen
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-avx2 test-amx-fault isa-matrix lint wheel-check test-faults study clean
+.PHONY: setup demo test test-avx2 test-amx-fault isa-matrix lint wheel-check test-faults study \
+	optuna-dashboard clean
 
 $(CURDIR)/$(TOOLS)/bin/uv:
 	rm -rf $(TOOLS)
@@ -46,10 +47,12 @@ demo: setup
 test: setup
 	PYTHONFAULTHANDLER=1 $(RUN) pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
-# The habits CI holds the code to: ruff's rule set and format ([tool.ruff] in pyproject.toml).
+# The habits CI holds the code to: ruff's rule set and format ([tool.ruff] in pyproject.toml),
+# and deptry: every distribution lipsweep/ imports is declared ([tool.deptry]).
 lint: setup
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
+	$(RUN) deptry lipsweep
 
 # The wheel a user installs (issue 29): built, installed with --no-deps into a fresh target
 # beside the locked .venv (which supplies the dependencies), and run from an empty folder, so
@@ -116,7 +119,16 @@ study: setup
 		--experiment $(STUDY) --tracking-uri $(STUDY_URI) --view runs \
 		--out docs/study/mlflow_runs.png; fi
 
-# Everything setup, the demo, the study and `lipsweep report` (default --out reports/) write.
+# The Optuna study of a `search:` sweep in optuna-dashboard on http://127.0.0.1:8080, from
+# .venv (the lock's `dashboard` extra, installed on first use; never the system pip).
+# OPTUNA_DB: the study file the sweep logged (default: the one beside sqlite:///mlflow.db).
+OPTUNA_DB ?= mlflow.optuna.db
+optuna-dashboard: setup
+	$(RUN) --extra dashboard optuna-dashboard --host 127.0.0.1 --port 8080 \
+		sqlite:///$(abspath $(OPTUNA_DB))
+
+# Start over: everything setup, the demo, the study, `lipsweep report` (default --out
+# reports/), the Optuna studies beside the MLflow stores and the README's examples write.
 clean:
-	rm -rf .venv .tools mlflow.db mlflow.db.lock study.db study.db.lock mlruns ray_results \
-		runs exports reports
+	rm -rf .venv .tools mlflow.db mlflow.db.lock mlflow.optuna.db study.db study.db.lock \
+		study.optuna.db mlruns mlartifacts ray_results runs exports reports nb-export my100.npz

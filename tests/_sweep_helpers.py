@@ -19,30 +19,13 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # A tiny, fast trial: 2-block ViT, 256 training images, 32 evaluation images; every Lipschitz
 # metric, but the per-head bounds on 4 images (not 16) and no PNG figures, which were 2/3 of
 # the Lipschitz summary's time (tests/test_lipschitz_summary.py draws every figure).
-FIXED = """fixed:
-  model: vit_tiny_patch16_224
-  depth: 2
-  embed_dim: 64
-  num_heads: 4
-  dataset: embedded
-  train_size: 256
-  eval_size: 32
-  epochs: {epochs}
-  batch_size: 64
-  optimizer: adamw
-  lr: 1.0e-3
-  aa_attacks: [apgd-ce]
-  lip_head_images: 4
-  lip_figures: false
-"""
-
 TINY_FLAT = {
     "model": "vit_tiny_patch16_224",
     "depth": 2,
@@ -59,24 +42,71 @@ TINY_FLAT = {
     "lip_figures": False,
 }
 
+NONE = {"regularizer": "none"}
+JASMIN_MEAN = {"regularizer": "jasmin", "k": 0, "lam": 1e-2, "aggregation": "mean"}
 # Every regularizer of the package (JaSMin with both aggregations): the grid of the session's
 # four-trial sweep (conftest.four_trial_sweep) and of the interrupted sweep in test_sweep.py.
-FOUR = """  - regularizer: none
-  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
-  - {regularizer: jasmin, k: 10, lam: 1.0e-2, aggregation: max}
-  - {regularizer: specformer, lam_q: 1.0e-2, lam_k: 1.0e-2, lam_v: 1.0e-2}
-"""
+FOUR = [
+    NONE,
+    JASMIN_MEAN,
+    {"regularizer": "jasmin", "k": 10, "lam": 1e-2, "aggregation": "max"},
+    {"regularizer": "specformer", "lam_q": 1e-2, "lam_k": 1e-2, "lam_v": 1e-2},
+]
+
+
+def tiny_space(
+    grid: Optional[list[dict[str, Any]]],
+    epochs: int = 2,
+    max_concurrent: int = 2,
+    fixed: Optional[dict[str, Any]] = None,
+    **top: Any,
+) -> dict[str, Any]:
+    """A search space (what ``load_space`` reads) of the tiny trial: ``fixed`` over
+    :data:`TINY_FLAT` with ``epochs``, the ``grid`` (None: give a ``search`` instead), one CPU
+    per trial, ``max_concurrent`` trials at once, and any other top-level key (``repeat``,
+    ``search``, ``scheduler``, ``max_failures``, ``callbacks``...)."""
+    spec: dict[str, Any] = {"name": "t", "fixed": {**TINY_FLAT, "epochs": epochs, **(fixed or {})}}
+    if grid is not None:
+        spec["grid"] = [dict(point) for point in grid]
+    return {
+        **spec,
+        "resources": {"cpu": 1, "gpu": 0},
+        "max_concurrent_trials": max_concurrent,
+        **top,
+    }
+
+
+def space_file(folder: Path, spec: dict[str, Any] | str, name: str = "space.yaml") -> Path:
+    """``spec`` (a space as Python data, or YAML text as written) as ``folder/name``."""
+    import yaml
+
+    path = folder / name
+    path.write_text(spec if isinstance(spec, str) else yaml.safe_dump(spec, sort_keys=False))
+    return path
 
 
 def write_space(
-    tmp_path: Path, grid: str, epochs: int = 2, extra: str = "", max_concurrent: int = 2
+    tmp_path: Path,
+    grid: Optional[list[dict[str, Any]]],
+    epochs: int = 2,
+    max_concurrent: int = 2,
+    fixed: Optional[dict[str, Any]] = None,
+    **top: Any,
 ) -> Path:
-    p = tmp_path / "space.yaml"
-    p.write_text(
-        f"name: t\n{FIXED.format(epochs=epochs)}grid:\n{grid}"
-        f"resources: {{cpu: 1, gpu: 0}}\nmax_concurrent_trials: {max_concurrent}\n" + extra
-    )
-    return p
+    """:func:`tiny_space` as ``tmp_path/space.yaml``."""
+    return space_file(tmp_path, tiny_space(grid, epochs, max_concurrent, fixed, **top))
+
+
+def _fixed_yaml() -> str:
+    import yaml
+
+    text = yaml.safe_dump({"fixed": {**TINY_FLAT, "epochs": -1}}, sort_keys=False)
+    return text.replace("epochs: -1", "epochs: {epochs}")
+
+
+FIXED = _fixed_yaml()
+""":data:`TINY_FLAT`'s ``fixed:`` block as YAML text with an ``{epochs}`` field, for a test
+that writes its space as text."""
 
 
 def sqlite_uri(tmp_path: Path) -> str:
@@ -418,31 +448,26 @@ class MlflowServer:
             time.sleep(0.2)
 
 
-def npz_space(tmp_path: Path, name: str, rest: str, epochs: int = 1) -> Path:
+def npz_space(tmp_path: Path, name: str, epochs: int = 1, **rest: Any) -> Path:
     """The smallest sweep there is: a 2-block ViT on conftest's 20/10-image npz, ``epochs``
-    epochs, then ``rest`` (the ``grid:``/``search:``/``scheduler:`` blocks and resources)."""
+    epochs, then ``rest`` (``grid``, ``search``, ``scheduler``, ``resources``... as Python)."""
     from conftest import small_npz
 
     data = small_npz(tmp_path / "data.npz")
-    path = tmp_path / "space.yaml"
-    path.write_text(
-        f"""name: {name}
-fixed:
-  model: vit_tiny_patch16_224
-  depth: 2
-  embed_dim: 64
-  num_heads: 4
-  dataset: npz
-  data_dir: {data}
-  epochs: {epochs}
-  batch_size: 10
-  optimizer: adamw
-  lr: 1.0e-3
-  aa_attacks: [apgd-ce]
-"""
-        + rest
-    )
-    return path
+    fixed = {
+        "model": "vit_tiny_patch16_224",
+        "depth": 2,
+        "embed_dim": 64,
+        "num_heads": 4,
+        "dataset": "npz",
+        "data_dir": str(data),
+        "epochs": epochs,
+        "batch_size": 10,
+        "optimizer": "adamw",
+        "lr": 1e-3,
+        "aa_attacks": ["apgd-ce"],
+    }
+    return space_file(tmp_path, {"name": name, "fixed": fixed, **rest})
 
 
 def sweep_in_process(monkeypatch, tmp_path: Path, **options):

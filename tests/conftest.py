@@ -85,37 +85,21 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     shutil.rmtree(_RAY_TMPDIR, ignore_errors=True)
 
 
-# Two workers (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder). Every test file that
-# starts Ray (a sweep, a Tune run, `ray up`) is in one group, "ray", which one worker runs first
-# to last while the other runs the rest, a test file at a time (a module's fixtures made once).
-# Two local sweeps at once gained nothing: a sweep's idle half went to the other sweep's Ray
-# daemons, and each took twice as long (two 2-worker runs of the suite: 1,054 s and 1,671 s).
-_RAY_FILES = frozenset(
-    {
-        "test_api.py",
-        "test_arms_sweep.py",
-        "test_cluster_loopback.py",
-        "test_faults.py",
-        "test_faults_drivers.py",
-        "test_faults_files.py",
-        "test_faults_uploads.py",
-        "test_family_members.py",
-        "test_ray_watchdog.py",
-        "test_review.py",  # four_trial_sweep, with test_sweep.py
-        "test_s3_policies.py",
-        "test_schedulers.py",
-        "test_searchers.py",
-        "test_setup.py",
-        "test_sweep.py",
-        "test_sweep_signals.py",
-    }
-)
+# Two workers (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder). Every test that
+# starts Ray (a sweep, a Tune run, `ray up`) is marked `ray` (its module says
+# `pytestmark = pytest.mark.ray`) and so is in one group, "ray", which one worker runs first
+# to last while the other runs the rest, a test file at a time (a module's fixtures made
+# once). Two local sweeps at once gained nothing: a sweep's idle half went to the other
+# sweep's Ray daemons, and each took twice as long (two 2-worker runs of the suite: 1,054 s
+# and 1,671 s). A test that starts Ray without the mark fails (below), naming the mark.
+RAY_MARK = "ray"
 _SHARED_GROUP = {"test_head_bounds.py": "test_evaluate.py"}  # trained_tiny_model
 
 
 def _group(item: pytest.Item) -> str:
-    name = item.path.name
-    return "ray" if name in _RAY_FILES else _SHARED_GROUP.get(name, name)
+    if item.get_closest_marker(RAY_MARK) is not None:
+        return "ray"
+    return _SHARED_GROUP.get(item.path.name, item.path.name)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
@@ -140,13 +124,13 @@ def _ray_sessions() -> set[str]:
 
 def check_no_new_ray_session(test_file: str, before: set[str]) -> None:
     """Fail when a test outside the "ray" group started a Ray (a new session under this
-    process's RAY_TMPDIR, in this process or a sweep subprocess): _RAY_FILES is kept by hand,
-    and a missing name would run a sweep beside another one (see above)."""
+    process's RAY_TMPDIR, in this process or a sweep subprocess): without the mark it would
+    run a sweep beside another one (see above)."""
     new = sorted(_ray_sessions() - before)
     if new:
         pytest.fail(
-            f"{test_file} started Ray ({new[0]} under RAY_TMPDIR) but is not in "
-            "tests/conftest.py's _RAY_FILES: add it there",
+            f"{test_file} started Ray ({new[0]} under RAY_TMPDIR) but is not marked "
+            f"`{RAY_MARK}`: add `pytestmark = pytest.mark.{RAY_MARK}` to its module",
             pytrace=False,
         )
 

@@ -11,12 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import client, npz_space, sqlite_uri, sweep_in_process
+from _sweep_helpers import NONE, client, npz_space, sqlite_uri, sweep_in_process
 
 from lipsweep import api
 from lipsweep.api.options import OPTIONS
 from lipsweep.cli import COMMANDS, build_parser
 from lipsweep.core.config_base import ConfigError, UsageError
+
+pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI_ONLY = {"train": {"help_settings"}}
@@ -188,8 +190,8 @@ def test_the_api_dry_run_imports_no_torch_ray_or_mlflow(tmp_path):
 
 def _space(tmp_path: Path) -> Path:
     """One tiny trial on the 20/10-image npz of conftest: the smallest sweep there is."""
-    rest = "grid:\n  - regularizer: none\nresources: {cpu: 1, gpu: 0}\nmax_concurrent_trials: 1\n"
-    return npz_space(tmp_path, "api", rest)
+    resources = {"cpu": 1, "gpu": 0}
+    return npz_space(tmp_path, "api", grid=[NONE], resources=resources, max_concurrent_trials=1)
 
 
 @pytest.mark.slow
@@ -201,6 +203,7 @@ def test_a_tiny_sweep_end_to_end_through_the_api(tmp_path, monkeypatch):
     assert swept.ok and not swept.interrupted, swept.summary
     assert swept.experiment == "api" and swept.experiment_path.endswith("/ray_results/api")
     assert swept.counts == api.OutcomeCounts(finished=1, stopped=0, failed=0, not_run=0, total=1)
+    assert swept.ran == 1 and not swept.summary.startswith("nothing left to run")
     (run,) = swept.runs
     assert run.status == "FINISHED" and run.metrics["acc_clean"] >= 0
     # the runs it returns are the ones MLflow holds, under its parent run
@@ -217,3 +220,9 @@ def test_a_tiny_sweep_end_to_end_through_the_api(tmp_path, monkeypatch):
     assert exported.run_id == run.run_id and exported.folder == tmp_path / "export"
     assert (exported.folder / "model.safetensors").is_file()
     assert exported.metrics["acc_clean"] == run.metrics["acc_clean"]
+    # a resume of the finished sweep runs nothing, and says so
+    again = sweep_in_process(
+        monkeypatch, tmp_path, space=_space(tmp_path), tracking_uri=uri, resume=True
+    )
+    assert again.ok and again.ran == 0 and again.counts == swept.counts
+    assert again.summary.startswith("nothing left to run: every trial had ended before this")

@@ -8,31 +8,27 @@ from pathlib import Path
 
 import pytest
 from _sweep_helpers import (
-    FIXED,
+    JASMIN_MEAN,
+    NONE,
     children,
     empty_store,
     parents,
     ray_sandbox,
     run_sweep_cli,
     sweep_cmd,
+    write_space,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 # the helpers' tiny trial (2 blocks, 256 train / 32 eval images), 1 epoch, only ||J_f||
-LEAN = "  lip_tokens: false\n  lip_softmax: false\n  lip_head_bounds: false\n"
-GRID = "  - regularizer: none\n  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}\n"
+LEAN = {"lip_tokens": False, "lip_softmax": False, "lip_head_bounds": False}
 
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     d = tmp_path_factory.mktemp("arms_sweep")
-    space = d / "space.yaml"
-    space.write_text(
-        f"name: t\n{FIXED.format(epochs=1)}{LEAN}grid:\n{GRID}"
-        "repeat: {seed: [0, 1]}\nresources: {cpu: 1, gpu: 0}\n"
-        "max_concurrent_trials: 2\n"
-    )
+    space = write_space(d, [NONE, JASMIN_MEAN], epochs=1, fixed=LEAN, repeat={"seed": [0, 1]})
     uri = empty_store(d / "mlflow.db")
     with ray_sandbox() as box:
         proc = run_sweep_cli(sweep_cmd(d, space, tracking_uri=uri), d, box, timeout=900)

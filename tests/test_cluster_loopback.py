@@ -50,6 +50,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "deploy" / "README.md"
 TEMPLATE = ROOT / "deploy" / "local_cluster.yaml"

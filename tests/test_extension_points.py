@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _sweep_helpers import space_file
 
 from lipsweep.__main__ import main
 from lipsweep.core.config_base import ConfigError
@@ -26,12 +27,6 @@ README_CALLBACKS = """callbacks:
   - ray.air.integrations.wandb.WandbLoggerCallback: {project: vit-robustness}
   - ray.air.integrations.comet.CometLoggerCallback: {}
 """
-
-
-def _space(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 # ------------------------------------------------------------------ callbacks: in a space
@@ -56,7 +51,7 @@ def test_callbacks_validate_at_load_without_importing_them(tmp_path):
     (mods / "never_imported.py").write_text(
         "raise ImportError('validation imported me')\nclass Notify:\n    pass\n"
     )
-    space = _space(tmp_path, GRID + README_CALLBACKS + "  - never_imported.Notify\n")
+    space = space_file(tmp_path, GRID + README_CALLBACKS + "  - never_imported.Notify\n")
     proc = subprocess.run(
         [sys.executable, "-c", _DRY_RUN, str(space), str(mods)],
         cwd=tmp_path,
@@ -84,14 +79,16 @@ def test_callbacks_validate_at_load_without_importing_them(tmp_path):
 )
 def test_a_bad_callback_exits_2_with_one_line_naming_it(tmp_path, capsys, entries, field, words):
     body = "".join(f"  - {e}\n" for e in entries)
-    space = _space(tmp_path, GRID + "callbacks:\n" + body)
+    space = space_file(tmp_path, GRID + "callbacks:\n" + body)
     assert main(["sweep", str(space), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{space}: {field}: " in err and words in err, err
 
 
 def test_callbacks_must_be_a_list(tmp_path):
-    space = _space(tmp_path, GRID + "callbacks: ray.air.integrations.wandb.WandbLoggerCallback\n")
+    space = space_file(
+        tmp_path, GRID + "callbacks: ray.air.integrations.wandb.WandbLoggerCallback\n"
+    )
     with pytest.raises(ConfigError) as err:
         load_space(space)
     assert err.value.field == "callbacks" and "must be a list" in err.value.message
@@ -103,7 +100,9 @@ def test_callbacks_are_built_when_the_sweep_starts_and_must_be_tune_callbacks(tm
     from lipsweep.sweep.driver import build_callbacks
 
     def built(entry: str):
-        return build_callbacks(load_space(_space(tmp_path, GRID + f"callbacks:\n  - {entry}\n")))
+        return build_callbacks(
+            load_space(space_file(tmp_path, GRID + f"callbacks:\n  - {entry}\n"))
+        )
 
     [cb] = built(f"{PROBE}.RecordingCallback: {{path: {tmp_path / 'log'}, tag: t}}")
     assert isinstance(cb, Callback) and cb.label == f"callbacks[0] {PROBE}.RecordingCallback"
@@ -127,13 +126,13 @@ def test_resume_refuses_a_changed_callback_list(tmp_path):
     storage = str(tmp_path / "runs")
     (tmp_path / "runs" / "exp").mkdir(parents=True)  # Tune's experiment folder
     entry = f"callbacks:\n  - {PROBE}.RecordingCallback: {{path: a}}\n"
-    save_record(load_space(_space(tmp_path, GRID + entry)), storage, "exp")
-    check_resume_space(load_space(_space(tmp_path, GRID + entry)), storage, "exp")
-    changed = load_space(_space(tmp_path, GRID + entry.replace("path: a", "path: b")))
+    save_record(load_space(space_file(tmp_path, GRID + entry)), storage, "exp")
+    check_resume_space(load_space(space_file(tmp_path, GRID + entry)), storage, "exp")
+    changed = load_space(space_file(tmp_path, GRID + entry.replace("path: a", "path: b")))
     with pytest.raises(ConfigError, match=r"callbacks changed: .*path.*a.* -> .*path.*b"):
         check_resume_space(changed, storage, "exp")
     # no callbacks: no key, so the records of sweeps started before still match
-    assert "callbacks" not in space_record(load_space(_space(tmp_path, GRID)))["settings"]
+    assert "callbacks" not in space_record(load_space(space_file(tmp_path, GRID)))["settings"]
 
 
 # ------------------------------------------------------------------ entry-point plugins
@@ -240,11 +239,11 @@ def _dry_run_with(site: Path, space: Path) -> subprocess.CompletedProcess:
 
 def test_an_installed_plugin_regularizer_validates_in_a_space(tmp_path):
     site = install_plugin(tmp_path / "site", PLUGIN, {"declare": DECLARE, "impl": IMPL})
-    space = _space(tmp_path, PLUGIN_SPACE)
+    space = space_file(tmp_path, PLUGIN_SPACE)
     proc = _dry_run_with(site, space)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 trials" in proc.stdout and "logit_l2 logit_l2_lam=0.25" in proc.stdout
-    bad = _space(tmp_path, PLUGIN_SPACE.replace("0.25", "-1"), "bad.yaml")
+    bad = space_file(tmp_path, PLUGIN_SPACE.replace("0.25", "-1"), "bad.yaml")
     proc = _dry_run_with(site, bad)  # its own settings class checks its field
     assert proc.returncode == 2 and "logit_l2_lam" in proc.stderr, proc.stderr
 
@@ -252,7 +251,7 @@ def test_an_installed_plugin_regularizer_validates_in_a_space(tmp_path):
 def test_a_broken_plugin_exits_2_naming_its_entry_point_and_distribution(tmp_path):
     broken = "raise RuntimeError('missing dependency foo')\n"
     site = install_plugin(tmp_path / "site", PLUGIN, {"declare": broken})
-    proc = _dry_run_with(site, _space(tmp_path, PLUGIN_SPACE))
+    proc = _dry_run_with(site, space_file(tmp_path, PLUGIN_SPACE))
     assert proc.returncode == 2, proc.stderr[-3000:]
     line = proc.stderr.strip()
     assert "\n" not in line and "Traceback" not in line, line

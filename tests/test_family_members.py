@@ -25,6 +25,8 @@ from lipsweep.regularizers import (
 )
 from lipsweep.settings.config import TrialConfig
 
+pytestmark = pytest.mark.ray
+
 # ------------------------------------------------------------------ a regularizer
 
 
@@ -246,26 +248,35 @@ def search_members():
         unregister_scheduler("halt-after")
 
 
-def _search_space(tmp_path, scheduler: str, extra: str = "") -> Any:
+def _search_space(tmp_path, scheduler: dict, **extra: Any) -> Any:
     from _sweep_helpers import npz_space
 
-    rest = (
-        "search:\n  algorithm: reversed-random\n  num_samples: 2\n"
-        "  space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}\n"
-        f"scheduler: {scheduler}\nresources: {{cpu: 1, gpu: 0}}\nmax_concurrent_trials: 2\n" + extra
+    search = {
+        "algorithm": "reversed-random",
+        "num_samples": 2,
+        "space": {"lr": {"loguniform": [1e-4, 1e-2]}},
+    }
+    return npz_space(
+        tmp_path,
+        "members",
+        epochs=3,
+        search=search,
+        scheduler=scheduler,
+        resources={"cpu": 1, "gpu": 0},
+        max_concurrent_trials=2,
+        **extra,
     )
-    return npz_space(tmp_path, "members", rest, epochs=3)
 
 
 def test_a_searcher_and_a_scheduler_defined_in_a_test_module_validate(search_members, tmp_path):
     from lipsweep.sweep.space import load_space
 
-    spec = load_space(_search_space(tmp_path, "{type: halt-after, epochs: 2}"))
+    spec = load_space(_search_space(tmp_path, {"type": "halt-after", "epochs": 2}))
     assert spec.num_trials == 2 and spec.scheduler.epochs == 2
     with pytest.raises(ConfigError, match="scheduler.epochs"):
-        load_space(_search_space(tmp_path, "{type: halt-after, epochs: 0}"))
+        load_space(_search_space(tmp_path, {"type": "halt-after", "epochs": 0}))
     with pytest.raises(ConfigError, match="scheduler.type"):
-        load_space(_search_space(tmp_path, "{type: halt-before}"))
+        load_space(_search_space(tmp_path, {"type": "halt-before"}))
 
 
 @pytest.mark.slow
@@ -283,20 +294,19 @@ def test_a_searcher_and_a_scheduler_defined_in_a_test_module_drive_a_sweep(
 
     log = tmp_path / "callback.log"
     hostile = "_plugins.tune_probe.HostileCallback"
-    callbacks = (
-        "callbacks:\n"
-        f"  - {hostile}: {{mode: raise}}\n"
-        f"  - {hostile}: {{mode: hang, hook: on_trial_complete}}\n"
-        f"  - {hostile}: {{mode: exit, hook: on_experiment_end}}\n"
-        f"  - _plugins.tune_probe.RecordingCallback: {{path: {log}}}\n"
-    )
+    callbacks = [
+        {hostile: {"mode": "raise"}},
+        {hostile: {"mode": "hang", "hook": "on_trial_complete"}},
+        {hostile: {"mode": "exit", "hook": "on_experiment_end"}},
+        {"_plugins.tune_probe.RecordingCallback": {"path": str(log)}},
+    ]
     monkeypatch.setenv("LIPSWEEP_CALLBACK_TIMEOUT_S", "2")
     caplog.set_level(logging.WARNING, logger="lipsweep")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     swept = sweep_in_process(
         monkeypatch,
         tmp_path,
-        space=_search_space(tmp_path, "{type: halt-after, epochs: 1}", callbacks),
+        space=_search_space(tmp_path, {"type": "halt-after", "epochs": 1}, callbacks=callbacks),
         tracking_uri=uri,
     )
     assert CALLS == {"searcher": 1, "scheduler": 1}

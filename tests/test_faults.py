@@ -24,6 +24,9 @@ from pathlib import Path
 import pytest
 import torch
 from _sweep_helpers import (
+    FOUR,
+    JASMIN_MEAN,
+    NONE,
     ROOT,
     TINY_FLAT,
     MlflowServer,
@@ -45,7 +48,7 @@ from _sweep_helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.ray]
 
 SPEC_METRICS = (
     "acc_clean",
@@ -61,10 +64,7 @@ SPEC_METRICS = (
     "lip_jacobian_max",
 )
 EPOCH_METRICS = ("loss", "loss_ce", "loss_reg", "epoch_acc_clean", "lr", "epoch")
-THREE = """  - regularizer: none
-  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}
-  - {regularizer: specformer, lam_q: 1.0e-2, lam_k: 1.0e-2, lam_v: 1.0e-2}
-"""
+THREE = [NONE, JASMIN_MEAN, FOUR[3]]
 
 
 def _sha(path: Path) -> str:
@@ -91,10 +91,7 @@ def _log_text(path: Path) -> str:
 @pytest.mark.slow
 def test_worker_killed_twice_resumes_from_checkpoint_without_gaps(tmp_path):
     epochs = 6
-    space = write_space(
-        tmp_path, "  - regularizer: none\n", epochs=epochs, extra="max_failures: 2\n"
-    )
-    space.write_text(space.read_text().replace("train_size: 256", "train_size: 512"))
+    space = write_space(tmp_path, [NONE], epochs=epochs, fixed={"train_size": 512}, max_failures=2)
     uri, log = empty_store(tmp_path / "mlflow.db"), tmp_path / "sweep.log"
     killed = []
     with ray_sandbox() as box:
@@ -192,8 +189,7 @@ def _finished(uri: str) -> int:
 @pytest.mark.slow
 def test_tracking_server_outage_loses_nothing(tmp_path):
     epochs = 4
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=epochs)
-    space.write_text(space.read_text().replace("train_size: 256", "train_size: 512"))
+    space = write_space(tmp_path, [NONE], epochs=epochs, fixed={"train_size": 512})
     server = MlflowServer(tmp_path)
     server.start()
     store = f"sqlite:///{tmp_path / 'server.db'}"  # read directly while the server is down

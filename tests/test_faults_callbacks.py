@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import ROOT, write_space
+from _sweep_helpers import NONE, ROOT, write_space
 
 pytestmark = pytest.mark.faults
 
@@ -46,8 +46,7 @@ def test_a_callback_module_that_exits_or_hangs_at_import_exits_2_naming_it(tmp_p
     (mods / "at_import.py").write_text(
         body + "from ray.tune import Callback\n\nclass Notify(Callback):\n    pass\n"
     )
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
-    space.write_text(space.read_text() + "callbacks:\n  - at_import.Notify\n")
+    space = write_space(tmp_path, [NONE], epochs=1, callbacks=["at_import.Notify"])
     work = tmp_path / "work"
     work.mkdir()
     env = {
@@ -88,16 +87,15 @@ def test_a_callback_that_raises_exits_or_hangs_never_stops_tunes_loop(
     monkeypatch.syspath_prepend(str(TESTS))
     log = tmp_path / "seen.log"
     probe = "_plugins.tune_probe"
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
-    space.write_text(
-        space.read_text()
-        + "callbacks:\n"
-        + f"  - {probe}.HostileCallback: {{mode: raise}}\n"
-        + f"  - {probe}.HostileCallback: {{mode: exit}}\n"
-        + f"  - {probe}.HostileCallback: {{mode: hang}}\n"
-        + f"  - {probe}.HostileCallback: {{mode: raise, hook: on_experiment_end}}\n"
-        + f"  - {probe}.RecordingCallback: {{path: {log}}}\n"
-    )
+    hostile = f"{probe}.HostileCallback"
+    callbacks = [
+        {hostile: {"mode": "raise"}},
+        {hostile: {"mode": "exit"}},
+        {hostile: {"mode": "hang"}},
+        {hostile: {"mode": "raise", "hook": "on_experiment_end"}},
+        {f"{probe}.RecordingCallback": {"path": str(log)}},
+    ]
+    space = write_space(tmp_path, [NONE], epochs=1, callbacks=callbacks)
     monkeypatch.setenv("LIPSWEEP_CALLBACK_TIMEOUT_S", "1")
     built = create_callbacks(load_space(space).callbacks, str(space))
     built = pickle.loads(pickle.dumps(built))  # as Tune keeps them with the experiment

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from _sweep_helpers import (
+    NONE,
     ROOT,
     TINY_FLAT,
     children,
@@ -34,7 +35,7 @@ from _sweep_helpers import (
     write_space,
 )
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.ray]
 
 SECRET = "hunter2"
 MLFLOW_SH = ROOT / "deploy" / "start_mlflow.sh"
@@ -80,7 +81,7 @@ def _store(tmp_path: Path, experiment: str | None = None) -> str:
 def test_two_drivers_started_together_one_runs_the_other_exits_2(tmp_path):
     """Same --experiment, --storage and fresh SQLite store, started at once: exactly one runs,
     the other exits 2 naming the lock's holder; the 1-trial sweep has one parent, one child."""
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1, max_concurrent=1)
+    space = write_space(tmp_path, [NONE], epochs=1, max_concurrent=1)
     uri = sqlite_uri(tmp_path)
     with ray_sandbox() as box:
         procs = [
@@ -122,7 +123,7 @@ def test_a_held_experiment_lock_refuses_a_second_driver_before_any_write(tmp_pat
     """A live holder (even on --resume): exit 2 naming host, pid and since; no store made."""
     from lipsweep.sweep.driver import SweepLock, owner_id
 
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
+    space = write_space(tmp_path, [NONE], epochs=1)
     storage = tmp_path / "ray_results"
     (storage / "exp").mkdir(parents=True)  # an interrupted sweep, as --resume expects
     lock = SweepLock(str(storage), "exp", owner_id())
@@ -249,7 +250,7 @@ def test_credentials_in_the_tracking_uri_are_never_shown_or_stored(tmp_path):
         == "see postgresql://***@db/m and sqlite:////a@b"
     )
     # logs and error lines of the commands (sweep refuses before writing; pareto cannot connect)
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
+    space = write_space(tmp_path, [NONE], epochs=1)
     for argv in (
         ["sweep", str(space), "--tracking-uri", f"postgresql://u:{SECRET}@h/db"],
         ["pareto", "--experiment", "e", "--tracking-uri", f"http://alice:{SECRET}@127.0.0.1:1"],
@@ -398,7 +399,7 @@ def test_read_commands_never_create_an_experiment(tmp_path):
     ],
 )
 def test_sweep_options_are_checked_before_any_write(tmp_path, extra, flag):
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
+    space = write_space(tmp_path, [NONE], epochs=1)
     extra = [e.format(tmp=tmp_path) for e in extra]
     argv = [
         "sweep",

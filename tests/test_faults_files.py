@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _sweep_helpers import ROOT, empty_store, mlflow_client, write_space
+from _sweep_helpers import NONE, ROOT, empty_store, mlflow_client, write_space
 from conftest import small_npz
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.ray]
 
 SUBSET = ROOT.parent / "shared" / "data" / "cifar10_subset.npz"
 SECRET = "hunter2"
@@ -162,7 +162,7 @@ def _workspace(base: Path) -> tuple[Path, Path]:
     argv = ["data", "prepare", "--dataset", "cifar10", "--source", str(src)]
     with contextlib.redirect_stdout(io.StringIO()):
         assert main([*argv, "--dest", f"file://{inputs / 'bucket'}"]) == 0
-    return w, write_space(inputs, "  - regularizer: none\n", epochs=1)
+    return w, write_space(inputs, [NONE], epochs=1)
 
 
 CASES = {
@@ -175,10 +175,14 @@ CASES = {
 RO_PATHS = ("{w}/ro/new", "{w}/ro/inside")  # a folder to make in it, a folder inside it
 
 
-def _entries(w: Path, space: Path, template: str) -> tuple[list[dict], list[tuple[str, str]]]:
+def _entries(
+    w: Path, space: Path, template: str, skip: tuple[str, ...] = ()
+) -> tuple[list[dict], list[tuple[str, str]]]:
     entries, labels = [], []
     p = template.format(w=w)
     for name, argv, env, flag in _options(w, space):
+        if name in skip:
+            continue
         entries.append(
             {
                 "argv": [a.replace("{p}", p) for a in argv],
@@ -200,16 +204,27 @@ def _check(results, labels, case: str, why: str = "") -> None:
         assert why in lines[0], where
 
 
+MAKES_PARENTS = ("report --out",)
+"""Folder options whose missing parents are made (a report is rewritten at will)."""
+
+
 def test_every_folder_option_refuses_a_file_a_link_a_missing_parent(tmp_path, monkeypatch):
-    """Exit 2, one line naming the option, nothing written: 11 options x 5 paths."""
+    """Exit 2, one line naming the option, nothing written: 11 options x 5 paths, less the
+    missing parent of ``report --out``, which is made."""
     w, space = _workspace(tmp_path)
     monkeypatch.chdir(w)
     monkeypatch.setenv("HOME", str(w / "home"))
     before = _tree(tmp_path)
     for case, template in CASES.items():
-        entries, labels = _entries(w, space, template)
+        skip = MAKES_PARENTS if case == "a missing parent" else ()
+        entries, labels = _entries(w, space, template, skip)
         _check(run_entries(entries), labels, case)
         assert _tree(tmp_path) == before, case
+    others = tuple(o[0] for o in _options(w, space) if o[0] not in MAKES_PARENTS)
+    report, _ = _entries(w, space, CASES["a missing parent"], skip=others)
+    [(rc, err)] = run_entries(report)
+    assert rc == 0, err
+    assert (w / "nope" / "sub" / "report.md").is_file()
 
 
 def _subprocess_table(w: Path, space: Path, wrap: list[str]) -> list:

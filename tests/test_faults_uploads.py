@@ -31,7 +31,7 @@ from _sweep_helpers import (
 )
 from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.ray]
 GATE_S = 60.0  # an unopened gate lets a write through after this long (the old code waits it)
 
 

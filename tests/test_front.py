@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
 import pytest
 
 from lipsweep.api.results import ParetoResult
 from lipsweep.decide.arms import arm_records, arm_table, group_arms
 from lipsweep.decide.front import build_front
-from lipsweep.decide.pareto import front_table, pareto_json, pareto_rank
+from lipsweep.decide.pareto import format_front_table, front_doc, pareto_rank
 from lipsweep.decide.selection import DEFAULT_SELECT_RULE, select_from_arm_front
 
 BASE = {"regularizer": "none"}
@@ -86,14 +87,19 @@ def test_every_view_reads_the_built_front_and_never_ranks(tmp_path, monkeypatch,
     arm_of = {t.run_id: i for i, a in enumerate(arms) for t in a.runs}
     if per_run:
         assert front.ranks == tuple(runs.ranks)
-        want_table = front_table(RECORDS, runs.ranks, runs.objectives)
-        want_json = pareto_json(RECORDS, runs.ranks, runs.objectives, front.selection)
+        want_table = format_front_table(
+            runs.trials, runs.ranks, runs.values, runs.excluded, runs.objectives
+        )
+        want_json = front_doc(
+            runs.trials, runs.ranks, runs.values, runs.excluded, runs.objectives, front.selection
+        )
     else:
         assert front.ranks == tuple(arm_ranks[arm_of[r["run_id"]]] for r in RECORDS)
         sel = select_from_arm_front(RECORDS, arms, arm_ranks, DEFAULT_SELECT_RULE)
         assert front.selection == sel
         want_table = arm_table(arms, arm_ranks, runs.objectives)
-        want_json = pareto_json(RECORDS, front.ranks, runs.objectives, sel)
+        r = np.asarray(front.ranks)
+        want_json = front_doc(runs.trials, r, runs.values, runs.excluded, runs.objectives, sel)
     _forbid_ranking(monkeypatch)
 
     assert front.ranked_by == ("runs" if per_run else "arms")

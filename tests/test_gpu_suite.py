@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _sweep_helpers import NONE, space_file
 from conftest import bench_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -419,15 +420,13 @@ def test_projection_follows_the_space_it_is_given(tmp_path: Path) -> None:
     )  # precision auto: fp32 steps, fp32 per-epoch evaluation and attacks
     assert cpu["parts_s"]["train_s"] == 40 * 97 * 0.3 and cpu["parts_s"]["epoch_eval_s"] == 80
     assert cpu["parts_s"]["pgd_s"] == 18180.0
-    space = tmp_path / "s.yaml"
-    space.write_text(
-        "name: s\nfixed: {dataset: cifar100, data_dir: s3://b/c.npz, num_classes: 100,\n"
-        "  epochs: 3, batch_size: 256,\n"
-        "  eval_size: 2000, attack_images: 500, lip_images: 100, lip_head_images: 0,\n"
-        "  lip_softmax: false, pgd_steps: 8, pgd_eps: [4], attacks: [pgd, autoattack],\n"
-        "  aa_attacks: [apgd-ce], aa_iters: 20, checkpoint_every: 2}\n"
-        "grid: [{regularizer: none}]\n"
-    )
+    fixed = {"dataset": "cifar100", "data_dir": "s3://b/c.npz", "num_classes": 100}
+    fixed |= {"epochs": 3, "batch_size": 256, "eval_size": 2000, "attack_images": 500}
+    fixed |= {"lip_images": 100, "lip_head_images": 0, "lip_softmax": False, "pgd_steps": 8}
+    fixed |= {"pgd_eps": [4], "attacks": ["pgd", "autoattack"], "aa_attacks": ["apgd-ce"]}
+    fixed |= {"aa_iters": 20, "checkpoint_every": 2}
+    spec = {"name": "s", "fixed": fixed, "grid": [NONE]}
+    space = space_file(tmp_path, spec, "s.yaml")
     quick = {**MEASURED, "train": {"runs": {"bf16_b16": {"step_ms": 10.0}}}}
     own = gs.project_trial(quick, gs.load_target(space), "cuda")
     p, a = own["parts_s"], own["assumptions"]
@@ -609,8 +608,7 @@ def test_a_bad_space_exits_2_with_one_line_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     gs = _suite_module()
-    space = tmp_path / "bad.yaml"
-    space.write_text("name: s\nfixed: {epochs: -1}\ngrid: [{regularizer: none}]\n")
+    space = space_file(tmp_path, {"name": "s", "fixed": {"epochs": -1}, "grid": [NONE]}, "bad.yaml")
     out = tmp_path / "s.json"
     argv = ["--device", "cpu", "--quick", "--out", str(out), "--space", str(space)]
     assert gs.main(argv) == 2

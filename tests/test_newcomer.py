@@ -4,6 +4,7 @@ what the demo and the report write."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import subprocess
@@ -30,19 +31,16 @@ def test_confirm_top_help_says_what_the_readme_says():
 
 
 def test_report_header_with_one_seed_per_arm_reads_as_english(tmp_path):
-    from lipsweep.decide.arms import group_arms
-    from lipsweep.decide.pareto import DEFAULT_OBJECTIVES
-    from lipsweep.decide.report import write_report
+    from lipsweep.decide.front import build_front
+    from lipsweep.decide.report import write_front_report
 
     params = [{"regularizer": "none"}, {"regularizer": "jasmin", "k": "0", "lam": "0.01"}]
     recs = [
         {"run_id": f"r{i}", "params": {**p, "seed": 0}, "metrics": {"acc_clean": 20.0 + i}}
         for i, p in enumerate(params)
     ]
-    arms = group_arms(recs)
-    md = write_report(
-        recs, arms, [1, 1], [1, 1], DEFAULT_OBJECTIVES, False, {}, tmp_path, "e", "test"
-    ).read_text()
+    front = build_front(recs, ["acc_clean:max"])
+    md = write_front_report(front, {}, tmp_path, "e", "test").read_text()
     assert "at most 1 seeds" not in md and "2 arms (configs that differ only in seed; one" in md
 
 
@@ -54,9 +52,11 @@ def test_readme_commands_after_setup_need_no_uv_on_path():
 
 
 def test_make_clean_removes_what_the_demo_and_the_report_write(tmp_path):
-    """mlflow.db.lock (MLflow's SQLite lock) and reports/ (``lipsweep report``'s default
-    --out) were neither ignored nor cleaned."""
+    """Starting over: the MLflow store, its lock and its Optuna study (whose study blocks a
+    rerun of the same Optuna sweep), reports/, exports/ and what the README's examples write
+    are cleaned, and git ignores them."""
     made = ["mlflow.db", "mlflow.db.lock", "reports/e/report.md", "exports/x/a", "ray_results/s/a"]
+    made += ["mlflow.optuna.db", "nb-export/model.safetensors", "my100.npz", "runs/my100/a"]
     for name in made:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
@@ -147,3 +147,106 @@ def test_demo_names_the_mlflow_that_setup_installed(monkeypatch):
     tool = installed_tool("mlflow")  # ROOT / an absolute path is that path
     assert tool != "mlflow" and (ROOT / tool).is_file(), tool
     assert ".venv/bin/mlflow ui --backend-store-uri" in README
+
+
+def test_printed_paths_are_relative_to_the_working_folder_under_it(tmp_path, monkeypatch):
+    from lipsweep.core.paths import shown_path
+
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(tmp_path / "exports" / "smoke-best") == "exports/smoke-best"
+    assert shown_path("reports/x") == "reports/x"
+    assert shown_path("/elsewhere/x") == "/elsewhere/x"  # not under it: as given
+    assert shown_path(tmp_path.parent / "y") == str(tmp_path.parent / "y")
+
+
+def test_the_demo_says_where_to_look_relatively_and_when_its_resume_ran_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """A second `make demo` resumed a finished sweep and printed `sweep: 67 s` and absolute
+    paths; it says that nothing was left to run, and the paths as the README shows them."""
+    from lipsweep import api
+    from lipsweep.__main__ import main
+    from lipsweep.api.results import DemoResult, ExportResult, OutcomeCounts, SweepResult
+    from lipsweep.cli import commands
+
+    monkeypatch.chdir(tmp_path)
+    state = tmp_path / "ray_results" / "smoke"
+    counts = OutcomeCounts(finished=4, stopped=0, failed=0, not_run=0, total=4)
+    sweep = SweepResult("s.yaml", "smoke", "st", str(state), "sqlite:///mlflow.db", counts, ran=0)
+    export = ExportResult(tmp_path / "exports" / "smoke-best", "r", "rule", {})
+    done = DemoResult(sweep, object(), export, sweep_seconds=67.2)
+    monkeypatch.setattr(api, "demo", lambda opts: done)
+    for name in ("print_pareto", "print_export"):
+        monkeypatch.setattr(commands, name, lambda result: None)
+    monkeypatch.setattr(commands, "print_sweep", lambda result: 0)
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "sweep: nothing left to run, every trial had ended (67 s to check); Ray Tune " in out
+    assert "state in ray_results/smoke\n" in out
+    assert "export:     exports/smoke-best  (load with" in out
+    done = DemoResult(dataclasses.replace(sweep, ran=4), object(), export, sweep_seconds=377)
+    monkeypatch.setattr(api, "demo", lambda opts: done)
+    assert main(["demo"]) == 0
+    assert "sweep: 377 s; Ray Tune state in ray_results/smoke" in capsys.readouterr().out
+
+
+def test_optuna_dashboard_comes_from_the_lock_not_the_system_pip(tmp_path):
+    """The README's `pip install optuna-dashboard`, after activating .venv (which has no pip),
+    installed into the system Python: `make optuna-dashboard` runs it from .venv, installed
+    from the lock's `dashboard` extra."""
+    import tomllib
+
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    me = next(p for p in lock["package"] if p["name"] == "lipsweep")
+    assert [d["name"] for d in me["optional-dependencies"]["dashboard"]] == ["optuna-dashboard"]
+    assert "pip install optuna" not in README and "make optuna-dashboard" in README
+    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
+    for name in ("pyproject.toml", "uv.lock", ".venv/.synced", "uv"):  # setup done: no install
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).touch()
+    dry = subprocess.run(
+        ["make", "-n", "optuna-dashboard", f"UV={tmp_path / 'uv'}", "OPTUNA_DB=study.optuna.db"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dry.returncode == 0, dry.stderr
+    cmd = " ".join(dry.stdout.replace("\\\n", " ").split())
+    assert "uv run --frozen --extra dashboard optuna-dashboard --host 127.0.0.1" in cmd
+    assert cmd.endswith(f"sqlite:///{tmp_path / 'study.optuna.db'}"), cmd
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    import os
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_the_api_shows_lipsweeps_info_lines_unless_logging_is_configured():
+    """From Python, lipsweep's INFO lines (the Optuna study's path among them) were not shown:
+    the API shows them as the CLI does, and leaves a configuration the user made alone."""
+    call = (
+        "from lipsweep import api; api.sweep(space='smoke', dry_run=True)\n"
+        "log = logging.getLogger('lipsweep.sweep')\n"
+        "log.info('study in %s', 'postgresql://u:secret@h/x'); log.debug('not shown')\n"
+    )
+    user = "logging.basicConfig(level=logging.INFO, format='U %(message)s')\n"
+    fresh = _python("import logging\n" + call + user + call)
+    assert fresh.returncode == 0, fresh.stderr
+    lines = fresh.stderr.splitlines()
+    assert len(lines) == 2, lines  # the second call: the user's handler alone, once
+    shown = r"\d\d:\d\d:\d\d INFO lipsweep\.sweep: study in postgresql://\*\*\*@h/x"
+    assert re.fullmatch(shown, lines[0]), lines[0]
+    assert lines[1] == "U study in postgresql://u:secret@h/x"  # their format, their filters
+    theirs = _python(
+        "import logging; logging.basicConfig(level=logging.WARNING, format='U %(message)s')\n"
+        + call
+        + "assert logging.getLogger('lipsweep').handlers == []\n"
+        + "assert logging.getLogger('lipsweep').level == logging.NOTSET\n"
+    )
+    assert theirs.returncode == 0 and theirs.stderr == "", theirs.stderr

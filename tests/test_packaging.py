@@ -23,9 +23,6 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 # Imported by lipsweep/ but deliberately not declared, each with its reason.
 UNDECLARED = {
-    # the Triton kernel of the ranked softmax (regularizers/_ranked_softmax_triton.py) is
-    # imported only where torch brought triton (Linux CUDA wheels); elsewhere the torch path runs
-    "triton": "comes with torch where it exists; the import is guarded",
     # bench-search's syne-moasha peer (sweep/replay.py): the benchmark-only `bench` extra,
     # which CI does not install; the import is guarded (replay.syne_tune_missing)
     "syne_tune": "declared in the bench extra only; the import is guarded",
@@ -68,10 +65,23 @@ def test_every_imported_package_is_declared():
     assert not missing, f"imported but not in [project].dependencies: {missing}"
 
 
+def test_deptry_runs_in_lint_and_triton_is_declared_for_linux():
+    """triton (the ranked softmax's kernel) is declared where torch's wheels bring it, and
+    `make lint` (run by .ci/run) runs deptry over lipsweep/, so an undeclared import fails CI."""
+    deps = PYPROJECT["project"]["dependencies"]
+    assert any(d.startswith("triton") and "sys_platform == 'linux'" in d for d in deps), deps
+    lint = re.search(r"^lint:.*?(?=^\S)", (ROOT / "Makefile").read_text(), re.S | re.M)
+    assert lint and "deptry lipsweep" in lint.group(0)
+    assert "make lint" in (ROOT / ".ci" / "run").read_text()
+    assert any(
+        d.startswith("deptry==") for d in PYPROJECT["project"]["optional-dependencies"]["dev"]
+    )
+
+
 def test_dependencies_are_ranges_and_the_version_is_written_once():
     """Exact pins belong in uv.lock; the version lives in lipsweep/core/version.py only."""
     project = PYPROJECT["project"]
-    pinned = [d for d in project["dependencies"] if "==" in d]
+    pinned = [d for d in project["dependencies"] if "==" in d.split(";")[0]]
     assert not pinned, pinned
     assert "version" not in project and project["dynamic"] == ["version"]
     attr = PYPROJECT["tool"]["setuptools"]["dynamic"]["version"]["attr"]

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lipsweep.core.config_base import ConfigError
+from lipsweep.decide.front import build_front
 from lipsweep.decide.pareto import (
     DEFAULT_OBJECTIVES,
     Objective,
     config_label,
-    front_table,
+    format_front_table,
     non_dominated_ranks,
-    pareto_json,
     pareto_rank,
     parse_objective,
     resolve_objectives,
@@ -436,7 +436,10 @@ def _columns(table: str) -> tuple[list[str], list[list[str]]]:
 def test_front_table_lists_the_front_with_applicable_params():
     records = paper_records() + [rec("zzbroken", acc_clean=99)]
     res = pareto_rank(records)
-    table = front_table(records, res.ranks, res.objectives)
+    table = build_front(records, per_run=True).table
+    assert table == format_front_table(
+        res.trials, res.ranks, res.values, res.excluded, res.objectives
+    )
     head, rows = _columns(table)
     front_ids = {t.run_id[:8] for t in res.front}
     assert {r[head.index("run_id")] for r in rows} == front_ids and len(rows) == len(front_ids)
@@ -449,7 +452,10 @@ def test_front_table_lists_the_front_with_applicable_params():
     vals = [float(r[head.index("acc_clean(max)")]) for r in rows]
     assert vals == sorted(vals, reverse=True)
     assert "not ranked: zzbroken (missing metrics acc_pgd_4, acc_aa_2" in table
-    _, rows2 = _columns(front_table(records, res.ranks, res.objectives, max_rank=2))
+    table2 = format_front_table(
+        res.trials, res.ranks, res.values, res.excluded, res.objectives, max_rank=2
+    )
+    _, rows2 = _columns(table2)
     assert len(rows2) == int(((res.ranks == 1) | (res.ranks == 2)).sum())
 
 
@@ -460,15 +466,12 @@ def test_pareto_json_is_strict_json_and_order_independent():
     ]
     res = pareto_rank(records)
     sel = select_from_front(records, res.ranks)
-    doc = pareto_json(records, res.ranks, res.objectives, selection=sel)
+    doc = build_front(records, rule=DEFAULT_SELECT_RULE, per_run=True).as_json()
     text = json.dumps(doc, allow_nan=False, sort_keys=True)
     perm = list(range(len(records)))
     random.Random(0).shuffle(perm)
     recs2 = [records[i] for i in perm]
-    res2 = pareto_rank(recs2)
-    doc2 = pareto_json(
-        recs2, res2.ranks, res2.objectives, selection=select_from_front(recs2, res2.ranks)
-    )
+    doc2 = build_front(recs2, rule=DEFAULT_SELECT_RULE, per_run=True).as_json()
     assert json.dumps(doc2, allow_nan=False, sort_keys=True) == text
     assert doc["front"] == sorted(t.run_id for t in res.front)
     assert doc["counts"] == {

@@ -129,22 +129,22 @@ def test_probe_metrics_reach_mlflow_as_per_epoch_series(tmp_path):
     assert [m.step for m in lip] == [2, 4]
 
 
-def _space(tmp_path, fixed: str, metric: str):
-    p = tmp_path / "space.yaml"
-    p.write_text(
-        f"fixed: {{epochs: 2, {fixed}}}\ngrid: [{{regularizer: none}}]\n"
-        f"scheduler: {{type: asha, metric: {metric}, mode: max}}\n"
+def _space(tmp_path, fixed: dict, metric: str):
+    from _sweep_helpers import NONE, space_file
+
+    scheduler = {"type": "asha", "metric": metric, "mode": "max"}
+    return space_file(
+        tmp_path, {"fixed": {"epochs": 2, **fixed}, "grid": [NONE], "scheduler": scheduler}
     )
-    return p
 
 
 def test_a_scheduler_may_use_a_probe_metric_when_every_trial_probes(tmp_path):
-    spec = load_space(_space(tmp_path, "probe_every: 1", "probe_acc_pgd_4"))
+    spec = load_space(_space(tmp_path, {"probe_every": 1}, "probe_acc_pgd_4"))
     assert spec.scheduler.metric == "probe_acc_pgd_4"
     for fixed, metric, why in [
-        ("seed: 0", "probe_acc_pgd_4", "probes are off"),
-        ("probe_every: 1", "probe_acc_pgd_8", "not every trial's probes report it"),
-        ("probe_every: 1, probe_images: 0", "probe_acc_pgd_4", "not every trial's probes"),
+        ({"seed": 0}, "probe_acc_pgd_4", "probes are off"),
+        ({"probe_every": 1}, "probe_acc_pgd_8", "not every trial's probes report it"),
+        ({"probe_every": 1, "probe_images": 0}, "probe_acc_pgd_4", "not every trial's probes"),
     ]:
         with pytest.raises(ConfigError) as exc:
             load_space(_space(tmp_path, fixed, metric))
@@ -152,7 +152,7 @@ def test_a_scheduler_may_use_a_probe_metric_when_every_trial_probes(tmp_path):
 
 
 def test_sweep_with_a_probe_scheduler_but_probes_off_exits_2_with_one_line(tmp_path):
-    space = _space(tmp_path, "seed: 0", "probe_acc_pgd_4")
+    space = _space(tmp_path, {"seed": 0}, "probe_acc_pgd_4")
     proc = subprocess.run(
         [sys.executable, "-m", "lipsweep", "sweep", str(space), "--dry-run"],
         cwd=tmp_path,

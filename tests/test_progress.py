@@ -53,7 +53,9 @@ def test_failed_and_stopped_are_counted_and_never_best():
 def test_min_objective_and_no_best_yet():
     p = SweepProgress(total=2, objective=("lip_jacobian_median", "min"))
     assert p.best_line() == "best lip_jacobian_median (min): no finished trial yet"
-    assert p.counts_line(0) == "running 0 · pending 2 · finished 0 · failed 0 · ETA ?"
+    assert p.counts_line(0) == (
+        "running 0 · pending 2 · finished 0 · failed 0 · waiting for a trial to start"
+    )
     p.started("a", 0)
     p.ended("a", FINISHED, 10, {"lip_jacobian_median": 1.4})
     p.started("b", 10)
@@ -132,3 +134,83 @@ def test_eta_says_soon_not_0s_while_trials_run_past_the_mean():
     p.started("b", 10)
     assert p.counts_line(12).endswith("ETA 8s")
     assert p.counts_line(30).endswith("ETA soon")
+
+
+def test_before_any_trial_ends_the_line_says_what_it_waits_for():
+    """No `ETA ?` repeated for the whole first trial: how far the furthest trial is."""
+    p = SweepProgress(total=4)
+    p.started("a", 0, "a [none]")
+    p.started("b", 0, "b [jasmin]")
+    assert p.counts_line(5).endswith(
+        "failed 0 · waiting for the first trial to end (furthest: in its first epoch)"
+    )
+    p.epoch_done("a", 1, 4, 30)
+    p.epoch_done("b", 3, 4, 40)
+    assert p.counts_line(45).endswith("(furthest: epoch 3/4 done)")
+    p.epoch_done("b", 4, 4, 50, evaluating=True)
+    assert p.counts_line(50 + 125).endswith("(furthest: evaluating for 2m)")
+    p.ended("b", FINISHED, 200, {"acc_clean": 1.0})
+    assert "ETA" in p.counts_line(201)
+    resumed = SweepProgress(total=2)  # one ended before this run: "a trial of this run"
+    resumed.ended_before("x", FINISHED, "x")
+    resumed.started("y", 0)
+    assert resumed.counts_line(1).endswith(
+        "waiting for a trial of this run to end (furthest: in its first epoch)"
+    )
+    assert (resumed.ran, p.ran) == (1, 2)
+
+
+def test_a_periodic_status_that_repeats_the_last_one_is_not_printed_again(monkeypatch):
+    import io
+    from types import SimpleNamespace
+
+    from lipsweep.sweep import callbacks
+    from lipsweep.sweep.callbacks import ConsoleProgress
+
+    clock = [100.0]
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    cb = ConsoleProgress(2, status_every=30, stream=out)
+    flat = {"regularizer": "none", "seed": 0, "epochs": 2}
+    trial = SimpleNamespace(trial_id="t0", config=flat, status="RUNNING", last_result={})
+    cb.on_trial_start(0, [trial], trial)
+    for step in range(4):  # two minutes in the first epoch: one line, not four
+        clock[0] += 30
+        cb.on_step_end(step, [trial])
+    assert out.getvalue().count("status:") == 1
+    cb.on_trial_result(0, [trial], trial, {"epoch": 1, "loss": 2.0, "acc_clean": 20.0})
+    clock[0] += 30
+    cb.on_step_end(5, [trial])
+    assert out.getvalue().count("status:") == 2 and "(furthest: epoch 1/2 done)" in out.getvalue()
+
+
+def test_a_sweep_worker_shows_its_evaluation_lines_named_by_trial():
+    """A Tune worker shows lipsweep's INFO lines nowhere, so a trial's evaluation was silent
+    on the driver: its evaluation lines go to the worker's stderr (Ray shows them on the
+    driver), named by trial, and its other lines stay quiet. In a fresh process: it changes
+    the loggers for the process's life."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import logging; from lipsweep.sweep.trainable import show_evaluation_lines\n"
+        "show_evaluation_lines('t0 [none seed=0]'); show_evaluation_lines('t1 [none seed=1]')\n"
+        "logging.getLogger('lipsweep.attacks.evaluate').info('acc_fgsm_2 = %.2f%%', 25)\n"
+        "logging.getLogger('lipsweep.trial.run').info('epoch 1/1')\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.endswith(" INFO lipsweep.attacks.evaluate: t1 [none seed=1] acc_fgsm_2 = 25.00%")
+    from lipsweep.sweep import space, trainable
+
+    for flat in ({"regularizer": "none", "seed": 1}, {"regularizer": "jasmin", "k": 0}, {}):
+        assert trainable.trial_label(flat) == space.trial_label(flat), flat

@@ -30,6 +30,8 @@ import json, os, subprocess, sys, time
 from lipsweep.sweep import ray_watchdog
 from lipsweep.sweep.local_ray import MARKER, LocalRay
 
+pytestmark = pytest.mark.ray
+
 local = LocalRay()
 if sys.argv[1] == "pidfd":
     local.start_watchdog()

@@ -290,14 +290,14 @@ def test_dry_run_prints_the_recipe_before_the_trials(capsys):
 def test_dry_run_recipe_of_a_sampled_space_marks_nothing_it_cannot_know(tmp_path):
     """Optuna samples lazily: the block shows the fixed settings and defaults; sampled ones
     (here lr) show their default, the trial list says they are sampled."""
+    from _sweep_helpers import space_file
+
     from lipsweep.sweep.driver import dry_run_lines
 
-    path = tmp_path / "space.yaml"
-    path.write_text(
-        "fixed: {epochs: 1, batch_size: 32, pgd_step_size: 0.0156862745098039}\n"
-        "search:\n  algorithm: optuna\n  num_samples: 2\n  metric: acc_pgd_4\n"
-        "  mode: max\n  space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}\n"
-    )
+    fixed = {"epochs": 1, "batch_size": 32, "pgd_step_size": 0.0156862745098039}
+    search = {"algorithm": "optuna", "num_samples": 2, "metric": "acc_pgd_4", "mode": "max"}
+    search["space"] = {"lr": {"loguniform": [1e-4, 1e-2]}}
+    path = space_file(tmp_path, {"fixed": fixed, "search": search})
     lines = dry_run_lines(load_space(path))
     start = next(i for i, ln in enumerate(lines) if ln.startswith("recipe"))
     rows = dict(ln.split(None, 1) for ln in lines[start + 1 : start + 1 + 30])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 EXPERIMENT = "exp"  # the session's four-trial sweep (conftest.four_trial_sweep)
 

@@ -41,6 +41,8 @@ from _s3_gate import (
     serve,
 )
 
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 IAM = ROOT / "deploy" / "iam"
 README = ROOT / "deploy" / "README.md"

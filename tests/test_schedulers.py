@@ -37,6 +37,8 @@ from lipsweep.sweep.schedulers.moasha import (
 )
 from lipsweep.sweep.space import load_space
 
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -21,6 +21,8 @@ from lipsweep.sweep.searchers import (
 from lipsweep.sweep.searchers.study import study_db, study_url
 from lipsweep.sweep.space import load_space
 
+pytestmark = pytest.mark.ray
+
 BASE = "fixed: {epochs: 1}\n"
 SPACE = "space: {lr: {loguniform: [1.0e-4, 1.0e-2]}, regularizer: {choice: [none, jasmin]}, "
 SPACE += "jasmin: {lam: {loguniform: [1.0e-4, 1.0e-2]}}}"

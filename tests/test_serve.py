@@ -6,6 +6,7 @@ model's checkpoint artifacts, and exported with ``lipsweep.decide.commands.expor
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -204,6 +206,14 @@ def test_registered_pyfunc_predicts_the_exported_logits(registered):
         mlflow.artifacts.download_artifacts("models:/tiny-vit/1", dst_path=str(out.parent / "m"))
     )
     assert (model_dir / "MLmodel").is_file() and not list(model_dir.rglob("*.pkl"))
+    # what serving needs, and not the project files of the folder it was logged from (the
+    # tests run in the checkout, beside uv.lock and pyproject.toml)
+    assert not {"uv.lock", "pyproject.toml"} & {p.name for p in model_dir.iterdir()}
+    assert (model_dir / "code" / "lipsweep" / "vit" / "export_format.py").is_file()
+    assert not list((model_dir / "code").rglob("*.npz")) and not list(model_dir.rglob("*.yaml.*"))
+    reqs = (model_dir / "requirements.txt").read_text()
+    assert all(f"{name}==" in reqs for name in ("torch", "timm", "safetensors", "pyyaml"))
+    assert (model_dir / "serving_input_example.json").is_file()
     mlmodel = yaml.safe_load((model_dir / "MLmodel").read_text())
     assert "python_model.pkl" not in (model_dir / "MLmodel").read_text()
     assert mlmodel["model_id"] and mlmodel["run_id"] == mv.run_id  # the LoggedModel's files
@@ -217,6 +227,26 @@ def test_registered_pyfunc_predicts_the_exported_logits(registered):
     ):
         got = mlflow.pyfunc.load_model(uri).predict(x.numpy())
         assert got.shape == (4, 10) and abs(got - expected).max() < 1e-5
+    # a fresh process loads it with the lipsweep code it carries
+    np_file = out.parent / "x.npy"
+    np.save(np_file, x.numpy())
+    code = (
+        "import sys, numpy as np, mlflow.pyfunc\n"
+        "got = mlflow.pyfunc.load_model(sys.argv[1]).predict(np.load(sys.argv[2]))\n"
+        "import lipsweep; print(lipsweep.__file__); np.save(sys.argv[2], got)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(model_dir), str(np_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=out.parent,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().startswith(str(model_dir / "code" / "lipsweep")), proc.stdout
+    assert abs(np.load(np_file) - expected).max() < 1e-5
 
 
 def _free_port() -> int:
@@ -319,3 +349,35 @@ def test_pareto_table_is_an_mlflow_table_announced_once():
     tag = logged_artifacts_tag(None, "pareto/pareto_table.json")
     assert json.loads(tag) == [{"path": "pareto/pareto_table.json", "type": "table"}]
     assert logged_artifacts_tag(tag, "pareto/pareto_table.json") is None
+
+
+def test_mlflow_warnings_come_without_colour_codes_into_a_log(caplog, monkeypatch):
+    """`export --register` printed MLflow's warnings with raw ANSI colour codes into a log,
+    and MLflow copied the working folder's uv.lock into the model."""
+    import logging
+    import warnings
+
+    from mlflow.utils.logging_utils import MlflowFormatter
+    from mlflow.utils.warnings_utils import color_warning
+
+    from lipsweep.tracking.model import _mlflow_saving
+    from lipsweep.tracking.reader import plain_mlflow_lines
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    monkeypatch.delenv("MLFLOW_UV_AUTO_DETECT", raising=False)
+    with caplog.at_level(logging.WARNING, logger="lipsweep.tracking"):
+        with _mlflow_saving():
+            assert os.environ["MLFLOW_UV_AUTO_DETECT"] == "false"
+            color_warning("An input example was not provided", stacklevel=1, color="yellow")
+            warnings.warn("\x1b[33mAdd type hints to the `predict` method\x1b[0m", stacklevel=1)
+    assert "MLFLOW_UV_AUTO_DETECT" not in os.environ
+    assert caplog.messages == ["MLflow: An input example was not provided"]
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(MlflowFormatter("%(message)s"))
+    logging.getLogger("mlflow").addHandler(handler)
+    try:
+        plain_mlflow_lines()
+        logging.getLogger("mlflow.x").warning("careful", extra={"color": "red"})
+    finally:
+        logging.getLogger("mlflow").removeHandler(handler)
+    assert handler.stream.getvalue() == "careful\n"

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "EXTERNALLY-MANAGED"
 SYSTEM_PYTHON = Path("/usr/bin/python3")

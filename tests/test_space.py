@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import import_blocker
+from _sweep_helpers import import_blocker, space_file
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.settings.config import TrialConfig
@@ -62,12 +62,6 @@ def test_paper_grids_are_exactly_the_tables(name, classes):
     assert cfg.data.mixup > 0 and cfg.data.cutmix > 0 and cfg.data.hflip
 
 
-def _space(tmp_path, text):
-    p = tmp_path / "space.yaml"
-    p.write_text(text)
-    return p
-
-
 BASE = "fixed: {epochs: 1}\n"
 
 
@@ -106,14 +100,14 @@ BASE = "fixed: {epochs: 1}\n"
     ],
 )
 def test_bad_spaces_name_the_key_and_file(tmp_path, body, field):
-    path = _space(tmp_path, body)
+    path = space_file(tmp_path, body)
     with pytest.raises(ConfigError) as exc:
         load_space(path)
     assert exc.value.field == field and exc.value.source == str(path)
 
 
 def test_random_search_is_seeded_and_conditional(tmp_path):
-    path = _space(
+    path = space_file(
         tmp_path,
         BASE
         + """search:
@@ -138,7 +132,7 @@ def test_random_search_is_seeded_and_conditional(tmp_path):
 
 
 def test_repeat_crosses_every_grid_point(tmp_path):
-    path = _space(
+    path = space_file(
         tmp_path,
         BASE + "grid: [{regularizer: none}, {regularizer: jasmin, k: [0, 10]}]\n"
         "repeat: {seed: [0, 1, 2]}\n",
@@ -148,7 +142,7 @@ def test_repeat_crosses_every_grid_point(tmp_path):
 
 
 def test_cli_bad_space_exits_2_before_ray(tmp_path):
-    path = _space(tmp_path, BASE + "grid: [{regularizer: jasmin, k: 1}]\n")
+    path = space_file(tmp_path, BASE + "grid: [{regularizer: jasmin, k: 1}]\n")
     code = (
         "import sys; from lipsweep.__main__ import main; rc = main(['sweep', sys.argv[1]]); "
         "assert 'ray' not in sys.modules, 'ray was imported'; sys.exit(rc)"
@@ -182,7 +176,7 @@ def test_dry_run_lists_trials_without_ray(tmp_path):
 
 
 def test_optuna_objectives_may_be_any_reported_final_metric(tmp_path):
-    path = _space(
+    path = space_file(
         tmp_path,
         BASE
         + """search:
@@ -258,7 +252,7 @@ def _optuna_trial(seed: int):
 def test_a_mapping_that_is_no_distribution_is_refused_by_both_searchers(tmp_path, algorithm, dist):
     """Once, an unknown one-key mapping was a constant to the random sampler and a
     suggest_int to Optuna; now one parser refuses it, naming the key."""
-    path = _space(
+    path = space_file(
         tmp_path,
         BASE + f"search: {{algorithm: {algorithm}, num_samples: 2, "
         f"metric: acc_clean, space: {{regularizer: {{choice: [none, jasmin]}}, "
@@ -330,7 +324,7 @@ def test_optuna_mlflow_params_are_the_normalised_config(tmp_path):
     from lipsweep.sweep.trainable import flat_config
     from lipsweep.tracking import Tracker
 
-    path = _space(
+    path = space_file(
         tmp_path,
         BASE
         + """search:

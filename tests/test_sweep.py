@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from _sweep_helpers import (
-    FIXED,
     FOUR,
+    NONE,
     children,
     client,
     empty_store,
@@ -24,7 +25,7 @@ from _sweep_helpers import (
     write_space,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 SPEC_METRICS = (
     "acc_clean",
     "acc_fgsm_2",
@@ -80,6 +81,11 @@ def test_four_trial_sweep_logs_finished_children_under_one_parent(four_trial_swe
     regs = sorted(r.data.params["regularizer"] for r in kids)
     assert regs == ["jasmin", "jasmin", "none", "specformer"]
     assert "jasmin k=10" in proc.stderr  # one console line per trial event
+    # each trial's evaluation shows its progress on the driver, named by trial (Ray shows
+    # the worker's lines there)
+    shown = proc.stdout + proc.stderr
+    for what in ("final evaluation: clean accuracy and", "acc_pgd_4 = ", "Lipschitz summary done"):
+        assert re.search(r"lipsweep\.\S+: \w+_0000\d \[[^]]+\] " + re.escape(what), shown), what
     # output to pipes, not a terminal: Ray's worker-line prefixes come without colour codes
     assert "\x1b[" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
     parent_arts = {a.path for a in c.list_artifacts(parent.info.run_id)}
@@ -87,10 +93,8 @@ def test_four_trial_sweep_logs_finished_children_under_one_parent(four_trial_swe
 
 
 def test_nan_trial_fails_with_reason_and_others_finish(tmp_path):
-    grid = """  - {regularizer: none, lr: 1.0e+6, clip_grad: 0, optimizer: sgd, momentum: 0.9}
-  - regularizer: none
-"""
-    space = write_space(tmp_path, grid, epochs=1)
+    nan = {"regularizer": "none", "lr": 1e6, "clip_grad": 0, "optimizer": "sgd", "momentum": 0.9}
+    space = write_space(tmp_path, [nan, NONE], epochs=1)
     uri = empty_store(tmp_path / "mlflow.db")
     proc = subprocess.run(
         sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
@@ -104,7 +108,7 @@ def test_nan_trial_fails_with_reason_and_others_finish(tmp_path):
 
 
 def test_existing_sweep_needs_resume_and_resume_needs_a_sweep(tmp_path):
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
+    space = write_space(tmp_path, [NONE], epochs=1)
     (tmp_path / "ray_results" / "exp").mkdir(parents=True)
     proc = subprocess.run(
         sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=300
@@ -161,24 +165,21 @@ def test_optuna_multi_objective_with_asha_learns_from_final_reports(tmp_path):
     """Optuna (NSGA-II over acc_pgd_4 and lip_jacobian_median) proposes the trials, ASHA may
     stop some on the per-epoch acc_clean: Tune must not reject the per-epoch reports that lack
     the final metrics, and every trial ends FINISHED with the objectives or KILLED + tagged."""
-    space = tmp_path / "space.yaml"
-    space.write_text(
-        "name: t\n"
-        + FIXED.format(epochs=3)
-        + """search:
-  algorithm: optuna
-  num_samples: 4
-  seed: 1
-  metric: [acc_pgd_4, lip_jacobian_median]
-  mode: [max, min]
-  space:
-    lr: {loguniform: [1.0e-4, 3.0e-3]}
-    regularizer: {choice: [none, jasmin]}
-    jasmin: {k: {choice: [0, 10]}, lam: {loguniform: [1.0e-3, 1.0e-2]}}
-scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 1, reduction_factor: 2}
-resources: {cpu: 1, gpu: 0}
-max_concurrent_trials: 1
-"""
+    search = {
+        "algorithm": "optuna",
+        "num_samples": 4,
+        "seed": 1,
+        "metric": ["acc_pgd_4", "lip_jacobian_median"],
+        "mode": ["max", "min"],
+        "space": {
+            "lr": {"loguniform": [1e-4, 3e-3]},
+            "regularizer": {"choice": ["none", "jasmin"]},
+            "jasmin": {"k": {"choice": [0, 10]}, "lam": {"loguniform": [1e-3, 1e-2]}},
+        },
+    }
+    asha = {"type": "asha", "metric": "acc_clean", "mode": "max", "grace_period": 1}
+    space = write_space(
+        tmp_path, None, 3, 1, search=search, scheduler={**asha, "reduction_factor": 2}
     )
     uri = empty_store(tmp_path / "mlflow.db")
     proc = subprocess.run(

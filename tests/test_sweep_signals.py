@@ -11,9 +11,12 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from _sweep_helpers import (
+    JASMIN_MEAN,
+    NONE,
     children,
     cmdline,
     empty_store,
@@ -22,9 +25,11 @@ from _sweep_helpers import (
     ray_sandbox,
     run_sweep_cli,
     runs,
+    space_file,
     steps,
     sweep_cmd,
     sweep_process,
+    tiny_space,
     wait_for,
     write_space,
 )
@@ -39,10 +44,14 @@ from lipsweep.sweep.space_record import (
     space_record,
 )
 
-TWO = "  - regularizer: none\n  - {regularizer: jasmin, k: 0, lam: 1.0e-2, aggregation: mean}\n"
+pytestmark = pytest.mark.ray
+
+TWO = [NONE, JASMIN_MEAN]
 
 
-MOASHA = "scheduler: {type: moasha, metrics: [acc_clean, loss], modes: [max, min]}\n"
+MOASHA = {
+    "scheduler": {"type": "moasha", "metrics": ["acc_clean", "loss"], "modes": ["max", "min"]}
+}
 
 
 @pytest.mark.slow
@@ -62,8 +71,7 @@ def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
     the GCS and exited 1, and trial workers were still running when it had. The resumed sweep
     runs ``moasha``, whose state must be saved at the signal and read back by ``--resume``."""
     epochs = 3
-    extra = MOASHA if resume else ""
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=epochs, extra=extra)
+    space = write_space(tmp_path, [NONE], epochs=epochs, **(MOASHA if resume else {}))
     uri, log = empty_store(tmp_path / "mlflow.db"), tmp_path / "sweep.log"
     with ray_sandbox() as box:
         with sweep_process(sweep_cmd(tmp_path, space), tmp_path, box, log, group) as proc:
@@ -102,7 +110,7 @@ def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
 def test_closed_stdout_does_not_stop_the_sweep(tmp_path):
     """``lipsweep sweep ... | head -1``. Before: a BrokenPipeError traceback killed the driver
     and its runs stayed RUNNING."""
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=2)
+    space = write_space(tmp_path, [NONE], epochs=2)
     uri, err = empty_store(tmp_path / "mlflow.db"), tmp_path / "stderr.log"
     with ray_sandbox() as box, open(err, "wb") as fh:
         proc = subprocess.Popen(
@@ -163,36 +171,35 @@ def test_a_trial_worker_drops_an_unraisable_exit_without_a_traceback(mode):
     assert ("SystemExit" in run.stderr) == (mode == "default"), run.stderr
 
 
-def _started(tmp_path, grid: str):
-    """A space and the record a sweep of it would have written (no Ray needed)."""
-    space = write_space(tmp_path, grid, epochs=1)
+def _started(tmp_path, grid: list[dict]) -> tuple[Path, dict]:
+    """A space, as a file and as Python, and the record a sweep of it would have written (no
+    Ray needed)."""
+    spec = tiny_space(grid, epochs=1)
+    space = space_file(tmp_path, spec)
     (tmp_path / "ray_results" / "exp").mkdir(parents=True)
     save_record(load_space(space), str(tmp_path / "ray_results"), "exp")
-    return space
+    return space, spec
+
+
+K10_MAX = {"regularizer": "jasmin", "k": 10, "lam": 1e-2, "aggregation": "max"}
 
 
 @pytest.mark.parametrize(
     "edit, named",
     [
-        (lambda t: t.replace("lr: 1.0e-3", "lr: 2.0e-3"), "lr 0.001 -> 0.002"),
-        (lambda t: t.replace("  - regularizer: none\n", ""), "point [none seed=0] removed"),
-        (
-            lambda t: t.replace(
-                "aggregation: mean}",
-                "aggregation: mean}\n  - {regularizer: jasmin, k: 10, lam: 1.0e-2, "
-                "aggregation: max}",
-            ),
-            "point [jasmin k=10",
-        ),
-        (lambda t: t.replace("lam: 1.0e-2", "lam: 1.0e-3"), "lam 0.01 -> 0.001"),
-        (lambda t: t + "max_failures: 5\n", "max_failures changed: 2 -> 5"),
+        (lambda s: s["fixed"].update(lr=2e-3), "lr 0.001 -> 0.002"),
+        (lambda s: s["grid"].remove(NONE), "point [none seed=0] removed"),
+        (lambda s: s["grid"].append(K10_MAX), "point [jasmin k=10"),
+        (lambda s: s["grid"][1].update(lam=1e-3), "lam 0.01 -> 0.001"),
+        (lambda s: s.update(max_failures=5), "max_failures changed: 2 -> 5"),
     ],
     ids=["edited-lr", "removed", "added", "edited-point", "setting"],
 )
 def test_resume_after_the_space_changed_exits_2_naming_the_change(tmp_path, capsys, edit, named):
     """Before: an added point never ran (exit 130 on every retry), an edited lr was ignored."""
-    space = _started(tmp_path, TWO)
-    space.write_text(edit(space.read_text()))
+    space, spec = _started(tmp_path, TWO)
+    edit(spec)
+    space_file(tmp_path, spec)
     argv = sweep_cmd(tmp_path, space, "--resume")[3:]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -202,7 +209,7 @@ def test_resume_after_the_space_changed_exits_2_naming_the_change(tmp_path, caps
 
 
 def test_resume_with_the_same_space_passes_the_check(tmp_path):
-    space = _started(tmp_path, TWO)
+    space, _ = _started(tmp_path, TWO)
     spec = load_space(space)
     check_resume_space(spec, str(tmp_path / "ray_results"), "exp")  # no error
     # the record is plain JSON, and an identical space has no changes
@@ -310,7 +317,7 @@ def test_a_ray_that_does_not_start_exits_cleanly(
 
     monkeypatch.setattr(local_ray, "start", start)
     uri = empty_store(tmp_path / "mlflow.db")
-    space = write_space(tmp_path, "  - regularizer: none\n", epochs=1)
+    space = write_space(tmp_path, [NONE], epochs=1)
     rc = main(
         ["sweep", str(space), "--experiment", "exp", "--tracking-uri", uri,
          "--storage", str(tmp_path / "ray"), "--num-cpus", "1"]

@@ -107,3 +107,32 @@ def test_checkpoint_every_counts_epochs_and_always_keeps_the_last():
     assert [e for e in range(1, 7) if checkpoint_due(e, 6, 3)] == [3, 6]
     assert [e for e in range(1, 4) if checkpoint_due(e, 3, 1)] == [1, 2, 3]
     assert [e for e in range(1, 4) if checkpoint_due(e, 3, 10)] == [3]
+
+
+def test_the_final_evaluation_logs_its_progress(tmp_path, caplog, monkeypatch):
+    """Minutes of silence after the last epoch: it says what runs, each attack's result, a
+    progress line while a long attack runs (here every batch) and when the Lipschitz part
+    starts and ends."""
+    import logging
+
+    from lipsweep.attacks import evaluate
+    from lipsweep.trial.run import final_evaluation
+    from lipsweep.vit.models import create_model
+
+    monkeypatch.setattr(evaluate, "PROGRESS_EVERY_S", 0.0)
+    cfg = TrialConfig.from_flat(
+        {**TINY, "depth": 1, "embed_dim": 32, "num_heads": 2, "eval_size": 16}
+        | {"attacks": ["fgsm"], "attack_batch_size": 8, "lip_images": 2, "lip_tokens": False}
+        | {"lip_softmax": False, "lip_head_bounds": False, "lip_figures": False}
+    )
+    torch.manual_seed(0)
+    model = create_model(cfg.model).eval()
+    x = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
+    y = torch.arange(16) % 10
+    with caplog.at_level(logging.INFO, logger="lipsweep"):
+        final_evaluation(model, x, y, cfg, torch.device("cpu"), tmp_path)
+    text = caplog.text
+    assert "final evaluation: clean accuracy and fgsm, then the Lipschitz summary" in text
+    assert "robustness: 1/2 batches done (now clean)" in text
+    assert "acc_fgsm_4 = " in text
+    assert "the Lipschitz summary on 2 images next" in text and "Lipschitz summary done in" in text

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _sweep_helpers import space_file
 
 from lipsweep.core.config_base import ConfigError, check_choice, check_positive
 from lipsweep.regularizers import (
@@ -56,7 +57,8 @@ def toy():
 def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
     from lipsweep.__main__ import main
     from lipsweep.decide.export import _model_card
-    from lipsweep.decide.pareto import config_label, front_table
+    from lipsweep.decide.front import build_front
+    from lipsweep.decide.pareto import config_label
     from lipsweep.decide.plots import _style
     from lipsweep.settings.config import TrialConfig
     from lipsweep.vit.export_format import build_config_json
@@ -64,10 +66,8 @@ def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
     assert main(["train", "--help-settings"]) == 0
     out = capsys.readouterr().out
     assert "  toy_alpha = 0.5\n      Toy: strength" in out and "'toy_reg' (test only)" in out
-    space = tmp_path / "toy.yaml"
-    space.write_text(
-        "name: toy\nfixed: {epochs: 1}\ngrid:\n  - {regularizer: toy_reg, toy_alpha: [0.5, 2.0]}\n"
-    )
+    grid = [{"regularizer": "toy_reg", "toy_alpha": [0.5, 2.0]}]
+    space = space_file(tmp_path, {"name": "toy", "fixed": {"epochs": 1}, "grid": grid})
     assert main(["sweep", str(space), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "toy_reg toy_alpha=0.5 toy_mode=a" in out and "toy_reg toy_alpha=2.0" in out
@@ -78,7 +78,7 @@ def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
     assert flat["toy_alpha"] == 0.5 and flat["toy_mode"] == "b"
     params = {k: str(v) for k, v in flat.items()}
     assert config_label(params) == "Toy toy_alpha=0.5 toy_mode=b"
-    table = front_table(
+    table = build_front(
         [
             {
                 "run_id": "r1",
@@ -86,8 +86,8 @@ def test_test_only_regularizer_reaches_every_presenter(toy, tmp_path, capsys):
                 "metrics": {"acc_clean": 50.0, "acc_pgd_4": 10.0, "acc_aa_2": 5.0},
             }
         ],
-        [1],
-    )
+        ["acc_clean:max", "acc_pgd_4:max", "acc_aa_2:max"],
+    ).table
     assert "toy_alpha" in table.splitlines()[0] and "toy_reg" in table
     assert _style("toy_reg", {})[2] == "Toy"
     card = _model_card(build_config_json(flat, (0.5,) * 3, (0.5,) * 3, {}), {})

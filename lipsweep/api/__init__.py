@@ -19,6 +19,10 @@ either error, and prints the result.
 
 Importing this module is light (no torch, Ray or MLflow): each function imports what it
 runs when it is called.
+
+Each function shows lipsweep's INFO lines on stderr as the CLI does (the Optuna study's path,
+each trial's events, the status lines), unless logging is already configured: then the
+configuration you made decides (:func:`lipsweep.core.logs.show_info_lines`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from lipsweep.api.results import (
     TrialRun,
 )
 from lipsweep.core.config_base import ConfigError, UsageError
+from lipsweep.core.logs import show_info_lines
 
 __all__ = [
     "train",
@@ -95,6 +100,7 @@ def train(options: Optional[TrainOptions] = None, /, **kwargs: Any) -> TrainResu
 
     Rerunning with the same config resumes from its last checkpoint; a different config is
     refused unless ``overwrite``."""
+    show_info_lines()
     from lipsweep.api import _train
 
     return _train.run(make_options(TrainOptions, options, kwargs))
@@ -109,6 +115,7 @@ def sweep(options: Optional[SweepOptions] = None, /, **kwargs: Any) -> SweepResu
     any of ``num_cpus``, ``ray_address`` it leaves unapplied. A signal (SIGINT, SIGTERM,
     SIGHUP) stops the sweep cleanly: ``interrupted`` is set and ``resume=True`` continues it.
     ``dry_run`` only lists the trials (``planned``), without importing torch, Ray or MLflow."""
+    show_info_lines()
     from lipsweep.api import _sweep
 
     return _sweep.run(make_options(SweepOptions, options, kwargs))
@@ -117,6 +124,7 @@ def sweep(options: Optional[SweepOptions] = None, /, **kwargs: Any) -> SweepResu
 def pareto(options: Optional[ParetoOptions] = None, /, **kwargs: Any) -> ParetoResult:
     """Rank a sweep's finished runs, tag them in MLflow and log the front to the parent run
     (``lipsweep pareto``); returns the front."""
+    show_info_lines()
     from lipsweep.api import _decide
 
     return _decide.pareto(make_options(ParetoOptions, options, kwargs))
@@ -125,6 +133,7 @@ def pareto(options: Optional[ParetoOptions] = None, /, **kwargs: Any) -> ParetoR
 def export(options: Optional[ExportOptions] = None, /, **kwargs: Any) -> ExportResult:
     """Write a run's checkpoint as a self-describing folder (``lipsweep export``);
     ``lipsweep.load_exported(result.folder)`` loads it back."""
+    show_info_lines()
     from lipsweep.api import _decide
 
     return _decide.export(make_options(ExportOptions, options, kwargs))
@@ -133,6 +142,7 @@ def export(options: Optional[ExportOptions] = None, /, **kwargs: Any) -> ExportR
 def report(options: Optional[ReportOptions] = None, /, **kwargs: Any) -> ReportResult:
     """Write the markdown report of a sweep's arms and log it to the parent run
     (``lipsweep report``)."""
+    show_info_lines()
     from lipsweep.api import _decide
 
     return _decide.report(make_options(ReportOptions, options, kwargs))
@@ -141,6 +151,7 @@ def report(options: Optional[ReportOptions] = None, /, **kwargs: Any) -> ReportR
 def confirm(options: Optional[ConfirmOptions] = None, /, **kwargs: Any) -> ConfirmResult:
     """Re-evaluate the front's runs with standard AutoAttack and log ``acc_aa_std_<eps>``
     to them (``lipsweep confirm``)."""
+    show_info_lines()
     from lipsweep.api import _confirm
 
     return _confirm.confirm(make_options(ConfirmOptions, options, kwargs))
@@ -149,6 +160,7 @@ def confirm(options: Optional[ConfirmOptions] = None, /, **kwargs: Any) -> Confi
 def demo(options: Optional[DemoOptions] = None, /, **kwargs: Any) -> DemoResult:
     """The embedded default end to end: the smoke sweep, its front and the export of its
     pick (``lipsweep demo``)."""
+    show_info_lines()
     from lipsweep.api import _demo
 
     return _demo.demo(make_options(DemoOptions, options, kwargs))
@@ -159,6 +171,7 @@ def bench_search(
 ) -> BenchSearchResult:
     """Replay the search methods on a recorded table and score the hypervolume each reaches
     within the compute budget (``lipsweep bench-search``; lipsweep/sweep/replay.py)."""
+    show_info_lines()
     from lipsweep.api import _bench
 
     return _bench.run(make_options(BenchSearchOptions, options, kwargs))

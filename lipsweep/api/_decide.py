@@ -124,10 +124,9 @@ def _export(opts: ExportOptions, out: Path) -> ExportResult:
 def report(opts: ReportOptions) -> ReportResult:
     from lipsweep.core.paths import check_folder, safe_folder_name
 
+    # a report is rewritten at will: its missing parent folders are made, as for the default
     out = check_folder(
-        "--out",
-        opts.out or Path("reports") / safe_folder_name(opts.experiment),
-        make_parents=opts.out is None,
+        "--out", opts.out or Path("reports") / safe_folder_name(opts.experiment), make_parents=True
     )
     with reading(opts.tracking_uri):
         return _report(opts, out)

@@ -33,6 +33,7 @@ def _counts(trials: list, total: int) -> OutcomeCounts:
 def run(opts: SweepOptions) -> SweepResult:
     """Run (or resume, or with ``dry_run`` only list) the sweep of ``opts.space``."""
     from lipsweep.core.config_base import UsageError
+    from lipsweep.core.paths import shown_path
     from lipsweep.core.ray_address import check_ray_address
     from lipsweep.core.storage import (
         experiment_path,
@@ -116,7 +117,7 @@ def run(opts: SweepOptions) -> SweepResult:
             "sweep %r: %d trials -> storage %s, MLflow %s",
             experiment,
             spec.num_trials,
-            storage,
+            storage if is_remote(storage) else shown_path(storage),
             shown_uri,
         )
         with StopSignals() as stop:
@@ -141,4 +142,5 @@ def run(opts: SweepOptions) -> SweepResult:
         interrupted=outcome is None or outcome.interrupted,
         signal=None if stop.received is None else int(stop.received),
         summary=outcome.summary if outcome is not None else "interrupted",
+        ran=outcome.ran if outcome is not None else None,
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from lipsweep.api.options import TRAIN_OUT, TrainOptions
 from lipsweep.api.results import TrainResult
 from lipsweep.core.config_base import UsageError
-from lipsweep.core.paths import check_folder, check_replaceable, write_atomic
+from lipsweep.core.paths import check_folder, check_replaceable, shown_path, write_atomic
 
 _log = logging.getLogger("lipsweep")
 
@@ -51,7 +51,7 @@ def run(opts: TrainOptions) -> TrainResult:
         cfg.data.dataset,
         cfg.regularizer.regularizer,
         cfg.optim.epochs,
-        out,
+        shown_path(out),
     )
     prepare_out(out, cfg.to_json(), opts.overwrite)
     result = run_trial(cfg, out)

@@ -272,7 +272,7 @@ class ReportOptions:
     experiment: str
     """MLflow experiment of the sweep."""
     out: Optional[str] = None
-    """Output folder (None: reports/EXPERIMENT)."""
+    """Output folder, made with its parents (None: reports/EXPERIMENT)."""
     objective: Optional[tuple[str, ...]] = None
     """Objectives of the Pareto figure (as for pareto)."""
     tracking_uri: str = field(default_factory=default_tracking_uri)

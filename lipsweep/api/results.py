@@ -84,6 +84,9 @@ class SweepResult:
     """The outcome as the CLI prints it (failures with their reasons)."""
     planned: tuple[str, ...] = ()
     """A dry run: the lines that list its trials (nothing was started)."""
+    ran: Optional[int] = None
+    """Trials this call started or continued: 0 when a resume found every trial ended (None
+    for a dry run, or an interruption before Tune started)."""
 
 
 @dataclass(frozen=True)

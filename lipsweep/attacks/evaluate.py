@@ -89,20 +89,45 @@ def _batches(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+PROGRESS_EVERY_S = 30.0
+"""Without a progress bar, at most one progress line this often (a long attack is not silent)."""
+
+
 class _Progress:
-    """tqdm to stderr when asked (imported lazily), else nothing; logging either way."""
+    """tqdm to stderr when asked (imported lazily); else a log line at most every
+    :data:`PROGRESS_EVERY_S` seconds. The per-attack result lines are logged either way."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.bar = None
+        self.total, self.done = total, 0
+        self.t0 = self.last = time.perf_counter()
         if enabled:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total, file=sys.stderr, desc="robustness", unit="batch")
 
+    def add(self, n: int) -> None:
+        """``n`` more batches to do."""
+        self.total += n
+        if self.bar is not None:
+            self.bar.total += n
+
     def step(self, desc: str, n: int = 1) -> None:
+        self.done += n
         if self.bar is not None:
             self.bar.set_description(desc, refresh=False)
             self.bar.update(n)
+            return
+        now = time.perf_counter()
+        if now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            _log.info(
+                "robustness: %d/%d batches done (now %s), %.0f s",
+                self.done,
+                self.total,
+                desc,
+                now - self.t0,
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -199,8 +224,7 @@ def _evaluate(
     keep = correct.nonzero().squeeze(1)
     x_ok, y_ok = x[keep], y[keep]
     ok_batches = _batches(x_ok.shape[0], bs)
-    if bar.bar is not None:
-        bar.bar.total += sum(1 if cls is AutoAttack else len(ok_batches) for cls, _ in plan)
+    bar.add(sum(1 if cls is AutoAttack else len(ok_batches) for cls, _ in plan))
     _log.info(
         "clean accuracy %.2f%% on %d images; attacking the %d correct ones",
         metrics[ACC_CLEAN],

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 from lipsweep.cli.commands import COMMANDS, EXIT_FAILURE, EXIT_USAGE
 from lipsweep.cli.parser import build_parser
 from lipsweep.core.config_base import ConfigError, UsageError
+from lipsweep.core.logs import DATE_FORMAT, LOG_FORMAT, redact_record
 from lipsweep.core.redact import redact_uri
 
 __all__ = [
@@ -26,15 +27,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("lipsweep")
-
-
-def _redact_record(record: logging.LogRecord) -> bool:
-    """No credential of a URI (userinfo or query, :func:`redact_uri`) in any log line."""
-    text = record.getMessage()
-    shown = redact_uri(text)
-    if shown != text:
-        record.msg, record.args = shown, None
-    return True
 
 
 def error_line(command: str, message: object) -> str:
@@ -61,12 +53,12 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
+        format=LOG_FORMAT,
+        datefmt=DATE_FORMAT,
         stream=sys.stderr,
     )
     for handler in logging.getLogger().handlers:  # no credential of a URI in any log line
-        handler.addFilter(_redact_record)
+        handler.addFilter(redact_record)
     try:
         return COMMANDS[args.command](args)
     except ConfigError as err:

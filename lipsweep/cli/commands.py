@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from lipsweep.core.paths import shown_path
+
 if TYPE_CHECKING:
     from lipsweep.api import ExportResult, ParetoResult, SweepResult
 
@@ -53,7 +55,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     keys = [k for k in SUMMARY_METRICS if k in result.metrics]
     _out("  ".join(f"{k}={result.metrics[k]:.2f}" for k in keys))
-    _out(f"metrics: {result.metrics_file}")
+    _out(f"metrics: {shown_path(result.metrics_file)}")
     return 0
 
 
@@ -120,7 +122,7 @@ def print_export(result: "ExportResult") -> None:
 
     keys = (ACC_CLEAN, attack_metric("pgd", 4), attack_metric("aa", 2), LIP_JACOBIAN_MEDIAN)
     m = result.metrics
-    _out(f"exported run {result.run_id} ({result.selected_by}) to {result.folder}")
+    _out(f"exported run {result.run_id} ({result.selected_by}) to {shown_path(result.folder)}")
     _out("  " + "  ".join(f"{k}={m[k]:.2f}" for k in keys if k in m))
     if result.registered is not None:
         _out(
@@ -138,7 +140,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if result.parent_run_id is not None:
         logged = f"; logged under report/ of parent run {result.parent_run_id}"
     _out(
-        f"wrote {result.report} ({result.arms} arms, {result.runs} runs; "
+        f"wrote {shown_path(result.report)} ({result.arms} arms, {result.runs} runs; "
         f"figures: {', '.join(p.name for p in result.figures)}){logged}"
     )
     return 0
@@ -172,12 +174,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _out("\n== Export ==")
     print_export(result.export)
     uri = redact_uri(opts.tracking_uri)  # shown, so without user:password@
+    took = f"{result.sweep_seconds:.0f} s"
+    if result.sweep.ran == 0:  # a rerun of a finished demo: its resume had nothing to run
+        took = f"nothing left to run, every trial had ended ({took} to check)"
+    state = shown_path(result.sweep.experiment_path)
     sys.stdout.write(f"""
 == Where to look ==
-sweep: {result.sweep_seconds:.0f} s; Ray Tune state in {result.sweep.experiment_path}
+sweep: {took}; Ray Tune state in {state}
 MLflow UI:  {installed_tool("mlflow")} ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000
             then open http://127.0.0.1:5000 -> experiment '{opts.experiment}'
-export:     {result.export.folder.resolve()}  (load with lipsweep.load_exported(...))
+export:     {shown_path(result.export.folder)}  (load with lipsweep.load_exported(...))
 reruns:     the same seeds give these numbers again on this machine; another CPU or
             torch build sums in another order and trains to other numbers
 """)

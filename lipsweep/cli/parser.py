@@ -223,7 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
         common,
     )
     p.add_argument("--experiment", required=True, help="MLflow experiment of the sweep")
-    p.add_argument("--out", default=None, help="output folder (default: reports/EXPERIMENT)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output folder, made with its parents (default: reports/EXPERIMENT)",
+    )
     p.add_argument(
         "--objective",
         action="append",

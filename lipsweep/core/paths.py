@@ -81,6 +81,17 @@ def check_folder(flag: str, raw: str | os.PathLike, make_parents: bool = False) 
     return path
 
 
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` as lipsweep prints it: relative to the working folder when it lies under it
+    (``exports/smoke-best``), else as given."""
+    text = os.fspath(path)
+    try:
+        rel = _abs(text).relative_to(Path.cwd())
+    except ValueError:
+        return text
+    return str(rel)
+
+
 def safe_folder_name(name: str) -> str:
     """A folder name made from ``name`` (an MLflow experiment, which another tool may have
     named ``../x``, ``/abs`` or ``a/b``) that stays inside the folder it is joined to: every
@@ -173,11 +184,6 @@ def removing(
     finally:
         if os.path.lexists(tmp):
             _remove(tmp)
-
-
-def fsync_file(path: Path) -> None:
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
 
 
 def write_atomic(path: Path, data: bytes | str) -> Path:

@@ -38,13 +38,9 @@ from lipsweep.decide.pareto import (
     Objective,
     ParetoResult,
     Trial,
-    as_trials,
-    check_ranks,
     format_front_table,
     front_doc,
-    objective_values,
     pareto_rank,
-    resolve_objectives,
 )
 from lipsweep.decide.selection import (
     Selection,
@@ -117,7 +113,7 @@ class Front:
         )
 
     def as_json(self) -> dict[str, Any]:
-        """``pareto.json``: :func:`lipsweep.decide.pareto.pareto_json` of the runs at their
+        """``pareto.json``: :func:`lipsweep.decide.pareto.front_doc` of the runs at their
         ranks on this front, plus ``ranked_by`` and the arms with their statistics."""
         r = np.asarray(self.ranks, dtype=np.int64)
         doc = front_doc(
@@ -265,23 +261,3 @@ def build_front(
             why = str(err)
     shown = rule.text if isinstance(rule, SelectionRule) else rule
     return Front(runs, arms, arm_ranks, stats, by_arms, ranks, shown, selection, why)
-
-
-def front_from_ranks(
-    records: Sequence[Mapping[str, Any] | Trial],
-    objectives: Sequence[Objective | str],
-    arms: Sequence[Arm],
-    arm_ranks: Sequence[int],
-    run_ranks: Sequence[int],
-    by_arms: bool,
-) -> Front:
-    """A Front from ranks its caller already holds (no ranking, no selection): for callers of
-    the older ``write_report(records, arms, arm_ranks, run_ranks, ...)``."""
-    objs = resolve_objectives(objectives)
-    trials = as_trials(records)
-    r = check_ranks(run_ranks, len(trials))
-    values, reasons = objective_values(trials, objs)
-    runs = ParetoResult(tuple(trials), objs, values, r, reasons)
-    stats = _all_arm_stats(arms, trials)
-    ranks = tuple(int(x) for x in r)
-    return Front(runs, tuple(arms), tuple(int(x) for x in arm_ranks), stats, by_arms, ranks)

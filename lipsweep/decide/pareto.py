@@ -27,9 +27,9 @@ The commands rank once, through :func:`lipsweep.decide.front.build_front`, whose
 :class:`~lipsweep.decide.front.Front` every view reads. The pieces, on their own::
 
     res = pareto_rank(records, resolve_objectives(["acc_clean:max", "acc_pgd_4:max"]))
-    print(front_table(records, res.ranks, res.objectives))
+    print(format_front_table(res.trials, res.ranks, res.values, res.excluded, res.objectives))
     sel = lipsweep.decide.selection.select_from_front(records, res.ranks)
-    doc = pareto_json(records, res.ranks, res.objectives, selection=sel)
+    doc = front_doc(res.trials, res.ranks, res.values, res.excluded, res.objectives, sel)
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from lipsweep.regularizers import find_spec, shown_params
 
 
 class SelectionLike(Protocol):
-    """What :func:`pareto_json` needs of :class:`lipsweep.decide.selection.Selection` (selection
+    """What :func:`front_doc` needs of :class:`lipsweep.decide.selection.Selection` (selection
     imports this module, not the other way round)."""
 
     def as_dict(self) -> dict[str, Any]: ...
@@ -328,20 +328,6 @@ def _ordered(
     return sorted(idx, key=lambda i: (ranks[i], -s * values[i, 0], trials[i].run_id))
 
 
-def front_table(
-    records: Sequence[Mapping[str, Any] | Trial],
-    ranks: Sequence[int] | np.ndarray,
-    objectives: Sequence[Objective | str] = DEFAULT_OBJECTIVES,
-    max_rank: int = 1,
-) -> str:
-    """Plain-text aligned table of the runs with rank <= ``max_rank``, then a count line and the
-    runs that are not ranked, with the reason (for the terminal)."""
-    trials, objs = as_trials(records), resolve_objectives(objectives)
-    r = check_ranks(ranks, len(trials))
-    values, reasons = objective_values(trials, objs)
-    return format_front_table(trials, r, values, reasons, objs, max_rank)
-
-
 def format_front_table(
     trials: Sequence[Trial],
     r: np.ndarray,
@@ -350,8 +336,10 @@ def format_front_table(
     objs: Sequence[Objective],
     max_rank: int = 1,
 ) -> str:
-    """:func:`front_table` of validated trials, their ranks ``r`` and the objective ``values``
-    and exclusion ``reasons`` already read (:class:`ParetoResult`'s, for a built front)."""
+    """Plain-text aligned table of the runs with rank <= ``max_rank``, then a count line and the
+    runs that are not ranked, with the reason (for the terminal), from validated trials, their
+    ranks ``r`` and the objective ``values`` and exclusion ``reasons`` already read
+    (:class:`ParetoResult`'s, for a built front)."""
     rows_idx = [i for i in _ordered(trials, r, values, objs) if r[i] <= max_rank]
     shown = {i: applicable_params(trials[i].params) for i in rows_idx}
     pcols = [n for n in shown_params() if any(n in p for p in shown.values())]
@@ -385,25 +373,6 @@ def format_front_table(
     return "\n".join(out)
 
 
-def pareto_json(
-    records: Sequence[Mapping[str, Any] | Trial],
-    ranks: Sequence[int] | np.ndarray,
-    objectives: Sequence[Objective | str] = DEFAULT_OBJECTIVES,
-    selection: SelectionLike | None = None,
-) -> dict[str, Any]:
-    """JSON-serialisable summary for the ``pareto.json`` artifact (strict JSON: no NaN/inf).
-
-    Deterministic and independent of the order of ``records``: runs are sorted by (rank, run_id),
-    the not-ranked ones last; no timestamps. Keys: ``schema_version``, ``objectives``,
-    ``counts``, ``front`` (run_ids), ``runs`` (run_id, run_name, rank, label, params, values),
-    ``excluded`` (run_id, reason) and ``selection`` (None unless given).
-    """
-    trials, objs = as_trials(records), resolve_objectives(objectives)
-    r = check_ranks(ranks, len(trials))
-    values, reasons = objective_values(trials, objs)
-    return front_doc(trials, r, values, reasons, objs, selection)
-
-
 def front_doc(
     trials: Sequence[Trial],
     r: np.ndarray,
@@ -412,8 +381,14 @@ def front_doc(
     objs: Sequence[Objective],
     selection: SelectionLike | None = None,
 ) -> dict[str, Any]:
-    """:func:`pareto_json` of validated trials, their ranks ``r`` and the objective ``values``
-    and exclusion ``reasons`` already read (:class:`ParetoResult`'s, for a built front)."""
+    """JSON-serialisable summary for the ``pareto.json`` artifact (strict JSON: no NaN/inf) of
+    validated trials, their ranks ``r`` and the objective ``values`` and exclusion ``reasons``
+    already read (:class:`ParetoResult`'s, for a built front).
+
+    Deterministic and independent of the order of the trials: runs are sorted by (rank, run_id),
+    the not-ranked ones last; no timestamps. Keys: ``schema_version``, ``objectives``,
+    ``counts``, ``front`` (run_ids), ``runs`` (run_id, run_name, rank, label, params, values),
+    ``excluded`` (run_id, reason) and ``selection`` (None unless given)."""
     order = sorted(range(len(trials)), key=lambda i: (r[i] == 0, r[i], trials[i].run_id))
     runs = [
         {

@@ -342,7 +342,7 @@ def parallel_coordinates(
     vals = np.stack([_metric_array(trials, o.name) for o in objs], axis=1)  # (n, m)
     ranked = np.flatnonzero((r > 0) & np.isfinite(vals).all(axis=1))
     shown = [i for i in ranked if r[i] <= max_rank]
-    s0 = 1.0 if objs[0].direction == "max" else -1.0  # legend in front_table order
+    s0 = 1.0 if objs[0].direction == "max" else -1.0  # legend in format_front_table order
     shown.sort(key=lambda i: (r[i], -s0 * vals[i, 0], trials[i].run_id))
     fig = _new_figure(max(6.0, 2.3 * m + 4.8), 5.2)
     ax = fig.subplots()

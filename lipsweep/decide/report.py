@@ -344,25 +344,6 @@ def _hist_figure(
     return True
 
 
-def write_report(
-    records: list[dict[str, Any]],
-    arms: Sequence[Arm],
-    arm_ranks: Sequence[int],
-    run_ranks: Sequence[int],
-    objectives: Sequence[Any],
-    by_arms: bool,
-    npz: dict[str, Path],
-    out: Path,
-    experiment: str,
-    source: str,
-) -> Path:
-    """:func:`write_front_report` from ranks the caller already holds."""
-    from lipsweep.decide.front import front_from_ranks
-
-    front = front_from_ranks(records, objectives, arms, arm_ranks, run_ranks, by_arms)
-    return write_front_report(front, npz, out, experiment, source)
-
-
 def write_front_report(
     front: "Front", npz: dict[str, Path], out: Path, experiment: str, source: str
 ) -> Path:
@@ -502,7 +483,7 @@ def write_front_report(
 
 
 def written_files(out: Path) -> list[Path]:
-    """What :func:`write_report` wrote into ``out``: ``report.md`` and the figures it drew
+    """What :func:`write_front_report` wrote into ``out``: ``report.md`` and the figures it drew
     (it removes the others first). Only these are logged to MLflow, never the rest of ``out``."""
     return [out / REPORT_NAME] + [out / f for f in FIGURES.values() if (out / f).is_file()]
 

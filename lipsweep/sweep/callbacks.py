@@ -401,18 +401,23 @@ class ConsoleProgress(Handoff, Callback):
         self.status_every = status_every
         self.stream = stream
         self._last_status = time.monotonic()
+        self._last_lines: list[str] = []
         self._synced = False
 
     def _out(self) -> TextIO:
         return self.stream or sys.stdout
 
-    def show_status(self) -> None:
-        """Write the status block now."""
+    def show_status(self, changed_only: bool = False) -> None:
+        """Write the status block now; ``changed_only``: unless it repeats the last one."""
         now = time.monotonic()
         self._last_status = now
         out = self._out()
         tty = bool(getattr(out, "isatty", lambda: False)())
-        out.write("\n".join(self.progress.status_lines(now, tty)) + "\n")
+        lines = self.progress.status_lines(now, tty)
+        if changed_only and lines == self._last_lines:
+            return
+        self._last_lines = lines
+        out.write("\n".join(lines) + "\n")
         out.flush()
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
@@ -432,7 +437,7 @@ class ConsoleProgress(Handoff, Callback):
                 if state:
                     self.progress.ended_before(t.trial_id, state, self._name(t), last)
         if self.status_every > 0 and time.monotonic() - self._last_status >= self.status_every:
-            self.show_status()
+            self.show_status(changed_only=True)  # a repeated block says nothing new
 
     def _saved(self, trial, result: dict) -> None:
         """Count the epochs a stopped trial did not run (the status block's compute saved)."""
@@ -473,11 +478,16 @@ class ConsoleProgress(Handoff, Callback):
             result.get(ACC_CLEAN, float("nan")),
         )
         flat = flat_config(trial.config)
-        last = result.get("epoch") is not None and result.get("epoch") == flat.get("epochs")
-        if last and flat.get("evaluate", True):
+        epoch, epochs = result.get("epoch"), flat.get("epochs")
+        last = epoch is not None and epoch == epochs
+        evaluating = last and flat.get("evaluate", True)
+        if evaluating:
             # the trial's evaluation runs next, with no event until it ends (half a minute
             # on the demo, hours on ViT-B): say so instead of going quiet
             _log.info("%s evaluating: %s", self._name(trial), evaluation_plan(flat))
+        if isinstance(epoch, int) and isinstance(epochs, int):
+            now = time.monotonic()
+            self.progress.epoch_done(trial.trial_id, epoch, epochs, now, bool(evaluating))
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self.done += 1

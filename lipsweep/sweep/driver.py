@@ -105,6 +105,8 @@ class SweepOutcome:
     interrupted: bool = False
     trials: list[TrialOutcome] = field(default_factory=list)
     """How each trial ended that had ended by the return (those of earlier calls included)."""
+    ran: int = 0
+    """Trials this call started or continued (0: a ``--resume`` found every trial ended)."""
 
 
 class SweepLock:
@@ -492,14 +494,12 @@ def _run_on_ray(
 
     tune_cfg, param_space = _tune_config(spec, opts)
     mlflow_cb = MlflowSweepCallback(tracker, parent, stop_reasons=tune_cfg.scheduler)
+    console = ConsoleProgress(
+        spec.num_trials, first_objective(spec), opts.status_every, total_epochs=total_epochs(spec)
+    )
     callbacks = [
         mlflow_cb,
-        ConsoleProgress(
-            spec.num_trials,
-            first_objective(spec),
-            opts.status_every,
-            total_epochs=total_epochs(spec),
-        ),
+        console,
         Heartbeat(tracker, parent, HEARTBEAT_S),
         *extra_callbacks,  # the space's `callbacks:`, after lipsweep's own
         *_tune_loggers(),
@@ -563,8 +563,14 @@ def _run_on_ray(
         elif tracking_error is not None:
             reason = f"MLflow unreachable: {tracking_error}"
         trials = list(mlflow_cb.outcomes.values())
-        return SweepOutcome(False, reason, parent, exp_path, interrupted=True, trials=trials)
+        ran = console.progress.ran
+        return SweepOutcome(
+            False, reason, parent, exp_path, interrupted=True, trials=trials, ran=ran
+        )
     ok, summary = summarize(mlflow_cb.outcomes, spec.num_trials)
+    ran = console.progress.ran
+    if opts.resume and ran == 0:
+        summary = "nothing left to run: every trial had ended before this --resume\n" + summary
     undelivered = _deliver(tracker, spill, FLUSH_TIMEOUT_S)
     if not undelivered:  # statuses are only read once every buffered write has landed
         try:
@@ -580,7 +586,8 @@ def _run_on_ray(
             f"{redact_uri(opts.tracking_uri)}; saved to {spill}. Rerun with --resume "
             "once MLflow is reachable to deliver them"
         )
-    return SweepOutcome(ok, summary, parent, exp_path, trials=list(mlflow_cb.outcomes.values()))
+    trials = list(mlflow_cb.outcomes.values())
+    return SweepOutcome(ok, summary, parent, exp_path, trials=trials, ran=ran)
 
 
 def _sweep_datasets(spec: SweepSpec) -> list[dict[str, Any]]:

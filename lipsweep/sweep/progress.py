@@ -14,7 +14,9 @@ stopped trials did not run, out of the epochs of the whole sweep run in full
 The ETA assumes the remaining trials take as long as the mean ended (finished, stopped or
 failed) trial and run as many at a time as have run at once so far: (the running trials'
 remainders + pending x mean) / parallel, and no less than the longest remainder. It is a rough
-guide, shown as ``?`` until one trial has ended.
+guide. Until a timed trial has ended there is none, and the line says instead what it waits
+for and how far the furthest running trial is (``waiting for the first trial to end
+(furthest: epoch 3/4 done)``, then ``(furthest: evaluating for 2m)``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ class _Trial:
     started: Optional[float] = None
     state: str = "pending"
     duration: Optional[float] = None
+    epoch: int = 0
+    """Its last reported epoch (0: none yet)."""
+    epochs: int = 0
+    """Its epochs in full (0: unknown)."""
+    evaluating_since: Optional[float] = None
+    """When its final evaluation started (None: not evaluating)."""
 
 
 @dataclass
@@ -78,6 +86,7 @@ class SweepProgress:
         t = self.trials.setdefault(trial_id, _Trial(label or trial_id))
         if t.state != "running":
             t.started, t.state = now, "running"
+            t.evaluating_since = None
         self.max_running = max(self.max_running, self.count("running"))
 
     def ended(
@@ -104,6 +113,18 @@ class SweepProgress:
             if self.best is None or self._better(float(value), self.best[1]):
                 self.best = (trial_id, float(value))
 
+    def epoch_done(
+        self, trial_id: str, epoch: int, epochs: int, now: float, evaluating: bool = False
+    ) -> None:
+        """A running trial reported epoch ``epoch`` of ``epochs``; ``evaluating``: its final
+        evaluation starts now."""
+        t = self.trials.get(trial_id)
+        if t is None or t.state != "running":
+            return
+        t.epoch, t.epochs = int(epoch), int(epochs)
+        if evaluating:
+            t.evaluating_since = now
+
     def stopped_at(self, trial_id: str, epochs_done: int, epochs_full: int) -> None:
         """A trial stopped early after ``epochs_done`` of its ``epochs_full`` epochs."""
         self.saved[trial_id] = max(0, int(epochs_full) - int(epochs_done))
@@ -123,6 +144,11 @@ class SweepProgress:
 
     def _better(self, a: float, b: float) -> bool:
         return a > b if self.objective[1] == "max" else a < b
+
+    @property
+    def ran(self) -> int:
+        """Trials this driver started or continued (not those that ended before a resume)."""
+        return sum(t.started is not None for t in self.trials.values())
 
     def count(self, state: str) -> int:
         return sum(t.state == state for t in self.trials.values())
@@ -161,14 +187,32 @@ class SweepProgress:
                 saved = sum(self.saved.values())
                 share = 100 * saved / self.total_epochs
                 parts.append(f"saved {saved}/{self.total_epochs} epochs ({share:.0f}%)")
-        if eta is None:
-            eta_text = "?"
+        if eta is None:  # no ETA yet: what it waits for instead
+            eta_text = self.waiting_for(now)
         elif eta < 1 and self.count("running"):  # running past the mean ended trial's time
-            eta_text = "soon"
+            eta_text = "ETA soon"
         else:
-            eta_text = format_duration(eta)
-        parts += [f"failed {self.count(FAILED)}", f"ETA {eta_text}"]
+            eta_text = f"ETA {format_duration(eta)}"
+        parts += [f"failed {self.count(FAILED)}", eta_text]
         return SEP.join(parts)
+
+    def waiting_for(self, now: float) -> str:
+        """What the ETA waits for before a timed trial has ended, and how far the furthest
+        running trial is."""
+        running = [t for t in self.trials.values() if t.state == "running"]
+        if not running:
+            return "waiting for a trial to start"
+        first = not any(t.state in END_STATES for t in self.trials.values())
+        which = "the first trial" if first else "a trial of this run"
+        ahead = max(running, key=lambda t: (t.evaluating_since is not None, t.epoch))
+        if ahead.evaluating_since is not None:
+            where = f"evaluating for {format_duration(now - ahead.evaluating_since)}"
+        elif ahead.epoch:
+            of = f"/{ahead.epochs}" if ahead.epochs else ""
+            where = f"epoch {ahead.epoch}{of} done"
+        else:
+            where = "in its first epoch"
+        return f"waiting for {which} to end (furthest: {where})"
 
     def best_line(self) -> str:
         metric, mode = self.objective

@@ -35,13 +35,64 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lipsweep.core.config_base import ConfigError
+from lipsweep.core.logs import DATE_FORMAT, LOG_FORMAT
 from lipsweep.settings.config import TrialConfig
 from lipsweep.sweep.signals import quiet_worker_exit
-from lipsweep.trial.callbacks import TrialCallbacks
+from lipsweep.trial.callbacks import EVALUATION_LOGGERS, TrialCallbacks
 
 _log = logging.getLogger(__name__)
 FINAL_KEY = "lipsweep_final"
 ERROR_KEY = "lipsweep_error"
+
+
+class _EvaluationLines(logging.StreamHandler):
+    """A worker's final-evaluation lines on its stderr, which Ray shows on the driver
+    (``log_to_driver``), each naming the trial as the driver's own lines do: the evaluation
+    takes minutes to hours with no Tune event, and its progress is what shows it is alive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trial = ""
+        self.setFormatter(logging.Formatter(LOG_FORMAT, DATE_FORMAT))
+
+    def format(self, record: logging.LogRecord) -> str:
+        head, _, body = super().format(record).partition(": ")
+        return f"{head}: {self.trial} {body}"
+
+
+def trial_label(flat: dict[str, Any]) -> str:
+    """The trial's label as the driver's lines show it (:func:`lipsweep.sweep.space.trial_label`,
+    which this module cannot import: the space imports the schedulers, which import this)."""
+    from lipsweep.regularizers import find_spec
+
+    reg = flat.get("regularizer", "none")
+    spec = find_spec(reg)
+    core = spec.label(flat) if spec is not None else str(reg)
+    return core.strip() + (f" seed={flat['seed']}" if "seed" in flat else "")
+
+
+def show_evaluation_lines(trial: str) -> None:
+    """Show this worker's final-evaluation log lines (INFO and up), named by ``trial``; once
+    per process (a reused worker renames them)."""
+    import sys
+
+    handler = next(
+        (
+            h
+            for h in logging.getLogger(EVALUATION_LOGGERS[0]).handlers
+            if isinstance(h, _EvaluationLines)
+        ),
+        None,
+    )
+    if handler is None:
+        handler = _EvaluationLines()
+        for name in EVALUATION_LOGGERS:
+            logger = logging.getLogger(name)
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+            logger.propagate = False  # shown once, here
+    handler.setStream(sys.stderr)
+    handler.trial = trial
 
 
 def flat_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +165,9 @@ def train_trial(config: dict[str, Any]) -> None:
     from lipsweep.trial.run import run_trial  # torch: in the worker, never in the driver
 
     quiet_worker_exit()  # this process is a Ray worker
-    cfg = TrialConfig.from_flat(flat_config(config))
+    flat = flat_config(config)
+    cfg = TrialConfig.from_flat(flat)
+    show_evaluation_lines(f"{tune.get_context().get_trial_id()} [{trial_label(flat)}]")
     logging.getLogger("ray.tune").setLevel(logging.WARNING)  # one INFO line per checkpoint
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     workdir = Path(os.getcwd()) / "lipsweep_trial"

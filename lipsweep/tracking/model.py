@@ -2,26 +2,42 @@
 
 MLflow keeps :mod:`lipsweep.tracking.pyfunc_model` as source and the export folder as the
 ``export`` artifact (safetensors + JSON), so nothing is pickled; loading it calls
-:func:`lipsweep.load_exported`. :func:`log_export_model` logs it as an MLflow 3 LoggedModel
-on the trial's run (the run's Models tab), with the run's final metrics linked to it.
+:func:`lipsweep.load_exported`. The model holds what serving needs: lipsweep's Python code
+(``code/lipsweep``, on ``sys.path`` when MLflow loads it), its pinned requirements
+(:data:`PYFUNC_REQUIREMENTS`), its signature and an input example; not the project files of
+the folder it was logged from (MLflow would copy a ``uv.lock`` and ``pyproject.toml`` found
+there). MLflow's warnings while it saves come as ``lipsweep.tracking`` log lines, without
+colour codes unless stderr is a terminal. :func:`log_export_model` logs it as an MLflow 3
+LoggedModel on the trial's run (the run's Models tab), with the run's final metrics linked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
+import shutil
+import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 if TYPE_CHECKING:
     from lipsweep.tracking.writer import Tracker
 
 _log = logging.getLogger("lipsweep.tracking")
 
-PYFUNC_REQUIREMENTS = ("torch", "timm", "safetensors", "numpy", "mlflow")
-"""Pinned (installed versions) in the MLflow model's requirements; lipsweep itself must be
-installed where the model is served (``--env-manager local``)."""
+PYFUNC_REQUIREMENTS = ("torch", "timm", "safetensors", "numpy", "pyyaml", "mlflow")
+"""Pinned (installed versions) in the MLflow model's requirements: what the pyfunc and the
+lipsweep code it carries import when they load an export."""
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NOT_FOR_USERS = re.compile(r"Add type hints to the `predict` method")
+"""MLflow's advice to the pyfunc's author (its ``predict`` has no hint on purpose: MLflow
+would validate by it), not news to whoever exports."""
 
 
 MAX_MODEL_NAME = 256  # the registry's name column (String(256) in MLflow's SQL stores)
@@ -73,16 +89,59 @@ def save_pyfunc_model(
         inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 3, img_size, img_size))]),
         outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, num_classes))]),
     )
-    mlflow.pyfunc.save_model(
-        str(dst),
-        python_model=str(code),
-        artifacts={"export": str(folder)},
-        signature=signature,
-        pip_requirements=[f"{p}=={version(p)}" for p in PYFUNC_REQUIREMENTS],
-        metadata={"lipsweep_format": export_format, "input_range": [0.0, 1.0]},
-        mlflow_model=mlflow_model,
-    )
+    example = np.full((1, 3, img_size, img_size), 0.5, dtype=np.float32)  # [0, 1] pixels
+    with tempfile.TemporaryDirectory() as tmp, _mlflow_saving():
+        mlflow.pyfunc.save_model(
+            str(dst),
+            python_model=str(code),
+            artifacts={"export": str(folder)},
+            code_paths=[str(package_code(Path(tmp)))],
+            signature=signature,
+            input_example=example,
+            pip_requirements=[f"{p}=={version(p)}" for p in PYFUNC_REQUIREMENTS],
+            metadata={"lipsweep_format": export_format, "input_range": [0.0, 1.0]},
+            mlflow_model=mlflow_model,
+        )
     return Path(dst)
+
+
+def package_code(dst: Path) -> Path:
+    """lipsweep's Python files (not its data, spaces or configs) copied to ``dst/lipsweep``:
+    the loader the model carries."""
+    src = Path(__file__).resolve().parents[1]  # lipsweep/
+
+    def skip(folder: str, names: list[str]) -> list[str]:
+        keep = (".py", "py.typed")
+        return [
+            n
+            for n in names
+            if n == "__pycache__" or (not (Path(folder) / n).is_dir() and not n.endswith(keep))
+        ]
+
+    return Path(shutil.copytree(src, dst / "lipsweep", ignore=skip))
+
+
+@contextlib.contextmanager
+def _mlflow_saving() -> Iterator[None]:
+    """While MLflow saves a model: no uv project files of the working folder copied into it
+    (``MLFLOW_UV_AUTO_DETECT``), and its warnings as log lines, colour codes removed unless
+    stderr is a terminal."""
+    before = os.environ.get("MLFLOW_UV_AUTO_DETECT")
+    os.environ["MLFLOW_UV_AUTO_DETECT"] = "false"
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # MLflow sets its own filters inside: sifted below
+            yield
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_UV_AUTO_DETECT", None)
+        else:
+            os.environ["MLFLOW_UV_AUTO_DETECT"] = before
+    tty = sys.stderr.isatty()
+    for w in caught:
+        text = str(w.message)
+        if not _NOT_FOR_USERS.search(text):
+            _log.warning("MLflow: %s", text if tty else _ANSI.sub("", text))
 
 
 LOGGED_MODEL_NAME = "model"

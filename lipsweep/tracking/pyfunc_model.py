@@ -4,8 +4,8 @@ MLflow copies this file into the model and runs it at load time; :func:`mlflow.m
 below names the model. Its one artifact, ``export``, is the export folder
 (``model.safetensors`` + ``config.json``), rebuilt by :func:`lipsweep.load_exported`, so
 ``predict`` maps [0, 1] RGB images (N, 3, H, W) to logits (N, classes) exactly as the export
-does (docs/contract.md). Serving needs lipsweep installed (``mlflow models serve --env-manager
-local``).
+does (docs/contract.md). The model carries lipsweep's code (``code/lipsweep``, which MLflow
+puts on ``sys.path``), so serving needs only the model's own requirements.
 """
 
 from __future__ import annotations

@@ -85,6 +85,7 @@ class TrackingReader:
 
         if not sys.stderr.isatty():  # tqdm bars of artifact transfers are noise in a log
             os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+            plain_mlflow_lines()
         lock = None if self.reader else sqlite_schema_lock(self.tracking_uri)
         try:  # the driver may create the store: its schema is made under a file lock
             return MlflowClient(tracking_uri=self.tracking_uri)
@@ -254,3 +255,17 @@ class TrackingReader:
                 raise
 
         return Path(self._call("download_artifacts", download, local=str(dst)))
+
+
+def _no_colour(record: logging.LogRecord) -> bool:
+    if getattr(record, "color", None):
+        record.color = None
+    return True
+
+
+def plain_mlflow_lines() -> None:
+    """MLflow colours some of its log lines (``extra={"color": ...}``, raw ANSI codes in a log
+    file): its handlers drop the colour (call it where stderr is not a terminal)."""
+    for handler in logging.getLogger("mlflow").handlers:
+        if _no_colour not in handler.filters:
+            handler.addFilter(_no_colour)

@@ -10,6 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+EVALUATION_LOGGERS = ("lipsweep.trial.evaluation", "lipsweep.attacks", "lipsweep.lipschitz")
+"""The loggers of a trial's final evaluation: what a sweep's worker shows of it (its
+progress), where every other INFO line of the trial stays quiet."""
+
 
 class TrialCallbacks:
     """Hooks a trial calls; override what you need (all no-ops here)."""

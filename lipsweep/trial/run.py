@@ -36,7 +36,7 @@ from lipsweep.data.loading import (
 )
 from lipsweep.regularizers import create_regularizer_from_config
 from lipsweep.settings.config import TrialConfig
-from lipsweep.trial.callbacks import TrialCallbacks
+from lipsweep.trial.callbacks import EVALUATION_LOGGERS, TrialCallbacks
 from lipsweep.trial.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -50,6 +50,7 @@ from lipsweep.trial.probes import probe_set, run_probes
 from lipsweep.vit.models import PixelModel, create_model
 
 _log = logging.getLogger(__name__)
+_eval_log = logging.getLogger(EVALUATION_LOGGERS[0])
 
 
 @dataclass
@@ -100,16 +101,25 @@ def final_evaluation(
 
     x = to_unit(x_eval)
     model.eval()
+    attacks = ", ".join(cfg.robustness.attacks) or "no attacks"
+    _eval_log.info("final evaluation: clean accuracy and %s, then the Lipschitz summary", attacks)
     t0 = time.perf_counter()
     metrics = dict(
         evaluate_robustness(model, (x, y_eval), cfg.robustness, device=device, progress=progress)
     )
     metrics["eval_attack_seconds"] = time.perf_counter() - t0
+    cap = cfg.lipschitz.lip_images
+    _eval_log.info(
+        "attacks done in %.0f s; the Lipschitz summary on %d images next",
+        metrics["eval_attack_seconds"],
+        min(cap, x.shape[0]) if cap else x.shape[0],
+    )
     t0 = time.perf_counter()
     metrics.update(
         lipschitz_summary(model, x.to(device), cfg.lipschitz, out_dir=artifacts, progress=progress)
     )
     metrics["eval_lipschitz_seconds"] = time.perf_counter() - t0
+    _eval_log.info("Lipschitz summary done in %.0f s", metrics["eval_lipschitz_seconds"])
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
 
