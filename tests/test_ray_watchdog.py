@@ -20,6 +20,8 @@ import pytest
 from lipsweep.sweep.local_ray import LocalRay
 from lipsweep.sweep.ray_watchdog import MARKER, session_pids
 
+pytestmark = pytest.mark.ray
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # The stand-in driver: starts the watchdog as LocalRay.start does (or, "poll", the same script
@@ -29,8 +31,6 @@ DRIVER = r"""
 import json, os, subprocess, sys, time
 from lipsweep.sweep import ray_watchdog
 from lipsweep.sweep.local_ray import MARKER, LocalRay
-
-pytestmark = pytest.mark.ray
 
 local = LocalRay()
 if sys.argv[1] == "pidfd":
