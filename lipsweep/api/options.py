@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from lipsweep.core.config_base import ConfigError, show
+from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
 from lipsweep.core.shipped import CONFIGS, SPACES, resolve
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -397,6 +397,9 @@ class BenchSearchOptions:
         _int(self, "workers", 1, optional=False)
         _int(self, "grace_period", 1, optional=False)
         _int(self, "reduction_factor", 2, optional=False)
+        for name in ("replays", "workers", "grace_period", "reduction_factor"):
+            if getattr(self, name) > INT_LIMIT:
+                raise ConfigError(flag(name), f"must be at most {INT_LIMIT}")
 
 
 OPTIONS = {

@@ -36,6 +36,7 @@ import dataclasses
 import datetime
 import functools
 import heapq
+import io
 import json
 import logging
 import math
@@ -108,13 +109,7 @@ def load_table(path: str | Path) -> Table:
     per-epoch when every row has it, final when only last-epoch rows do. A table without a
     ``config`` column keys each configuration by its ``param:*`` values."""
     path = Path(path)
-    try:
-        with path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise ConfigError("--table", f"cannot read {path}: {exc.strerror}") from None
-    if not rows:
-        raise ConfigError("--table", f"{path} has no rows")
+    rows, lines = _read_rows(path)
     cols = list(rows[0])
     params = tuple(c[len(PARAM_PREFIX) :] for c in cols if c.startswith(PARAM_PREFIX))
     for need in (SEED, EPOCH, SECONDS):
@@ -132,7 +127,8 @@ def load_table(path: str | Path) -> Table:
     skip = (CONFIG, SEED, EPOCH, SECONDS)
     names = [c for c in cols if not c.startswith(PARAM_PREFIX) and c not in skip]
     trials: dict[tuple[str, str], dict[int, dict[str, str]]] = {}
-    for i, row in enumerate(rows, 2):
+    first_line: dict[tuple[str, str, int], int] = {}
+    for line, row in zip(lines, rows):
         if keyed:
             key = row[CONFIG]
         else:
@@ -140,7 +136,22 @@ def load_table(path: str | Path) -> Table:
         try:
             epoch = int(row[EPOCH])
         except ValueError:
-            raise ConfigError("--table", f"{path}:{i}: epoch {show(row[EPOCH])}") from None
+            raise ConfigError("--table", f"{path}:{line}: epoch {show(row[EPOCH])}") from None
+        seconds = _number(row[SECONDS], path, line, SECONDS)
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ConfigError(
+                "--table", f"{path}:{line}: {SECONDS} must be a positive number of seconds, "
+                f"got {show(row[SECONDS])}"
+            )  # fmt: skip
+        for name in names:
+            _number(row[name], path, line, name)
+        here = (key, row[SEED], epoch)
+        if here in first_line:
+            raise ConfigError(
+                "--table", f"{path}:{line}: a second row for {key} seed {row[SEED]} epoch "
+                f"{epoch} (the first is line {first_line[here]})"
+            )  # fmt: skip
+        first_line[here] = line
         trials.setdefault((key, row[SEED]), {})[epoch] = row
     lengths = {len(e) for e in trials.values()}
     epochs = max(lengths)
@@ -152,7 +163,7 @@ def load_table(path: str | Path) -> Table:
             )  # fmt: skip
 
     def num(text: str) -> float:
-        return float(text) if text not in ("", None) else math.nan
+        return float(text) if text != "" else math.nan
 
     arrays: dict[tuple[str, str], dict[str, np.ndarray]] = {
         t: {n: np.array([num(by_epoch[e][n]) for e in range(1, epochs + 1)]) for n in names}
@@ -175,6 +186,61 @@ def load_table(path: str | Path) -> Table:
             )
         )
     return Table(params, tuple(configs), epochs, per_epoch, final)
+
+
+def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[int]]:
+    """The CSV's rows (as dicts) and each row's line number; ConfigError naming ``--table``
+    and the line for a file that is not UTF-8 text, holds a NUL byte, or has a row whose
+    number of fields is not the header's."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError("--table", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            "--table", f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})"
+        ) from None
+    if "\0" in text:
+        line = text[: text.index("\0")].count("\n") + 1
+        raise ConfigError("--table", f"{path}:{line}: a NUL byte; a table is CSV text")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        if not header:
+            raise ConfigError("--table", f"{path} has no rows")
+        rows, lines = [], []
+        for fields_ in reader:
+            if not fields_:
+                continue
+            if len(fields_) != len(header):
+                raise ConfigError(
+                    "--table", f"{path}:{reader.line_num}: {len(fields_)} fields, the header "
+                    f"has {len(header)}"
+                )  # fmt: skip
+            rows.append(dict(zip(header, fields_)))
+            lines.append(reader.line_num)
+    except csv.Error as exc:
+        raise ConfigError("--table", f"{path}:{reader.line_num}: {exc}") from None
+    if len(set(header)) != len(header):
+        raise ConfigError("--table", f"{path}:1: a column is named twice")
+    if not rows:
+        raise ConfigError("--table", f"{path} has no rows")
+    return rows, lines
+
+
+def _number(text: str, path: Path, line: int, column: str) -> float:
+    """A cell as a number (an empty cell is NaN: absent); ConfigError naming the line."""
+    if text == "":
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(
+            "--table", f"{path}:{line}: {column} is not a number: {show(text, 40)}"
+        ) from None
 
 
 # -- proposing configurations ----------------------------------------------------------------
@@ -796,8 +862,11 @@ def plot(runs: Mapping[str, Sequence[Replay]], budget: float, path: Path) -> Pat
 
 def write(summary: Mapping[str, Any], runs: Mapping[str, Sequence[Replay]], out: Path) -> Path:
     """``out/summary.json`` and ``out/hypervolume.png``; returns the summary's path."""
+    from lipsweep.core.paths import write_atomic
+
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    write_atomic(out / "summary.json", text)  # a failed write keeps the previous file
     plot(runs, float(summary["budget"]), out / "hypervolume.png")
     return out / "summary.json"
 
