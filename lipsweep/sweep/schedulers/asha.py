@@ -56,6 +56,17 @@ class AshaSettings:
             raise ConfigError(
                 "scheduler.max_t", f"must be a positive integer, got {show(self.max_t)}"
             )
+        if self.max_t is not None and self.grace_period > self.max_t:
+            raise ConfigError(
+                "scheduler.max_t",
+                f"must be >= grace_period ({show(self.grace_period)}), got {self.max_t}",
+            )
+
+    def check_epochs(self, epochs: int) -> None:
+        """ConfigError unless the rungs fit trials of ``epochs`` epochs."""
+        from lipsweep.sweep.schedulers.moasha import check_rungs
+
+        check_rungs(self.grace_period, self.max_t, epochs)
 
     def metrics_used(self) -> tuple[tuple[str, str], ...]:
         """(field, metric) pairs the space checks are reported every epoch."""

@@ -119,6 +119,30 @@ class MoashaSettings:
         """(field, metric) pairs the space checks are reported every epoch."""
         return tuple(("scheduler.metrics", m) for m in self.metrics)
 
+    def check_epochs(self, epochs: int) -> None:
+        """ConfigError unless the rungs fit trials of ``epochs`` epochs (:func:`check_rungs`)."""
+        check_rungs(self.grace_period, self.max_t, epochs)
+
+
+def check_rungs(grace_period: float, max_t: Optional[int], epochs: int) -> None:
+    """A scheduler over trials of ``epochs`` epochs must have its first rung within them
+    (else it could never stop one), and no rung past them (a trial's last epoch would then be
+    a rung, where it is stopped before its final report): ConfigError naming the field."""
+    if max_t is not None and max_t > epochs:
+        raise ConfigError(
+            "scheduler.max_t",
+            f"must be at most the trials' {epochs} epochs, got {max_t}: a rung at or past a "
+            "trial's last epoch would stop it before its final report",
+        )
+    top = max_t or epochs
+    if grace_period > top:
+        what = "max_t" if max_t is not None else "the trials' epochs"
+        raise ConfigError(
+            "scheduler.grace_period",
+            f"must be at most {what} ({top}), got {show(grace_period)}: the scheduler would "
+            "have no rung within a trial and could never stop one",
+        )
+
 
 def group_key(flat: Mapping[str, Any]) -> str:
     """The configuration a trial's flat config belongs to: the config without ``seed``."""
