@@ -139,23 +139,24 @@ def _quiet(make: Callable[[], Any]) -> Any:
         return make()
 
 
-def auto_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    """``optuna``: TPE for one objective, NSGA-II for several (the spelling spaces had first)."""
-    if len(settings.metric) == 1:
-        return _plan(settings, request, _samplers().TPESampler(seed=settings.seed))
-    return _plan(settings, request, _samplers().NSGAIISampler(seed=settings.seed))
-
-
-def tpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, _samplers().TPESampler(seed=settings.seed))
-
-
-def mtpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    """TPE over the joint distribution; ``group`` splits it by the conditional branches."""
-    sampler = _quiet(
-        lambda: _samplers().TPESampler(seed=settings.seed, multivariate=True, group=True)
-    )
-    return _plan(settings, request, sampler)
+def sampler_for(name: str, settings: Any) -> Any:
+    """The Optuna sampler of searcher ``name`` (``optuna``: TPE for one objective, NSGA-II
+    for several, the spelling spaces had first), seeded by ``settings.seed``."""
+    samplers, seed = _samplers(), settings.seed
+    if name == "optuna":
+        several = len(settings.metric) > 1
+        return samplers.NSGAIISampler(seed=seed) if several else samplers.TPESampler(seed=seed)
+    if name == "optuna-tpe":
+        return samplers.TPESampler(seed=seed)
+    if name == "optuna-tpe-multivariate":  # TPE over the joint distribution, by branch
+        return _quiet(lambda: samplers.TPESampler(seed=seed, multivariate=True, group=True))
+    if name == "optuna-nsga2":
+        return _nsga(samplers.NSGAIISampler, settings)
+    if name == "optuna-nsga3":
+        return _nsga(samplers.NSGAIIISampler, settings)
+    if name == "optuna-gp":
+        return samplers.GPSampler(seed=seed)
+    raise KeyError(name)
 
 
 def _nsga(cls: Callable[..., Any], settings: Any) -> Any:
@@ -165,13 +166,25 @@ def _nsga(cls: Callable[..., Any], settings: Any) -> Any:
     return _quiet(lambda: cls(seed=settings.seed, **extra))
 
 
+def auto_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, sampler_for("optuna", settings))
+
+
+def tpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, sampler_for("optuna-tpe", settings))
+
+
+def mtpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, sampler_for("optuna-tpe-multivariate", settings))
+
+
 def nsga2_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, _nsga(_samplers().NSGAIISampler, settings))
+    return _plan(settings, request, sampler_for("optuna-nsga2", settings))
 
 
 def nsga3_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, _nsga(_samplers().NSGAIIISampler, settings))
+    return _plan(settings, request, sampler_for("optuna-nsga3", settings))
 
 
 def gp_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, _samplers().GPSampler(seed=settings.seed))
+    return _plan(settings, request, sampler_for("optuna-gp", settings))
