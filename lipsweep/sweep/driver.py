@@ -219,8 +219,10 @@ def _scheduler(spec: SweepSpec, opts: SweepOptions):
         return None
     from lipsweep.sweep.schedulers import SchedulerContext, create_scheduler, state_path
 
+    lazy = spec.search is not None and spec.search.lazy
     ctx = SchedulerContext(
         epochs=spec.epochs,
+        seeds=len(spec.repeats) if lazy else 1,
         trials=spec.trials,
         state_path=state_path(opts.storage, opts.experiment),
         resume=opts.resume,
@@ -249,6 +251,7 @@ def _tune_config(spec: SweepSpec, opts: SweepOptions, scheduler: Any = None):
             trials=spec.trials,
             study_db=study_db(opts.tracking_uri, opts.storage, opts.experiment),
             study_name=opts.experiment,
+            repeats=list(spec.repeats),
         ),
     )
     cfg = tune.TuneConfig(

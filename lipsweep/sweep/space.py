@@ -142,10 +142,14 @@ class SweepSpec:
     epochs: int = 40
     """Every trial's epochs, where a scheduler is set (its rungs end there); else the
     ``fixed.epochs`` default."""
+    repeats: list[dict[str, Any]] = field(default_factory=lambda: [{}])
+    """``repeat:``'s points; a learning searcher runs each draw once per point."""
 
     @property
     def num_trials(self) -> int:
-        return self.search.num_samples if self.search and not self.trials else len(self.trials)
+        if self.search and not self.trials:
+            return self.search.num_samples * max(1, len(self.repeats))
+        return len(self.trials)
 
 
 def _err(field_: str, msg: str, path: str) -> ConfigError:
@@ -623,6 +627,15 @@ def load_space(path: str | Path) -> SweepSpec:
                 for rep in rep_points:
                     trials.append({**fixed, **draw, **rep})
         else:  # an Optuna sampler draws lazily; validate a few draws of the space now
+            if any(set(r) - {"seed"} for r in rep_points):
+                raise _err(
+                    "repeat",
+                    f"with {search.algorithm}, repeat may only list seed (each draw runs "
+                    "every seed, judged as one configuration)",
+                    p,
+                )
+            if search.num_samples * len(rep_points) > MAX_TRIALS:
+                raise _err("repeat", f"num_samples x repeat exceeds {MAX_TRIALS} trials", p)
             rng = random.Random(search.seed)
             draws = _validate_trials(
                 [{**fixed, **sample_space(search.space, rng, p)} for _ in range(16)], p
@@ -653,6 +666,7 @@ def load_space(path: str | Path) -> SweepSpec:
         description=description or "",
         callbacks=parse_callbacks(raw.get("callbacks"), p),
         epochs=epochs,
+        repeats=rep_points,
     )
 
 
