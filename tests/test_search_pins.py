@@ -95,20 +95,15 @@ def test_resume_reads_the_saved_scheduler_state_and_a_fresh_start_does_not(tmp_p
 
 
 # ---------------------------------------------------------------- the replay's scoring
-class _Order(replay.Proposer):
-    def __init__(self, configs):
-        self.left = list(configs)
-
-    def next(self):
-        return self.left.pop(0) if self.left else None
-
-
-class _StopAtFirstEpoch(replay.StopRule):
+class _StopAtFirstEpoch(replay.NoStop):
     def __init__(self, key: str) -> None:
         self.key = key
 
-    def on_result(self, trial, group, t, metrics) -> bool:
-        return not (group == self.key and t >= 1)
+    def decide(self, trial, group, t, metrics) -> str:
+        return "stop" if self.key in group and t >= 1 else "continue"
+
+    def group(self, trial, flat):
+        return flat["config"]
 
 
 def test_a_stopped_trial_is_charged_the_epochs_it_ran_not_its_budget(tmp_path):
@@ -120,12 +115,14 @@ def test_a_stopped_trial_is_charged_the_epochs_it_ran_not_its_budget(tmp_path):
         rows += [f"{key},0,{e},{s},{acc},{acc if e == 3 else ''}" for e, s in enumerate(secs, 1)]
     p.write_text("\n".join(rows) + "\n")
     table = replay.load_table(p)
-    by_key = {c.key: c for c in table.configs}
+    from lipsweep.sweep.protocol import ListMember, Repeats
+
     objectives = [("acc_clean", "max"), ("acc_pgd_4", "max")]
-    r = replay.simulate(
-        table, _Order([by_key["b"], by_key["a"]]), _StopAtFirstEpoch("b"), objectives, 1
-    )
+    order = ListMember([{"config": "b"}, {"config": "a"}])
+    search = Repeats(replay.TableMember(order, table), ["0"], ["acc_clean", "acc_pgd_4"])
+    r = replay.simulate(table, search, _StopAtFirstEpoch("b"), objectives, 1)
     assert r.compute == [pytest.approx(16 / 66)] and r.stopped == 1
+    assert r.spent == pytest.approx(16 / 66) and r.stopped_share == pytest.approx(10 / 16)
 
 
 def test_the_median_counts_never_as_worst_and_takes_the_middle_pair_mean():
