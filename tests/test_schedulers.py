@@ -117,6 +117,8 @@ def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
         "rung at epoch 1: 1 seed behind, beyond seed noise at 80% confidence, a0 (m +8.1); "
         "seed noise (sd) m 4.051 from 3 seeds (df 1) (1 ahead; 1 of 2 promoted)"
     )
+    # the reason survives the state file (a resumed sweep tags with it)
+    assert MoAsha.from_state(json.loads(json.dumps(core.state()))).reason("c0") == why
     # every seed of C stops: a queued one never starts, a running one at its next report
     assert core.decide("c1", "C", 0, {}) == STOP
     assert core.decide("c0", "C", 2, {"m": 99.0}) == STOP
