@@ -305,6 +305,10 @@ MO = "type: moasha, metrics: [loss], modes: [min]"
         (f"{{{MO}, reduction_factor: 1.5}}", "scheduler.reduction_factor"),
         (f"{{{MO}, grace_period: 0}}", "scheduler.grace_period"),
         (f"{{{MO}, grace_period: 3, max_t: 2}}", "scheduler.max_t"),
+        (f"{{{MO}, confidence: 1}}", "scheduler.confidence"),
+        (f"{{{MO}, confidence: 0.0}}", "scheduler.confidence"),
+        (f"{{{MO}, confidence: .nan}}", "scheduler.confidence"),
+        (f"{{{MO}, confidence: high}}", "scheduler.confidence"),
     ],
 )  # fmt: skip
 def test_bad_scheduler_settings_name_the_field(tmp_path, body, field):

@@ -196,6 +196,13 @@ def test_a_huge_reduction_factor_is_one_line_in_the_cli_and_the_api(tmp_path, ca
     assert exc.value.field == "--reduction-factor"
 
 
+@pytest.mark.parametrize("value", ["1.5", "0", "-0.2", "nan"])
+def test_a_confidence_outside_0_1_is_one_line(tmp_path, capsys, value):
+    rc, err = _bench(capsys, _table(tmp_path, GOOD), tmp_path / "o", "--confidence", value)
+    assert rc == 2 and err.count("\n") == 1 and "--confidence" in err, err
+    assert not (tmp_path / "o").exists()
+
+
 def test_summary_json_is_strict_json_written_through_a_temporary(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     table = _table(tmp_path, GOOD)
