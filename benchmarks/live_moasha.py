@@ -55,20 +55,27 @@ def live_space(grid_space: Path, seeds: list[int], out: Path) -> Path:
         "modes": [d for _, d in STOP_ON],
         "grace_period": 1,
         "reduction_factor": 2,
+        "confidence": 0.8,
         "max_t": int(doc["fixed"]["epochs"]),
     }
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out
 
 
-def live_runs(tracking_uri: str, experiment: str) -> tuple[float, dict[str, list[np.ndarray]]]:
-    """(worker-seconds of every trial run, {config key: [final objectives per full run]})."""
+def live_runs(
+    tracking_uri: str, experiment: str
+) -> tuple[float, dict[str, list[np.ndarray]], dict[str, str]]:
+    """(worker-seconds of every trial run, {config key: [final objectives per full run]},
+    {run name: its stop reason, the ``lipsweep.stopped_by`` tag MLflow shows})."""
+    from lipsweep.tracking import TAG_STOPPED_BY
     from lipsweep.tracking.reader import TrackingReader
     from lipsweep.tracking.schema import FINISHED, TAG_KIND
 
     reader = TrackingReader(tracking_uri, experiment)
-    compute, full = 0.0, {}
+    compute, full, reasons = 0.0, {}, {}
     for run in reader.search(f"tags.`{TAG_KIND}` = 'trial'"):
+        if TAG_STOPPED_BY in run.data.tags:
+            reasons[run.info.run_name] = run.data.tags[TAG_STOPPED_BY]
         for key in SECONDS:
             compute += sum(m.value for m in reader.get_metric_history(run.info.run_id, key))
         if run.info.status == FINISHED:
@@ -76,7 +83,7 @@ def live_runs(tracking_uri: str, experiment: str) -> tuple[float, dict[str, list
             compute += sum(final.get(k, 0.0) for k in FINAL_SECONDS)
             values = np.array([final[n] for n, _ in OBJECTIVES])
             full.setdefault(config_key(run.data.params), []).append(values)
-    return compute, full
+    return compute, full, dict(sorted(reasons.items()))
 
 
 def main() -> int:
@@ -124,7 +131,7 @@ def main() -> int:
             )  # fmt: skip
             return exit_code(result.signal) if result.signal else 1
         _log.info("live sweep: %s in %.0f s", result.counts, wall)
-    compute, full = live_runs(args.tracking_uri, args.experiment)
+    compute, full, reasons = live_runs(args.tracking_uri, args.experiment)
 
     chosen = {str(s) for s in seeds}
     grid_compute = sum(
@@ -152,6 +159,7 @@ def main() -> int:
         "wall_s": None if wall is None else round(wall, 1),
         "stop_on": [f"{n}:{d}" for n, d in STOP_ON],
         "objectives": [f"{n}:{d}" for n, d in OBJECTIVES],
+        "stop_reasons": reasons,
     }
     _log.info("%s", json.dumps(figures))
     if args.out:

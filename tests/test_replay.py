@@ -124,8 +124,8 @@ def test_replays_are_deterministic_and_the_whole_grid_reaches_the_whole_front(tm
     again, _ = replay.bench_search(table, **args, only=["optuna-moasha", "random"])
     for name in ("optuna-moasha", "random"):
         assert json.dumps(first["methods"][name]) == json.dumps(again["methods"][name])
-    syne = set() if replay.syne_tune_missing() is None else {replay.SYNE_MOASHA}
-    assert set(first["methods"]) == set(replay.METHODS) - syne
+    syne = set() if replay.syne_tune_missing() is not None else {replay.SYNE_MOASHA}
+    assert set(first["methods"]) == set(replay.DEFAULT_METHODS) | syne
     assert first["stop_on"] == [
         "acc_clean:max", "probe_acc_pgd_4:max", "probe_lip_jacobian_median:min"
     ]  # fmt: skip
@@ -139,19 +139,36 @@ def test_future_epochs_change_nothing_the_replay_decided(tmp_path):
     """Issue 28 item 6 through the harness: garbage in the epochs after each stopped trial's
     last one leaves every decision (and so the whole trajectory) the same."""
     table = replay.load_table(synthetic_table(tmp_path / "t.csv"))
-    moasha = replay.methods(table, OBJECTIVES, ())["moasha"]
+    bench = replay.make_bench(table, OBJECTIVES, workers=3, confidence=0.5)
+    method = replay.parse_method("moasha")
+
+    def moasha(seed):
+        return bench.search(method, seed), bench.rule(method, seed)
+
     base = replay.simulate(table, *moasha(0), OBJECTIVES, workers=3)
     # which (config, seed) ran how many epochs: replay with a rule that records it
-    proposer, rule = moasha(0)
+    search, rule = moasha(0)
     seen: dict[str, int] = {}
-    inner = rule.on_result
+    inner = rule.decide
+    by_trial: dict[str, str] = {}
 
     def record(trial, group, t, metrics):
         seen[trial] = max(seen.get(trial, 0), t)
         return inner(trial, group, t, metrics)
 
-    rule.on_result = record
-    replay.simulate(table, proposer, rule, OBJECTIVES, workers=3)
+    inner_suggest = search.suggest
+
+    def suggest(trial):
+        flat = inner_suggest(trial)
+        if flat is not None:
+            key = next(c.key for c in table.configs if c.params == {
+                p: flat[p] for p in table.params})  # fmt: skip
+            by_trial[trial] = f"{key}#{flat['seed']}"
+        return flat
+
+    rule.decide, search.suggest = record, suggest
+    replay.simulate(table, search, rule, OBJECTIVES, workers=3)
+    seen = {by_trial[t]: e for t, e in seen.items()}
     assert any(t < table.epochs for t in seen.values())
     rng = np.random.default_rng(1)
     for c in table.configs:
@@ -205,14 +222,19 @@ def test_grace_period_and_reduction_factor_set_every_schedulers_rungs(tmp_path, 
     path = synthetic_table(tmp_path / "t.csv", epochs=8)
     table = replay.load_table(path)
     schedulers = ["asha-clean", "moasha", "optuna-moasha"]
-    args = dict(objectives=OBJECTIVES, budget=0.4, replays=2, workers=4, only=schedulers)
+    args = dict(
+        objectives=OBJECTIVES, budget=0.4, replays=2, workers=4, only=schedulers, confidence=0.5
+    )
     _, base = replay.bench_search(table, **args)
     _, same = replay.bench_search(table, **args, grace_period=1, reduction_factor=2)
     assert _decisions(same) == _decisions(base)
     for change in ({"grace_period": 3}, {"reduction_factor": 3}):
         _, other = replay.bench_search(table, **args, **change)
-        for name in schedulers:
+        # moasha stops only at rung 1 on this table: rf 3 (rungs 1, 3) decides as rf 2 there
+        for name in schedulers if "grace_period" in change else ["asha-clean"]:
             assert _decisions(other)[name] != _decisions(base)[name], (change, name)
+    bench = replay.make_bench(table, OBJECTIVES, reduction_factor=3)
+    assert bench.rule(replay.parse_method("moasha"), 0).core.rungs == (1.0, 3.0)
     objectives = [f"--objective={n}:{d}" for n, d in OBJECTIVES]
     argv = ["bench-search", "--table", str(path), *objectives, "--replays", "2"]
     out = tmp_path / "out"
@@ -238,11 +260,7 @@ def test_syne_moasha_is_asked_for_without_syne_tune_exits_2(tmp_path, capsys, mo
     from lipsweep.__main__ import main
 
     monkeypatch.setattr(replay, "syne_tune_missing", lambda: "No module named 'syne_tune'")
-    table = replay.load_table(synthetic_table(tmp_path / "t.csv", seeds=1, epochs=4))
-    with caplog.at_level("INFO", logger=replay.__name__):
-        assert replay.SYNE_MOASHA not in replay.methods(table, OBJECTIVES, ())
-    (line,) = [r.getMessage() for r in caplog.records if replay.SYNE_MOASHA in r.getMessage()]
-    assert "No module named 'syne_tune'" in line and "--extra bench" in line
+    synthetic_table(tmp_path / "t.csv", seeds=1, epochs=4)
     argv = ["bench-search", "--table", str(tmp_path / "t.csv"), "--objective", "acc_clean:max"]
     rc = main([*argv, "--out", str(tmp_path / "o"), "--method", replay.SYNE_MOASHA])
     err = capsys.readouterr().err
@@ -325,8 +343,9 @@ def test_the_informed_order_takes_hypervolume_per_second_first(tmp_path):
     ]  # fmt: skip
     table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
     objectives = [("a", "max"), ("b", "max")]
-    assert [c.key for c in replay.InformedOrder(table, objectives).order] == ["B", "A", "C"]
-    run = replay.references(table, objectives, replays=1, workers=1)["informed-order"][0]
+    assert [c.key for c in replay.informed_order(table, objectives)] == ["B", "A", "C"]
+    bench = replay.make_bench(table, objectives, [("loss", "min")], workers=1)
+    run = replay.references(bench, replays=1, workers=1)["informed-order"][0]
     assert run.compute == pytest.approx([0.25, 0.75, 1.0])
     assert run.hv == pytest.approx([0.44 / 0.84, 1.0, 1.0])
 
@@ -347,12 +366,9 @@ def test_moasha_told_the_finals_keeps_the_front_that_misleading_probes_lose(tmp_
     ]  # fmt: skip
     table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
     objectives = [("a", "max"), ("b", "max")]
-    probes = [
-        replay.simulate(table, *replay.methods(table, objectives, ())["moasha"](seed),
-                        objectives, workers=2)
-        for seed in range(6)
-    ]  # fmt: skip
-    told = replay.references(table, objectives, replays=6, workers=2)["moasha-told-finals"]
+    bench = replay.make_bench(table, objectives, workers=2)
+    probes = [bench.replay(replay.parse_method("moasha"), seed) for seed in range(6)]
+    told = replay.references(bench, replays=6, workers=2)["moasha-told-finals"]
     assert any(r.hv[-1] < 1.0 for r in probes)
     assert all(r.hv[-1] == pytest.approx(1.0) for r in told)
     assert any(r.stopped >= 1 for r in told)  # it does stop: junk, on its final values

@@ -42,8 +42,8 @@ pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _core(metrics=("a", "b"), modes=("max", "min"), rf=2.0, max_t=8, expected=None):
-    return MoAsha(metrics, modes, 1, rf, max_t, expected)
+def _core(metrics=("a", "b"), modes=("max", "min"), rf=2.0, max_t=8, expected=None, confidence=0.8):
+    return MoAsha(metrics, modes, 1, rf, max_t, expected, confidence)
 
 
 # --------------------------------------------------------------------------- the core
@@ -94,57 +94,73 @@ def test_crowding_distance_breaks_the_tie_inside_a_front(last, decision):
         assert "front 1, crowded out" in why.text()
 
 
-def test_seeds_are_judged_on_their_mean_and_stopped_together():
-    core = _core(metrics=("m",), modes=("max",), max_t=4, expected={"A": 2, "B": 2})
-    # A's first seed reaches the rung: A waits for its second seed, the seed trains on
-    assert core.on_result("a0", "A", 1, {"m": 10.0}) == CONTINUE
-    assert core.recorded[0] == {}
-    assert core.on_result("a1", "A", 1, {"m": 2.0}) == CONTINUE  # A judged: mean 6, alone
-    assert core.recorded[0] == {"A": [6.0]}
-    assert core.on_result("b0", "B", 1, {"m": 1.0}) == CONTINUE  # B waits for b1
-    # b1 alone (3) would beat a1 (2), but B's mean (2) is below A's (6): B stops, both seeds
-    assert core.on_result("b1", "B", 1, {"m": 3.0}) == STOP
-    assert core.reason("b1").dominated_by == ("a0", "a1")
-    assert core.on_result("b0", "B", 2, {"m": 99.0}) == STOP
-    assert core.reason("b0") == core.reason("b1")
-    assert core.on_result("a0", "A", 2, {"m": 10.0}) == CONTINUE
+def _seeded(confidence=0.8):
+    return _core(metrics=("m",), modes=("max",), max_t=4, expected={"A": 2, "C": 2, "E": 2})
 
 
-def test_a_seed_that_ended_before_the_rung_is_not_waited_for():
-    core = _core(metrics=("m",), modes=("max",), max_t=4, expected={"C": 2, "D": 1})
-    assert core.on_result("d", "D", 1, {"m": 5.0}) == CONTINUE
-    assert core.on_result("c0", "C", 1, {"m": 1.0}) == CONTINUE  # waits for c1
-    core.on_complete("c1")  # never registered: unknown trials are ignored
-    core.add("c1", "C")
-    core.on_complete("c1")  # c1 failed before the rung: C is judged on c0 and stops
-    assert core.reason("c0") is not None
-    assert core.on_result("c0", "C", 2, {"m": 1.0}) == STOP
+def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
+    """Hand computation: A's seeds 10 and 10.2 at rung 1 (mean 10.1, SS 0.02); C's first seed
+    2. Quota: 2 configurations, 1 kept, A ahead of C. Noise: prior var((10.1, 2)) = 32.805 at
+    1 df, + SS 0.02 at 1 df -> var 16.4125, sd 4.0512 at df 2; q = t(0.8; 2) = 1.0607;
+    need 1.0607 * 4.0512 * sqrt(1/2 + 1) = 5.263 < gap 8.1: C stops on one seed."""
+    core = _seeded()
+    assert core.decide("a0", "A", 1, {"m": 10.0}) == CONTINUE
+    assert core.decide("a1", "A", 1, {"m": 10.2}) == CONTINUE
+    assert core.decide("c0", "C", 1, {"m": 2.0}) == STOP
+    why = core.reason("c0")
+    assert (why.epoch, why.dominated_by, why.seeds, why.ahead, why.kept, why.of) == (
+        1.0, ("a0",), 1, 1, 1, 2,
+    )  # fmt: skip
+    assert why.margins == (pytest.approx((8.1,)),) and why.noise == (
+        pytest.approx(4.0512, abs=1e-4),
+    )
+    assert (why.noise_seeds, why.noise_df, why.confidence) == (3, 1, 0.8)
+    assert why.text() == (
+        "rung at epoch 1: 1 seed behind, beyond seed noise at 80% confidence, a0 (m +8.1); "
+        "seed noise (sd) m 4.051 from 3 seeds (df 1) (1 ahead; 1 of 2 promoted)"
+    )
+    # the reason survives the state file (a resumed sweep tags with it)
+    assert MoAsha.from_state(json.loads(json.dumps(core.state()))).reason("c0") == why
+    # every seed of C stops: a queued one never starts, a running one at its next report
+    assert core.decide("c1", "C", 0, {}) == STOP
+    assert core.decide("c0", "C", 2, {"m": 99.0}) == STOP
 
 
-def test_a_retried_seed_is_waited_for_again():
+def test_configurations_within_seed_noise_are_left_alone():
+    """A's seeds 6 and 14 (mean 10, SS 32); E's first seed 8. Quota says stop (A ahead, 1 of
+    2 kept), but var = (var((10, 8)) = 2 + 32) / 2 = 17, sd 4.123, need 1.0607 * 4.123 *
+    1.2247 = 5.356 > gap 2: E continues."""
+    core = _seeded()
+    core.decide("a0", "A", 1, {"m": 6.0})
+    core.decide("a1", "A", 1, {"m": 14.0})
+    assert core.decide("e0", "E", 1, {"m": 8.0}) == CONTINUE
+    names, means, counts, ss = core.rung_table(0)
+    sd, df = core.noise(means, counts, ss)
+    assert names == ["A", "E"] and sd[0] == pytest.approx(17**0.5) and df == 2
+    # a second seed of E, as low, is more evidence: judged again, and now it stops
+    assert core.decide("e1", "E", 1, {"m": 2.0}) == STOP
+
+
+def test_a_retried_seed_reports_again():
     """Tune calls on_trial_error for a failure it retries; the retried seed reports again."""
-    core = _core(metrics=("m",), modes=("max",), max_t=8, expected={"C": 2})
-    core.on_result("c0", "C", 1, {"m": 1.0})
-    core.on_result("c1", "C", 1, {"m": 3.0})  # C judged at rung 1 (alone there)
-    core.on_complete("c1")  # c1's worker died
-    assert core.on_result("c1", "C", 2, {"m": 3.0}) == CONTINUE  # retried from its checkpoint
-    core.on_result("c0", "C", 2, {"m": 1.0})
-    core.on_result("c0", "C", 4, {"m": 1.0})  # c0 reaches the next rung first: C waits for c1
-    assert 2 not in core.judged_by["C"]
-    core.on_result("c1", "C", 4, {"m": 5.0})
-    assert core.recorded[2] == {"C": [3.0]}  # judged on both seeds, not on c0 alone
+    core = _seeded()
+    core.decide("a0", "A", 1, {"m": 1.0})
+    core.report("a0")
+    assert core.ended == {"a0"}
+    assert core.decide("a0", "A", 2, {"m": 3.0}) == CONTINUE
+    assert core.ended == set()
 
 
 def test_missing_and_non_finite_values_are_not_recorded():
     core = _core()
     assert core.on_result("t1", "t1", 1, {"a": 5.0}) == CONTINUE  # b missing
     assert core.on_result("t1", "t1", 1, {"a": 5.0, "b": float("nan")}) == CONTINUE
-    assert core.recorded[0] == {}
+    assert core.rung_table(0)[0] == []
     assert core.on_result("t1", "t1", 1, {"a": 5.0, "b": 1.0}) == CONTINUE
-    assert core.recorded[0] == {"t1": [5.0, 1.0]}
+    assert core.reported["t1"] == {0: [5.0, 1.0]}
     # a later report at the same rung is not recorded twice; the epoch at max_t is never judged
     assert core.on_result("t2", "t2", 8, {"a": 0.0, "b": 9.0}) == CONTINUE
-    assert core.recorded[0] == {"t1": [5.0, 1.0]}
+    assert core.rung_table(0)[0] == ["t1"] and core.reported["t2"] == {}
 
 
 def _replay(core: MoAsha, events) -> list[str]:
@@ -169,8 +185,7 @@ def _events(seed: int, n_configs: int = 6, seeds: int = 2, epochs: int = 8):
 def test_pickle_and_state_round_trips_decide_as_the_original():
     events = _events(0)
     half = len(events) // 2
-    expected = {f"c{c}": 2 for c in range(6)}
-    core = _core(expected=expected)
+    core = _core()  # no seed repeats declared: the quota rule, which stops often
     _replay(core, events[:half])
     twins = [
         pickle.loads(pickle.dumps(core)),
@@ -214,7 +229,7 @@ def test_decisions_are_blind_to_epochs_not_yet_reached(seed):
     }
     starts = {t: rng.randrange(0, 4) for t in table}
     expected = {f"c{c}": seeds for c in range(configs)}
-    base = _async_run(table, starts, _core(max_t=epochs, expected=expected))
+    base = _async_run(table, starts, _core(max_t=epochs, expected=expected, confidence=0.5))
     assert any(d == STOP for *_, d in base)
     for cut in range(1, epochs + 4):
         other = {
@@ -224,7 +239,7 @@ def test_decisions_are_blind_to_epochs_not_yet_reached(seed):
             ]
             for t, rows in table.items()
         }
-        changed = _async_run(other, starts, _core(max_t=epochs, expected=expected))
+        changed = _async_run(other, starts, _core(max_t=epochs, expected=expected, confidence=0.5))
         assert [x for x in changed if x[0] <= cut] == [x for x in base if x[0] <= cut], cut
 
 
@@ -243,16 +258,18 @@ def test_group_key_ignores_only_the_seed():
     assert expected_seeds([a, {**a, "seed": 1}]) == {group_key(a): 2}
 
 
-def test_asha_is_rays_asha_as_before():
+def test_asha_is_the_core_on_one_metric_each_trial_alone():
     s = scheduler_settings({"type": "asha", "metric": "loss", "mode": "min"})
     sched = create_scheduler(s, SchedulerContext(epochs=8))
-    from ray.tune.schedulers import ASHAScheduler
-
-    assert isinstance(sched, ASHAScheduler)
-    assert (sched._metric, sched._mode, sched._max_t, sched._stop_last_trials) == (
-        "loss", "min", 8, False,
+    core = sched.core
+    assert (core.metrics, core.modes, core.max_t, core.rungs) == (
+        ("loss",), ("min",), 8, (1.0, 2.0, 4.0),
     )  # fmt: skip
-    assert [r for r, _ in sched._brackets[0]._rungs] == [8, 4, 2, 1]
+    same = {"lr": 0.1, "seed": 0}
+    assert sched.group("t1", same) == "t1" and sched.group("t2", same) == "t2"
+    assert core.decide("t1", "t1", 1, {"loss": 1.0}) == CONTINUE
+    assert core.decide("t2", "t2", 1, {"loss": 2.0}) == STOP  # the top half of 2 is t1
+    assert core.reason("t2").text() == "rung at epoch 1: dominated by t1 (1 ahead; 1 of 2 promoted)"
 
 
 def test_moasha_builds_a_tune_scheduler_around_the_core(tmp_path):
@@ -265,7 +282,7 @@ def test_moasha_builds_a_tune_scheduler_around_the_core(tmp_path):
     trial = SimpleNamespace(trial_id="x_1", config={"trial": {"lr": 0.1, "seed": 0}})
     sched.on_trial_add(None, trial)
     assert sched.on_trial_result(None, trial, {"epoch": 1, "acc_clean": 3.0}) == "CONTINUE"
-    assert json.loads(state.read_text())["recorded"][0]  # saved after the change
+    assert json.loads(state.read_text())["reported"]["x_1"]  # saved after the change
     # the final evaluation report is not a per-epoch result
     assert sched.on_trial_result(None, trial, {"epoch": 4, "lipsweep_final": 1}) == "CONTINUE"
     restored = pickle.loads(pickle.dumps(sched))  # as Tune brings it back on --resume
@@ -290,6 +307,10 @@ MO = "type: moasha, metrics: [loss], modes: [min]"
         (f"{{{MO}, reduction_factor: 1.5}}", "scheduler.reduction_factor"),
         (f"{{{MO}, grace_period: 0}}", "scheduler.grace_period"),
         (f"{{{MO}, grace_period: 3, max_t: 2}}", "scheduler.max_t"),
+        (f"{{{MO}, confidence: 1}}", "scheduler.confidence"),
+        (f"{{{MO}, confidence: 0.0}}", "scheduler.confidence"),
+        (f"{{{MO}, confidence: .nan}}", "scheduler.confidence"),
+        (f"{{{MO}, confidence: high}}", "scheduler.confidence"),
     ],
 )  # fmt: skip
 def test_bad_scheduler_settings_name_the_field(tmp_path, body, field):

@@ -202,6 +202,39 @@ def test_optuna_multi_objective_with_asha_learns_from_final_reports(tmp_path):
         assert r.data.tags.get("lipsweep.early_stopped") == "true"
 
 
+def test_optuna_with_repeat_runs_each_draw_on_every_seed_in_a_real_sweep(tmp_path):
+    """``repeat: {seed: [0, 1]}`` under Optuna: 2 draws x 2 seeds = 4 trials, each draw's
+    settings on both seeds (test_search_protocol.py checks the study is told the seed mean)."""
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "name: t\n"
+        + FIXED.format(epochs=1)
+        + """repeat: {seed: [0, 1]}
+search:
+  algorithm: optuna-tpe
+  num_samples: 2
+  seed: 1
+  metric: acc_clean
+  mode: max
+  space:
+    lr: {loguniform: [1.0e-4, 3.0e-3]}
+resources: {cpu: 1, gpu: 0}
+max_concurrent_trials: 2
+"""
+    )
+    uri = empty_store(tmp_path / "mlflow.db")
+    proc = subprocess.run(
+        sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    kids = children(uri)
+    assert len(kids) == 4 and all(r.info.status == "FINISHED" for r in kids)
+    by_lr: dict[str, set] = {}
+    for r in kids:
+        by_lr.setdefault(r.data.params["lr"], set()).add(r.data.params["seed"])
+    assert sorted(map(sorted, by_lr.values())) == [["0", "1"], ["0", "1"]]
+
+
 # The driver schedules; only Tune's workers train. Importing torch cost every `lipsweep sweep`
 # ~3-4 s and ~300 MB before its first trial (through the trainable's module, the AutoAttack tags
 # and Tune's TensorBoardX logger). A blocker refuses torch, timm and torchvision; the driver's

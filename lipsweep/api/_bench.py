@@ -6,7 +6,6 @@ from pathlib import Path
 
 from lipsweep.api.options import BenchSearchOptions
 from lipsweep.api.results import BenchSearchResult
-from lipsweep.core.config_base import ConfigError
 
 
 def run(opts: BenchSearchOptions) -> BenchSearchResult:
@@ -15,9 +14,8 @@ def run(opts: BenchSearchOptions) -> BenchSearchResult:
     from lipsweep.decide.pareto import parse_objective
     from lipsweep.sweep import replay
 
-    unknown = [m for m in opts.method if m not in replay.METHODS]
-    if unknown:
-        raise ConfigError("--method", f"unknown {unknown[0]!r}; choose from {list(replay.METHODS)}")
+    for name in opts.method:
+        replay.parse_method(name)
     check_folder("--out", opts.out, make_parents=True)
     table = replay.load_table(opts.table)
 
@@ -34,6 +32,7 @@ def run(opts: BenchSearchOptions) -> BenchSearchResult:
         only=opts.method,
         grace_period=opts.grace_period,
         reduction_factor=opts.reduction_factor,
+        confidence=opts.confidence,
     )
     summary["table"] = str(opts.table)
     path = replay.write(summary, runs, Path(opts.out))

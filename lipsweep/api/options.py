@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from lipsweep.core.config_base import ConfigError, show
+from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
 from lipsweep.core.shipped import CONFIGS, SPACES, resolve
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -370,8 +370,12 @@ class BenchSearchOptions:
     syne-moasha) may stop it: the first rung, >= 1 and at most the table's epochs."""
     reduction_factor: int = 2
     """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it, >= 2."""
+    confidence: float = 0.8
+    """``moasha``'s confidence that the configurations ahead are ahead beyond seed noise, in
+    (0, 1)."""
     method: tuple[str, ...] = ()
-    """Methods to replay (default: all)."""
+    """Methods to replay: a registered searcher, ``SEARCHER+SCHEDULER`` (plugins included) or
+    a short name (``asha-clean``, ``moasha``, ``optuna-moasha``); default: the usual set."""
     out: str = "bench-search"
     """Folder for summary.json and hypervolume.png."""
 
@@ -397,6 +401,12 @@ class BenchSearchOptions:
         _int(self, "workers", 1, optional=False)
         _int(self, "grace_period", 1, optional=False)
         _int(self, "reduction_factor", 2, optional=False)
+        c = self.confidence
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < 1:
+            raise ConfigError("--confidence", f"must be a number in (0, 1), got {show(c)}")
+        for name in ("replays", "workers", "grace_period", "reduction_factor"):
+            if getattr(self, name) > INT_LIMIT:
+                raise ConfigError(flag(name), f"must be at most {INT_LIMIT}")
 
 
 OPTIONS = {

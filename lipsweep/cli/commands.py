@@ -198,15 +198,19 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
     _out(
         f"{s['grid']['configurations']} configurations, {s['replays']} replays, "
         f"{s['workers']} workers; hypervolume fraction at {s['budget']:.0%} of the grid's "
-        "compute, and the compute to reach 90% (medians)"
+        "compute, the share of replays >= 0.8 there, the compute to reach 90% and the share "
+        "of compute spent on configurations the method stopped (medians)"
     )
     for section in ("methods", "references"):
         if section == "references":
             _out("references (they know the final values: what the table allows, not methods)")
         for name, m in s[section].items():
             hv = m["hv_fraction_at_budget"]["median"]
+            share = m["hv_fraction_at_budget"]["share_at_least_0.8"]
             to90 = m["compute_fraction_to_90"]["median"]
-            _out(f"  {name:<18} {hv:6.3f}   " + ("never" if to90 is None else f"{to90:6.1%}"))
+            wasted = m["stopped_compute_share"]["median"]
+            reach = "never" if to90 is None else f"{to90:6.1%}"
+            _out(f"  {name:<18} {hv:6.3f} {share:5.0%}  {reach:>6}  {wasted:6.1%}")
     _out(f"wrote {result.summary_path} and {result.plot}")
     return 0
 

@@ -340,10 +340,16 @@ def _add_bench_search_parser(
         help="their rung spacing; each rung promotes 1/reduction-factor (>= 2; default 2)",
     )  # fmt: skip
     p.add_argument(
+        "--confidence", type=float, default=0.8,
+        help="moasha's confidence that the configurations ahead of one it stops are ahead "
+        "beyond seed noise, in (0, 1) (default 0.8)",
+    )  # fmt: skip
+    p.add_argument(
         "--method", action="append", default=[],
-        help="method to replay (repeatable; default all: grid, random, optuna-tpe, "
-        "optuna-nsga2, asha-clean, moasha, optuna-moasha, and syne-moasha where Syne Tune "
-        "imports: the bench extra)",
+        help="method to replay (repeatable): any registered searcher, SEARCHER+SCHEDULER "
+        "(plugins included, e.g. random+moasha), or asha-clean, moasha, optuna-moasha, "
+        "syne-moasha; default: grid, random, optuna-tpe, optuna-nsga2, asha-clean, moasha, "
+        "optuna-moasha, and syne-moasha where Syne Tune imports (the bench extra)",
     )  # fmt: skip
     p.add_argument("--out", default="bench-search", help="folder for summary.json and the plot")
 

@@ -222,8 +222,10 @@ def _scheduler(spec: SweepSpec, opts: SweepOptions):
         return None
     from lipsweep.sweep.schedulers import SchedulerContext, create_scheduler, state_path
 
+    lazy = spec.search is not None and spec.search.lazy
     ctx = SchedulerContext(
-        epochs=int(spec.fixed.get("epochs", 40)),
+        epochs=spec.epochs,
+        seeds=len(spec.repeats) if lazy else 1,
         trials=spec.trials,
         state_path=state_path(opts.storage, opts.experiment),
         resume=opts.resume,
@@ -231,11 +233,10 @@ def _scheduler(spec: SweepSpec, opts: SweepOptions):
     return create_scheduler(spec.scheduler, ctx)
 
 
-def _tune_config(spec: SweepSpec, opts: SweepOptions):
+def _tune_config(spec: SweepSpec, opts: SweepOptions, scheduler: Any = None):
     from ray import tune
 
     mct = opts.max_concurrent_trials or spec.max_concurrent_trials or None
-    scheduler = _scheduler(spec, opts)
     if spec.search is not None or spec.scheduler is not None:
         # Per-epoch reports lack the final metrics a searcher learns from; load_space has
         # already checked every metric name against what trials report.
@@ -253,6 +254,7 @@ def _tune_config(spec: SweepSpec, opts: SweepOptions):
             trials=spec.trials,
             study_db=study_db(opts.tracking_uri, opts.storage, opts.experiment),
             study_name=opts.experiment,
+            repeats=list(spec.repeats),
         ),
     )
     cfg = tune.TuneConfig(
@@ -412,6 +414,11 @@ def run_sweep(
     if extra_callbacks is None:
         extra_callbacks = build_callbacks(spec)
     _ray_environment()
+    # The scheduler before Ray and the parent run: one it refuses leaves nothing started.
+    try:
+        scheduler = _scheduler(spec, opts)
+    except ConfigError as err:
+        raise err.with_source(spec.path) if err.source is None else err from None
     tracker = Tracker(
         opts.tracking_uri, opts.experiment, retries=TRACKING_RETRIES, buffer_writes=True
     )
@@ -438,7 +445,9 @@ def run_sweep(
         raise KeyboardInterrupt from None
     stop.reinstall()  # ray.init replaced the SIGTERM handler with sys.exit
     try:
-        return _run_on_ray(spec, opts, stop, tracker, spill, flat_params, list(extra_callbacks))
+        return _run_on_ray(
+            spec, opts, stop, tracker, spill, flat_params, list(extra_callbacks), scheduler
+        )
     finally:
         if local is not None:  # whatever happened: no process of the Ray it started outlives it
             local.stop()
@@ -452,6 +461,7 @@ def _run_on_ray(
     spill: Path,
     flat_params: dict[str, Any],
     extra_callbacks: list[Any],
+    scheduler: Any = None,
 ) -> SweepOutcome:
     """The parent run, Tune's loop and the runs' end, on a Ray that is up."""
     from ray import tune
@@ -492,7 +502,7 @@ def _run_on_ray(
         raise UsageError(f"--tracking-uri: {err}") from None
     from lipsweep.sweep.heartbeat import Heartbeat
 
-    tune_cfg, param_space = _tune_config(spec, opts)
+    tune_cfg, param_space = _tune_config(spec, opts, scheduler)
     mlflow_cb = MlflowSweepCallback(tracker, parent, stop_reasons=tune_cfg.scheduler)
     console = ConsoleProgress(
         spec.num_trials, first_objective(spec), opts.status_every, total_epochs=total_epochs(spec)

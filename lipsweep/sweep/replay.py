@@ -1,4 +1,4 @@
-"""``lipsweep bench-search``: replay search methods on a recorded table (issue 28 item 5).
+"""``lipsweep bench-search``: replay search methods on a recorded table.
 
 A recorded table holds, for every configuration of a grid and each of its seeds, every
 epoch's seconds and per-epoch metrics (clean accuracy, losses, robustness probes) and, at the
@@ -11,21 +11,22 @@ seed ends. Compute is worker-seconds spent, as a fraction of what the whole grid
 The score is the hypervolume of the configurations that ran their full budget (every seed,
 every epoch), seed-averaged, relative to the whole grid's front with the reference point of
 that front (:mod:`lipsweep.core.hypervolume`). Each method is replayed ``replays`` times with
-seeds ``0..replays-1``; the same table, seed and flags give the same summary.
+seeds ``0..replays-1``; the same table, seed and flags give the same summary, to the digit
+(per-replay values are kept unrounded).
 
-Methods (:data:`METHODS`): ``grid`` (the grid in a random order), ``random`` (each setting
-drawn independently from the values the table has), ``optuna-tpe`` / ``optuna-nsga2``
-(multi-objective Optuna, no pruning), ``asha-clean`` (the grid order with ASHA on clean
-accuracy, today's best option), ``moasha`` (the grid order with multi-objective ASHA on the
-per-epoch counterparts of the objectives, seed-aware) and ``optuna-moasha`` (TPE proposing,
-``moasha`` stopping). The schedulers are the live sweep's own decision code
-(:class:`lipsweep.sweep.schedulers.moasha.MoAsha`), on rungs set by ``grace_period`` and
-``reduction_factor``. Where Syne Tune imports (the benchmark-only ``bench`` extra),
-``syne-moasha`` is its peer: the grid order with Syne Tune's own MO-ASHA deciding
-(:class:`SyneMoashaRule`).
+A method is a registered searcher, optionally with a registered scheduler
+(``SEARCHER+SCHEDULER``, plugins included; :func:`parse_method`, :data:`ALIASES`). Both are
+built by their registry's factory, as a live sweep builds them, and driven through the
+search protocol (:mod:`lipsweep.sweep.protocol`): the searcher's Tune ``Searcher`` (or its
+list of trials, for ``grid`` and ``random``) proposes configurations of the table
+(:func:`table_space`, :class:`TableMember`), each run once per seed (``Repeats``, the code the
+live sweep's ``repeat:`` runs), and the scheduler's core decides at each epoch's report as
+the Tune adapter has it decide (:class:`CoreRule`). Where Syne Tune imports (the
+benchmark-only ``bench`` extra), ``syne-moasha`` is a peer from outside lipsweep: the grid
+order with Syne Tune's own MO-ASHA deciding (:class:`SyneMoashaRule`).
 
 Beside the methods, two references that know the final values (:data:`REFERENCES`) say what
-the table allows: ``informed-order`` (:class:`InformedOrder`) and ``moasha-told-finals``
+the table allows: ``informed-order`` (:func:`informed_order`) and ``moasha-told-finals``
 (:func:`told_finals`).
 """
 
@@ -36,19 +37,21 @@ import dataclasses
 import datetime
 import functools
 import heapq
+import io
 import json
 import logging
 import math
 import random as _random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
 from lipsweep.core.config_base import ConfigError, show
 from lipsweep.core.hypervolume import hypervolume, reference_point, relative_hypervolume
 from lipsweep.core.metric_names import ACC_CLEAN, probe_metric
+from lipsweep.sweep.protocol import CONTINUE, STOP
 
 _log = logging.getLogger(__name__)
 
@@ -108,13 +111,7 @@ def load_table(path: str | Path) -> Table:
     per-epoch when every row has it, final when only last-epoch rows do. A table without a
     ``config`` column keys each configuration by its ``param:*`` values."""
     path = Path(path)
-    try:
-        with path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise ConfigError("--table", f"cannot read {path}: {exc.strerror}") from None
-    if not rows:
-        raise ConfigError("--table", f"{path} has no rows")
+    rows, lines = _read_rows(path)
     cols = list(rows[0])
     params = tuple(c[len(PARAM_PREFIX) :] for c in cols if c.startswith(PARAM_PREFIX))
     for need in (SEED, EPOCH, SECONDS):
@@ -132,7 +129,8 @@ def load_table(path: str | Path) -> Table:
     skip = (CONFIG, SEED, EPOCH, SECONDS)
     names = [c for c in cols if not c.startswith(PARAM_PREFIX) and c not in skip]
     trials: dict[tuple[str, str], dict[int, dict[str, str]]] = {}
-    for i, row in enumerate(rows, 2):
+    first_line: dict[tuple[str, str, int], int] = {}
+    for line, row in zip(lines, rows):
         if keyed:
             key = row[CONFIG]
         else:
@@ -140,7 +138,22 @@ def load_table(path: str | Path) -> Table:
         try:
             epoch = int(row[EPOCH])
         except ValueError:
-            raise ConfigError("--table", f"{path}:{i}: epoch {show(row[EPOCH])}") from None
+            raise ConfigError("--table", f"{path}:{line}: epoch {show(row[EPOCH])}") from None
+        seconds = _number(row[SECONDS], path, line, SECONDS)
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ConfigError(
+                "--table", f"{path}:{line}: {SECONDS} must be a positive number of seconds, "
+                f"got {show(row[SECONDS])}"
+            )  # fmt: skip
+        for name in names:
+            _number(row[name], path, line, name)
+        here = (key, row[SEED], epoch)
+        if here in first_line:
+            raise ConfigError(
+                "--table", f"{path}:{line}: a second row for {key} seed {row[SEED]} epoch "
+                f"{epoch} (the first is line {first_line[here]})"
+            )  # fmt: skip
+        first_line[here] = line
         trials.setdefault((key, row[SEED]), {})[epoch] = row
     lengths = {len(e) for e in trials.values()}
     epochs = max(lengths)
@@ -152,7 +165,7 @@ def load_table(path: str | Path) -> Table:
             )  # fmt: skip
 
     def num(text: str) -> float:
-        return float(text) if text not in ("", None) else math.nan
+        return float(text) if text != "" else math.nan
 
     arrays: dict[tuple[str, str], dict[str, np.ndarray]] = {
         t: {n: np.array([num(by_epoch[e][n]) for e in range(1, epochs + 1)]) for n in names}
@@ -177,149 +190,117 @@ def load_table(path: str | Path) -> Table:
     return Table(params, tuple(configs), epochs, per_epoch, final)
 
 
-# -- proposing configurations ----------------------------------------------------------------
-class Proposer:
-    """Which configuration to run next; told each configuration's outcome."""
+def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[int]]:
+    """The CSV's rows (as dicts) and each row's line number; ConfigError naming ``--table``
+    and the line for a file that is not UTF-8 text, holds a NUL byte, or has a row whose
+    number of fields is not the header's."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError("--table", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            "--table", f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})"
+        ) from None
+    if "\0" in text:
+        line = text[: text.index("\0")].count("\n") + 1
+        raise ConfigError("--table", f"{path}:{line}: a NUL byte; a table is CSV text")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        if not header:
+            raise ConfigError("--table", f"{path} has no rows")
+        rows, lines = [], []
+        for fields_ in reader:
+            if not fields_:
+                continue
+            if len(fields_) != len(header):
+                raise ConfigError(
+                    "--table", f"{path}:{reader.line_num}: {len(fields_)} fields, the header "
+                    f"has {len(header)}"
+                )  # fmt: skip
+            rows.append(dict(zip(header, fields_)))
+            lines.append(reader.line_num)
+    except csv.Error as exc:
+        raise ConfigError("--table", f"{path}:{reader.line_num}: {exc}") from None
+    if len(set(header)) != len(header):
+        raise ConfigError("--table", f"{path}:1: a column is named twice")
+    if not rows:
+        raise ConfigError("--table", f"{path} has no rows")
+    return rows, lines
 
-    def next(self) -> Optional[Config]:
-        raise NotImplementedError
 
-    def tell(self, config: Config, values: Optional[np.ndarray]) -> None:
-        """``values``: the seed-mean objectives, or None when the configuration was stopped."""
+def _number(text: str, path: Path, line: int, column: str) -> float:
+    """A cell as a number (an empty cell is NaN: absent); ConfigError naming the line."""
+    if text == "":
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(
+            "--table", f"{path}:{line}: {column} is not a number: {show(text, 40)}"
+        ) from None
 
 
-class GridOrder(Proposer):
-    """The whole grid, in a random order."""
-
-    def __init__(self, table: Table, seed: int) -> None:
-        self.order = list(table.configs)
-        _random.Random(seed).shuffle(self.order)
-
-    def next(self) -> Optional[Config]:
-        return self.order.pop(0) if self.order else None
+# -- the orders a grid and a random search run ----------------------------------------------
+def grid_order(table: Table, seed: int) -> list[Config]:
+    """The whole grid, in a random order (``random.Random(seed)``)."""
+    order = list(table.configs)
+    _random.Random(seed).shuffle(order)
+    return order
 
 
 def _values(configs: Sequence[Config], param: str) -> list[str]:
     return sorted({c.params[param] for c in configs})
 
 
-class RandomDraws(Proposer):
-    """A random searcher over the table's space: each setting drawn uniformly from the values
-    the table has for the settings drawn before it (a regularizer's own settings are drawn
-    among that regularizer's values once it is drawn, as in a conditional space); a
-    configuration already run is drawn again, up to ``tries`` times."""
-
-    def __init__(self, table: Table, seed: int, tries: int = 200) -> None:
-        self.rng = _random.Random(seed)
-        self.table, self.tries, self.seen = table, tries, set()
-
-    def next(self) -> Optional[Config]:
-        for _ in range(self.tries):
-            left: Sequence[Config] = self.table.configs
-            for p in self.table.params:
-                value = self.rng.choice(_values(left, p))
+def random_draws(table: Table, seed: int, tries: int = 200) -> list[Config]:
+    """A random search over the table's space, drawn up front as the ``random`` searcher's
+    trials are: each setting uniform over the values the table has for the settings drawn
+    before it (a regularizer's own settings among that regularizer's values, as in a
+    conditional space); a configuration already drawn is drawn again, up to ``tries`` times."""
+    rng, seen, out = _random.Random(seed), set(), []
+    while True:
+        for _ in range(tries):
+            left: Sequence[Config] = table.configs
+            for p in table.params:
+                value = rng.choice(_values(left, p))
                 left = [c for c in left if c.params[p] == value]
-            if left[0].key not in self.seen:
-                self.seen.add(left[0].key)
-                return left[0]
-        return None
-
-
-class OptunaProposer(Proposer):
-    """A multi-objective Optuna study over the table's settings, told each configuration's
-    seed-mean objectives (a stopped one as pruned). The space is conditional on the first
-    setting (``regularizer``): each other setting is a categorical of the values the table
-    has under that first value, named ``<setting>|<first>=<value>``. A draw the table lacks
-    is told as failed; a configuration already run is told its values again (no compute)."""
-
-    def __init__(self, table: Table, seed: int, sampler: str, directions: Sequence[str]) -> None:
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        samplers = {
-            "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
-            "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed, population_size=8),
-        }
-        self.optuna = optuna
-        self.study = optuna.create_study(
-            directions=[d + "imize" for d in directions], sampler=samplers[sampler]()
-        )
-        self.table = table
-        self.by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
-        self.told: dict[str, Optional[np.ndarray]] = {}
-        self.pending: dict[str, list[Any]] = {}
-        self.limit = 20 * len(table.configs)
-
-    def _draw(self, trial: Any) -> Optional[Config]:
-        first, *rest = self.table.params
-        head = trial.suggest_categorical(first, _values(self.table.configs, first))
-        under = [c for c in self.table.configs if c.params[first] == head]
-        draw = [head] + [
-            trial.suggest_categorical(f"{p}|{first}={head}", _values(under, p)) for p in rest
-        ]
-        return self.by_params.get(tuple(draw))
-
-    def next(self) -> Optional[Config]:
-        State = self.optuna.trial.TrialState
-        for _ in range(self.limit):
-            if len(self.told) + len(self.pending) == len(self.by_params):
-                return None  # every configuration has run or is running
-            trial = self.study.ask()
-            config = self._draw(trial)
-            if config is None:
-                self.study.tell(trial, state=State.FAIL)
-            elif config.key in self.told:
-                values = self.told[config.key]
-                if values is None:
-                    self.study.tell(trial, state=State.PRUNED)
-                else:
-                    self.study.tell(trial, list(map(float, values)))
-            elif config.key in self.pending:
-                self.pending[config.key].append(trial)  # running: told when it ends
-            else:
-                self.pending[config.key] = [trial]
-                return config
-        return None
-
-    def tell(self, config: Config, values: Optional[np.ndarray]) -> None:
-        State = self.optuna.trial.TrialState
-        self.told[config.key] = values
-        for trial in self.pending.pop(config.key, []):
-            if values is None:
-                self.study.tell(trial, state=State.PRUNED)
-            else:
-                self.study.tell(trial, list(map(float, values)))
-
-
-class InformedOrder(Proposer):
-    """A searcher that knows every configuration's final objectives (a reference, not a
-    method): it proposes them greedily by the hypervolume each adds, per worker-second it
-    costs, to those proposed before it, then the ones that add nothing, in the table's order.
-    Run in full, it shows what the table allows within a budget to a search that needs no
-    exploration; the greedy order is a schedule, not the best subset (that is a knapsack)."""
-
-    def __init__(self, table: Table, objectives: Sequence[tuple[str, str]]) -> None:
-        names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
-        points = {c.key: table.objectives(c, names) for c in table.configs}
-        cost = {c.key: sum(float(s.sum()) for s in c.seconds.values()) for c in table.configs}
-        ref = reference_point(np.array(list(points.values())), dirs)
-        chosen: list[Config] = []
-        left = list(table.configs)
-        volume = 0.0
-        while left:
-            gains = [
-                hypervolume(np.array([points[c.key] for c in chosen + [c]]), dirs, ref) - volume
-                for c in left
-            ]
-            best = max(range(len(left)), key=lambda i: (gains[i] / cost[left[i].key], -i))
-            if gains[best] <= 0:
+            if left[0].key not in seen:
+                seen.add(left[0].key)
+                out.append(left[0])
                 break
-            volume += gains[best]
-            chosen.append(left.pop(best))
-        self.order = chosen + left
+        else:
+            return out
 
-    def next(self) -> Optional[Config]:
-        return self.order.pop(0) if self.order else None
+
+def informed_order(table: Table, objectives: Sequence[tuple[str, str]]) -> list[Config]:
+    """A searcher that knows every configuration's final objectives (a reference, not a
+    method): the configurations greedily by the hypervolume each adds, per worker-second it
+    costs, to those before it, then the ones that add nothing, in the table's order. Run in
+    full, it shows what the table allows within a budget to a search that needs no
+    exploration; the greedy order is a schedule, not the best subset (that is a knapsack)."""
+    names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
+    points = {c.key: table.objectives(c, names) for c in table.configs}
+    cost = {c.key: sum(float(s.sum()) for s in c.seconds.values()) for c in table.configs}
+    ref = reference_point(np.array(list(points.values())), dirs)
+    chosen: list[Config] = []
+    left = list(table.configs)
+    volume = 0.0
+    while left:
+        gains = [
+            hypervolume(np.array([points[c.key] for c in chosen + [c]]), dirs, ref) - volume
+            for c in left
+        ]
+        best = max(range(len(left)), key=lambda i: (gains[i] / cost[left[i].key], -i))
+        if gains[best] <= 0:
+            break
+        volume += gains[best]
+        chosen.append(left.pop(best))
+    return chosen + left
 
 
 def told_finals(table: Table, names: Sequence[str]) -> Table:
@@ -339,19 +320,103 @@ def told_finals(table: Table, names: Sequence[str]) -> Table:
     return dataclasses.replace(table, configs=configs, per_epoch=per_epoch)
 
 
-# -- stopping trials -------------------------------------------------------------------------
-class StopRule:
-    """Whether a trial goes on after an epoch; the live sweep's scheduler core or nothing."""
+# -- the registered members on a table -------------------------------------------------------
+def table_space(table: Table) -> Any:
+    """The table's settings as a ``search.space`` (:class:`lipsweep.sweep.space.SearchSpace`):
+    each setting a choice of the values the table has; with a ``regularizer`` setting, the
+    others are that regularizer's branch (drawn among its values once it is drawn)."""
+    from lipsweep.sweep.space import Distribution, SearchSpace
 
-    def on_result(self, trial: str, group: str, t: int, metrics: Mapping[str, float]) -> bool:
-        return True
+    def choice(configs: Sequence[Config], p: str) -> Any:
+        return Distribution("choice", tuple(_values(configs, p)))
 
-    def on_complete(self, trial: str) -> None:
+    if "regularizer" not in table.params:
+        return SearchSpace({p: choice(table.configs, p) for p in table.params}, {})
+    rest = [p for p in table.params if p != "regularizer"]
+    branches = {}
+    for reg in _values(table.configs, "regularizer"):
+        under = [c for c in table.configs if c.params["regularizer"] == reg]
+        branches[reg] = {p: choice(under, p) for p in rest}
+    return SearchSpace({"regularizer": choice(table.configs, "regularizer")}, branches)
+
+
+class TableMember:
+    """A searcher member restricted to the table: a draw the table lacks is told as failed
+    and drawn again; a configuration already run is told its result again (no compute), one
+    running is told when it ends. None after ``limit`` draws without a new configuration,
+    or once every configuration has run or is running."""
+
+    def __init__(self, member: Any, table: Table, limit: Optional[int] = None) -> None:
+        self.member, self.table = member, table
+        self.by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
+        self.limit = limit or 20 * len(table.configs)
+        self.done: dict[str, tuple[Optional[Mapping[str, float]], bool]] = {}
+        self.pending: dict[str, list[str]] = {}
+        self.key_of: dict[str, tuple[str, str]] = {}  # trial -> (config key, member's id)
+
+    def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
+        for k in range(self.limit):
+            if len(self.done) + len(self.pending) == len(self.by_params):
+                return None
+            sub = trial_id if k == 0 else f"{trial_id}~{k}"
+            flat = self.member.suggest(sub)
+            if flat is None:
+                return None
+            config = self.by_params.get(tuple(str(flat.get(p, "")) for p in self.table.params))
+            if config is None:
+                self.member.report(sub, None, failed=True)
+            elif config.key in self.done:
+                self.member.report(sub, *self.done[config.key])
+            elif config.key in self.pending:
+                self.pending[config.key].append(sub)
+            else:
+                self.pending[config.key] = []
+                self.key_of[trial_id] = (config.key, sub)
+                return dict(config.params)
+        return None
+
+    def report(
+        self, trial_id: str, result: Optional[Mapping[str, Any]], failed: bool = False
+    ) -> None:
+        key, sub = self.key_of.pop(trial_id)
+        self.done[key] = (result, failed)
+        self.member.report(sub, result, failed)
+        for sub in self.pending.pop(key, []):
+            self.member.report(sub, result, failed)
+
+
+class NoStop:
+    """No scheduler: every trial runs its full budget."""
+
+    def group(self, trial_id: str, flat: Mapping[str, Any]) -> str:
+        return trial_id
+
+    def decide(self, trial_id: str, group: str, t: float, metrics: Mapping[str, Any]) -> str:
+        return CONTINUE
+
+    def report(self, trial_id: str, result: Optional[Mapping[str, Any]] = None) -> None:
         pass
 
 
+class CoreRule(NoStop):
+    """A scheduler member's core, driven as the Tune adapter drives it (its grouping
+    included): ``adapter`` is what the registered scheduler's ``create`` built."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter, self.core = adapter, adapter.core
+
+    def group(self, trial_id: str, flat: Mapping[str, Any]) -> str:
+        return self.adapter.group(trial_id, flat)
+
+    def decide(self, trial_id: str, group: str, t: float, metrics: Mapping[str, Any]) -> str:
+        return self.core.decide(trial_id, group, t, metrics)
+
+    def report(self, trial_id: str, result: Optional[Mapping[str, Any]] = None) -> None:
+        self.core.report(trial_id)
+
+
 SYNE_MOASHA = "syne-moasha"
-"""The method that exists only where Syne Tune imports (:func:`syne_tune_missing`)."""
+"""The peer method that exists only where Syne Tune imports (:func:`syne_tune_missing`)."""
 SYNE_INSTALL = (
     "the bench extra (syne-tune==0.16.0): `uv sync --frozen --extra dev --extra bench` in a "
     "clone, `pip install '.[bench]'` elsewhere"
@@ -368,14 +433,15 @@ def syne_tune_missing() -> Optional[str]:
     return None
 
 
-class SyneMoashaRule(StopRule):
+class SyneMoashaRule(NoStop):
     """Syne Tune's MO-ASHA (``syne_tune.optimizer.schedulers.multiobjective.moasha.MOASHA``,
     Schmucker et al. 2021, arXiv 2106.12639) deciding, as Syne Tune 0.16's ``Tuner`` drives a
     scheduler (``syne_tune/tuner.py``): ``on_trial_add`` when a trial starts,
     ``on_trial_result`` at each epoch, ``on_trial_remove`` once it says STOP (it says STOP at
     ``max_t`` too). Its defaults otherwise: one bracket, non-dominated sorting with its
     epsilon-net tie-break. Per trial, as Syne Tune judges trials (not seed-aware). It
-    minimises every metric, so ``max`` metrics are negated."""
+    minimises every metric, so ``max`` metrics are negated. A peer from outside lipsweep,
+    not a registered member."""
 
     TIME = "epoch"
     CREATED = datetime.datetime(2000, 1, 1)  # a Trial needs one; no decision reads it
@@ -403,60 +469,37 @@ class SyneMoashaRule(StopRule):
         self.trials: dict[str, Any] = {}  # our trial -> Syne Tune's Trial
         self.removed: set[str] = set()
 
-    def on_result(self, trial: str, group: str, t: int, metrics: Mapping[str, float]) -> bool:
+    def decide(self, trial_id: str, group: str, t: float, metrics: Mapping[str, Any]) -> str:
         if t == 0:  # the trial starts
-            self.trials[trial] = self.make_trial(len(self.trials), {}, self.CREATED)
-            self.core.on_trial_add(self.trials[trial])
-            return True
+            self.trials[trial_id] = self.make_trial(len(self.trials), {}, self.CREATED)
+            self.core.on_trial_add(self.trials[trial_id])
+            return CONTINUE
         result = {self.TIME: t} | {m: s * metrics[m] for m, s in self.signs.items()}
-        go = self.core.on_trial_result(self.trials[trial], result) == self.go
+        go = self.core.on_trial_result(self.trials[trial_id], result) == self.go
         if not go:
-            self.core.on_trial_remove(self.trials[trial])
-            self.removed.add(trial)
-        return go
+            self.core.on_trial_remove(self.trials[trial_id])
+            self.removed.add(trial_id)
+        return CONTINUE if go else STOP
 
-    def on_complete(self, trial: str) -> None:
-        if trial in self.trials and trial not in self.removed:
-            self.core.on_trial_remove(self.trials[trial])
-            self.removed.add(trial)
-
-
-class SchedulerRule(StopRule):
-    """:class:`~lipsweep.sweep.schedulers.moasha.MoAsha` on ``metrics``; seed-aware when
-    ``groups`` (a configuration's seeds are judged and stopped together), else per trial
-    (ASHA's behaviour)."""
-
-    def __init__(
-        self,
-        metrics: Sequence[str],
-        modes: Sequence[str],
-        max_t: int,
-        grace_period: int,
-        reduction_factor: float,
-        expected: Optional[Mapping[str, int]],
-    ) -> None:
-        from lipsweep.sweep.schedulers.moasha import CONTINUE, MoAsha
-
-        self.core = MoAsha(metrics, modes, grace_period, reduction_factor, max_t, expected)
-        self.grouped = expected is not None
-        self.go = CONTINUE
-
-    def on_result(self, trial: str, group: str, t: int, metrics: Mapping[str, float]) -> bool:
-        return self.core.on_result(trial, group if self.grouped else trial, t, metrics) == self.go
-
-    def on_complete(self, trial: str) -> None:
-        self.core.on_complete(trial)
+    def report(self, trial_id: str, result: Optional[Mapping[str, Any]] = None) -> None:
+        if trial_id in self.trials and trial_id not in self.removed:
+            self.core.on_trial_remove(self.trials[trial_id])
+            self.removed.add(trial_id)
 
 
 # -- the simulation --------------------------------------------------------------------------
 @dataclass
 class Replay:
     """One replay's trajectory: after each configuration that ran its full budget, the
-    compute spent so far (fraction of the grid's) and the relative hypervolume reached."""
+    compute spent so far (fraction of the grid's) and the relative hypervolume reached; how
+    many configurations were stopped, and the compute (fraction of the grid's) spent in all
+    and on configurations that were stopped."""
 
     compute: list[float] = field(default_factory=list)
     hv: list[float] = field(default_factory=list)
     stopped: int = 0
+    spent: float = 0.0
+    spent_on_stopped: float = 0.0
 
     def hv_at(self, budget: float) -> float:
         """The hypervolume fraction reached within ``budget`` of the grid's compute."""
@@ -467,90 +510,99 @@ class Replay:
         """The compute fraction at which the hypervolume first reached ``target``, or None."""
         return next((c for c, h in zip(self.compute, self.hv) if h >= target - 1e-12), None)
 
+    @property
+    def stopped_share(self) -> float:
+        """The share of this method's compute spent on configurations it stopped."""
+        return self.spent_on_stopped / self.spent if self.spent > 0 else 0.0
+
 
 def simulate(
     table: Table,
-    proposer: Proposer,
-    rule: StopRule,
+    search: Any,
+    rule: Any,
     objectives: Sequence[tuple[str, str]],
     workers: int,
 ) -> Replay:
-    """Run ``proposer`` + ``rule`` on ``workers`` simulated workers until nothing is left.
+    """Run ``search`` (a searcher member, each configuration once per seed: :class:`Repeats`
+    over a :class:`TableMember`) and ``rule`` (a scheduler: :class:`CoreRule`, or
+    :class:`NoStop`) on ``workers`` simulated workers until nothing is left.
 
-    Events are epoch ends, in time order (ties by start order). A configuration's seeds are
-    queued together when it is proposed; a seed of a configuration the rule stopped is not
-    started. Compute counts each epoch when it ends."""
+    Events are epoch ends, in time order (ties by start order). A free worker takes the
+    searcher's next trial (a configuration's seeds come one after another); a trial whose
+    configuration the rule has stopped is never started. A trial the rule stops at a report,
+    its last epoch's included, is stopped there (as the live sweep kills it before its final
+    report); compute counts each epoch when it ends."""
+    from lipsweep.sweep.protocol import SEED_KEY
+
     names = [n for n, _ in objectives]
     dirs = [d for _, d in objectives]
+    by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
     grid_front = np.array([table.objectives(c, names) for c in table.configs])
     whole = table.compute
-    queue: list[tuple[Config, str]] = []
     events: list[tuple[float, int, str]] = []
-    running: dict[str, tuple[Config, str, int]] = {}  # trial -> (config, seed, epochs done)
-    ended: dict[str, set[str]] = {}  # config key -> seeds that ended (any way)
-    full: dict[str, set[str]] = {}  # config key -> seeds that ran every epoch
+    running: dict[str, tuple[Config, str, str, int]] = {}  # trial -> (config, seed, group, done)
+    ended: dict[str, int] = {}  # config key -> seeds that ended (any way)
+    full: dict[str, int] = {}  # config key -> seeds that ran every epoch
+    cost: dict[str, float] = {}  # config key -> compute spent on it
     done_points: list[np.ndarray] = []
     out = Replay()
-    now, spent, order, free, exhausted = 0.0, 0.0, 0, workers, False
+    now, spent, order, free, exhausted, n_trials = 0.0, 0.0, 0, workers, False, 0
 
-    def start(config: Config, seed: str) -> None:
-        nonlocal order, free
-        trial = f"{config.key}#{seed}"
-        running[trial] = (config, seed, 0)
-        heapq.heappush(events, (now + float(config.seconds[seed][0]), order, trial))
-        order += 1
-        free -= 1
-
-    def end(config: Config, seed: str, completed: bool) -> None:
-        """``seed`` of ``config`` ended (ran every epoch, was stopped, or never started); the
-        configuration's outcome once all its seeds have."""
-        ended.setdefault(config.key, set()).add(seed)
-        if completed:
-            full.setdefault(config.key, set()).add(seed)
-        if len(ended[config.key]) < len(config.seeds):
+    def end(trial: str, config: Config, seed: str, completed: bool) -> None:
+        """``trial`` (``seed`` of ``config``) ended: ran every epoch, was stopped, or never
+        started; the configuration's outcome once all its seeds have."""
+        result = {n: table.final_value(config, seed, n) for n in names} if completed else None
+        ended[config.key] = ended.get(config.key, 0) + 1
+        full[config.key] = full.get(config.key, 0) + completed
+        search.report(trial, result)
+        if ended[config.key] < len(config.seeds):
             return
-        if len(full.get(config.key, ())) == len(config.seeds):
-            values = table.objectives(config, names)
-            proposer.tell(config, values)
-            done_points.append(values)
+        if full[config.key] == len(config.seeds):
+            done_points.append(table.objectives(config, names))
             out.compute.append(spent / whole)
             out.hv.append(relative_hypervolume(np.array(done_points), grid_front, dirs))
         else:
-            proposer.tell(config, None)
             out.stopped += 1
+            out.spent_on_stopped += cost.get(config.key, 0.0) / whole
 
     while True:
-        while free > 0:
-            if not queue and not exhausted:
-                config = proposer.next()
-                if config is None:
-                    exhausted = True
-                else:
-                    queue.extend((config, s) for s in config.seeds)
-            if not queue:
+        while free > 0 and not exhausted:
+            trial = f"t{n_trials:05d}"
+            n_trials += 1
+            flat = search.suggest(trial)
+            if flat is None:
+                exhausted = True
                 break
-            config, seed = queue.pop(0)
-            if rule.on_result(f"{config.key}#{seed}", config.key, 0, {}):
-                start(config, seed)
-            else:  # its configuration was stopped before this seed started
-                rule.on_complete(f"{config.key}#{seed}")
-                end(config, seed, completed=False)
+            config = by_params[tuple(flat[p] for p in table.params)]
+            seed = str(flat[SEED_KEY])
+            group = rule.group(trial, flat)
+            if rule.decide(trial, group, 0, {}) != CONTINUE:  # its configuration was stopped
+                rule.report(trial)
+                end(trial, config, seed, completed=False)
+                continue
+            running[trial] = (config, seed, group, 0)
+            heapq.heappush(events, (now + float(config.seconds[seed][0]), order, trial))
+            order += 1
+            free -= 1
         if not events:
             break
         now, _, trial = heapq.heappop(events)
-        config, seed, done = running.pop(trial)
-        spent += float(config.seconds[seed][done])
+        config, seed, group, done = running.pop(trial)
+        seconds = float(config.seconds[seed][done])
+        spent += seconds
+        cost[config.key] = cost.get(config.key, 0.0) + seconds
         done += 1
         metrics = {n: float(config.metrics[seed][n][done - 1]) for n in table.per_epoch}
-        go = rule.on_result(trial, config.key, done, metrics)
+        go = rule.decide(trial, group, done, metrics) == CONTINUE
         if done == table.epochs or not go:
-            rule.on_complete(trial)
+            rule.report(trial)
             free += 1
-            end(config, seed, completed=done == table.epochs)
+            end(trial, config, seed, completed=go and done == table.epochs)
             continue
-        running[trial] = (config, seed, done)
+        running[trial] = (config, seed, group, done)
         heapq.heappush(events, (now + float(config.seconds[seed][done]), order, trial))
         order += 1
+    out.spent = spent / whole
     return out
 
 
@@ -583,75 +635,170 @@ def stop_metrics(
     return chosen
 
 
-Method = Callable[[int], tuple[Proposer, StopRule]]
+ALIASES: dict[str, tuple[str, Optional[str], dict[str, Any]]] = {
+    "asha-clean": ("grid", "asha", {"metric": ACC_CLEAN, "mode": "max"}),
+    "moasha": ("grid", "moasha", {}),
+    "optuna-moasha": ("optuna-tpe", "moasha", {}),
+}
+"""Short names of searcher + scheduler pairs: ``asha-clean`` is the grid order with ``asha``
+on clean accuracy (the option a sweep had before ``moasha``), ``moasha`` the grid order with
+``moasha``, ``optuna-moasha`` TPE proposing and ``moasha`` stopping."""
+DEFAULT_METHODS = (
+    "grid", "random", "optuna-tpe", "optuna-nsga2", "asha-clean", "moasha", "optuna-moasha",
+)  # fmt: skip
+"""What ``bench-search`` replays without ``--method`` (and ``syne-moasha`` where Syne Tune
+imports). Any registered searcher ``NAME`` or ``SEARCHER+SCHEDULER`` pair, plugins included,
+can be named instead."""
+NSGA_POPULATION = 8
+"""``population_size`` the replay gives a searcher that reads it (NSGA-II/III): the tables
+hold tens of configurations, and Optuna's default (50) would leave it random throughout."""
 
 
-def moasha_rule(
-    table: Table, stops: Sequence[tuple[str, str]], grace_period: int, reduction_factor: float
-) -> StopRule:
-    """Seed-aware ``moasha`` on ``stops`` (name, mode), its rungs up to the table's epochs."""
-    seeds = {c.key: len(c.seeds) for c in table.configs}
-    return SchedulerRule(
-        [n for n, _ in stops], [d for _, d in stops], table.epochs, grace_period,
-        reduction_factor, seeds,
-    )  # fmt: skip
+@dataclass(frozen=True)
+class Method:
+    """A replayed method: a registered searcher, and a registered scheduler or none."""
+
+    name: str
+    searcher: str
+    scheduler: Optional[str] = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
-def methods(
-    table: Table,
-    objectives: Sequence[tuple[str, str]],
-    stop_on: Sequence[tuple[str, str]],
-    grace_period: int = 1,
-    reduction_factor: float = 2,
-) -> dict[str, Method]:
-    """Every method by name: replay seed -> (proposer, stop rule); ``syne-moasha`` only where
-    Syne Tune imports. ``grace_period`` and ``reduction_factor`` set every scheduler's rungs."""
-    dirs = [d for _, d in objectives]
-    stops = stop_metrics(table, objectives, stop_on)
+def parse_method(name: str) -> Method:
+    """``--method`` -> :class:`Method` (an alias, ``syne-moasha``, a searcher, or
+    ``SEARCHER+SCHEDULER``); ConfigError naming ``--method`` for an unknown member."""
+    from lipsweep.sweep.schedulers import list_schedulers
+    from lipsweep.sweep.searchers import list_searchers
 
-    def mo() -> StopRule:
-        return moasha_rule(table, stops, grace_period, reduction_factor)
+    if name in ALIASES:
+        searcher, scheduler, overrides = ALIASES[name]
+        return Method(name, searcher, scheduler, overrides)
+    if name == SYNE_MOASHA:
+        return Method(name, "grid", SYNE_MOASHA)
+    searcher, _, scheduler = name.partition("+")
+    if searcher not in list_searchers():
+        raise ConfigError(
+            "--method", f"unknown searcher {searcher!r} in {name!r}; give a searcher "
+            f"{list_searchers()}, SEARCHER+SCHEDULER (schedulers {list_schedulers()}), or one "
+            f"of {[*ALIASES, SYNE_MOASHA]}"
+        )  # fmt: skip
+    if scheduler and scheduler not in list_schedulers():
+        raise ConfigError(
+            "--method", f"unknown scheduler {scheduler!r} in {name!r}; schedulers are "
+            f"{list_schedulers()}"
+        )  # fmt: skip
+    return Method(name, searcher, scheduler or None)
 
-    def clean() -> StopRule:
-        return SchedulerRule(
-            [ACC_CLEAN], ["max"], table.epochs, grace_period, reduction_factor, None
+
+@dataclass(frozen=True)
+class Bench:
+    """Everything a replay needs besides its seed (checked once, before the first replay)."""
+
+    table: Table
+    objectives: tuple[tuple[str, str], ...]
+    stops: tuple[tuple[str, str], ...]
+    seeds: tuple[str, ...]
+    grace_period: int = 1
+    reduction_factor: float = 2
+    confidence: float = 0.8
+    workers: int = 4
+
+    def search(self, method: Method, seed: int, table: Optional[Table] = None) -> Any:
+        """The registered searcher of ``method`` on the table, each configuration once per
+        seed (:class:`Repeats` over a :class:`TableMember`)."""
+        from lipsweep.sweep.protocol import ListMember, Repeats, TuneSearcherMember
+        from lipsweep.sweep.searchers import (
+            SearchRequest,
+            create_searcher,
+            searcher_info,
+            searcher_settings,
+            settings_keys,
         )
 
-    def syne(seed: int) -> StopRule:
-        return SyneMoashaRule(
-            [n for n, _ in stops], [d for _, d in stops], table.epochs, grace_period,
-            reduction_factor, seed,
+        table = table or self.table
+        names = [n for n, _ in self.objectives]
+        values = {
+            "num_samples": len(table.configs), "seed": seed, "metric": names,
+            "mode": [d for _, d in self.objectives], "population_size": NSGA_POPULATION,
+        }  # fmt: skip
+        keys = settings_keys(method.searcher)
+        settings = searcher_settings(
+            method.searcher, {k: v for k, v in values.items() if k in keys}
+        )
+        if method.searcher == "grid":
+            drawn = grid_order(table, seed)
+        elif searcher_info(method.searcher).lazy:
+            drawn = []
+        else:  # drawn when a space is loaded: here, from the table's values
+            drawn = random_draws(table, seed)
+        request = SearchRequest(
+            space=table_space(table), trials=[dict(c.params) for c in drawn], normalise=False
+        )
+        plan = create_searcher(method.searcher, settings, request)
+        if plan.search_alg is not None:
+            member: Any = TuneSearcherMember(plan.search_alg)
+        else:
+            try:
+                member = ListMember(plan.param_space["trial"]["grid_search"])
+            except (KeyError, TypeError):
+                raise ConfigError(
+                    "--method", f"searcher {method.searcher!r} gives neither a Tune Searcher "
+                    "nor a list of trials: the replay cannot drive it"
+                ) from None  # fmt: skip
+        return Repeats(TableMember(member, table), self.seeds, names)
+
+    def rule(self, method: Method, seed: int, table: Optional[Table] = None) -> Any:
+        """The registered scheduler of ``method`` (its core, as the Tune adapter drives it)."""
+        import dataclasses as dc
+
+        from lipsweep.sweep.schedulers import (
+            SCHEDULERS,
+            SchedulerContext,
+            create_scheduler,
+            scheduler_settings,
+        )
+
+        table = table or self.table
+        stops = self.stops
+        if method.scheduler is None:
+            return NoStop()
+        if method.scheduler == SYNE_MOASHA:
+            return SyneMoashaRule(
+                [n for n, _ in stops], [d for _, d in stops], table.epochs, self.grace_period,
+                self.reduction_factor, seed,
+            )  # fmt: skip
+        fields_ = {f.name for f in dc.fields(SCHEDULERS.entry(method.scheduler).settings)}
+        values = {
+            "metrics": [n for n, _ in stops], "modes": [d for _, d in stops],
+            "metric": stops[0][0], "mode": stops[0][1], "grace_period": self.grace_period,
+            "reduction_factor": self.reduction_factor, "confidence": self.confidence,
+            **method.overrides,
+        }  # fmt: skip
+        settings = scheduler_settings(
+            {"type": method.scheduler, **{k: v for k, v in values.items() if k in fields_}}
+        )
+        trials = [{**c.params, "seed": s} for c in table.configs for s in c.seeds]
+        adapter = create_scheduler(
+            settings, SchedulerContext(epochs=table.epochs, trials=trials, seeds=len(self.seeds))
+        )
+        if not hasattr(getattr(adapter, "core", None), "decide"):
+            raise ConfigError(
+                "--method", f"scheduler {method.scheduler!r} has no decision core (a Ray "
+                "TrialScheduler only): the replay cannot drive it"
+            )  # fmt: skip
+        return CoreRule(adapter)
+
+    def replay(self, method: Method, seed: int) -> Replay:
+        """One replay of ``method`` with seed ``seed``."""
+        return simulate(
+            self.table, self.search(method, seed), self.rule(method, seed), self.objectives,
+            self.workers,
         )  # fmt: skip
 
-    found: dict[str, Method] = {
-        "grid": lambda s: (GridOrder(table, s), StopRule()),
-        "random": lambda s: (RandomDraws(table, s), StopRule()),
-        "optuna-tpe": lambda s: (OptunaProposer(table, s, "tpe", dirs), StopRule()),
-        "optuna-nsga2": lambda s: (OptunaProposer(table, s, "nsga2", dirs), StopRule()),
-        "asha-clean": lambda s: (GridOrder(table, s), clean()),
-        "moasha": lambda s: (GridOrder(table, s), mo()),
-        "optuna-moasha": lambda s: (OptunaProposer(table, s, "tpe", dirs), mo()),
-    }
-    why = syne_tune_missing()
-    if why is None:
-        found[SYNE_MOASHA] = lambda s: (GridOrder(table, s), syne(s))
-    else:
-        _log.info(
-            "%s is left out: Syne Tune does not import (%s); install it with %s",
-            SYNE_MOASHA, why, SYNE_INSTALL,
-        )  # fmt: skip
-    return found
-
-
-METHODS = (
-    "grid", "random", "optuna-tpe", "optuna-nsga2", "asha-clean", "moasha", "optuna-moasha",
-    SYNE_MOASHA,
-)  # fmt: skip
-"""Every method's name; :func:`methods` has ``syne-moasha`` only where Syne Tune imports."""
 
 REFERENCES = ("informed-order", "moasha-told-finals")
 """What the table allows, beside the methods (they know the final values, so they are not
-methods): ``informed-order`` (:class:`InformedOrder`, no stopping, one replay: it is
+methods): ``informed-order`` (:func:`informed_order`, no stopping, one replay: it is
 deterministic) and ``moasha-told-finals`` (``moasha`` in ``moasha``'s grid orders, stopping on
 the objectives' final values at every rung, :func:`told_finals`). Read them against
 ``moasha``: far below ``moasha-told-finals``, it is limited by the per-epoch signal; close to
@@ -659,31 +806,30 @@ it, by the table's horizon and order; ``informed-order`` says whether the target
 at all."""
 
 
-def references(
-    table: Table,
-    objectives: Sequence[tuple[str, str]],
-    replays: int,
-    workers: int,
-    grace_period: int = 1,
-    reduction_factor: float = 2,
-) -> dict[str, list[Replay]]:
-    """The :data:`REFERENCES`' trajectories on ``table``."""
-    told = told_finals(table, [n for n, _ in objectives])
+def references(bench: Bench, replays: int, workers: int) -> dict[str, list[Replay]]:
+    """The :data:`REFERENCES`' trajectories on the bench's table."""
+    from lipsweep.sweep.protocol import ListMember, Repeats
 
-    def told_replay(seed: int) -> Replay:
-        rule = moasha_rule(told, objectives, grace_period, reduction_factor)
-        return simulate(told, GridOrder(told, seed), rule, objectives, workers)
-
+    table, objectives = bench.table, bench.objectives
+    names = [n for n, _ in objectives]
+    told = told_finals(table, names)
+    told_bench = dataclasses.replace(bench, table=told, stops=objectives)
+    grid_moasha = parse_method("moasha")
+    order = ListMember([dict(c.params) for c in informed_order(table, objectives)])
+    informed = Repeats(TableMember(order, table), bench.seeds, names)
     return {
-        "informed-order": [
-            simulate(table, InformedOrder(table, objectives), StopRule(), objectives, workers)
+        "informed-order": [simulate(table, informed, NoStop(), objectives, workers)],
+        "moasha-told-finals": [
+            simulate(
+                told,
+                told_bench.search(grid_moasha, seed),
+                told_bench.rule(grid_moasha, seed),
+                objectives,
+                workers,
+            )  # fmt: skip
+            for seed in range(replays)
         ],
-        "moasha-told-finals": [told_replay(seed) for seed in range(replays)],
     }
-
-
-def _round(value: Optional[float]) -> Optional[float]:
-    return None if value is None else round(value, 6)
 
 
 def _median(values: Sequence[Optional[float]]) -> Optional[float]:
@@ -693,6 +839,38 @@ def _median(values: Sequence[Optional[float]]) -> Optional[float]:
     if any(v is None for v in mid):
         return None
     return float(np.mean(mid))
+
+
+def _quiet_optuna() -> None:
+    try:
+        import optuna
+    except ImportError:  # pragma: no cover - optuna is a dependency
+        return
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def make_bench(
+    table: Table,
+    objectives: Sequence[tuple[str, str]],
+    stop_on: Sequence[tuple[str, str]] = (),
+    workers: int = 4,
+    grace_period: int = 1,
+    reduction_factor: float = 2,
+    confidence: float = 0.8,
+) -> Bench:
+    """The :class:`Bench` of ``table`` (every configuration must have the same seeds)."""
+    seeds = table.configs[0].seeds
+    odd = next((c for c in table.configs if sorted(c.seeds) != sorted(seeds)), None)
+    if odd is not None:
+        raise ConfigError(
+            "--table", f"{odd.key} has seeds {list(odd.seeds)}, the first configuration "
+            f"{list(seeds)}: every configuration must have the same seeds"
+        )  # fmt: skip
+    stops = tuple(stop_metrics(table, objectives, stop_on))
+    return Bench(
+        table, tuple(objectives), stops, tuple(seeds), grace_period, reduction_factor,
+        confidence, workers,
+    )  # fmt: skip
 
 
 def bench_search(
@@ -705,45 +883,55 @@ def bench_search(
     only: Sequence[str] = (),
     grace_period: int = 1,
     reduction_factor: int = 2,
+    confidence: float = 0.8,
 ) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
     """Replay every method ``replays`` times, and the :data:`REFERENCES`; the summary dict
     and the trajectories (the references' too, by their names). Everything is checked
     against the table before the first replay."""
     check_objectives(table, objectives)
+    _quiet_optuna()  # a study per replay: no banner each
     if grace_period > table.epochs:
         raise ConfigError(
             "--grace-period", f"must be at most the table's {table.epochs} epochs, "
             f"got {grace_period}"
         )  # fmt: skip
-    if SYNE_MOASHA in only and syne_tune_missing() is not None:
+    if not 0 < confidence < 1:
+        raise ConfigError("--confidence", f"must be in (0, 1), got {confidence}")
+    bench = make_bench(
+        table, objectives, stop_on, workers, grace_period, reduction_factor, confidence
+    )
+    stops = bench.stops
+    chosen = [parse_method(m) for m in (only or DEFAULT_METHODS)]
+    if not only and syne_tune_missing() is None:
+        chosen.append(parse_method(SYNE_MOASHA))
+    if any(m.scheduler == SYNE_MOASHA for m in chosen) and syne_tune_missing() is not None:
         raise ConfigError(
             "--method", f"{SYNE_MOASHA} needs Syne Tune, which does not import here "
             f"({syne_tune_missing()}); install it with {SYNE_INSTALL}"
         )  # fmt: skip
-    table_methods = methods(table, objectives, stop_on, grace_period, reduction_factor)
-    chosen = list(only) or list(table_methods)
+    for method in chosen:  # every member builds (its settings checked) before any replay
+        bench.search(method, 0)
+        bench.rule(method, 0)
     runs: dict[str, list[Replay]] = {}
-    for name in chosen:
-        runs[name] = []
-        for seed in range(replays):
-            proposer, rule = table_methods[name](seed)
-            runs[name].append(simulate(table, proposer, rule, objectives, workers))
+    for method in chosen:
+        runs[method.name] = [bench.replay(method, seed) for seed in range(replays)]
         _log.info(
             "%s: median hypervolume %.3f at %.0f%% of the compute",
-            name,
-            float(np.median([r.hv_at(budget) for r in runs[name]])),
+            method.name,
+            float(np.median([r.hv_at(budget) for r in runs[method.name]])),
             100 * budget,
         )
-    refs = references(table, objectives, replays, workers, grace_period, reduction_factor)
+    refs = references(bench, replays, workers)
     summary = {
         "objectives": [f"{n}:{d}" for n, d in objectives],
-        "stop_on": [f"{n}:{d}" for n, d in stop_metrics(table, objectives, stop_on)],
+        "stop_on": [f"{n}:{d}" for n, d in stops],
         "budget": budget,
         "replays": replays,
         "workers": workers,
         "grace_period": grace_period,
         "reduction_factor": reduction_factor,
-        "grid": {"configurations": len(table.configs), "compute_s": round(table.compute, 3)},
+        "confidence": confidence,
+        "grid": {"configurations": len(table.configs), "compute_s": table.compute},
         "methods": {name: _scores(rs, budget) for name, rs in runs.items()},
         "references": {name: _scores(rs, budget) for name, rs in refs.items()},
     }
@@ -751,17 +939,24 @@ def bench_search(
 
 
 def _scores(rs: Sequence[Replay], budget: float) -> dict[str, Any]:
-    """One method's (or reference's) entry of ``summary.json``."""
+    """One method's (or reference's) entry of ``summary.json`` (per-replay values as they
+    are, unrounded)."""
+    at = [r.hv_at(budget) for r in rs]
     return {
         "hv_fraction_at_budget": {
-            "median": _median([r.hv_at(budget) for r in rs]),
-            "per_replay": [round(r.hv_at(budget), 6) for r in rs],
+            "median": _median(at),
+            "share_at_least_0.8": sum(h >= 0.8 - 1e-12 for h in at) / len(at),
+            "per_replay": at,
         },
         "compute_fraction_to_90": {
             "median": _median([r.compute_to(TARGET) for r in rs]),
-            "per_replay": [_round(r.compute_to(TARGET)) for r in rs],
+            "per_replay": [r.compute_to(TARGET) for r in rs],
         },
         "stopped_configurations": {"median": _median([r.stopped for r in rs])},
+        "stopped_compute_share": {
+            "median": _median([r.stopped_share for r in rs]),
+            "per_replay": [r.stopped_share for r in rs],
+        },
     }
 
 
@@ -796,8 +991,11 @@ def plot(runs: Mapping[str, Sequence[Replay]], budget: float, path: Path) -> Pat
 
 def write(summary: Mapping[str, Any], runs: Mapping[str, Sequence[Replay]], out: Path) -> Path:
     """``out/summary.json`` and ``out/hypervolume.png``; returns the summary's path."""
+    from lipsweep.core.paths import write_atomic
+
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    write_atomic(out / "summary.json", text)  # a failed write keeps the previous file
     plot(runs, float(summary["budget"]), out / "hypervolume.png")
     return out / "summary.json"
 

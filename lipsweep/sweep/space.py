@@ -139,10 +139,17 @@ class SweepSpec:
     description: str = ""
     callbacks: tuple[CallbackRef, ...] = ()
     """Further Ray Tune callbacks (``callbacks:``), located but not imported yet."""
+    epochs: int = 40
+    """Every trial's epochs, where a scheduler is set (its rungs end there); else the
+    ``fixed.epochs`` default."""
+    repeats: list[dict[str, Any]] = field(default_factory=lambda: [{}])
+    """``repeat:``'s points; a learning searcher runs each draw once per point."""
 
     @property
     def num_trials(self) -> int:
-        return self.search.num_samples if self.search and not self.trials else len(self.trials)
+        if self.search and not self.trials:
+            return self.search.num_samples * max(1, len(self.repeats))
+        return len(self.trials)
 
 
 def _err(field_: str, msg: str, path: str) -> ConfigError:
@@ -522,6 +529,56 @@ def _check_probe_metric(
     )
 
 
+def _trial_epochs(search: Optional[SearchSpec], trials: list[dict[str, Any]], path: str) -> int:
+    """The one trial length a scheduler's rungs are set by; ConfigError naming ``scheduler``
+    where trials run different epochs (a rung at one trial's last epoch would stop it before
+    its final report)."""
+    if search is not None and search.lazy:
+        dists = [search.space.entries.get("epochs")]
+        dists += [branch.get("epochs") for branch in search.space.branches.values()]
+        drawn = [d for d in dists if d is not None]
+        if any(d.kind != "constant" for d in drawn) or len({d.args for d in drawn}) > 1:
+            raise _err(
+                "scheduler",
+                "search.space draws epochs, and a scheduler needs one trial length (its "
+                "rungs end there): put epochs in fixed:",
+                path,
+            )
+    values = sorted({int(t["epochs"]) for t in trials})
+    if len(values) > 1:
+        raise _err(
+            "scheduler",
+            f"trials run different epochs ({values[:6]}), and a scheduler needs one trial "
+            "length (its rungs end there): put epochs in fixed:",
+            path,
+        )
+    return values[0] if values else int(TrialConfig().to_flat()["epochs"])
+
+
+def _check_scheduler_reach(
+    scheduler: SchedulerSettings, trials: list[dict[str, Any]], epochs: int, path: str
+) -> None:
+    """Refuse a scheduler that could never stop a trial: its rungs past the trials' last
+    epoch (the member's ``check_epochs``), or a probe metric first measured after it."""
+    check = getattr(scheduler, "check_epochs", None)
+    if check is not None:
+        try:
+            check(epochs)
+        except ConfigError as err:
+            raise err.with_source(path) from None
+    max_t = getattr(scheduler, "max_t", None) or epochs
+    every = max((int(t.get("probe_every") or 0) for t in trials), default=0)
+    for field_, metric in scheduler.metrics_used():
+        if metric_names.is_probe_metric(metric) and every > max_t:
+            raise _err(
+                field_,
+                f"{metric!r} is probed every {every} epochs, first at epoch {every}, after "
+                f"the trials' last epoch ({max_t}): the scheduler could never compare trials "
+                f"on it; set probe_every below {max_t}",
+                path,
+            )
+
+
 def load_space(path: str | Path) -> SweepSpec:
     """Parse and fully validate a search-space YAML (no Ray, no MLflow, nothing written)."""
     p = str(path)
@@ -570,6 +627,15 @@ def load_space(path: str | Path) -> SweepSpec:
                 for rep in rep_points:
                     trials.append({**fixed, **draw, **rep})
         else:  # an Optuna sampler draws lazily; validate a few draws of the space now
+            if any(set(r) - {"seed"} for r in rep_points):
+                raise _err(
+                    "repeat",
+                    f"with {search.algorithm}, repeat may only list seed (each draw runs "
+                    "every seed, judged as one configuration)",
+                    p,
+                )
+            if search.num_samples * len(rep_points) > MAX_TRIALS:
+                raise _err("repeat", f"num_samples x repeat exceeds {MAX_TRIALS} trials", p)
             rng = random.Random(search.seed)
             draws = _validate_trials(
                 [{**fixed, **sample_space(search.space, rng, p)} for _ in range(16)], p
@@ -577,6 +643,10 @@ def load_space(path: str | Path) -> SweepSpec:
     trials = _validate_trials(trials, p)
     scheduler = _parse_scheduler(raw["scheduler"], p) if raw.get("scheduler") else None
     _check_metrics(search, scheduler, trials or draws, p)
+    epochs = int(fixed.get("epochs", 40))
+    if scheduler is not None:
+        epochs = _trial_epochs(search, trials or draws, p)
+        _check_scheduler_reach(scheduler, trials or draws, epochs, p)
     mct = raw.get("max_concurrent_trials", 0)
     mf = raw.get("max_failures", 2)
     for key, val in (("max_concurrent_trials", mct), ("max_failures", mf)):
@@ -595,6 +665,8 @@ def load_space(path: str | Path) -> SweepSpec:
         max_failures=mf,
         description=description or "",
         callbacks=parse_callbacks(raw.get("callbacks"), p),
+        epochs=epochs,
+        repeats=rep_points,
     )
 
 

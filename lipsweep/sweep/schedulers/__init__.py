@@ -7,8 +7,11 @@ Ray or MLflow; Ray is imported when :func:`create_scheduler` builds the member. 
 file holds its settings class and ``create(settings, ctx) -> ray.tune TrialScheduler``;
 adding a scheduler is that file, one ``declare`` line below, and its tests.
 
-Members: ``asha`` (Ray's ASHA on one metric) and ``moasha`` (multi-objective, seed-aware
-ASHA; its decision logic is plain Python, :class:`lipsweep.sweep.schedulers.moasha.MoAsha`).
+Members: ``asha`` (ASHA on one metric, each trial alone) and ``moasha`` (multi-objective,
+seed-aware, noise-aware ASHA). Both decide with one plain-Python core,
+:class:`lipsweep.sweep.schedulers.moasha.MoAsha`, a member of the search protocol
+(:mod:`lipsweep.sweep.protocol`) that the Tune adapter and the replay benchmark drive alike; a
+plugin whose ``create`` returns the family's adapter (``CoreScheduler``) is replayable too.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class SchedulerContext:
     """Where a scheduler with state keeps it for ``--resume`` (None: kept in memory only)."""
     resume: bool = False
     """``--resume``: read the state saved at ``state_path`` before the first decision."""
+    seeds: int = 1
+    """Seeds each configuration a learning searcher draws runs (``repeat: {seed: [...]}``)."""
 
 
 def state_path(storage: str, experiment: str) -> str:

@@ -1,11 +1,13 @@
 """The family's Ray Tune adapter: a pure decision core as a real Tune ``TrialScheduler``.
 
-A core (for example :class:`lipsweep.sweep.schedulers.moasha.MoAsha`) has ``add``,
-``on_result(trial, group, t, metrics) -> "continue" | "stop"``, ``on_complete``, ``reason``,
+A core is a scheduler member of the search protocol (:mod:`lipsweep.sweep.protocol`; for
+example :class:`lipsweep.sweep.schedulers.moasha.MoAsha`): ``add``,
+``decide(trial, group, t, metrics) -> "continue" | "stop"``, ``report(trial)``, ``reason``,
 ``metrics``, ``changes`` (a counter), ``state()`` and ``from_state``. :class:`CoreScheduler`
-feeds it Tune's trial events (trial id, the configuration of the trial's seeds, the ``epoch``
-of the report, the values) and returns its decisions. The core sees only results, so it
-works under every searcher.
+feeds it Tune's trial events (trial id, the configuration of the trial's seeds, or the trial
+itself for a per-trial scheduler, the ``epoch`` of the report, the values) and returns its
+decisions; the replay benchmark (:mod:`lipsweep.sweep.replay`) drives the same core through
+:meth:`CoreScheduler.group`. The core sees only results, so it works under every searcher.
 
 Resume: Tune keeps no scheduler state in its experiment checkpoint (Ray 2.60 pickles the
 scheduler once, when the sweep starts), so after each change the core's state is written
@@ -39,7 +41,8 @@ def _flat(config: Mapping[str, Any]) -> Mapping[str, Any]:
 class CoreScheduler(Handoff, FIFOScheduler):
     """Tune runs trials first in, first out; ``core`` decides which to stop.
 
-    ``group_of(flat_config)`` names the configuration whose seeds are judged together.
+    ``group_of(flat_config)`` names the configuration whose seeds are judged together (None:
+    each trial is judged alone).
     ``skip_keys``: a report carrying one of them (lipsweep's final evaluation report, or its
     error report) is not a per-epoch result and is not shown to the core.
     """
@@ -47,7 +50,7 @@ class CoreScheduler(Handoff, FIFOScheduler):
     def __init__(
         self,
         core: Any,
-        group_of: Callable[[Mapping[str, Any]], str],
+        group_of: Optional[Callable[[Mapping[str, Any]], str]],
         state_path: Optional[str] = None,
         skip_keys: tuple[str, ...] = ("lipsweep_final", "lipsweep_error"),
         restore: bool = False,
@@ -77,6 +80,10 @@ class CoreScheduler(Handoff, FIFOScheduler):
         if self.state_path:
             write_text(self.state_path, json.dumps(self.core.state()))
 
+    def group(self, trial_id: str, flat: Mapping[str, Any]) -> str:
+        """The configuration ``trial_id`` (of flat config ``flat``) is judged with."""
+        return trial_id if self.group_of is None else self.group_of(flat)
+
     # -- Tune's events -------------------------------------------------------------------
     def set_search_properties(self, metric: Optional[str], mode: Optional[str], **spec) -> bool:
         return True  # the core has its own objectives; Tune's metric/mode are the searcher's
@@ -84,7 +91,7 @@ class CoreScheduler(Handoff, FIFOScheduler):
     def on_trial_add(self, tune_controller, trial) -> None:
         core = self._ready()
         before = core.changes
-        core.add(trial.trial_id, self.group_of(_flat(trial.config)))
+        core.add(trial.trial_id, self.group(trial.trial_id, _flat(trial.config)))
         if core.changes != before:
             self._save()
 
@@ -92,10 +99,10 @@ class CoreScheduler(Handoff, FIFOScheduler):
         core = self._ready()
         if TIME_ATTR not in result or any(k in result for k in self.skip_keys):
             return TrialScheduler.CONTINUE
-        group = self.group_of(_flat(trial.config))
+        group = self.group(trial.trial_id, _flat(trial.config))
         before = core.changes
         values = {m: result.get(m) for m in core.metrics}
-        decision = core.on_result(trial.trial_id, group, result[TIME_ATTR], values)
+        decision = core.decide(trial.trial_id, group, result[TIME_ATTR], values)
         if core.changes != before:
             self._save()
         if decision == "stop":
@@ -105,7 +112,7 @@ class CoreScheduler(Handoff, FIFOScheduler):
         return TrialScheduler.CONTINUE
 
     def _ended(self, trial) -> None:
-        self._ready().on_complete(trial.trial_id)
+        self._ready().report(trial.trial_id)
         self._save()
 
     def on_trial_complete(self, tune_controller, trial, result: dict) -> None:

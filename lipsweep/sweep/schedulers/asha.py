@@ -1,9 +1,12 @@
-"""``asha``: Ray Tune's asynchronous successive halving on one per-epoch metric.
+"""``asha``: asynchronous successive halving on one per-epoch metric, each trial alone.
 
 Li et al., "A System for Massively Parallel Hyperparameter Tuning" (MLSys 2020). Spelled
 ``scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 1, reduction_factor: 2}``.
-Ray's :class:`~ray.tune.schedulers.ASHAScheduler` decides; this file only checks the settings
-(torch- and Ray-free) and builds it (Ray imported then).
+The decision core is ``moasha``'s (:class:`lipsweep.sweep.schedulers.moasha.MoAsha`) on the one
+metric, each trial its own configuration and no noise test: a trial reaching a rung stops when
+at least ``ceil(n / reduction_factor)`` of the ``n`` trials recorded there are strictly better,
+as ASHA promotes the top ``1/reduction_factor``. One implementation serves the live sweep
+(through the family's Tune adapter) and the replay benchmark.
 """
 
 from __future__ import annotations
@@ -52,10 +55,26 @@ class AshaSettings:
             val = getattr(self, key)
             if not _finite(val) or val < 1:
                 raise ConfigError(f"scheduler.{key}", f"must be a number >= 1, got {show(val)}")
+        if self.reduction_factor <= 1:  # rungs grace * rf**k would never pass max_t
+            raise ConfigError(
+                "scheduler.reduction_factor",
+                f"must be a number > 1, got {show(self.reduction_factor)}",
+            )
         if self.max_t is not None and not _positive_int(self.max_t):
             raise ConfigError(
                 "scheduler.max_t", f"must be a positive integer, got {show(self.max_t)}"
             )
+        if self.max_t is not None and self.grace_period > self.max_t:
+            raise ConfigError(
+                "scheduler.max_t",
+                f"must be >= grace_period ({show(self.grace_period)}), got {self.max_t}",
+            )
+
+    def check_epochs(self, epochs: int) -> None:
+        """ConfigError unless the rungs fit trials of ``epochs`` epochs."""
+        from lipsweep.sweep.schedulers.moasha import check_rungs
+
+        check_rungs(self.grace_period, self.max_t, epochs)
 
     def metrics_used(self) -> tuple[tuple[str, str], ...]:
         """(field, metric) pairs the space checks are reported every epoch."""
@@ -63,17 +82,15 @@ class AshaSettings:
 
 
 def create(settings: AshaSettings, ctx: Any) -> Any:
-    """Ray's ASHAScheduler over ``epoch`` (``ctx``: :class:`SchedulerContext`)."""
-    from ray.tune.schedulers import ASHAScheduler
+    """The Tune adapter around the per-trial core (``ctx``: :class:`SchedulerContext`)."""
+    from lipsweep.sweep.schedulers._tune import CoreScheduler
+    from lipsweep.sweep.schedulers.moasha import MoAsha
+    from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
 
-    return ASHAScheduler(
-        time_attr="epoch",
-        metric=settings.metric,
-        mode=settings.mode,
-        max_t=settings.max_t or ctx.epochs,
-        grace_period=settings.grace_period,
-        reduction_factor=settings.reduction_factor,
-        # a trial at max_t must still send its final report (the
-        # evaluation) after its last epoch's report
-        stop_last_trials=False,
+    core = MoAsha(
+        [settings.metric], [settings.mode], settings.grace_period, settings.reduction_factor,
+        settings.max_t or ctx.epochs, confidence=None,
+    )  # fmt: skip
+    return CoreScheduler(
+        core, None, state_path=ctx.state_path, skip_keys=(FINAL_KEY, ERROR_KEY), restore=ctx.resume
     )

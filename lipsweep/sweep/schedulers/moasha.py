@@ -1,37 +1,58 @@
-"""``moasha``: multi-objective asynchronous successive halving, seed-aware.
+"""``moasha``: multi-objective asynchronous successive halving, seed-aware and noise-aware.
 
 Spelled ``scheduler: {type: moasha, metrics: [probe_acc_pgd_4, probe_lip_jacobian_median,
-acc_clean], modes: [max, min, max], grace_period: 1, reduction_factor: 2, max_t: 40}``.
+acc_clean], modes: [max, min, max], grace_period: 1, reduction_factor: 2, confidence: 0.8}``.
 
-ASHA (Li et al., MLSys 2020) with the promotion rule of MO-ASHA (Schmucker et al. 2021,
-arXiv 2106.12639): rungs at ``grace_period * reduction_factor**k`` epochs below ``max_t``. When a
-configuration reaches a rung, the configurations recorded there (itself included, ``n`` of
-them) are ordered as NSGA-II orders a population (Deb et al. 2002): by non-dominated front,
-then, inside a front, by crowding distance (larger first). It is promoted (continues) when
-fewer than ``ceil(n / reduction_factor)`` configurations are strictly ahead of it, else it
-stops. The first configuration at a rung always continues, as in ASHA.
+Lineage. ASHA (Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys
+2020): rungs at ``grace_period * reduction_factor**k`` epochs below ``max_t``; a trial reaching
+a rung continues when it is in the top ``1/reduction_factor`` of what that rung has recorded,
+judged asynchronously, when it arrives. MO-ASHA (Schmucker et al. 2021, arXiv 2106.12639):
+"top" for several objectives is the NSGA-II order (Deb et al. 2002: non-dominated front, then
+crowding distance, larger first). The noise test is a one-sided Welch-style two-sample t-test
+on seed means with a pooled within-configuration variance (Student's t; the pooling is that of
+a one-way ANOVA), Bonferroni-corrected over the objectives, in the spirit of racing (Maron &
+Moore 1994/1997, Hoeffding races) and successive rejects: a candidate is dropped only once the
+evidence says it is worse beyond the noise.
 
-Tie-break: crowding distance, not the epsilon-net that Schmucker et al. found slightly better
-on some of their benchmarks, because it is deterministic (the greedy epsilon-net needs a first
-point, drawn at random or by a convention), needs no setting, is invariant to each
-objective's scale (gaps are divided by the objective's range), and its decision can be
-stated in a stop reason ("front 1, crowded out").
+The rule, at a rung, for a configuration (its seeds together, :func:`group_key`):
 
-Seeds: trials whose flat configs differ only in ``seed`` (:func:`group_key`, as
-``lipsweep.decide.arms.arm_key`` groups them) are one configuration. It is judged at a rung
-on the mean of its seeds' values once every seed has reached that rung (or ended without
-reaching it); a seed that arrives first keeps training meanwhile (nothing waits or pauses,
-so a slow or queued seed never blocks a worker). The configuration is promoted or stopped
-as a whole: seeds still running are stopped at their next report, seeds not started yet at
-their first. How many seeds a configuration has is known up front from the space's
-``repeat: {seed: [...]}``; a configuration the space does not list (Optuna draws) counts the
-seeds it has seen.
+1. It is judged as soon as any of its seeds reports at the rung, on the mean of the seeds that
+   have, and judged again as each further seed arrives there: nothing waits for a slow or
+   queued seed.
+2. Quota (MO-ASHA): with ``n`` configurations recorded at the rung, it may stop only when at
+   least ``ceil(n / reduction_factor)`` configurations are ordered strictly ahead of it.
+3. Noise (where the sweep repeats seeds): it stops only if some configuration dominates it
+   beyond seed noise: ahead in every metric by more than ``q * s_j * sqrt(1/n_h + 1/n_g)``,
+   where ``s_j`` is the metric's seed noise at the rung and ``q`` the Student-t quantile at
+   ``1 - (1 - confidence) / n_metrics`` with the noise estimate's degrees of freedom.
+4. Seed noise ``s_j`` is estimated from the sweep itself: the within-configuration variance of
+   every configuration's seeds at the rung, pooled (``SS / df``, ``df`` = seeds minus
+   configurations), with a prior of one pseudo-degree of freedom at the variance of the
+   configurations' means at the rung: before the sweep has seen repeats it assumes that all
+   of the spread between configurations could be noise, so nothing stops on one seed's luck;
+   the prior's weight fades as soon as configurations have several seeds.
+5. A stopped configuration stops every seed: running ones at their next report, ones not
+   started yet before they start. Its reason names the configurations ahead beyond noise, by
+   how much per metric, the noise (and from how many seeds), the confidence and the quota.
+
+Where evidence is strong (noise small against the gaps) the rule is MO-ASHA's quota with the
+dominated configurations stopped; where configurations overlap in noise it keeps its hands
+off them. A sweep without seed repeats (each configuration one seed) cannot see seed noise:
+there the rule is MO-ASHA's (step 3 skipped), as for ``asha``, which is this core on one metric
+with each trial its own configuration.
+
+Assumptions: a metric's seed noise at a rung is about the same for every configuration
+(pooled), and roughly normal (the t quantile); the per-epoch metrics at a rung rank
+configurations as their final objectives will (ASHA's assumption; a misleading early metric
+misleads it too); the objectives' errors are treated as independent (Bonferroni is valid
+whatever their dependence, at a cost in power).
 
 A report whose values are missing or not finite is not recorded (the trial continues; its
 next report at or past the rung may be): a failed measurement is not a worst case.
 
-The decision logic is :class:`MoAsha`, plain Python and numpy with no Ray, so the replay
-benchmark drives the same code as a live sweep; :func:`create` wraps it in the family's Ray
+The decision logic is :class:`MoAsha`, plain Python and numpy with no Ray, a member of the
+search protocol (:mod:`lipsweep.sweep.protocol`: ``decide`` / ``report``), so the replay
+benchmark drives the same object as a live sweep; :func:`create` wraps it in the family's Ray
 Tune adapter (:mod:`lipsweep.sweep.schedulers._tune`). Its state is a JSON-able dict
 (:meth:`MoAsha.state`, :meth:`MoAsha.from_state`), saved beside Tune's experiment so that
 ``--resume`` continues with every rung's records.
@@ -39,6 +60,7 @@ Tune adapter (:mod:`lipsweep.sweep.schedulers._tune`). Its state is a JSON-able 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -53,6 +75,7 @@ CONTINUE, STOP = "continue", "stop"
 SEED_KEY = "seed"
 """The setting that tells the repeats of one configuration apart (``repeat: {seed: [...]}``)."""
 SHOWN_DOMINATORS = 10  # trial ids a stop reason lists; more are counted
+SHOWN_MARGINS = 3  # configurations whose margins a noise-aware stop reason spells out
 
 
 def _finite(val: Any) -> bool:
@@ -75,7 +98,10 @@ class MoashaSettings:
     reduction_factor: float = 2.0
     """Rung spacing, and 1/reduction_factor of each rung is promoted; >= 2."""
     max_t: Optional[int] = None
-    """Epochs of a full trial; unset: the space's ``fixed.epochs`` (default 40)."""
+    """Epochs of a full trial; unset: every trial's epochs."""
+    confidence: float = 0.8
+    """How sure a stop must be that the configurations ahead are ahead beyond seed noise, in
+    (0, 1) (module docstring, step 3)."""
 
     def __post_init__(self) -> None:
         metrics, modes = self.metrics, self.modes
@@ -109,6 +135,9 @@ class MoashaSettings:
             raise ConfigError(
                 "scheduler.reduction_factor", f"must be a number >= 2, got {show(rf)}"
             )
+        c = self.confidence
+        if not _finite(c) or not 0 < c < 1:
+            raise ConfigError("scheduler.confidence", f"must be a number in (0, 1), got {show(c)}")
         t = self.max_t
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t > INT_LIMIT):
             raise ConfigError("scheduler.max_t", f"must be a positive integer, got {show(t)}")
@@ -119,6 +148,30 @@ class MoashaSettings:
         """(field, metric) pairs the space checks are reported every epoch."""
         return tuple(("scheduler.metrics", m) for m in self.metrics)
 
+    def check_epochs(self, epochs: int) -> None:
+        """ConfigError unless the rungs fit trials of ``epochs`` epochs (:func:`check_rungs`)."""
+        check_rungs(self.grace_period, self.max_t, epochs)
+
+
+def check_rungs(grace_period: float, max_t: Optional[int], epochs: int) -> None:
+    """A scheduler over trials of ``epochs`` epochs must have its first rung within them
+    (else it could never stop one), and no rung past them (a trial's last epoch would then be
+    a rung, where it is stopped before its final report): ConfigError naming the field."""
+    if max_t is not None and max_t > epochs:
+        raise ConfigError(
+            "scheduler.max_t",
+            f"must be at most the trials' {epochs} epochs, got {max_t}: a rung at or past a "
+            "trial's last epoch would stop it before its final report",
+        )
+    top = max_t or epochs
+    if grace_period > top:
+        what = "max_t" if max_t is not None else "the trials' epochs"
+        raise ConfigError(
+            "scheduler.grace_period",
+            f"must be at most {what} ({top}), got {show(grace_period)}: the scheduler would "
+            "have no rung within a trial and could never stop one",
+        )
+
 
 def group_key(flat: Mapping[str, Any]) -> str:
     """The configuration a trial's flat config belongs to: the config without ``seed``."""
@@ -128,12 +181,14 @@ def group_key(flat: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class StopReason:
-    """Why a configuration stopped: where, and what was ahead of it."""
+    """Why a configuration stopped: where, what was ahead of it, by how much, against what
+    noise."""
 
     epoch: float
     """The rung (epochs trained) at which it was judged."""
     dominated_by: tuple[str, ...]
-    """Trials (of configurations recorded at that rung) that dominate its values."""
+    """A trial of each configuration that dominates it at the rung (beyond noise, where the
+    sweep estimates noise), the largest margin first."""
     front: int
     """Its non-dominated front at the rung (1 = not dominated by any configuration there)."""
     ahead: int
@@ -142,26 +197,66 @@ class StopReason:
     """How many the rung promotes: ceil(n / reduction_factor)."""
     of: int
     """Configurations recorded at the rung, itself included."""
+    seeds: int = 1
+    """Its seeds that had reported at the rung."""
+    metrics: tuple[str, ...] = ()
+    margins: tuple[tuple[float, ...], ...] = ()
+    """Per dominating configuration (as ``dominated_by``), how far ahead it was per metric
+    (in the metric's better direction: positive)."""
+    noise: tuple[float, ...] = ()
+    """Seed noise per metric (pooled standard deviation) at the rung; empty: not estimated."""
+    noise_seeds: int = 0
+    """Seeds at the rung the noise was estimated from."""
+    noise_df: int = 0
+    """Its degrees of freedom (seeds minus configurations with repeats)."""
+    confidence: float = 0.0
 
     def text(self) -> str:
         """One line for the ``lipsweep.stopped_by`` tag and the log."""
         head = f"rung at epoch {self.epoch:g}: "
-        if self.dominated_by:
-            ids = list(self.dominated_by[:SHOWN_DOMINATORS])
-            more = len(self.dominated_by) - len(ids)
-            shown = ", ".join(ids) + (f" and {more} more" if more > 0 else "")
-            head += f"dominated by {shown}"
-        else:
-            head += f"front {self.front}, crowded out"
-        return f"{head} ({self.ahead} ahead; {self.kept} of {self.of} promoted)"
+        tail = f" ({self.ahead} ahead; {self.kept} of {self.of} promoted)"
+        if not self.noise:
+            if self.dominated_by:
+                ids = list(self.dominated_by[:SHOWN_DOMINATORS])
+                more = len(self.dominated_by) - len(ids)
+                shown = ", ".join(ids) + (f" and {more} more" if more > 0 else "")
+                return f"{head}dominated by {shown}{tail}"
+            return f"{head}front {self.front}, crowded out{tail}"
+        parts = []
+        for tid, margin in list(zip(self.dominated_by, self.margins))[:SHOWN_MARGINS]:
+            by = ", ".join(f"{m} {v:+.4g}" for m, v in zip(self.metrics, margin))
+            parts.append(f"{tid} ({by})")
+        more = len(self.dominated_by) - len(parts)
+        shown = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+        noise = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, self.noise))
+        return (
+            f"{head}{self.seeds} seed{'s' if self.seeds != 1 else ''} behind, beyond seed "
+            f"noise at {self.confidence:.0%} confidence, {shown}; seed noise (sd) {noise} from "
+            f"{self.noise_seeds} seeds (df {self.noise_df}){tail}"
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (scipy), cached: the rule asks for few distinct ones."""
+    from scipy.stats import t as student_t
+
+    return float(student_t.ppf(p, df))
+
+
+PRIOR_DF = 1.0
+"""Weight of the noise prior (:class:`MoAsha`, step 4), in degrees of freedom."""
 
 
 class MoAsha:
-    """The decision logic of ``moasha`` (module docstring), with no Ray.
+    """The decision logic of ``moasha`` (module docstring), with no Ray: a scheduler member of
+    the search protocol.
 
-    Drive it with :meth:`on_result` for each per-epoch report, in the order they arrive, and
-    :meth:`on_complete` when a trial ends (finished, stopped or failed). ``expected`` gives a
-    configuration's number of seeds, by :func:`group_key`; unlisted ones count what they show.
+    Drive it with :meth:`decide` for each per-epoch report, in the order they arrive (``t``
+    = 0 asks whether a trial may start), and :meth:`report` when a trial ends (finished,
+    stopped or failed). ``expected`` gives a configuration's number of seeds, by
+    :func:`group_key`; ``seeds`` the number for configurations it does not list (a learning
+    searcher's draws). ``confidence`` None: MO-ASHA's quota alone, never the noise test.
     """
 
     def __init__(
@@ -172,6 +267,8 @@ class MoAsha:
         reduction_factor: float,
         max_t: int,
         expected: Optional[Mapping[str, int]] = None,
+        confidence: Optional[float] = 0.8,
+        seeds: int = 1,
     ) -> None:
         self.metrics = tuple(metrics)
         self.modes = tuple(modes)
@@ -183,12 +280,12 @@ class MoAsha:
             r *= self.reduction_factor
         self.rungs = tuple(rungs)
         self.expected = dict(expected or {})
+        self.seeds = int(seeds)
+        self.confidence = confidence
         self.group_of: dict[str, str] = {}
         self.members: dict[str, list[str]] = {}
         self.ended: set[str] = set()
         self.reported: dict[str, dict[int, list[float]]] = {}  # trial -> rung -> values
-        self.recorded: list[dict[str, list[float]]] = [{} for _ in self.rungs]  # group means
-        self.judged_by: dict[str, dict[int, list[str]]] = {}  # group -> rung -> its trials
         self.stopped: dict[str, StopReason] = {}  # group -> why
         self.told_stop: set[str] = set()
         self.changes = 0
@@ -196,13 +293,25 @@ class MoAsha:
 
     @classmethod
     def from_settings(
-        cls, s: MoashaSettings, max_t: int, expected: Optional[Mapping[str, int]] = None
+        cls,
+        s: "MoashaSettings",
+        max_t: int,
+        expected: Optional[Mapping[str, int]] = None,
+        seeds: int = 1,
     ) -> "MoAsha":
-        return cls(s.metrics, s.modes, s.grace_period, s.reduction_factor, max_t, expected)
+        return cls(
+            s.metrics, s.modes, s.grace_period, s.reduction_factor, max_t, expected,
+            s.confidence, seeds,
+        )  # fmt: skip
 
-    # -- events --------------------------------------------------------------------------
+    @property
+    def repeats(self) -> bool:
+        """Whether the sweep runs several seeds of a configuration (so sees seed noise)."""
+        return self.seeds > 1 or any(n > 1 for n in self.expected.values())
+
+    # -- the protocol ----------------------------------------------------------------------
     def add(self, trial: str, group: str) -> None:
-        """Register ``trial`` as a seed of configuration ``group`` (also done by on_result)."""
+        """Register ``trial`` as a seed of configuration ``group`` (also done by decide)."""
         if trial in self.group_of:
             return
         self.group_of[trial] = group
@@ -210,34 +319,40 @@ class MoAsha:
         self.reported[trial] = {}
         self.changes += 1
 
-    def on_result(self, trial: str, group: str, t: float, metrics: Mapping[str, Any]) -> str:
+    def decide(self, trial: str, group: str, t: float, metrics: Mapping[str, Any]) -> str:
         """``"continue"`` or ``"stop"`` for ``trial`` after its report at ``t`` epochs."""
         self.add(trial, group)
         if trial in self.ended:  # it reports again: retried after a worker failure
             self.ended.discard(trial)
             self.changes += 1
         group = self.group_of[trial]
-        if group not in self.stopped and t < self.max_t:
+        if group not in self.stopped and 0 < t < self.max_t:
             rung = self._rung(trial, t)
             values = [metrics.get(m) for m in self.metrics]
             if rung is not None and all(_finite(v) for v in values):
                 self.reported[trial][rung] = [float(v) for v in values]
                 self.changes += 1
-                self._judge_ready(group)
+                reason = self._decide(rung, group)
+                if reason is not None:
+                    self.stopped[group] = reason
         if group in self.stopped:
             self.changes += trial not in self.told_stop
             self.told_stop.add(trial)
             return STOP
         return CONTINUE
 
-    def on_complete(self, trial: str) -> None:
-        """``trial`` ended (or failed: Tune reports a failure it will retry the same way, and a
-        retried trial that reports again is waited for again); its configuration no longer
-        waits for it at the rungs it has not reached."""
+    def report(self, trial: str, result: Optional[Mapping[str, Any]] = None) -> None:
+        """``trial`` ended (finished, stopped, or failed: Tune reports a failure it will retry
+        the same way, and a retried trial that reports again counts again)."""
         if trial in self.group_of and trial not in self.ended:
             self.ended.add(trial)
             self.changes += 1
-            self._judge_ready(self.group_of[trial])
+
+    # the names the adapter and older callers use
+    on_result = decide
+
+    def on_complete(self, trial: str) -> None:
+        self.report(trial)
 
     def reason(self, trial: str) -> Optional[StopReason]:
         """Why ``trial``'s configuration was stopped, or None."""
@@ -252,78 +367,103 @@ class MoAsha:
                 return None if i in self.reported[trial] else i
         return None
 
-    def _passed(self, trial: str, i: int) -> bool:
-        """Whether ``trial`` reported at rung ``i`` or a later one (a report without the
-        metrics, e.g. between probes, skips a rung)."""
-        return any(j >= i for j in self.reported[trial])
+    def rung_table(self, i: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """The configurations recorded at rung ``i`` (in the order they arrived), their seed
+        means (n, m), seed counts (n,) and within-configuration sums of squares (n, m)."""
+        seen: dict[str, list[list[float]]] = {}
+        for trial, rungs in self.reported.items():
+            if i in rungs:
+                seen.setdefault(self.group_of[trial], []).append(rungs[i])
+        names = list(seen)
+        m = len(self.metrics)
+        means, counts, ss = (
+            np.zeros((len(names), m)),
+            np.zeros(len(names)),
+            np.zeros((len(names), m)),
+        )
+        for k, g in enumerate(names):
+            x = np.asarray(seen[g])
+            means[k], counts[k] = x.mean(axis=0), len(x)
+            ss[k] = ((x - means[k]) ** 2).sum(axis=0)
+        return names, means, counts, ss
 
-    def _judge_ready(self, group: str) -> None:
-        """Judge ``group`` at each rung where every seed has reported or ended."""
-        if group in self.stopped:
-            return
-        members = self.members[group]
-        done = self.judged_by.setdefault(group, {})
-        for i in range(len(self.rungs)):
-            if i in done:
-                continue
-            at = [m for m in members if i in self.reported[m]]
-            waiting = [m for m in members if not self._passed(m, i) and m not in self.ended]
-            unseen = self.expected.get(group, 1) - len(members)
-            if not at or waiting or unseen > 0:
-                continue
-            done[i] = at
-            mean = np.mean([self.reported[m][i] for m in at], axis=0)  # (n_metrics,)
-            self.recorded[i][group] = [float(x) for x in mean]
-            reason = self._decide(i, group)
-            if reason is not None:
-                self.stopped[group] = reason
-                return
+    def noise(
+        self, means: np.ndarray, counts: np.ndarray, ss: np.ndarray
+    ) -> tuple[np.ndarray, float]:
+        """Seed noise per metric (a pooled standard deviation, (m,)) and its degrees of
+        freedom, from a rung's table (:meth:`rung_table`; module docstring, step 4)."""
+        df = float(np.sum(counts - 1))
+        prior = means.var(axis=0, ddof=1) if len(means) > 1 else np.full(means.shape[1], np.inf)
+        var = (PRIOR_DF * prior + ss.sum(axis=0)) / (PRIOR_DF + df)
+        return np.sqrt(var), PRIOR_DF + df
 
     def _decide(self, i: int, group: str) -> Optional[StopReason]:
-        """None (promote) or why ``group`` stops at rung ``i`` (module docstring)."""
-        names = list(self.recorded[i])
-        values = np.array([self.recorded[i][g] for g in names])  # (n, m)
+        """None (continue) or why ``group`` stops at rung ``i`` (module docstring)."""
+        names, means, counts, ss = self.rung_table(i)
         n = len(names)
         kept = math.ceil(n / self.reduction_factor)
-        ranks = non_dominated_ranks(values, self.modes)  # (n,)
+        ranks = non_dominated_ranks(means, self.modes)  # (n,)
         crowd = np.zeros(n)
         for r in np.unique(ranks):
             front = np.flatnonzero(ranks == r)
-            crowd[front] = crowding_distance(values[front])
+            crowd[front] = crowding_distance(means[front])
         me = names.index(group)
         ahead = int(np.sum((ranks < ranks[me]) | ((ranks == ranks[me]) & (crowd > crowd[me]))))
         if ahead < kept:
             return None
         sign = np.where(np.asarray(self.modes) == "max", 1.0, -1.0)
-        dom = _dominance(values * sign)[:, me]  # (n,): row g dominates me
-        by = [t for g, d in zip(names, dom) if d for t in self.judged_by[g][i]]
-        return StopReason(self.rungs[i], tuple(by), int(ranks[me]), ahead, kept, n)
+        gaps = (means - means[me]) * sign  # (n, m): how far each is ahead of me, per metric
+        base = dict(
+            epoch=self.rungs[i], front=int(ranks[me]), ahead=ahead, kept=kept, of=n,
+            seeds=int(counts[me]), metrics=self.metrics,
+        )  # fmt: skip
+        if self.confidence is None or not self.repeats:  # MO-ASHA's quota alone
+            dom = _dominance(means * sign)[:, me]  # (n,): row g dominates me
+            by = tuple(self.members[g][0] for g, d in zip(names, dom) if d)
+            return StopReason(dominated_by=by, **base)
+        sd, df = self.noise(means, counts, ss)
+        q = t_quantile(1 - (1 - self.confidence) / len(self.metrics), df)
+        need = q * sd * np.sqrt(1 / counts[:, None] + 1 / counts[me])  # (n, m)
+        beyond = np.all(gaps > need, axis=1)  # (n,): ahead in every metric beyond noise
+        if not beyond.any():
+            return None
+        ahead_by = np.flatnonzero(beyond)
+        ahead_by = ahead_by[
+            np.argsort(-np.min(gaps[ahead_by] / need[ahead_by], axis=1), kind="stable")
+        ]
+        return StopReason(
+            dominated_by=tuple(self.members[names[k]][0] for k in ahead_by),
+            margins=tuple(tuple(float(v) for v in gaps[k]) for k in ahead_by),
+            noise=tuple(float(v) for v in sd),
+            noise_seeds=int(counts.sum()),
+            noise_df=int(round(df - PRIOR_DF)),
+            confidence=float(self.confidence),
+            **base,
+        )
 
     # -- state ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """Everything decided and recorded so far, JSON-able (:meth:`from_state`)."""
         return {
-            "version": 1,
+            "version": 2,
             "metrics": list(self.metrics),
             "modes": list(self.modes),
             "reduction_factor": self.reduction_factor,
             "max_t": self.max_t,
             "rungs": list(self.rungs),
             "expected": self.expected,
+            "seeds": self.seeds,
+            "confidence": self.confidence,
             "members": self.members,
             "ended": sorted(self.ended),
             "reported": {t: {str(i): v for i, v in r.items()} for t, r in self.reported.items()},
-            "recorded": self.recorded,
-            "judged_by": {g: {str(i): v for i, v in r.items()} for g, r in self.judged_by.items()},
-            "stopped": {g: {**vars(r), "dominated_by": list(r.dominated_by)}
-                        for g, r in self.stopped.items()},
+            "stopped": {g: _reason_state(r) for g, r in self.stopped.items()},
             "told_stop": sorted(self.told_stop),
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "MoAsha":
         """The core as :meth:`state` saved it."""
-        rungs = state["rungs"]
         core = cls(
             state["metrics"],
             state["modes"],
@@ -331,24 +471,32 @@ class MoAsha:
             state["reduction_factor"],
             state["max_t"],
             state["expected"],
+            state.get("confidence"),
+            state.get("seeds", 1),
         )
-        core.rungs = tuple(float(r) for r in rungs)
+        core.rungs = tuple(float(r) for r in state["rungs"])
         core.members = {g: list(ts) for g, ts in state["members"].items()}
         core.group_of = {t: g for g, ts in core.members.items() for t in ts}
         core.ended = set(state["ended"])
         core.reported = {
             t: {int(i): list(v) for i, v in r.items()} for t, r in state["reported"].items()
         }
-        core.recorded = [dict(r) for r in state["recorded"]]
-        core.judged_by = {
-            g: {int(i): list(v) for i, v in r.items()} for g, r in state["judged_by"].items()
-        }
-        core.stopped = {
-            g: StopReason(**{**r, "dominated_by": tuple(r["dominated_by"])})
-            for g, r in state["stopped"].items()
-        }
+        core.stopped = {g: _reason_from(r) for g, r in state["stopped"].items()}
         core.told_stop = set(state["told_stop"])
         return core
+
+
+def _reason_state(r: StopReason) -> dict[str, Any]:
+    return {k: (list(map(list, v)) if k == "margins" else list(v)) if isinstance(v, tuple) else v
+            for k, v in vars(r).items()}  # fmt: skip
+
+
+def _reason_from(d: Mapping[str, Any]) -> StopReason:
+    fields_ = {k: v for k, v in d.items()}
+    for k in ("dominated_by", "metrics", "noise"):
+        fields_[k] = tuple(fields_.get(k, ()))
+    fields_["margins"] = tuple(tuple(m) for m in fields_.get("margins", ()))
+    return StopReason(**fields_)
 
 
 def expected_seeds(trials: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -364,7 +512,9 @@ def create(settings: MoashaSettings, ctx: Any) -> Any:
     """The Ray Tune scheduler around :class:`MoAsha` (``ctx``: :class:`SchedulerContext`)."""
     from lipsweep.sweep.schedulers._tune import CoreScheduler
 
-    core = MoAsha.from_settings(settings, settings.max_t or ctx.epochs, expected_seeds(ctx.trials))
+    core = MoAsha.from_settings(
+        settings, settings.max_t or ctx.epochs, expected_seeds(ctx.trials), ctx.seeds
+    )
     from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
 
     return CoreScheduler(

@@ -10,12 +10,15 @@ writes to the same SQLite study.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+import pickle
+from typing import Any, Callable, Optional
 
+from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from lipsweep.core import metric_names
 from lipsweep.core.config_base import ConfigError
+from lipsweep.sweep.protocol import SEED_KEY, Repeats, TuneSearcherMember
 from lipsweep.sweep.searchers._registry import SearchRequest, TunePlan
 from lipsweep.sweep.searchers.study import study_url
 from lipsweep.sweep.space import SearchSpace, normalise_trial, parse_space
@@ -60,6 +63,43 @@ class FinalResultOptuna(OptunaSearch):
         return None
 
 
+class RepeatSearcher(Searcher):
+    """A Tune ``Searcher`` running each configuration of ``inner`` (a Tune searcher) once per
+    seed and telling it the seed-mean objectives once every seed ended
+    (:class:`lipsweep.sweep.protocol.Repeats`): ``repeat: {seed: [...]}`` under a learning
+    searcher, every draw judged as one configuration."""
+
+    def __init__(self, inner: Any, seeds: list[Any], names: list[str]) -> None:
+        super().__init__(metric=inner.metric, mode=inner.mode)
+        self.inner = inner
+        self.repeats = Repeats(TuneSearcherMember(inner), seeds, names)
+
+    def set_search_properties(self, metric: Any, mode: Any, config: Any, **spec: Any) -> bool:
+        return self.inner.set_search_properties(metric, mode, config, **spec)
+
+    def suggest(self, trial_id: str) -> Optional[dict]:
+        config = self.repeats.suggest(trial_id)
+        if config is None:
+            return Searcher.FINISHED if self.repeats.exhausted else None
+        return {"trial": config}
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if self.repeats.lead(trial_id) == trial_id:  # the lead's curve stands for the draw
+            self.inner.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: Any = None, error: bool = False) -> None:
+        final = result if result and result.get(FINAL_KEY) else None
+        self.repeats.report(trial_id, final, failed=error)
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as fh:
+            pickle.dump(self.__dict__, fh)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as fh:
+            self.__dict__.update(pickle.load(fh))
+
+
 class OptunaSpace:
     """Define-by-run space for Optuna over a ``search.space`` (see space.py).
 
@@ -70,10 +110,15 @@ class OptunaSpace:
     """
 
     def __init__(
-        self, fixed: dict[str, Any], space: SearchSpace | dict[str, Any], path: str = "search.space"
+        self,
+        fixed: dict[str, Any],
+        space: SearchSpace | dict[str, Any],
+        path: str = "search.space",
+        normalise: bool = True,
     ) -> None:
         self.fixed = dict(fixed)
         self.space = space if isinstance(space, SearchSpace) else parse_space(space, path)
+        self.normalise = normalise
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Tune's experiment state of a sweep started before the space was parsed holds the
@@ -84,6 +129,8 @@ class OptunaSpace:
 
     def __call__(self, trial: Any) -> dict[str, Any]:
         flat = {**self.fixed, **self.space.suggest(trial)}
+        if not getattr(self, "normalise", True):  # a recorded table's settings, as they are
+            return {"trial": flat}
         try:
             return {"trial": normalise_trial(flat)}
         except ConfigError as err:  # load_space checked 16 draws; this trial fails with it
@@ -104,7 +151,7 @@ def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
         url = study_url(request.study_db)
         storage = optuna.storages.RDBStorage(url)
     searcher = FinalResultOptuna(
-        space=OptunaSpace(dict(request.fixed), request.space),
+        space=OptunaSpace(dict(request.fixed), request.space, normalise=request.normalise),
         metric=metric,
         mode=mode,
         sampler=sampler,
@@ -118,7 +165,15 @@ def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
             request.study_db,
             url,
         )
-    return TunePlan(search_alg=searcher, num_samples=settings.num_samples, storage_url=url)
+    seeds = [r[SEED_KEY] for r in request.repeats if SEED_KEY in r]
+    if len(seeds) > 1:  # every draw runs every seed, judged as one configuration
+        names = list(settings.metric)
+        searcher = RepeatSearcher(searcher, seeds, names)
+    return TunePlan(
+        search_alg=searcher,
+        num_samples=settings.num_samples * max(1, len(seeds)),
+        storage_url=url,
+    )
 
 
 def _samplers() -> Any:
@@ -139,23 +194,24 @@ def _quiet(make: Callable[[], Any]) -> Any:
         return make()
 
 
-def auto_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    """``optuna``: TPE for one objective, NSGA-II for several (the spelling spaces had first)."""
-    if len(settings.metric) == 1:
-        return _plan(settings, request, _samplers().TPESampler(seed=settings.seed))
-    return _plan(settings, request, _samplers().NSGAIISampler(seed=settings.seed))
-
-
-def tpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, _samplers().TPESampler(seed=settings.seed))
-
-
-def mtpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    """TPE over the joint distribution; ``group`` splits it by the conditional branches."""
-    sampler = _quiet(
-        lambda: _samplers().TPESampler(seed=settings.seed, multivariate=True, group=True)
-    )
-    return _plan(settings, request, sampler)
+def sampler_for(name: str, settings: Any) -> Any:
+    """The Optuna sampler of searcher ``name`` (``optuna``: TPE for one objective, NSGA-II
+    for several, the spelling spaces had first), seeded by ``settings.seed``."""
+    samplers, seed = _samplers(), settings.seed
+    if name == "optuna":
+        several = len(settings.metric) > 1
+        return samplers.NSGAIISampler(seed=seed) if several else samplers.TPESampler(seed=seed)
+    if name == "optuna-tpe":
+        return samplers.TPESampler(seed=seed)
+    if name == "optuna-tpe-multivariate":  # TPE over the joint distribution, by branch
+        return _quiet(lambda: samplers.TPESampler(seed=seed, multivariate=True, group=True))
+    if name == "optuna-nsga2":
+        return _nsga(samplers.NSGAIISampler, settings)
+    if name == "optuna-nsga3":
+        return _nsga(samplers.NSGAIIISampler, settings)
+    if name == "optuna-gp":
+        return samplers.GPSampler(seed=seed)
+    raise KeyError(name)
 
 
 def _nsga(cls: Callable[..., Any], settings: Any) -> Any:
@@ -165,13 +221,25 @@ def _nsga(cls: Callable[..., Any], settings: Any) -> Any:
     return _quiet(lambda: cls(seed=settings.seed, **extra))
 
 
+def auto_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, sampler_for("optuna", settings))
+
+
+def tpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, sampler_for("optuna-tpe", settings))
+
+
+def mtpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    return _plan(settings, request, sampler_for("optuna-tpe-multivariate", settings))
+
+
 def nsga2_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, _nsga(_samplers().NSGAIISampler, settings))
+    return _plan(settings, request, sampler_for("optuna-nsga2", settings))
 
 
 def nsga3_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, _nsga(_samplers().NSGAIIISampler, settings))
+    return _plan(settings, request, sampler_for("optuna-nsga3", settings))
 
 
 def gp_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, _samplers().GPSampler(seed=settings.seed))
+    return _plan(settings, request, sampler_for("optuna-gp", settings))

@@ -116,6 +116,12 @@ class SearchRequest:
     """SQLite file of the Optuna study (:func:`lipsweep.sweep.searchers.study.study_db`)."""
     study_name: str = "lipsweep"
     """The Optuna study's name: the sweep's ``--experiment``."""
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    """``repeat:``'s points (``[{"seed": 0}, {"seed": 1}]``): a learning searcher runs each
+    draw once per seed and learns the seed-mean (none or one: each draw once)."""
+    normalise: bool = True
+    """Draws are trial settings, checked and defaults filled in (False: a recorded table's
+    settings, kept as they are, in the replay benchmark)."""
 
 
 @dataclass(frozen=True)

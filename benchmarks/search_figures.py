@@ -1,0 +1,161 @@
+"""The search figures of docs/benchmarks.md: every ``bench-search`` method (4 workers, budget
+40%) on the synthetic presets (benchmarks/synth_table.py) and both recorded grids, one
+summary per table under ``docs/bench_search_figures/`` (``summary.json``'s format) and the
+table of figures in ``docs/bench_search_figures/figures.md``. The lipsweep methods (grid,
+random, asha-clean, moasha) and the references run ``--replays`` (50) replays; the Optuna
+ones ``--optuna-replays`` (10: a multi-objective study told every duplicate draw grows to
+thousands of trials, 10-20 s a replay on this 2-core box).
+
+    .venv/bin/python benchmarks/search_figures.py            # every table, 2 processes
+    .venv/bin/python benchmarks/search_figures.py --only clean-60x3x12 --replays 10
+
+The same code, tables and flags give the same files to the digit (each replay is seeded by its
+index; the presets are generated from their fixed seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+OUT = ROOT / "docs" / "bench_search_figures"
+OBJECTIVES = (("acc_clean", "max"), ("acc_pgd_4", "max"), ("lip_jacobian_median", "min"))
+PRESETS = ("clean-60x3x12", "clean-40x3x20", "seeds-100x5x9", "noisy-60x3x12")
+RECORDED = {"tiny_grid": ROOT / "benchmarks/data/tiny_grid.csv",
+            "wide_grid": ROOT / "benchmarks/data/wide_grid.csv"}  # fmt: skip
+TABLES = PRESETS + tuple(RECORDED)
+
+
+def table_path(name: str, folder: Path) -> Path:
+    """A recorded grid's CSV, or the preset generated into ``folder``."""
+    if name in RECORDED:
+        return RECORDED[name]
+    import synth_table
+
+    path = folder / f"{name}.csv"
+    synth_table.write(synth_table.generate(synth_table.PRESETS[name]), path)
+    return path
+
+
+def _bench(name: str, workers: int) -> Any:
+    from lipsweep.sweep import replay
+
+    with tempfile.TemporaryDirectory() as tmp:
+        table = replay.load_table(table_path(name, Path(tmp)))
+    replay._quiet_optuna()
+    return replay.make_bench(table, OBJECTIVES, workers=workers)
+
+
+def run_method(name: str, method: str, replays: int, workers: int) -> list[Any]:
+    """``replays`` replays of ``method`` on table ``name`` (or of a reference)."""
+    from lipsweep.sweep import replay
+
+    bench = _bench(name, workers)
+    if method in replay.REFERENCES:
+        return replay.references(bench, replays, workers)[method]
+    return [bench.replay(replay.parse_method(method), seed) for seed in range(replays)]
+
+
+OPTUNA = ("optuna-tpe", "optuna-nsga2", "optuna-moasha")
+
+
+def main_jobs(names: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every (table, method) replayed in ``args.processes`` processes; one summary a table."""
+    from lipsweep.sweep import replay
+
+    methods = list(replay.DEFAULT_METHODS) + list(replay.REFERENCES)
+    jobs = {}
+    with ProcessPoolExecutor(args.processes) as pool:
+        for name in names:
+            for m in methods:
+                n = args.optuna_replays if m in OPTUNA else args.replays
+                jobs[(name, m)] = pool.submit(run_method, name, m, n, args.workers)
+        runs = {key: job.result() for key, job in jobs.items()}
+    out = []
+    for name in names:
+        bench = _bench(name, args.workers)
+        summary = {
+            "table": name,
+            "objectives": [f"{n}:{d}" for n, d in OBJECTIVES],
+            "stop_on": [f"{n}:{d}" for n, d in bench.stops],
+            "budget": args.budget,
+            "replays": {m: len(runs[(name, m)]) for m in methods},
+            "workers": args.workers,
+            "grace_period": bench.grace_period,
+            "reduction_factor": bench.reduction_factor,
+            "confidence": bench.confidence,
+            "grid": {"configurations": len(bench.table.configs), "compute_s": bench.table.compute},
+            "methods": {
+                m: replay._scores(runs[(name, m)], args.budget) for m in replay.DEFAULT_METHODS
+            },
+            "references": {
+                m: replay._scores(runs[(name, m)], args.budget) for m in replay.REFERENCES
+            },
+        }
+        OUT.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        (OUT / f"{name}.json").write_text(text)
+        out.append(summary)
+    return out
+
+
+def _cell(value: Optional[float], pct: bool = False) -> str:
+    if value is None:
+        return "never"
+    return f"{value:.1%}" if pct else f"{value:.3f}"
+
+
+def markdown(summaries: Sequence[dict[str, Any]]) -> str:
+    """One table per recorded or generated table: every method's four figures."""
+    lines = []
+    for s in summaries:
+        lines += [
+            f"**{s['table']}** ({s['grid']['configurations']} configurations, "
+            f"{s['workers']} workers, budget {s['budget']:.0%})",
+            "",
+            "| method | replays | HV at 40% (median) | replays >= 0.8 | compute to 90% (median) "
+            "| compute on stopped configs (median) |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for name, m in s["methods"].items():
+            hv = m["hv_fraction_at_budget"]
+            lines.append(
+                f"| {name} | {s['replays'][name]} | {_cell(hv['median'])} | "
+                f"{hv['share_at_least_0.8']:.0%} | "
+                f"{_cell(m['compute_fraction_to_90']['median'], True)} | "
+                f"{_cell(m['stopped_compute_share']['median'], True)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", choices=TABLES, help="tables (default all)")
+    ap.add_argument("--replays", type=int, default=50)
+    ap.add_argument("--optuna-replays", type=int, default=10)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--budget", type=float, default=0.4)
+    ap.add_argument("--processes", type=int, default=2)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    names = args.only or list(TABLES)
+    summaries = main_jobs(names, args)
+    if not args.only:
+        (OUT / "figures.md").write_text(markdown(summaries))
+    print(markdown(summaries))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
