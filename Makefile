@@ -54,7 +54,7 @@ lint: setup
 	$(RUN) ruff format --check .
 	$(RUN) deptry lipsweep
 
-# The wheel a user installs (issue 29): built, installed with --no-deps into a fresh target
+# The wheel a user installs: built, installed with --no-deps into a fresh target
 # beside the locked .venv (which supplies the dependencies), and run from an empty folder, so
 # nothing of the checkout (search_spaces/, configs/) stands in for the package data. CI runs it
 # after `make lint`; it removes setuptools' build/ and lipsweep.egg-info/ unless they were there.

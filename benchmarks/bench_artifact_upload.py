@@ -1,5 +1,5 @@
-"""How long a finished trial's artifact logging holds Tune's control loop: before and after
-issue 27 item 7, side by side in one run.
+"""How long a finished trial's artifact logging holds Tune's control loop: inline uploads (the
+callback's earlier code, kept here) against the upload queue, side by side in one run.
 
 Tune schedules nothing while a callback runs. Before, ``MlflowSweepCallback._log_checkpoint``
 copied the final checkpoint's files into a temporary folder and uploaded them (and its
@@ -7,7 +7,7 @@ Lipschitz artifacts) inside ``on_trial_complete``; now it queues the upload for 
 tracker's background thread and returns. This script times, on a real SQLite MLflow store with
 its local artifact store and a real ``ray.tune.Checkpoint`` folder (no Ray cluster needed):
 
-* ``before``: the pre-change ``_log_checkpoint`` (kept verbatim below, from commit 6d23397);
+* ``before``: the inline ``_log_checkpoint`` (kept verbatim below);
 * ``after``: today's ``MlflowSweepCallback._log_checkpoint`` (the time the loop is held), and
   the time until the background upload has landed (``Tracker.flush``), which the loop no
   longer waits for.
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def old_log_checkpoint(tracker, run_id: str, trial) -> None:
-    """``MlflowSweepCallback._log_checkpoint`` before issue 27 item 7 (commit 6d23397)."""
+    """``MlflowSweepCallback._log_checkpoint`` as it was with inline uploads."""
     from lipsweep.tracking import TAG_CHECKPOINT
 
     ckpt = trial.checkpoint

@@ -1,4 +1,4 @@
-"""The cost of one ViT-B checkpoint (issue 27 item 5): its size, save and load time.
+"""The cost of one ViT-B checkpoint: its size, save and load time.
 
 The checkpoint a paper trial writes: ViT-B (patch 4, 32 px, 100 classes, lipsweep's
 ``create_model``) with its SGD momentum buffers, after one training step, through

@@ -1,6 +1,6 @@
 """How long `lipsweep sweep SPACE --dry-run` takes, beside `python -c "import torch"`.
 
-Issue 15 asks for a dry run under 1.5 s: validating a search space must not pay for torch, Ray
+The target: a dry run under 1.5 s: validating a search space must not pay for torch, Ray
 or MLflow. This script runs both commands in turn (A B A B ...) as whole processes, takes
 each run's wall time and the child's CPU time from ``resource.getrusage``, and prints the
 medians and the per-pair ratio dry-run / import-torch, so the figure holds on a machine whose

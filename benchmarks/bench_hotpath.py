@@ -1,4 +1,4 @@
-"""Issue 27 item 9, cheap wins on the hot path: each change against the code it replaced, side
+"""Cheap wins on the hot path: each change against the code it replaced, side
 by side (interleaved repetitions, medians of per-repetition ratios) in one run, on the tiny ViT
 and at ViT-B width (768 = 12 heads x 64, 65 tokens, fewer blocks and a small batch).
 

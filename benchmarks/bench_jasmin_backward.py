@@ -1,8 +1,8 @@
-"""Cost and accuracy of the JaSMin fast path's backward (issue 32 §2.1), side by side in one run.
+"""Cost and accuracy of the JaSMin fast path's backward, side by side in one run.
 
 Two backwards of ``_RankedSoftmax`` on the same recorded q/k, interleaved:
 
-- ``lse`` (before issue 32): saves the float32 log-sum-exp and rebuilds p = exp(s - lse);
+- ``lse`` (the earlier backward): saves the float32 log-sum-exp and rebuilds p = exp(s - lse);
 - ``max+sum`` (now): saves the row max m and sum Z and rebuilds p = exp(s - m) / Z with the
   forward's rounding, forming each selected entry as own (1 - p) - p * others.
 
@@ -41,7 +41,7 @@ from lipsweep.vit.attention import attention_probs
 
 
 class _LseRankedSoftmax(_RankedSoftmax):
-    """The backward before issue 32: p = exp(s - lse), lse = m + log Z in float32."""
+    """The earlier backward: p = exp(s - lse), lse = m + log Z in float32."""
 
     @staticmethod
     def forward(ctx, q, k, scale, ranks, ws):

@@ -1,7 +1,7 @@
 """Where JaSMin's training-step time goes on a GPU, and which variant of its ranked softmax is
-fastest (issue 27 item 9).
+fastest.
 
-The H100 suite (docs/benchmarks.md, session 9) measured a JaSMin step at 1.96x the baseline
+The H100 suite (docs/benchmarks.md) measured a JaSMin step at 1.96x the baseline
 step (ViT-B, bf16, batch 512; target 1.05). This script splits that cost and times the variants
 of :mod:`lipsweep.regularizers._ranked_softmax` side by side, in one run:
 
@@ -20,7 +20,7 @@ of :mod:`lipsweep.regularizers._ranked_softmax` side by side, in one run:
 
 Variants: ``fused`` (the Triton kernels of :mod:`._ranked_softmax_triton`, the default on CUDA)
 and ``unfused_{topk,sort,keys}`` (the torch path with each way of ranking rows). A first run
-(session 9, JSON kept as benchmarks/jasmin_cuda_h100_unfused.json) also timed bf16 operands
+(JSON kept as benchmarks/jasmin_cuda_h100_unfused.json) also timed bf16 operands
 with float32 accumulation (``torch.bmm(..., out_dtype=float32)``) instead of float32 copies of
 q and k: slower (0.57 vs 0.34 ms for S) and 3-7 % gradient error, so it was dropped.
 """

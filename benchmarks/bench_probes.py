@@ -1,4 +1,4 @@
-"""Cost of the per-epoch robustness probes (issue 28 item 1): measured on CPU and counted.
+"""Cost of the per-epoch robustness probes: measured on CPU and counted.
 
 The tiny ViT of configs/tiny.yaml on the CIFAR-10 sample (default: the shared
 cifar10_subset.npz, 4,660 train / 846 test images), fp32. On one model, each epoch: a whole

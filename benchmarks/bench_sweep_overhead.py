@@ -18,7 +18,7 @@ Reported:
 * marginal overhead per trial = (wall(sweep-8) - wall(sweep-1) - 7/8 own) / 7: the cost of one
   more trial once the sweep is running (the fixed start-up cost cancels).
 
-Target (issue 6): <= 2 s per trial on the 2-core development machine.
+Target: <= 2 s per trial on the 2-core development machine.
 
     python benchmarks/bench_sweep_overhead.py            # 3 repetitions (~6 min on 2 cores)
     python benchmarks/bench_sweep_overhead.py --reps 1

@@ -1,4 +1,4 @@
-"""One command that measures lipsweep's GPU path (issues 17, 27) and writes one JSON file.
+"""One command that measures lipsweep's GPU path and writes one JSON file.
 
     python benchmarks/gpu_suite.py --device cuda --smoke-trial --out gpu_suite.json   # one H100
     python benchmarks/gpu_suite.py --device cpu --quick --out quick.json              # 2 CPUs
@@ -18,7 +18,7 @@ the projection of one trial reads every assumption from that space's first trial
 batch, split sizes, evaluation and attack settings, Lipschitz image counts with ``0`` = the
 whole evaluation split, ``checkpoint_every``, precision, classes) and names the space.
 
-Order (issue 27 item 8), each phase under a cap (``Sizes.caps``; ``meta.phases`` records the
+Order, each phase under a cap (``Sizes.caps``; ``meta.phases`` records the
 order, each cap, its time and whether it was done, capped, skipped or failed):
 
 1. ``smoke_trial`` (with ``--smoke-trial SPACE``, default ``search_spaces/gpu_smoke.yaml``): the

@@ -1,4 +1,4 @@
-"""The numerics tests under every CPU kernel choice (issue 32, "Must show").
+"""The numerics tests under every CPU kernel choice.
 
 Runs the Makefile's ``NUMERICS_TESTS`` once per combination of ``ONEDNN_MAX_CPU_ISA`` (oneDNN's
 widest instruction set) and ``ATEN_CPU_CAPABILITY`` (ATen's own vectorised kernels), several

@@ -1,4 +1,4 @@
-"""A live `moasha` sweep against the recorded grid (issue 28, figures: "a live tiny sweep").
+"""A live `moasha` sweep against the recorded grid.
 
 Runs the recorded grid's space (benchmarks/data/tiny_grid.yaml) as a real lipsweep sweep
 (local Ray, SQLite MLflow) with ``scheduler: moasha`` stopping on the same per-epoch

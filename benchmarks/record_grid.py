@@ -1,4 +1,4 @@
-"""Record the ground-truth grid of `lipsweep bench-search` (issue 28 item 4).
+"""Record the ground-truth grid of `lipsweep bench-search`.
 
 Runs the grid (benchmarks/data/tiny_grid.yaml by default) as an ordinary lipsweep sweep
 (local Ray, SQLite MLflow), then writes one CSV row per (configuration, seed, epoch) from

@@ -1,6 +1,6 @@
 """What if the recorded grid had a longer horizon? A what-if table for `lipsweep bench-search`.
 
-Session 15 read `moasha-told-finals` missing the target on the recorded tables as a horizon
+One reading of `moasha-told-finals` missing the target on the recorded tables as a horizon
 problem: with 4-5 epochs, a stop at rung 1 still costs a fifth of a trial's training. This
 script tests that reading without a new recording. It writes a copy of a table in which every
 epoch becomes ``--factor`` epochs, each with 1/factor of the epoch's training seconds and the

@@ -1,8 +1,8 @@
-"""The Intel AMX fault of PyTorch's CPU flash attention, emulated on any CPU (issue 32).
+"""The Intel AMX fault of PyTorch's CPU flash attention, emulated on any CPU.
 
 On an AMX Xeon with ``ONEDNN_MAX_CPU_ISA`` unset and ``ATEN_CPU_CAPABILITY`` below avx512,
 ``F.scaled_dot_product_attention`` raises "pack_vnni2 is only supported when avx512 is
-supported" wherever it picks the flash kernel for bf16 inputs (torch 2.11, session 17). With
+supported" wherever it picks the flash kernel for bf16 inputs (torch 2.11). With
 ``LIPSWEEP_TEST_AMX_FAULT=1`` the test session (conftest) and ``benchmarks/isa_matrix.py
 --emulate-amx-fault`` make it raise the same way here, so the numerics tests show, on a CPU
 without AMX, that every bf16 forward takes :mod:`lipsweep.vit.precision`'s route around it.

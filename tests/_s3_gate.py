@@ -1,4 +1,4 @@
-"""A local S3 endpoint that enforces IAM identity policies as AWS does (issue 27 item 1).
+"""A local S3 endpoint that enforces IAM identity policies as AWS does.
 
 moto serves S3 on 127.0.0.1; :class:`PolicyGate` sits in front of it and decides each request
 from the caller's policies before moto sees it. moto's own IAM check cannot stand in: it

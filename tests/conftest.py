@@ -32,7 +32,7 @@ torch.set_num_threads(int(os.environ.get("LIPSWEEP_TEST_THREADS", "1" if _XDIST_
 # Property tests: in CI (CI set, as .ci/run does) Hypothesis draws the same examples on every
 # run (derandomize: a failure reproduces, never "fails by chance") and keeps no database; a
 # local run draws fresh examples, keeps the ones that failed in .hypothesis/ and prints the
-# blob to reproduce one. Regressions it found are pinned with @example (issue 32).
+# blob to reproduce one. Regressions it found are pinned with @example.
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))

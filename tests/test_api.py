@@ -1,4 +1,4 @@
-"""The Python API (issue 30 item 3): typed options per command, the same as the CLI's flags,
+"""The Python API: typed options per command, the same as the CLI's flags,
 checked when made; a tiny sweep driven through ``lipsweep.api`` with no argparse."""
 
 from __future__ import annotations

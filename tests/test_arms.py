@@ -86,7 +86,7 @@ def test_power_and_seeds_match_published_values():
 
 
 def test_a_constant_difference_up_to_rounding_has_no_t_test():
-    """Issue 32: accuracies 100 * count / 500 with the arm exactly 3 images better on every
+    """Accuracies 100 * count / 500 with the arm exactly 3 images better on every
     seed differ by 0.5999999999999943 or 0.6000000000000085 (float rounding), std 7.8e-15:
     a t-test called that p = 6.8e-57 and seed planning asked for > 200 seeds."""
     base_counts = [412, 407, 415, 398, 421]
@@ -138,7 +138,7 @@ def _mpmath_power(n: int, d: float, alpha: float) -> float:
     ],
 )
 def test_power_against_an_mpmath_integral(n, d, alpha):
-    """Issue 32: scipy's nct.cdf(-crit, df, nc) is NaN at large nc; the power is not."""
+    """Scipy's nct.cdf(-crit, df, nc) is NaN at large nc; the power is not."""
     assert paired_t_power(n, d, alpha) == pytest.approx(_mpmath_power(n, d, alpha), abs=1e-9)
 
 

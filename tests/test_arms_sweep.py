@@ -1,4 +1,4 @@
-"""`pareto` over arms and `report` on a REAL tiny sweep: 2 arms x 2 seeds (issue 18)."""
+"""`pareto` over arms and `report` on a REAL tiny sweep: 2 arms x 2 seeds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 32.16: a checkpoint carries the hash of its configuration and resumes only under it."""
+"""A checkpoint carries the hash of its configuration and resumes only under it."""
 
 from __future__ import annotations
 

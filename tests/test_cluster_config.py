@@ -10,7 +10,7 @@
   node setup installs nothing; Dockerfile and RayJob agree; token auth on everywhere; dashboard and
   MLflow bound to 127.0.0.1; shared S3 storage; spot GPU workers get the GPUs (`--gpus all`) and
   check CUDA; every value a user must set is marked.
-- Issue 16 item 11 / issue 17 item 2: SSH only from a required `SET:` source (your security
+- SSH only from a required `SET:` source (your security
   group, never Ray's default one); the head's policy has iam:PassRole on the worker role and
   reaches only instances tagged with this cluster's name; the
   RayJob's ServiceAccount and MLflow PersistentVolumeClaim ship in deploy/k8s_prereqs.yaml; no
@@ -175,7 +175,7 @@ def _hadolint() -> str:
 
 
 def test_dockerfile_parses_with_buildkits_parser_and_passes_hadolint(tmp_path):
-    """Issue 27 item 10: no Docker daemon or image registry here, so the Dockerfile is checked
+    """No Docker daemon or image registry here, so the Dockerfile is checked
     by the parser `docker build` uses (BuildKit's, through the `dockerfile` package) and by
     hadolint (every rule, info level included); a broken copy fails both."""
     import dockerfile
@@ -410,7 +410,7 @@ def _account_policy(account: dict, bucket: str) -> list[dict]:
 
 
 def test_kuberay_head_has_its_own_account_and_role_that_may_write_the_drivers_files():
-    """Issue 27 item 2: the head ran as the workers' account, whose policy refuses tuner.pkl,
+    """The head ran as the workers' account, whose policy refuses tuner.pkl,
     experiment_state-*.json and MLflow's artifacts, which only the head writes."""
     from _s3_gate import Permission, is_allowed
 
@@ -727,7 +727,7 @@ def _cli_subcommands() -> list[str]:
 
 
 def test_sweep_entry_passes_every_cli_subcommand_through():
-    """Issue 27 item 3: `ray submit ... -- report|confirm|data ...` ran `lipsweep sweep report`."""
+    """`ray submit ... -- report|confirm|data ...` ran `lipsweep sweep report`."""
     commands = _cli_subcommands()
     assert {"sweep", "report", "confirm", "data"} <= set(commands)
     entry = _sweep_entry()
@@ -774,7 +774,7 @@ def test_setup_node_check_accepts_this_env_and_rejects_another_lock(tmp_path):
 
 
 def test_a_local_sweeps_ray_requires_a_random_token(monkeypatch):
-    """Issue 16 item 11: Ray 2.60 cannot bind a local instance to 127.0.0.1 (its gRPC servers
+    """Ray 2.60 cannot bind a local instance to 127.0.0.1 (its gRPC servers
     listen on every interface), so a local sweep's Ray takes a per-driver random token."""
     from ray._private.authentication.authentication_token_setup import (
         AuthenticationMode,

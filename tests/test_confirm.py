@@ -1,4 +1,4 @@
-"""``lipsweep confirm`` (issue 18 item 3) on real MLflow (SQLite), a real tiny timm ViT trained
+"""``lipsweep confirm`` on real MLflow (SQLite), a real tiny timm ViT trained
 by ``run_trial`` and real pyautoattack, with the test-only reduced budget
 (``LIPSWEEP_CONFIRM_ITERS``): it logs ``acc_aa_std_2`` with tags saying the attack, and a
 confirm that failed half-way resumes without redoing the finished run."""
@@ -171,7 +171,7 @@ def test_confirm_usage_errors_exit_2_naming_the_flag(tmp_path, capsys, monkeypat
         assert main(["confirm", "--experiment", "e", *extra, "--tracking-uri", uri]) == 2
         err = capsys.readouterr().err
         assert flag in err and err.count("\n") == 1, err
-    # the old spelling (issue 29: one flag name across commands) still works, and says so
+    # the old spelling (one flag name across commands) still works, and says so
     assert (
         main(["confirm", "--experiment", "e", "--address", "127.0.0.1:1", "--tracking-uri", uri])
         == 2

@@ -1,4 +1,4 @@
-"""Prepared datasets (issue 17 item 1): `lipsweep data prepare` -> a file:// URI -> the per-node
+"""Prepared datasets: `lipsweep data prepare` -> a file:// URI -> the per-node
 cache, through the same pyarrow.fs code as s3:// or gs://; missing sources refused with one line;
 two processes fetching at once copy once."""
 

@@ -1,4 +1,4 @@
-"""The device decision of a trial (issue 17 item 2): every case of decide_device, the exit 2 of
+"""The device decision of a trial: every case of decide_device, the exit 2 of
 `lipsweep train` with device: cuda and no CUDA, and the sweep driver's check."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The train loop makes no host-device sync per step (issue 17), checked on CPU.
+"""The train loop makes no host-device sync per step, checked on CPU.
 
 A GPU stalls whenever the host reads a device value. On CPU there is no device to wait for,
 so the test traps the Python entry points of such reads instead: ``Tensor.item``, ``.tolist``,

@@ -356,7 +356,7 @@ def test_trained_model_paper_suite(trained_tiny_model, cifar_sample):
 
 
 def test_tf32_scope_restores_the_flags():
-    """Attacks may use TF32 on CUDA (issue 17); the global flags are restored after."""
+    """Attacks may use TF32 on CUDA; the global flags are restored after."""
     from lipsweep.vit.precision import tf32_matmuls
 
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32

@@ -1,4 +1,4 @@
-"""An export's model card and file modes, as a user meets them (issue 32 §10): the card's
+"""An export's model card and file modes, as a user meets them: the card's
 Python runs as written, and every file follows the umask like the rest of the folder."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An export opens with timm alone (issue 29 §2): ``timm.create_model("local-dir:EXPORT",
+"""An export opens with timm alone: ``timm.create_model("local-dir:EXPORT",
 pretrained=True)`` builds the exported network with its weights, and on the same pixels,
 normalised by the ``pretrained_cfg`` timm reads, gives the logits of ``lipsweep.load_exported``
 (which normalises [0, 1] pixels itself)."""

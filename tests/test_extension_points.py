@@ -1,4 +1,4 @@
-"""Extension points (issue 29 item 4): extra Ray Tune callbacks named in a space
+"""Extension points: extra Ray Tune callbacks named in a space
 (``callbacks:``), and family members from installed distributions (entry points). Both plug in
 through configuration or installation alone, without editing lipsweep.
 

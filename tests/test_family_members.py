@@ -1,4 +1,4 @@
-"""A new member of each family is one file (issue 30 item 2): a regularizer, an attack and a
+"""A new member of each family is one file: a regularizer, an attack and a
 Lipschitz estimator defined here, in a test module, and added with their family's decorator,
 pass config validation (errors naming their fields) and run in one tiny trial."""
 

@@ -150,7 +150,7 @@ def test_driver_sigkill_then_resume_finishes_each_trial_exactly_once(tmp_path):
         (parent,) = parents(uri)
         assert parent.info.status == "RUNNING"  # nobody could close it: that is the fault
         assert _finished(uri) < 3
-        # Issue 32 §8: nothing of its Ray is left, the watchdog included (found by RAY_TMPDIR).
+        # Nothing of its Ray is left, the watchdog included (found by RAY_TMPDIR).
         # Before local_ray's watchdog, Ray's two agents lived about 60 s after the driver.
         killed_at = time.monotonic()
         while box.leftovers() and time.monotonic() - killed_at < 15:
@@ -333,7 +333,7 @@ def test_epochs_lost_with_a_killed_driver_are_backfilled_from_the_checkpoint(tmp
 
 def test_final_metrics_logged_once_when_the_driver_died_before_ending_the_run(tmp_path):
     """A driver SIGKILLed after logging a trial's final metrics but before ending its run (CI
-    run 4 of session 5 caught acc_clean logged twice): the resumed trial completes again, and
+    one run caught acc_clean logged twice): the resumed trial completes again, and
     its final metrics are not logged a second time; the run ends FINISHED."""
     from types import SimpleNamespace
 
@@ -969,7 +969,7 @@ def test_fuzz_search_space_validates_or_names_the_field(tmp_path):
 
     check()
     print("search-space fuzz:", seen)
-    # enough of both to mean something (19 valid of 600 derandomized, since issue 32)
+    # enough of both to mean something (19 valid of 600 derandomized)
     assert seen["ok"] >= 15 and seen["refused"] >= 200, seen
 
 
@@ -1227,7 +1227,7 @@ def test_no_unsafe_deserialisation_in_the_package():
 
 
 # ---------------------------------------------------------------------------------------------
-# 8. Issue 16: what an adversarial pass broke (export --force, YAML bombs, loader trust, bounds)
+# 8. What an adversarial pass broke (export --force, YAML bombs, loader trust, bounds)
 # ---------------------------------------------------------------------------------------------
 def _tiny_export(folder: Path):
     from lipsweep.decide.export import write_export
@@ -1249,7 +1249,7 @@ def _tree(folder: Path) -> dict[str, str]:
 
 
 def test_export_force_replaces_only_a_previous_export(tmp_path, monkeypatch, capsys):
-    """Issue 16 item 1: --force never removes a folder that is not a previous export."""
+    """--force never removes a folder that is not a previous export."""
     import lipsweep.decide.export as ex
     from lipsweep.__main__ import main
     from lipsweep.core.config_base import UsageError
@@ -1330,7 +1330,7 @@ def _laughs(levels: int) -> str:
 
 @pytest.mark.parametrize("where", ["space name", "grid value", "trial config", "train --set"])
 def test_yaml_alias_bomb_is_refused_before_it_is_walked(tmp_path, capsys, where):
-    """Issue 16 item 3: a billion-laughs document is refused in every YAML entry point."""
+    """A billion-laughs document is refused in every YAML entry point."""
     from lipsweep.__main__ import main
 
     bomb = _laughs(9)
@@ -1359,7 +1359,7 @@ def test_yaml_alias_bomb_is_refused_before_it_is_walked(tmp_path, capsys, where)
 
 
 def test_show_never_walks_a_huge_shared_value():
-    """Issue 16 item 3: an error message reprs a bounded part of the value, whatever it is."""
+    """An error message reprs a bounded part of the value, whatever it is."""
     from lipsweep.core.config_base import ConfigError, check_positive, show
 
     value = ["lol"] * 9
@@ -1373,7 +1373,7 @@ def test_show_never_walks_a_huge_shared_value():
 
 
 def test_duplicate_yaml_keys_are_refused(tmp_path, capsys):
-    """Issue 16 item 10: the last of two equal keys no longer wins silently."""
+    """The last of two equal keys no longer wins silently."""
     from lipsweep.__main__ import main
 
     space, trial = tmp_path / "s.yaml", tmp_path / "t.yaml"
@@ -1412,7 +1412,7 @@ def test_duplicate_yaml_keys_are_refused(tmp_path, capsys):
     ],
 )
 def test_sizes_and_iteration_counts_have_upper_bounds_that_say_why(setting, value):
-    """Issue 16 item 10: no unbounded size or iteration count; the message gives the reason."""
+    """No unbounded size or iteration count; the message gives the reason."""
     from lipsweep.core.config_base import ConfigError
     from lipsweep.settings.config import TrialConfig
 
@@ -1422,7 +1422,7 @@ def test_sizes_and_iteration_counts_have_upper_bounds_that_say_why(setting, valu
 
 
 def test_pretrained_must_be_a_weights_file_checked_before_config_json(tmp_path, capsys):
-    """Issue 16 item 10: ``pretrained: /etc/passwd`` exits 2 before config.json is written."""
+    """``pretrained: /etc/passwd`` exits 2 before config.json is written."""
     import timm
 
     from lipsweep.__main__ import main
@@ -1521,7 +1521,7 @@ def _sabotage(case: str, ck: Path, outside: Path) -> None:
     ],
 )
 def test_checkpoint_loader_trusts_nothing_in_state_json(tmp_path, caplog, case):
-    """Issue 16 item 4: escapes, special files, missing checksums and malformed records mean
+    """Escapes, special files, missing checksums and malformed records mean
     "damaged": the loader falls back to the previous checkpoint and says so."""
     import threading
 
@@ -1558,7 +1558,7 @@ def test_checkpoint_loader_trusts_nothing_in_state_json(tmp_path, caplog, case):
     ],
 )
 def test_load_exported_trusts_nothing_in_the_folder(tmp_path, case, file, field):
-    """Issue 16 item 9: only lipsweep's ViTs, built locally, sizes checked against the weights
+    """Only lipsweep's ViTs, built locally, sizes checked against the weights
     file before allocation, no links out; each refusal one ExportError naming file and field."""
     import lipsweep
 

@@ -1,4 +1,4 @@
-"""Adversarial drivers and URIs (issue 16 items 2, 5, 6, 7, 8, 12; issue 15 item 4).
+"""Adversarial drivers and URIs.
 
 Two drivers on one experiment, credentials in a tracking URI, a bind address that means "every
 interface", read commands on a bad store, options that used to write before they were checked.
@@ -332,7 +332,7 @@ def test_start_mlflow_offers_basic_auth():
     assert "Trust boundary" in text
 
 
-# -- item 7 and issue 15 item 4: read commands on a bad store ----------------------------------
+# -- read commands on a bad store ----------------------------------
 TIMED = (
     "import sys, time; from lipsweep.__main__ import main; t = time.monotonic(); "
     "rc = main(sys.argv[1:]); print(f'ELAPSED {time.monotonic() - t:.1f}'); sys.exit(rc)"

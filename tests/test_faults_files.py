@@ -1,4 +1,4 @@
-"""Lost files, secrets, half-written state and path options (issue 32 sections 3, 7, 8).
+"""Lost files, secrets, half-written state and path options.
 
 Every folder option of every command is run against a file, a folder under a file, a missing
 parent, symbolic links and read-only folders (EACCES as an unprivileged user, EROFS on a

@@ -1,4 +1,4 @@
-"""Artifact uploads off Tune's control loop (issue 27 item 7), on real Ray, MLflow and storage.
+"""Artifact uploads off Tune's control loop, on real Ray, MLflow and storage.
 
 A finished trial's checkpoint and Lipschitz artifacts used to be downloaded and uploaded inside
 ``MlflowSweepCallback.on_trial_complete``, and Tune schedules nothing while a callback runs. The
@@ -85,7 +85,7 @@ def _sha(path: Path) -> str:
 
 def _npz_bytes(tag: str) -> bytes:
     """The stand-in lipschitz.npz of trial ``tag``: 1 KiB known from the tag alone, since the
-    driver removes the source copy once MLflow has it (issue 27 item 6)."""
+    driver removes the source copy once MLflow has it."""
     return hashlib.sha256(tag.encode()).digest() * 32
 
 
@@ -300,7 +300,7 @@ def test_a_run_ends_only_after_its_artifacts_and_a_lost_folder_is_loud(tmp_path,
     assert client(uri).get_run(a).info.status == "FINISHED"
     dl = client(uri).download_artifacts(a, "checkpoint", tmp_path / "dl")
     assert _sha(dl / "model.safetensors") == _sha(src / "model.safetensors")
-    # moved: in MLflow once, gone from the source (issue 27 item 6); the rest stays
+    # moved: in MLflow once, gone from the source; the rest stays
     assert not (src / "artifacts").exists() and (src / "model.safetensors").is_file()
     lip = client(uri).download_artifacts(a, "lipschitz", tmp_path / "dl2")
     assert (Path(lip) / "lipschitz.npz").stat().st_size == 1024

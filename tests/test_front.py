@@ -1,7 +1,7 @@
 """One front (lipsweep.decide.front): built once by build_front, read by every view.
 
 The table, pareto.json, the tags, the figures, the report and the API result take the built
-Front; none of them ranks, groups arms or selects again (issue 30, item 5)."""
+Front; none of them ranks, groups arms or selects again."""
 
 from __future__ import annotations
 

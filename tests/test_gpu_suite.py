@@ -1,6 +1,6 @@
 """benchmarks/gpu_suite.py and `lipsweep train` run where Ray, MLflow and Optuna are missing.
 
-The GPU machine has torch and timm but no Ray, MLflow or Optuna (issue 17, item 6). These tests
+The GPU machine has torch and timm but no Ray, MLflow or Optuna. These tests
 run both entry points in a subprocess whose ``sitecustomize`` (put first on PYTHONPATH) makes
 every import of those packages raise ImportError and log the attempt, so an import that a
 ``try/except ImportError`` would swallow still fails the test.
@@ -368,7 +368,7 @@ MEASURED = {
 
 
 def test_projection_reads_every_assumption_from_the_paper_space() -> None:
-    """Issue 27 item 4: one paper_cifar100 trial, every count from the space. The old
+    """One paper_cifar100 trial, every count from the space. The old
     projection took 500 Lipschitz images (the config default) and a checkpoint every epoch
     from its own constants; the space says lip_images 0 (all 10,000) and checkpoint_every 10."""
     gs = _suite_module()
@@ -440,7 +440,7 @@ def test_projection_follows_the_space_it_is_given(tmp_path: Path) -> None:
 
 
 def test_plan_runs_the_smoke_trial_first_then_mandatory_then_optional_compile_last() -> None:
-    """Issue 27 item 8: with a lent GPU the order is the smoke trial, the phases the projection
+    """With a lent GPU the order is the smoke trial, the phases the projection
     needs (each capped), then the optional ones with compile last; the smoke trial and the
     mandatory caps fit one 600 s device call (about 60 s of it for the imports)."""
     gs = _suite_module()
@@ -539,7 +539,7 @@ def test_sync_split_charges_the_epoch_end_check_to_the_epoch(monkeypatch) -> Non
 
 def test_train_loop_refuses_a_generator_off_the_training_device() -> None:
     """A host generator on a CUDA run would add a host-to-device copy (a sync) per draw: the
-    engine refuses it before the first step (the suite once passed one, issue 17)."""
+    engine refuses it before the first step (the suite once passed one)."""
     import torch
 
     from lipsweep.trial.engine import train_one_epoch

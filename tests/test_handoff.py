@@ -1,5 +1,5 @@
 """sweep/handoff: a --resume run's callbacks and scheduler are the ones Tuner.restore brings
-back, through the public pickle protocol (issue 29 item 5: no private Tune attributes)."""
+back, through the public pickle protocol (no private Tune attributes)."""
 
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def _peaked_row(n: int, gap: float) -> torch.Tensor:
 
 @pytest.mark.parametrize("method", ["secular", "eigvalsh"])
 def test_softmax_norm_against_mpmath_down_to_p2_1e_300(method):
-    """Issue 32: eigvalsh was 19% low on 2-entry rows with p_(2) <= 1.9e-22 and 57-60% on 17
+    """Eigvalsh was 19% low on 2-entry rows with p_(2) <= 1.9e-22 and 57-60% on 17
     entries (gaps 100-600); secular was up to 50% off below p_(2) ~ 1e-154. Both must agree
     with a 700-digit reference to 1e-12 for p_(2) down to 1e-300 and N from 2 to 197."""
     rows = [_peaked_row(n, gap) for n in (2, 17, 197) for gap in (3, 50, 100, 365.6, 600, 690)]
@@ -335,7 +335,7 @@ def test_bounds_hold_on_a_trained_vit(trained_tiny_model, cifar_sample):
     ],
 )
 def test_linalg_placement_keeps_the_bounds(device):
-    """The small SVDs may run on the CPU for CUDA inputs (issue 17); the bounds stay the same."""
+    """The small SVDs may run on the CPU for CUDA inputs; the bounds stay the same."""
     x, w = _inputs("layernorm", seed=3).to(device), _random_head(6)
     w = HeadWeights(
         *(t.to(device) if t is not None else None for t in (w.wq, w.wk, w.wv, w.bq, w.bk, w.bv)),
@@ -440,7 +440,7 @@ def test_summary_counts_where_thm1_as_stated_falls_below_the_exact_norm():
     assert metrics["lip_head_thm1_ratio_min"] == 0.5
 
 
-# --- the bounds' spectral norms through QR (issue 27 item 9) -----------------------------------
+# --- the bounds' spectral norms through QR -----------------------------------
 
 
 def _singular_spread(shape: tuple[int, ...], rank: int, seed: int) -> torch.Tensor:

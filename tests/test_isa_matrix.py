@@ -1,4 +1,4 @@
-"""benchmarks/isa_matrix.py: the numerics tests under each CPU kernel choice (issue 32)."""
+"""benchmarks/isa_matrix.py: the numerics tests under each CPU kernel choice."""
 
 from __future__ import annotations
 

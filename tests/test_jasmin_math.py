@@ -303,7 +303,7 @@ def test_sparse_and_dense_backward_agree(pattern):
 
 
 # ------------------------------------------- float32 against float64: margins, ties, peaks
-# Issue 32: in float32, rows whose p_(r) and p_(r+1) are closer than float32 resolution are
+# In float32, rows whose p_(r) and p_(r+1) are closer than float32 resolution are
 # ranked by whichever kernel ran, and either choice is a valid subgradient. So the float32
 # comparisons run on scores built with a margin at every rank the term reads (asserted), and
 # exact ties are tested on their own: the fast gradient is one valid selection's gradient.
@@ -418,7 +418,7 @@ def test_fast_gradient_at_an_exact_tie_is_a_valid_selections_gradient(k, dtype):
 
 @pytest.mark.parametrize("offset,k", [(30.0, 0), (30.0, 2), (100.0, 0)])
 def test_fast_gradient_on_peaked_rows_is_as_accurate_as_float32_autograd(offset, k):
-    """Issue 32: peaked rows (top score 12 above the rest, all scores shifted by ``offset``),
+    """Peaked rows (top score 12 above the rest, all scores shifted by ``offset``),
     65 tokens, head dim 64 (N = 64 here: d >= N for the construction). Against float64
     autograd, the float32 fast gradient's relative error must be within 2x of that of plain
     float32 autograd through softmax (the old backward, p = exp(s - lse) with a float32 lse,
@@ -510,8 +510,8 @@ def test_cpu_selection_positions_follow_the_tie_rule(ranks):
 
 def test_cpu_selection_knocks_out_only_what_a_later_rank_needs():
     """JaSMin_10 reads ranks (0, 1, 9, 10): the selection takes 11 maxima and knocks out 10
-    winners (the last one is never ranked after), without gathering the 7 ranks it skips
-    (issue 27 item 9; the old code knocked out 11 and concatenated all 11 positions)."""
+     winners (the last one is never ranked after), without gathering the 7 ranks it skips
+    ."""
     q, kk = qk(b=2, h=2, n=20, d=8, dtype=torch.float32)
     with torch.no_grad(), torch.profiler.profile() as prof:
         ranked_softmax_probs(q, kk, 0.5, (0, 1, 9, 10))

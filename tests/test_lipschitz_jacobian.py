@@ -235,7 +235,7 @@ def test_bad_inputs_are_rejected():
 
 
 def test_power_route_flags_converged_only_within_tolerance_of_svdvals():
-    """Issue 32: a linear 10-logit model with singular values 1, .99, .98, .97, .96 and five of
+    """A linear 10-logit model with singular values 1, .99, .98, .97, .96 and five of
     0.5. The old stopping rule (Rayleigh quotient changed < tol) returned sigma_1^2 = 0.9899
     (2% low, 20 x tol) flagged converged after 26 steps. Every value flagged converged must be
     within tol of sigma_1^2 (svdvals), whatever the iteration cap; unflagged ones are lower
@@ -259,7 +259,7 @@ def test_power_route_flags_converged_only_within_tolerance_of_svdvals():
 
 
 def test_head_exact_norm_is_nan_where_lanczos_did_not_converge():
-    """Issue 32: head_exact_norm dropped the Lanczos converged flag, so a too-low cap silently
+    """Head_exact_norm dropped the Lanczos converged flag, so a too-low cap silently
     understated the "exact" value. Capped at 2 steps it is NaN; uncapped it matches 'full'."""
     from lipsweep.lipschitz import head_exact_norm, head_weights
     from lipsweep.lipschitz.head_bounds import AttentionInputs

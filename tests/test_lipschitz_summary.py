@@ -172,7 +172,7 @@ def test_summary_metrics_arrays_and_figures(model, images, tmp_path):
 
 
 def test_per_row_softmax_arrays_are_stored_once_in_float32(model, images, tmp_path):
-    """Issue 27 item 6: one value per (image, layer, head, row) is 94 M values per array on a
+    """One value per (image, layer, head, row) is 94 M values per array on a
     ViT-B test split; lipschitz.npz keeps them in float32 (they were float64), rounded from the
     exact float64 values, while per-image arrays and every metric stay float64."""
     from lipsweep.lipschitz.softmax_jacobian import softmax_jacobian_stats

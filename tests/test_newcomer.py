@@ -1,4 +1,4 @@
-"""What a newcomer met (issue 32 §10), held: the docs say what the CLI does, every command the
+"""What a newcomer met, held: the docs say what the CLI does, every command the
 README gives after setup runs with what ``make setup`` installed, and ``make clean`` removes
 what the demo and the report write."""
 

@@ -1,4 +1,4 @@
-"""lipsweep installs like a library (issue 29 item 1): every import declared, the version written
+"""lipsweep installs like a library: every import declared, the version written
 once, the shipped spaces and configs addressable by name. `make wheel-check` (run by .ci/run)
 installs the built wheel with --no-deps and runs it from an empty folder."""
 

@@ -1,4 +1,4 @@
-"""Behaviours that once changed with the whole suite green (issue 32 §9), each pinned here.
+"""Behaviours that once changed with the whole suite green, each pinned here.
 
 Each test names the change it catches; each was seen to fail with that change applied. Real
 MLflow (SQLite in a temp dir) where a run is read; Tune's trial objects are stood in for by

@@ -1,4 +1,4 @@
-"""bf16 autocast on every CPU kernel choice (lipsweep/vit/precision.py, issue 32).
+"""bf16 autocast on every CPU kernel choice (lipsweep/vit/precision.py).
 
 The kernel combination that breaks PyTorch's CPU flash attention in bf16 (oneDNN with AMX,
 ATen held below AVX-512) needs an AMX CPU; ``benchmarks/isa_matrix.py`` runs the numerics tests

@@ -1,4 +1,4 @@
-"""Per-epoch robustness probes (issue 28 item 1): names, the fixed probe subset, a tiny trial
+"""Per-epoch robustness probes: names, the fixed probe subset, a tiny trial
 that reports them every epoch and matches the final evaluation on the same images, their MLflow
 series, and a scheduler on a probe metric."""
 

@@ -1,4 +1,4 @@
-"""Issue 32 §8 (Ray processes left running): the watchdog that ends a SIGKILLed driver's Ray.
+"""The watchdog that ends a SIGKILLed driver's Ray.
 
 No Ray: plain ``sleep`` processes stand for the daemons, marked as Ray's would be (the
 session variable in their environment), under a "driver" that is a child python process.

@@ -1,4 +1,4 @@
-"""Issue 19: the paper spaces run the published recipe, each setting with its source.
+"""The paper spaces run the published recipe, each setting with its source.
 
 The paper (JaSMin paper, Sec. 5: L258, L267, L282 of its text) states batch 512, SGD, wd 1e-4,
 momentum 0.9,
@@ -30,7 +30,7 @@ CIFAR_STATS = {
     "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
 }
 
-# issue 19's table, "paper / Specformer" column, plus the paper's own stated values
+# the recipe table's "paper / Specformer" column, plus the paper's own stated values
 EXPECTED = {
     "batch_size": 512,
     "warmup_epochs": 0.0,

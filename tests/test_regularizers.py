@@ -130,7 +130,7 @@ def test_training_term_equals_public_function_on_the_models_maps(model, batch, k
 
     The two float32 gradients are not compared here: some rows of these maps have p_(k) and
     p_(k+1) closer than float32 resolution, which the two paths rank differently under
-    different CPU kernels (issue 32), and either choice is a valid subgradient. The gradient
+    different CPU kernels, and either choice is a valid subgradient. The gradient
     comparison is on rows built with a margin, and exact ties have their own test
     (tests/test_jasmin_math.py, "margin" and "tie").
     """

@@ -1,4 +1,4 @@
-"""`lipsweep bench-search` (issue 28 item 5): hypervolume, the recorded table, the replay."""
+"""`lipsweep bench-search`: hypervolume, the recorded table, the replay."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_replays_are_deterministic_and_the_whole_grid_reaches_the_whole_front(tm
 
 
 def test_future_epochs_change_nothing_the_replay_decided(tmp_path):
-    """Issue 28 item 6 through the harness: garbage in the epochs after each stopped trial's
+    """Through the harness: garbage in the epochs after each stopped trial's
     last one leaves every decision (and so the whole trajectory) the same."""
     table = replay.load_table(synthetic_table(tmp_path / "t.csv"))
     bench = replay.make_bench(table, OBJECTIVES, workers=3, confidence=0.5)

@@ -1,4 +1,4 @@
-"""Issue 27 item 1: the documented S3 policies allow what Ray Tune, MLflow and lipsweep call.
+"""The documented S3 policies allow what Ray Tune, MLflow and lipsweep call.
 
 The policies live in ``deploy/iam/*.json`` and deploy/README.md shows each file verbatim (checked
 here). Every other test replays real clients against moto's S3 on 127.0.0.1 behind

@@ -3,7 +3,7 @@
 The core is driven by hand-built result sequences (no Ray): a dominated configuration stops at
 its rung, a front member continues, crowding distance breaks ties inside a front, seeds are
 judged on their mean and stopped together, the state survives pickling and a JSON round trip,
-and (issue 28 item 6) values of epochs a trial has not reached change nothing it decided.
+and values of epochs a trial has not reached change nothing it decided.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def _async_run(table, starts, core: MoAsha) -> list[tuple[int, str, int, str]]:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_decisions_are_blind_to_epochs_not_yet_reached(seed):
-    """Issue 28 item 6: at each time T, a second table that differs from the first only in
+    """At each time T, a second table that differs from the first only in
     the epochs each trial reaches after T gives the same decisions up to T."""
     rng = random.Random(seed)
     configs, seeds, epochs = 6, 2, 9

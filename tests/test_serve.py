@@ -1,4 +1,4 @@
-"""Exports MLflow can load and serve (issue 18 items 4-5), on a real MLflow SQLite store.
+"""Exports MLflow can load and serve, on a real MLflow SQLite store.
 
 A run is made through the real writer (:class:`lipsweep.tracking.Tracker`), given a tiny
 model's checkpoint artifacts, and exported with ``lipsweep.decide.commands.export_run``: no sweep.

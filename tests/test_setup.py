@@ -272,7 +272,7 @@ def test_lock_holds_the_dashboard_and_the_aws_extra():
     assert sorted(d["name"] for d in me["optional-dependencies"]["aws"]) == ["boto3", "mlflow"]
     assert "flask-wtf" in pkgs  # what mlflow[auth] adds
     boto = next(d for d in me["metadata"]["requires-dist"] if d["name"] == "boto3")
-    # a range in pyproject (issue 29: lipsweep joins other environments), the pin in the lock
+    # a range in pyproject (lipsweep joins other environments), the pin in the lock
     assert boto["marker"] == "extra == 'aws'" and boto["specifier"].startswith(">=")
     assert pkgs["boto3"]["version"] == "1.44.5"
 

@@ -193,8 +193,8 @@ scheduler: {type: asha, metric: acc_clean, mode: max}
     assert spec.scheduler.metric == "acc_clean"
 
 
-# A dry run validates YAML: it must not import torch (~4 s and 600 MB; issue 15), timm, Ray or
-# MLflow (issue 30 item 4). An unimportable torch package comes first on sys.path, and a
+# A dry run validates YAML: it must not import torch (~4 s and 600 MB), timm, Ray or
+# MLflow. An unimportable torch package comes first on sys.path, and a
 # blocker records (and refuses) every import of the four, so an import that some `try` swallows
 # still fails the test; its traceback on stderr shows who imported it.
 _NO_TORCH = (

@@ -1,4 +1,4 @@
-"""The package's shape (issue 14 items 4 and 5): imports flow one way, MLflow is reached
+"""The package's shape: imports flow one way, MLflow is reached
 through :mod:`lipsweep.tracking` only, and ``demo`` calls functions, not the parser.
 
 Static checks (``ast`` and text), no Ray and no MLflow: each test takes well under a second.
@@ -141,7 +141,7 @@ def test_the_layer_check_finds_upward_and_sideways_arrows():
 
 
 def test_no_upward_arrows():
-    """Issue 30 item 1: every import points to a lower floor of docs/architecture.md's layer
+    """Every import points to a lower floor of docs/architecture.md's layer
     order, and every package of lipsweep/ stands on one floor."""
     floors = layer_order()
     graph = import_graph()
@@ -257,7 +257,7 @@ def _metric_name_literals(paths: list[Path], names: set[str], settings: set[str]
 
 
 def test_metric_names_are_spelled_in_metric_names_only(tmp_path):
-    """Issue 14 item 5: a metric name (or a family's prefix such as ``acc_`` or
+    """A metric name (or a family's prefix such as ``acc_`` or
     ``lip_head_``) is a quoted literal in ``core/metric_names.py`` and nowhere else in
     ``lipsweep/``; trial settings that share a stem (``lip_head_iters``) are not metrics."""
     from lipsweep.core import metric_names as mn
@@ -302,7 +302,7 @@ def test_bf16_autocast_is_entered_through_the_precision_module_only(tmp_path):
     """A bf16 autocast is ``lipsweep.vit.precision.bf16_autocast`` everywhere, so every bf16
     forward on the CPU takes its route around the flash kernel that fails on Intel AMX with
     ATen below AVX-512 (docs/reliability.md); a test that entered torch.autocast itself was
-    the one that still failed there (session 17)."""
+    the one that still failed there."""
     paths = [
         *PKG.rglob("*.py"),
         *(ROOT / "tests").glob("*.py"),
@@ -318,3 +318,33 @@ def test_bf16_autocast_is_entered_through_the_precision_module_only(tmp_path):
         "with torch.amp.autocast(device_type='cuda', dtype=torch.bfloat16):\n    pass\n"
     )
     assert _bf16_autocasts([probe]) == ["probe.py:2", "probe.py:6"]
+
+
+_HISTORY = re.compile(
+    r"\bissues? #?\d+\b|\bsessions? \d+\b|\bstop \d+\b|\bcommits? [0-9a-f]{7,40}\b", re.I
+)
+_NOT_TEXT = {".csv", ".json", ".npz", ".png", ".db", ".lock", ".safetensors", ".txt"}
+
+
+def test_no_file_but_the_changelog_tells_history():
+    """Code, tests and docs describe the present: which issue or session asked for something,
+    and at which commit, belongs in CHANGELOG.md and the commit messages. Every file git
+    tracks (data and transcripts aside) is searched; the pattern's own spelling is split."""
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    found = []
+    for name in tracked:
+        path = ROOT / name
+        if name == "CHANGELOG.md" or path.suffix in _NOT_TEXT or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for no, line in enumerate(text.splitlines(), 1):
+            if _HISTORY.search(line):
+                found.append(f"{name}:{no}: {line.strip()[:100]}")
+    assert not found, "history outside CHANGELOG.md:\n" + "\n".join(found)

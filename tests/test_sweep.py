@@ -205,23 +205,15 @@ def test_optuna_multi_objective_with_asha_learns_from_final_reports(tmp_path):
 def test_optuna_with_repeat_runs_each_draw_on_every_seed_in_a_real_sweep(tmp_path):
     """``repeat: {seed: [0, 1]}`` under Optuna: 2 draws x 2 seeds = 4 trials, each draw's
     settings on both seeds (test_search_protocol.py checks the study is told the seed mean)."""
-    space = tmp_path / "space.yaml"
-    space.write_text(
-        "name: t\n"
-        + FIXED.format(epochs=1)
-        + """repeat: {seed: [0, 1]}
-search:
-  algorithm: optuna-tpe
-  num_samples: 2
-  seed: 1
-  metric: acc_clean
-  mode: max
-  space:
-    lr: {loguniform: [1.0e-4, 3.0e-3]}
-resources: {cpu: 1, gpu: 0}
-max_concurrent_trials: 2
-"""
-    )
+    search = {
+        "algorithm": "optuna-tpe",
+        "num_samples": 2,
+        "seed": 1,
+        "metric": "acc_clean",
+        "mode": "max",
+        "space": {"lr": {"loguniform": [1.0e-4, 3.0e-3]}},
+    }
+    space = write_space(tmp_path, None, epochs=1, repeat={"seed": [0, 1]}, search=search)
     uri = empty_store(tmp_path / "mlflow.db")
     proc = subprocess.run(
         sweep_cmd(tmp_path, space), cwd=tmp_path, capture_output=True, text=True, timeout=900

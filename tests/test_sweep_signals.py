@@ -1,4 +1,4 @@
-"""Issue 32 §4: signals, a closed stdout and ``--resume`` after the space file changed.
+"""Signals, a closed stdout and ``--resume`` after the space file changed.
 
 Real local Ray (num_cpus fixed, a private RAY_TMPDIR per test) and real MLflow on SQLite; one
 tiny trial each. The space checks on ``--resume`` need neither: they exit 2 before Ray starts.
@@ -306,7 +306,7 @@ def test_stop_signals_go_through_tunes_own_stop_request():
 def test_a_ray_that_does_not_start_exits_cleanly(
     tmp_path, monkeypatch, capsys, caplog, raised, code, says
 ):
-    """Issue 32 (left open in session 10): Ray's own SIGTERM handler is ``sys.exit(15)``, so a
+    """Ray's own SIGTERM handler is ``sys.exit(15)``, so a
     SIGTERM landing inside ``ray.init`` exited 15, and a start-up timeout printed a traceback.
     Ray's start is replaced by what it raises in those cases: the command exits 143 (the
     signal's status) or 1 with one line, and nothing reached MLflow."""

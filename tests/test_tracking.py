@@ -102,7 +102,7 @@ def _raised(make_inner, make_outer=None) -> BaseException:
 
 
 def test_transient_is_decided_by_type_and_code_not_message_text() -> None:
-    """Issue 29 item 5: a connection failure wrapped by MLflow's REST client, an MLflow 503 /
+    """A connection failure wrapped by MLflow's REST client, an MLflow 503 /
     429 / locked store, and a busy SQLite file are retried; a missing run, a bad request and
     an error that merely *says* "connection" or "503" are not."""
     import sqlite3

@@ -1,4 +1,4 @@
-"""Issue 32 §5 (data) and §6: data answers checked by value, and bad input refused before
+"""Data answers checked by value, and bad input refused before
 anything is spent or written. Real files (npz, PNG through Pillow), real MLflow on SQLite."""
 
 from __future__ import annotations

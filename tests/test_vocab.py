@@ -1,4 +1,4 @@
-"""Each regularizer owns its vocabulary (issue 14): one spec, registered from anywhere, reaches
+"""Each regularizer owns its vocabulary: one spec, registered from anywhere, reaches
 the config, --help-settings, --dry-run labels, the Pareto table, plots and the export card."""
 
 from __future__ import annotations

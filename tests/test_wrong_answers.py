@@ -1,4 +1,4 @@
-"""Issue 32 §5: silent wrong answers (an infinite metric, a repeated seed, 16-bit PNGs, a
+"""Silent wrong answers (an infinite metric, a repeated seed, 16-bit PNGs, a
 modified cached dataset, an explicit num_classes). Real MLflow on SQLite, real files."""
 
 from __future__ import annotations

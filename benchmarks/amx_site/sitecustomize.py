@@ -5,7 +5,7 @@ file at start-up when its folder is on PYTHONPATH:
     LIPSWEEP_TEST_AMX_FAULT=1 PYTHONPATH=$PWD/benchmarks/amx_site make test
 
 It imports torch in every process, so the tests that check a command imports no torch fail by
-construction under it (7 in session 18); docs/reliability.md has the run.
+construction under it (7 of them); docs/reliability.md has the run.
 """
 
 import os
