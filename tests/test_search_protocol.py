@@ -81,6 +81,43 @@ def test_optuna_with_repeat_runs_every_draw_on_every_seed(tmp_path):
     assert done.value == pytest.approx(0.3)  # the seed mean, told once
 
 
+def test_a_repeat_searcher_saved_between_seeds_resumes_to_the_same_seed_mean(tmp_path):
+    """Tune's checkpoint of the searcher (JSON, no pickle of ours) holds which seeds of a draw
+    are still out: a restored searcher tells the study the same seed mean."""
+    from lipsweep.sweep.searchers import SearchRequest, create_searcher
+    from lipsweep.sweep.space import load_space
+
+    space = tmp_path / "s.yaml"
+    space.write_text(
+        "fixed: {epochs: 2}\nrepeat: {seed: [0, 1, 2]}\n"
+        "search: {algorithm: optuna-tpe, num_samples: 2, metric: acc_clean, mode: max, "
+        "space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n"
+    )
+    spec = load_space(space)
+
+    def plan(name):
+        request = SearchRequest(
+            fixed=spec.fixed, space=spec.search.space, repeats=spec.repeats, study_name=name
+        )
+        return create_searcher("optuna-tpe", spec.search.settings, request).search_alg
+
+    first = plan("a")
+    got = [first.suggest(f"t{i}")["trial"] for i in range(4)]
+    first.on_trial_complete("t0", {"acc_clean": 0.1, "lipsweep_final": 1})
+    checkpoint = tmp_path / "searcher.json"
+    first.save(str(checkpoint))
+    assert json.loads(checkpoint.read_text())["repeats"]["waiting"] == {"t0": 2, "t3": 3}
+
+    second = plan("b")
+    second.restore(str(checkpoint))
+    assert second.suggest("t4")["trial"] == {**got[3], "seed": 1}
+    for i, acc in ((1, 0.2), (2, 0.6)):
+        second.on_trial_complete(f"t{i}", {"acc_clean": acc, "lipsweep_final": 1})
+    (done,) = [t for t in second.inner._ot_study.trials if t.state.name == "COMPLETE"]
+    assert done.value == pytest.approx(0.3)
+    assert done.params["lr"] == pytest.approx(got[0]["lr"])
+
+
 def test_repeat_beyond_seed_is_refused_under_a_learning_searcher(tmp_path):
     from lipsweep.sweep.space import load_space
 

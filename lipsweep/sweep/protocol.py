@@ -136,6 +136,30 @@ class Repeats:
         self.lead_of[trial_id] = lead
         return {**config, SEED_KEY: seed}
 
+    def state(self) -> dict[str, Any]:
+        """The bookkeeping as plain JSON values (results cut to the objectives ``names``)."""
+        kept = {
+            lead: [None if r is None else {k: r[k] for k in self.names if k in r} for r in rs]
+            for lead, rs in self.results.items()
+        }
+        return {
+            "queue": [list(item) for item in self.queue],
+            "lead_of": dict(self.lead_of),
+            "waiting": dict(self.waiting),
+            "results": kept,
+            "failed": dict(self.failed),
+            "exhausted": self.exhausted,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Take back what :meth:`state` wrote."""
+        self.queue = [(lead, dict(config), seed) for lead, config, seed in state["queue"]]
+        self.lead_of = dict(state["lead_of"])
+        self.waiting = {k: int(v) for k, v in state["waiting"].items()}
+        self.results = {k: list(v) for k, v in state["results"].items()}
+        self.failed = {k: int(v) for k, v in state["failed"].items()}
+        self.exhausted = bool(state["exhausted"])
+
     def lead(self, trial_id: str) -> Optional[str]:
         """The lead trial of ``trial_id``'s configuration (itself for the first seed)."""
         return self.lead_of.get(trial_id)

@@ -9,8 +9,10 @@ writes to the same SQLite study.
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
-import pickle
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ray.tune.search import Searcher
@@ -92,12 +94,33 @@ class RepeatSearcher(Searcher):
         self.repeats.report(trial_id, final, failed=error)
 
     def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as fh:
-            pickle.dump(self.__dict__, fh)
+        """One JSON file: the seed bookkeeping, and the inner searcher's own checkpoint
+        (Tune's format, restored by Tune's code) as base64."""
+        inner_path = f"{checkpoint_path}.inner"
+        self.inner.save(inner_path)
+        try:
+            inner = base64.b64encode(Path(inner_path).read_bytes()).decode("ascii")
+        finally:
+            Path(inner_path).unlink(missing_ok=True)
+        state = {"repeats": self.repeats.state(), "inner": inner}
+        Path(checkpoint_path).write_text(json.dumps(state, default=_json_scalar))
 
     def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as fh:
-            self.__dict__.update(pickle.load(fh))
+        state = json.loads(Path(checkpoint_path).read_text())
+        inner_path = f"{checkpoint_path}.inner"
+        Path(inner_path).write_bytes(base64.b64decode(state["inner"]))
+        try:
+            self.inner.restore(inner_path)
+        finally:
+            Path(inner_path).unlink(missing_ok=True)
+        self.repeats.load_state(state["repeats"])
+
+
+def _json_scalar(value: Any) -> Any:
+    """numpy scalars as Python numbers; anything else is not state this searcher keeps."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 class OptunaSpace:
