@@ -444,9 +444,9 @@ class _RunTracker(_Tracker):
 
 @pytest.mark.slow
 def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_path, monkeypatch):
-    """Local Ray (2 CPUs), three configurations x 2 seeds, best first: Tune calls the adapter,
-    the core stops the dominated configurations (both seeds), and each stopped trial's run
-    gets its reason as a tag."""
+    """Local Ray, three configurations x 2 seeds, best first, one trial at a time: Tune calls
+    the adapter, the core stops the dominated configurations, a queued seed of a stopped
+    configuration never starts, and each stopped trial's run gets its reason as a tag."""
     import os
 
     import ray
@@ -476,7 +476,7 @@ def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_
                 tune.with_resources(synthetic_trial, {"cpu": 1}),
                 param_space={"trial": tune.grid_search(trials)},
                 tune_config=tune.TuneConfig(
-                    scheduler=sched, max_concurrent_trials=2, reuse_actors=True
+                    scheduler=sched, max_concurrent_trials=1, reuse_actors=True
                 ),
                 run_config=tune.RunConfig(
                     name="moasha",
@@ -488,16 +488,21 @@ def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_
         finally:
             ray.shutdown()
     assert not results.errors, results.errors
-    done = {
-        (r.config["trial"]["x"], r.config["trial"]["seed"]): r.metrics["epoch"] for r in results
+    ran = {
+        (r.config["trial"]["x"], r.config["trial"]["seed"]): r.metrics["epoch"]
+        for r in results
+        if r.config
     }
-    stopped = {k for k, e in done.items() if e < epochs}
-    assert done[(0.9, 0)] == done[(0.9, 1)] == epochs  # the best configuration runs in full
-    assert stopped  # a seed that finished before its configuration was judged ran in full
+    never = [r.metrics["trial_id"] for r in results if not r.config]
+    assert ran[(0.9, 0)] == ran[(0.9, 1)] == epochs  # the best configuration runs in full
+    assert ran[(0.3, 0)] < epochs and (0.3, 1) not in ran  # a queued seed never starts
+    assert never and all(sched.core.group_of[t] in sched.core.stopped for t in never)
+    stopped = [k for k, e in ran.items() if e < epochs]
     groups = {group_key({"x": x, "seed": 0, "epochs": epochs}) for x, _ in stopped}
-    assert groups <= set(sched.core.stopped)
+    assert groups == set(sched.core.stopped)
     tags = {rid: t[TAG_STOPPED_BY] for rid, t in tracker.tags.items() if TAG_STOPPED_BY in t}
-    assert len(tags) == len(stopped) and all("rung at epoch" in t for t in tags.values())
+    assert len(tags) == len(stopped) + len(never)
+    assert all("rung at epoch" in t for t in tags.values())
     assert json.loads(state.read_text())["stopped"]  # what --resume reads back
 
 

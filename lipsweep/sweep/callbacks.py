@@ -442,8 +442,9 @@ class ConsoleProgress(Handoff, Callback):
     def _saved(self, trial, result: dict) -> None:
         """Count the epochs a stopped trial did not run (the status block's compute saved)."""
         full = flat_config(trial.config).get("epochs")
-        if isinstance(result.get("epoch"), (int, float)) and isinstance(full, int):
-            self.progress.stopped_at(trial.trial_id, int(result["epoch"]), full)
+        done = result.get("epoch", 0)  # none: a queued seed the scheduler never started
+        if isinstance(done, (int, float)) and isinstance(full, int):
+            self.progress.stopped_at(trial.trial_id, int(done), full)
 
     @staticmethod
     def _name(trial) -> str:

@@ -95,6 +95,25 @@ class CoreScheduler(Handoff, FIFOScheduler):
         if core.changes != before:
             self._save()
 
+    def choose_trial_to_run(self, tune_controller) -> Any:
+        """FIFO, after ending every queued seed of a configuration the core has stopped: it
+        never starts (Tune's ``stop_trial`` on a PENDING trial tells the searcher and the
+        callbacks it completed, with no result, and the trial ends TERMINATED)."""
+        core = self._ready()
+        for trial in tune_controller.get_trials():
+            if trial.status != "PENDING":
+                continue
+            group = self.group(trial.trial_id, _flat(trial.config))
+            if core.decide(trial.trial_id, group, 0, {}) == "stop":
+                reason = core.reason(trial.trial_id)
+                _log.info(
+                    "%s not started: %s", trial.trial_id, reason.text() if reason else "stopped"
+                )
+                trial.init_local_path()  # its folder: Tune's results list every trial
+                tune_controller.stop_trial(trial)
+                self._save()
+        return super().choose_trial_to_run(tune_controller)
+
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         core = self._ready()
         if TIME_ATTR not in result or any(k in result for k in self.skip_keys):
