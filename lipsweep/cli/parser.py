@@ -7,7 +7,8 @@ import argparse
 import sys
 
 from lipsweep.api._train import TRAIN_MARKER
-from lipsweep.api.options import TRAIN_OUT, default_ray_address, default_tracking_uri
+from lipsweep.api.options import TRAIN_OUT
+from lipsweep.core.options import default_ray_address, default_tracking_uri
 from lipsweep.core.version import __version__
 
 
