@@ -75,6 +75,7 @@ def test_unknown_flag_exits_2(tmp_path):
         (["sweep", "smoke", "--num-cpus", "0"], "--num-cpus: must be >= 1, got 0"),
         (["sweep", "nosuch"], "SPACE: no such file and no shipped search space named 'nosuch'"),
         (["train", "--set", "epochs"], "--set: expected key=value"),
+        (["train", "--set", "nope=1"], "--set: nope: unknown setting"),
         (
             ["confirm", "--experiment", "e", "--top", "1", "--run-id", "r"],
             "--top: excludes --run-id",

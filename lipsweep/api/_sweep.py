@@ -50,11 +50,11 @@ def run(opts: SweepOptions) -> SweepResult:
         run_sweep,
     )
     from lipsweep.sweep.signals import StopSignals
-    from lipsweep.sweep.space import load_space
+    from lipsweep.sweep.space import space_spec
     from lipsweep.sweep.space_record import check_resume_space
     from lipsweep.tracking import check_tracking_uri, redact_uri
 
-    spec = load_space(opts.space)
+    spec = space_spec(opts.space)
     preflight(spec)
     experiment = opts.experiment or spec.name
     check_experiment_name(experiment)
@@ -63,7 +63,7 @@ def run(opts: SweepOptions) -> SweepResult:
     exp_path = experiment_path(storage, experiment)
     shown_uri = redact_uri(opts.tracking_uri)
     result = dict(
-        space=opts.space,
+        space=spec.path,
         experiment=experiment,
         storage=storage,
         experiment_path=exp_path,

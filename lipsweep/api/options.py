@@ -16,8 +16,9 @@ importing torch, Ray or MLflow.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
 from lipsweep.core.options import (
@@ -33,11 +34,15 @@ from lipsweep.core.options import (
 from lipsweep.core.shipped import CONFIGS, SPACES, resolve
 from lipsweep.sweep.options import SweepOptions
 
+if TYPE_CHECKING:
+    from lipsweep.settings.config import TrialConfig
+
 __all__ = [
     "OPTIONS",
     "TRAIN_OUT",
     "BenchSearchOptions",
     "ConfirmOptions",
+    "DataPrepareOptions",
     "DemoOptions",
     "ExportOptions",
     "ParetoOptions",
@@ -68,9 +73,10 @@ def _tracking(obj: Any) -> None:
 class TrainOptions:
     """``lipsweep train [CONFIG] [--out DIR] [--overwrite] [--set KEY=VALUE ...]``."""
 
-    config: Optional[str] = None
-    """Flat YAML of trial settings, or the name of a shipped config (``tiny``); None: every
-    setting at its default, plus ``overrides``."""
+    config: Union[str, Mapping[str, Any], "TrialConfig", None] = None
+    """Flat YAML of trial settings, or the name of a shipped config (``tiny``); from Python
+    also a dict of settings or a ``TrialConfig``; None: every setting at its default, plus
+    ``overrides``."""
     out: str = TRAIN_OUT
     """Output folder (checkpoints, metrics.json, artifacts); the same config resumes there,
     a different one is refused."""
@@ -80,11 +86,14 @@ class TrainOptions:
     """``KEY=VALUE`` settings over the YAML (``--set``), values parsed as YAML."""
 
     def __post_init__(self) -> None:
-        from lipsweep.settings.config import parse_override
+        from lipsweep.settings.config import TrialConfig, parse_override
 
-        check_text(self, "config", optional=True, path=True)
-        if self.config is not None:
-            set_field(self, "config", resolve(CONFIGS, self.config, "config"))
+        if isinstance(self.config, Mapping):  # checked now, as a file's settings are
+            set_field(self, "config", TrialConfig.from_flat(dict(self.config), source="config"))
+        elif not isinstance(self.config, TrialConfig):
+            check_text(self, "config", optional=True, path=True)
+            if self.config is not None:
+                set_field(self, "config", resolve(CONFIGS, self.config, "config"))
         check_text(self, "out", path=True)
         check_bool(self, "overwrite")
         check_texts(self, "overrides")
@@ -298,6 +307,33 @@ class BenchSearchOptions:
         for name in ("replays", "workers", "grace_period", "reduction_factor"):
             if getattr(self, name) > INT_LIMIT:
                 raise ConfigError(name, f"must be at most {INT_LIMIT}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataPrepareOptions:
+    """``lipsweep data prepare --dataset NAME --source PATH --dest URI [--download]``."""
+
+    dataset: str
+    """The dataset to pack: cifar10 or cifar100."""
+    source: str
+    """A torchvision CIFAR root folder (the one holding cifar-10-batches-py or
+    cifar-100-python) or an .npz with x_train, y_train, x_test, y_test."""
+    dest: str
+    """Folder or URI (s3://bucket/prefix, gs://..., file:///shared/data) that every worker
+    can read; DEST/<dataset>.npz and its manifest (sha256) are written there."""
+    download: bool = False
+    """Let torchvision download CIFAR into ``source`` first (on this machine)."""
+
+    def __post_init__(self) -> None:
+        from lipsweep.data.remote import CLASSES
+
+        check_text(self, "dataset")
+        if self.dataset not in CLASSES:
+            msg = f"must be one of {', '.join(sorted(CLASSES))}, got {show(self.dataset)}"
+            raise ConfigError("dataset", msg)
+        check_text(self, "source", path=True)
+        check_text(self, "dest", path=True)
+        check_bool(self, "download")
 
 
 OPTIONS = {

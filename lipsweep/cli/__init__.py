@@ -47,20 +47,30 @@ def error_line(command: str, message: object) -> str:
 def flag_spellings(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
     """Option field -> how ``command``'s line spells it (``num_cpus`` -> ``--num-cpus``,
     ``overrides`` -> ``--set``, a positional -> its metavar, ``SPACE``)."""
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     names: dict[str, str] = {}
-    for action in sub.choices[command]._actions:
-        if action.help == argparse.SUPPRESS:  # a deprecated alias
-            continue
-        longest = max(action.option_strings, key=len, default=None)
-        names.setdefault(action.dest, longest or action.metavar or action.dest.upper())
+    parsers = [_subcommands(parser)[command]]
+    while parsers:  # the command's flags, and its actions' (data prepare)
+        for action in parsers.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+            elif action.help != argparse.SUPPRESS:  # not a deprecated alias
+                longest = max(action.option_strings, key=len, default=None)
+                names.setdefault(action.dest, longest or action.metavar or action.dest.upper())
     return names
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
 
 
 def cli_error(err: ConfigError, spellings: dict[str, str]) -> ConfigError:
     """``err`` naming the flag of the option field it names, and of each option field its
-    message names (``run_id`` -> ``--run-id``); a field of a file stays as it is."""
-    if err.source is not None or err.field not in spellings:
+    message names (``run_id`` -> ``--run-id``); a setting of a file (or of an option that
+    holds settings, ``--set``) stays as it is, its option shown by its flag."""
+    if err.source is not None:
+        return err.with_source(spellings.get(err.source, err.source))
+    if err.field not in spellings:
         return err
     message = err.message
     for name, spelling in spellings.items():

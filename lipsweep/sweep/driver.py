@@ -479,7 +479,7 @@ def _run_on_ray(
             exp_path,
             opts.experiment,
             flat_params,
-            Path(spec.path),
+            _space_file(spec),
             owner=owner,
             adopt=_adoption_policy(opts.resume, locked),
             datasets=_sweep_datasets(spec),
@@ -594,6 +594,12 @@ def _run_on_ray(
         )
     trials = list(mlflow_cb.outcomes.values())
     return SweepOutcome(ok, summary, parent, exp_path, trials=trials, ran=ran)
+
+
+def _space_file(spec: SweepSpec) -> Optional[Path]:
+    """The space's YAML file, logged to the parent run; None for a space given as a dict."""
+    path = Path(spec.path)
+    return path if path.is_file() and path.read_text() == spec.text else None
 
 
 def _sweep_datasets(spec: SweepSpec) -> list[dict[str, Any]]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from lipsweep.core.config_base import ConfigError, show
 from lipsweep.core.options import (
@@ -25,14 +26,18 @@ from lipsweep.core.options import (
 )
 from lipsweep.core.shipped import SPACES, resolve
 
+if TYPE_CHECKING:
+    from lipsweep.sweep.space import SweepSpec
+
 
 @dataclass(frozen=True, kw_only=True)
 class SweepOptions:
     """``lipsweep sweep SPACE [--experiment NAME] [--storage DIR] [--resume] ...``."""
 
-    space: str
+    space: Union[str, Mapping[str, Any], "SweepSpec"]
     """Search-space YAML, or the name of a shipped space (``smoke``; ``lipsweep spaces`` lists
-    them), which becomes the path of its installed file."""
+    them), which becomes the path of its installed file; from Python also a dict of the
+    YAML's keys or a parsed ``SweepSpec``, validated as a file is when the sweep starts."""
     experiment: Optional[str] = None
     """MLflow experiment and sweep name (None: the YAML's ``name``)."""
     storage: Optional[str] = None
@@ -59,8 +64,11 @@ class SweepOptions:
     the working folder)."""
 
     def __post_init__(self) -> None:
-        check_text(self, "space", path=True)
-        set_field(self, "space", resolve(SPACES, self.space, "space"))
+        if isinstance(self.space, Mapping):
+            set_field(self, "space", dict(self.space))
+        elif type(self.space).__name__ != "SweepSpec":  # the spec's module is not imported yet
+            check_text(self, "space", path=True)
+            set_field(self, "space", resolve(SPACES, self.space, "space"))
         check_text(self, "experiment", optional=True)
         if self.experiment is not None:
             check_experiment_name(self.experiment)
