@@ -28,6 +28,7 @@ from lipsweep.core.options import (
     check_ray_address,
     check_text,
     check_texts,
+    cli,
     default_tracking_uri,
     set_field,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "make_options",
 ]
 
+OBJECTIVE = "NAME:max|min"
 TRAIN_OUT = "runs/train"
 """``lipsweep train``'s output folder unless ``out`` names one (its parents are created)."""
 
@@ -73,17 +75,19 @@ def _tracking(obj: Any) -> None:
 class TrainOptions:
     """``lipsweep train [CONFIG] [--out DIR] [--overwrite] [--set KEY=VALUE ...]``."""
 
-    config: Union[str, Mapping[str, Any], "TrialConfig", None] = None
-    """Flat YAML of trial settings, or the name of a shipped config (``tiny``); from Python
-    also a dict of settings or a ``TrialConfig``; None: every setting at its default, plus
-    ``overrides``."""
+    config: Union[str, Mapping[str, Any], "TrialConfig", None] = field(
+        default=None, metadata=cli(positional=True, metavar="CONFIG")
+    )
+    """Flat YAML of trial settings, or the name of a shipped config (``tiny``) (None: the
+    defaults of every setting, plus ``overrides``). From Python: also a dict of settings or a
+    ``TrialConfig``, checked as a file's settings are."""
     out: str = TRAIN_OUT
     """Output folder (checkpoints, metrics.json, artifacts); the same config resumes there,
     a different one is refused."""
     overwrite: bool = False
     """Delete ``out`` first and start over; only a folder an earlier train made is deleted."""
-    overrides: tuple[str, ...] = ()
-    """``KEY=VALUE`` settings over the YAML (``--set``), values parsed as YAML."""
+    overrides: tuple[str, ...] = field(default=(), metadata=cli(flag="--set", metavar="KEY=VALUE"))
+    """``KEY=VALUE`` settings over the config, each value parsed as YAML (``epochs=3``)."""
 
     def __post_init__(self) -> None:
         from lipsweep.settings.config import TrialConfig, parse_override
@@ -109,13 +113,14 @@ class ParetoOptions:
 
     experiment: str
     """MLflow experiment of the sweep."""
-    objective: Optional[tuple[str, ...]] = None
+    objective: Optional[tuple[str, ...]] = field(default=None, metadata=cli(metavar=OBJECTIVE))
     """Objectives ``NAME:max|min`` (None: acc_clean:max acc_pgd_4:max acc_aa_2:max
     lip_jacobian_median:min)."""
     per_run: bool = False
     """Rank single runs even when an arm (configs that differ only in seed) has 2+ seeds."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
         check_text(self, "experiment")
@@ -137,16 +142,17 @@ class ExportOptions:
     select: Optional[str] = None
     """Selection rule on the front, e.g. 'pgd4-within-clean:1.0' (None: that) or
     'max:acc_aa_2'."""
-    objective: Optional[tuple[str, ...]] = None
+    objective: Optional[tuple[str, ...]] = field(default=None, metadata=cli(metavar=OBJECTIVE))
     """Objectives defining the front (as for pareto)."""
     per_run: bool = False
     """Select among single runs even when an arm has 2 or more seeds."""
     force: bool = False
     """Replace a previous export in ``out``."""
-    register: Optional[str] = None
+    register: Optional[str] = field(default=None, metadata=cli(metavar="MODEL_NAME"))
     """Also register the export in the MLflow model registry under this name."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
         check_text(self, "experiment")
@@ -177,10 +183,11 @@ class ReportOptions:
     """MLflow experiment of the sweep."""
     out: Optional[str] = None
     """Output folder, made with its parents (None: reports/EXPERIMENT)."""
-    objective: Optional[tuple[str, ...]] = None
+    objective: Optional[tuple[str, ...]] = field(default=None, metadata=cli(metavar=OBJECTIVE))
     """Objectives of the Pareto figure (as for pareto)."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
         check_text(self, "experiment")
@@ -195,18 +202,21 @@ class ConfirmOptions:
 
     experiment: str
     """MLflow experiment of the sweep."""
-    top: Optional[int] = None
+    top: Optional[int] = field(default=None, metadata=cli(metavar="N"))
     """The N best by Pareto rank: arms (every run of each) when an arm has 2 or more seeds,
     else runs (None: the front)."""
-    run_id: Optional[tuple[str, ...]] = None
+    run_id: Optional[tuple[str, ...]] = field(
+        default=None, metadata=cli(action="extend", nargs="+", metavar="ID")
+    )
     """Confirm these child runs instead of the front."""
-    images: int = 0
+    images: int = field(default=0, metadata=cli(metavar="N"))
     """Test images: the seeded subset of N (0: the whole test split of the run's data)."""
     ray_address: Optional[str] = None
     """Run each evaluation as a Ray task on this cluster (None: here, one after the other);
     the flag is ``--ray-address``, as for ``sweep`` (``--address`` is a deprecated alias)."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
         check_text(self, "experiment")
@@ -234,7 +244,8 @@ class DemoOptions:
     num_cpus: Optional[int] = None
     """CPUs of the local Ray instance."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
         check_text(self, "space", optional=True, path=True)
@@ -254,9 +265,9 @@ class BenchSearchOptions:
 
     table: str
     """The recorded table (CSV; benchmarks/data/)."""
-    objective: tuple[str, ...] = ()
+    objective: tuple[str, ...] = field(default=(), metadata=cli(metavar=OBJECTIVE))
     """``NAME:max|min`` of final columns (the front the hypervolume is taken of)."""
-    stop_on: tuple[str, ...] = ()
+    stop_on: tuple[str, ...] = field(default=(), metadata=cli(metavar=OBJECTIVE))
     """``NAME:max|min`` of per-epoch columns moasha stops on (default: each objective's
     per-epoch counterpart, ``probe_<name>`` where the objective is final only)."""
     budget: float = 0.4
@@ -313,7 +324,7 @@ class BenchSearchOptions:
 class DataPrepareOptions:
     """``lipsweep data prepare --dataset NAME --source PATH --dest URI [--download]``."""
 
-    dataset: str
+    dataset: str = field(metadata=cli(choices=("cifar10", "cifar100")))
     """The dataset to pack: cifar10 or cifar100."""
     source: str
     """A torchvision CIFAR root folder (the one holding cifar-10-batches-py or

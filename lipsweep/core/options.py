@@ -26,6 +26,13 @@ def default_ray_address() -> Optional[str]:
     return os.environ.get("RAY_ADDRESS")
 
 
+def cli(**spec: Any) -> dict[str, Any]:
+    """A field's metadata for its command-line flag, where the field alone does not say it:
+    ``flag`` (another spelling), ``positional``, ``metavar``, ``action``, ``nargs``,
+    ``choices`` (:mod:`lipsweep.cli.parser` reads it)."""
+    return {"cli": spec}
+
+
 def set_field(obj: Any, name: str, value: Any) -> None:
     """Normalise field ``name`` of a frozen dataclass, in its ``__post_init__``."""
     object.__setattr__(obj, name, value)

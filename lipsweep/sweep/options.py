@@ -20,6 +20,7 @@ from lipsweep.core.options import (
     check_int,
     check_ray_address,
     check_text,
+    cli,
     default_ray_address,
     default_tracking_uri,
     set_field,
@@ -34,9 +35,11 @@ if TYPE_CHECKING:
 class SweepOptions:
     """``lipsweep sweep SPACE [--experiment NAME] [--storage DIR] [--resume] ...``."""
 
-    space: Union[str, Mapping[str, Any], "SweepSpec"]
+    space: Union[str, Mapping[str, Any], "SweepSpec"] = field(
+        metadata=cli(positional=True, metavar="SPACE")
+    )
     """Search-space YAML, or the name of a shipped space (``smoke``; ``lipsweep spaces`` lists
-    them), which becomes the path of its installed file; from Python also a dict of the
+    them), which becomes the path of its installed file. From Python: also a dict of the
     YAML's keys or a parsed ``SweepSpec``, validated as a file is when the sweep starts."""
     experiment: Optional[str] = None
     """MLflow experiment and sweep name (None: the YAML's ``name``)."""
@@ -53,7 +56,7 @@ class SweepOptions:
     """Connect to this Ray cluster (None: $RAY_ADDRESS, or a local instance)."""
     num_cpus: Optional[int] = None
     """CPUs of a local Ray instance."""
-    status_every: float = 30.0
+    status_every: float = field(default=30.0, metadata=cli(metavar="SECONDS"))
     """Seconds between status blocks (running/pending/finished, ETA, best trial), which
     also come at each trial's end (0: at trial ends only)."""
     dashboard: bool = False
