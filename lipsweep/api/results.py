@@ -63,7 +63,7 @@ class SweepResult:
     """A sweep (``lipsweep sweep``): its experiment, its runs and how they ended."""
 
     space: str
-    """The search-space file."""
+    """The search-space file (``space`` for a space given as a dict)."""
     experiment: str
     storage: str
     experiment_path: str
