@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,14 +16,16 @@ from _sweep_helpers import NONE, client, npz_space, sqlite_uri, sweep_in_process
 
 from lipsweep import api
 from lipsweep.api.options import OPTIONS
-from lipsweep.cli import COMMANDS, build_parser
+from lipsweep.cli import build_parser
+from lipsweep.cli.parser import DATA_ACTIONS, SUBCOMMANDS
 from lipsweep.core.config_base import ConfigError, UsageError
+from lipsweep.core.field_docs import field_docs
 
 pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI_ONLY = {"train": {"help_settings"}}
-"""Flags that are the CLI's alone: they print something and exit, and run no command."""
+CLI_ONLY = ("help_settings", "command", "data_command")
+"""Arguments that are the CLI's alone: a flag that prints and exits, the subcommand names."""
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -45,66 +48,78 @@ def _flag_default(action: argparse.Action):
     return tuple(action.default) if isinstance(action.default, list) else action.default
 
 
-def test_every_flag_of_each_subcommand_is_an_option_field_with_its_default(monkeypatch):
-    """Names (argparse's dest) and defaults, both ways, for every subcommand that has
-    options; the env-read defaults (--tracking-uri, --ray-address) are read the same way."""
+def _documented() -> list[tuple[type, argparse.ArgumentParser]]:
+    """Each options dataclass with the (sub)command parser made from it."""
+    parsers = _subparsers()
+    data = next(a for a in parsers["data"]._actions if isinstance(a, argparse._SubParsersAction))
+    made = [(c.options, parsers[n]) for n, c in SUBCOMMANDS.items() if c.options is not None]
+    return made + [(c.options, data.choices[n]) for n, c in DATA_ACTIONS.items()]
+
+
+def test_the_parser_exposes_exactly_the_documented_fields(monkeypatch):
+    """Every field of every options dataclass has a docstring, and is one flag: its name
+    (argparse's dest), its default (the env-read ones read the same way), its doc the help."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///from-env.db")
     monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6379")
-    parsers = _subparsers()
-    # the three without options: lists (models, spaces) and data prepare
-    assert set(OPTIONS) == set(COMMANDS) - {"models", "spaces", "data"}
-    for name, cls in OPTIONS.items():
-        flags = {
-            a.dest: _flag_default(a)
-            for a in parsers[name]._actions
-            if a.dest not in ("help", "verbose") and a.dest not in CLI_ONLY.get(name, ())
+    made = _documented()
+    assert {cls for cls, _ in made} == set(OPTIONS.values()) | {api.DataPrepareOptions}
+    for cls, parser in made:
+        docs = field_docs(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert [n for n in fields if not docs.get(n)] == [], cls.__name__
+        actions = {
+            a.dest: a
+            for a in parser._actions
+            if a.dest not in ("help", "verbose", *CLI_ONLY) and a.help != argparse.SUPPRESS
         }
-        fields = {f.name: _field_default(f) for f in dataclasses.fields(cls)}
-        assert flags == fields, name
+        assert set(actions) == set(fields), cls.__name__
+        for name, action in actions.items():
+            assert _flag_default(action) == _field_default(fields[name]), (cls.__name__, name)
+            words = re.sub(r"``([^`]+)``|\(None:", "", docs[name]).lower().split()[1:4]
+            assert all(w.strip(".,;") in action.help.lower() for w in words), (cls.__name__, name)
     assert api.SweepOptions(space="s.yaml").tracking_uri == "sqlite:///from-env.db"
     assert api.SweepOptions(space="s.yaml").ray_address == "10.1.2.3:6379"
 
 
-def test_the_flag_comparison_sees_a_drift(monkeypatch):
-    """The comparison above fails on a default that drifted (the test can fail)."""
-    drifted = dataclasses.make_dataclass(
-        "ParetoOptions", [("experiment", str), ("objective", object, None), ("per_run", bool, True)]
-    )
-    parser = _subparsers()["pareto"]
-    flags = {a.dest: _flag_default(a) for a in parser._actions if a.dest not in ("help", "verbose")}
-    fields = {f.name: _field_default(f) for f in dataclasses.fields(drifted)}
-    assert flags != fields
+def test_an_undocumented_field_is_seen():
+    """The check above can fail: a field without a docstring has no doc."""
+    bare = dataclasses.make_dataclass("ParetoOptions", [("experiment", str)])
+    assert field_docs(bare) == {}
 
 
 _BENCH = {"table": "t.csv", "objective": ["acc_clean:max"]}
 
 
 @pytest.mark.parametrize(
-    "cls,kwargs,flag",
+    "cls,kwargs,name",
     [
-        (api.SweepOptions, {"space": "s.yaml", "num_cpus": 0}, "--num-cpus"),
-        (api.SweepOptions, {"space": "s.yaml", "num_cpus": True}, "--num-cpus"),
-        (api.SweepOptions, {"space": "s.yaml", "max_concurrent_trials": 0}, "--max-concurrent"),
-        (api.SweepOptions, {"space": "s.yaml", "status_every": -1}, "--status-every"),
-        (api.SweepOptions, {"space": "s.yaml", "experiment": "../x"}, "--experiment"),
-        (api.SweepOptions, {"space": "s.yaml", "resume": "yes"}, "--resume"),
-        (api.SweepOptions, {"space": ""}, "SPACE"),
-        (api.TrainOptions, {"overrides": ["epochs"]}, "--set"),
+        (api.SweepOptions, {"space": "s.yaml", "num_cpus": 0}, "num_cpus"),
+        (api.SweepOptions, {"space": "s.yaml", "num_cpus": True}, "num_cpus"),
+        (api.SweepOptions, {"space": "s.yaml", "max_concurrent_trials": 0}, "max_concurrent"),
+        (api.SweepOptions, {"space": "s.yaml", "status_every": -1}, "status_every"),
+        (api.SweepOptions, {"space": "s.yaml", "experiment": "../x"}, "experiment"),
+        (api.SweepOptions, {"space": "s.yaml", "resume": "yes"}, "resume"),
+        (api.SweepOptions, {"space": "s.yaml", "ray_address": "nowhere"}, "ray_address"),
+        (api.SweepOptions, {"space": ""}, "space"),
+        (api.TrainOptions, {"overrides": ["epochs"]}, "overrides"),
         (api.ParetoOptions, {"experiment": "e", "objective": ["acc_clean"]}, "objective"),
         (api.ExportOptions, {"experiment": "e", "out": "o", "select": "max:"}, "select"),
-        (api.ConfirmOptions, {"experiment": "e", "top": 0}, "--top"),
-        (api.ConfirmOptions, {"experiment": "e", "top": 1, "run_id": ["r"]}, "--top"),
-        (api.ConfirmOptions, {"experiment": "e", "images": -1}, "--images"),
-        (api.DemoOptions, {"num_cpus": 0}, "--num-cpus"),
-        (api.BenchSearchOptions, _BENCH | {"reduction_factor": 1}, "--reduction-factor"),
-        (api.BenchSearchOptions, _BENCH | {"reduction_factor": 2.5}, "--reduction-factor"),
-        (api.BenchSearchOptions, _BENCH | {"grace_period": 0}, "--grace-period"),
+        (api.ExportOptions, {"experiment": "e", "out": "o", "register": "a/b"}, "register"),
+        (api.ConfirmOptions, {"experiment": "e", "top": 0}, "top"),
+        (api.ConfirmOptions, {"experiment": "e", "top": 1, "run_id": ["r"]}, "top"),
+        (api.ConfirmOptions, {"experiment": "e", "images": -1}, "images"),
+        (api.DemoOptions, {"num_cpus": 0}, "num_cpus"),
+        (api.BenchSearchOptions, _BENCH | {"reduction_factor": 1}, "reduction_factor"),
+        (api.BenchSearchOptions, _BENCH | {"reduction_factor": 2.5}, "reduction_factor"),
+        (api.BenchSearchOptions, _BENCH | {"grace_period": 0}, "grace_period"),
     ],
 )
-def test_options_are_checked_when_made_naming_the_flag(cls, kwargs, flag):
+def test_options_are_checked_when_made_naming_the_field(cls, kwargs, name):
+    """From Python a bad value names the field (``num_cpus``); the CLI names the flag."""
     with pytest.raises(ConfigError) as exc:
         cls(**kwargs)
-    assert exc.value.format().startswith(flag), exc.value.format()
+    assert exc.value.format().startswith(name), exc.value.format()
+    assert "--" not in exc.value.format(), exc.value.format()
 
 
 def test_options_are_frozen_and_normalised():
@@ -125,7 +140,7 @@ def test_api_functions_take_options_or_keywords(tmp_path, monkeypatch):
         api.pareto()
     with pytest.raises(TypeError, match="not both"):
         api.pareto(api.ParetoOptions(experiment="e"), per_run=True)
-    with pytest.raises(ConfigError, match="--num-cpus"):
+    with pytest.raises(ConfigError, match="^num_cpus: must be >= 1, got 0$"):
         api.sweep(space="s.yaml", num_cpus=0)
     with pytest.raises(UsageError, match="--tracking-uri"):  # the world: no such store
         api.pareto(experiment="e", tracking_uri=f"sqlite:///{tmp_path}/none.db")

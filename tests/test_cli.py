@@ -69,6 +69,26 @@ def test_unknown_flag_exits_2(tmp_path):
     assert bad.returncode == 2 and "--status-every: must be a number of seconds" in bad.stderr
 
 
+@pytest.mark.parametrize(
+    "argv,line",
+    [
+        (["sweep", "smoke", "--num-cpus", "0"], "--num-cpus: must be >= 1, got 0"),
+        (["sweep", "nosuch"], "SPACE: no such file and no shipped search space named 'nosuch'"),
+        (["train", "--set", "epochs"], "--set: expected key=value"),
+        (["train", "--set", "nope=1"], "--set: nope: unknown setting"),
+        (
+            ["confirm", "--experiment", "e", "--top", "1", "--run-id", "r"],
+            "--top: excludes --run-id",
+        ),
+    ],
+)
+def test_option_errors_name_the_flag(capsys, argv, line):
+    """The API's errors name the field (``num_cpus``); the CLI shows its flag instead."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"lipsweep {argv[0]}: error: {line}"), err
+
+
 def test_help_settings_lists_every_setting(capsys):
     assert main(["train", "--help-settings"]) == 0
     out = capsys.readouterr().out

@@ -139,7 +139,7 @@ def test_a_held_experiment_lock_refuses_a_second_driver_before_any_write(tmp_pat
 
 def test_parent_run_is_adopted_only_with_resume_and_only_from_a_gone_owner(tmp_path):
     """Remote storage has no file lock: the parent run's owner/heartbeat tags decide."""
-    from lipsweep.sweep.driver import SweepOptions, _adoption_policy
+    from lipsweep.sweep.driver import _adoption_policy
     from lipsweep.tracking import TAG_HEARTBEAT, TAG_OWNER, SweepBusy, Tracker
 
     uri = empty_store(tmp_path / "mlflow.db")
@@ -151,36 +151,25 @@ def test_parent_run_is_adopted_only_with_resume_and_only_from_a_gone_owner(tmp_p
         first = Tracker(uri, "exp")
         rid = first.open_parent("s3://b/exp", "exp", {}, owner=f"{host} {live.pid} T0")
 
-        def opts(resume: bool) -> SweepOptions:
-            return SweepOptions("exp", "s3://b", uri, resume=resume, owner=f"{host} 1 T1")
-
         second = Tracker(uri, "exp")
         with pytest.raises(SweepBusy, match="pass --resume"):
-            second.open_parent(
-                "s3://b/exp", "exp", {}, owner="x", adopt=_adoption_policy(opts(False))
-            )
+            second.open_parent("s3://b/exp", "exp", {}, owner="x", adopt=_adoption_policy(False))
         with pytest.raises(SweepBusy, match=f"host {host}, pid {live.pid}, since T0"):
-            second.open_parent(
-                "s3://b/exp", "exp", {}, owner="x", adopt=_adoption_policy(opts(True))
-            )
+            second.open_parent("s3://b/exp", "exp", {}, owner="x", adopt=_adoption_policy(True))
         first.set_tags(rid, {TAG_OWNER: f"{host} {dead.pid} T0"})  # owner died
         assert (
             second.open_parent(
-                "s3://b/exp", "exp", {}, owner=f"{host} 7 T2", adopt=_adoption_policy(opts(True))
+                "s3://b/exp", "exp", {}, owner=f"{host} 7 T2", adopt=_adoption_policy(True)
             )
             == rid
         )
         other = {TAG_OWNER: "otherhost 5 T3", TAG_HEARTBEAT: f"{time.time():.0f}"}
         first.set_tags(rid, other)  # fresh heartbeat
         with pytest.raises(SweepBusy, match="host otherhost, pid 5"):
-            second.open_parent(
-                "s3://b/exp", "exp", {}, owner="x", adopt=_adoption_policy(opts(True))
-            )
+            second.open_parent("s3://b/exp", "exp", {}, owner="x", adopt=_adoption_policy(True))
         first.set_tags(rid, {TAG_HEARTBEAT: f"{time.time() - 3600:.0f}"})  # stale heartbeat
         assert (
-            second.open_parent(
-                "s3://b/exp", "exp", {}, owner="x", adopt=_adoption_policy(opts(True))
-            )
+            second.open_parent("s3://b/exp", "exp", {}, owner="x", adopt=_adoption_policy(True))
             == rid
         )
         assert client(uri).get_run(rid).data.tags[TAG_OWNER] == "x"

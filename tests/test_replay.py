@@ -103,7 +103,7 @@ def test_the_table_reads_back_with_its_per_epoch_and_final_columns(tmp_path):
     bad.write_text("param:a,seed,epoch\nx,0,1\n")
     with pytest.raises(ConfigError, match="epoch_seconds") as err:
         replay.load_table(bad)
-    assert err.value.field == "--table"
+    assert err.value.field == "table"
     # the format: a `config` key and no settings columns reads as the same table
     keyed = tmp_path / "keyed.csv"
     rows = [

@@ -193,7 +193,7 @@ def test_a_huge_reduction_factor_is_one_line_in_the_cli_and_the_api(tmp_path, ca
             table=str(table), objective=("acc_clean:max",), reduction_factor=10**400,
             out=str(tmp_path / "o"),
         )  # fmt: skip
-    assert exc.value.field == "--reduction-factor"
+    assert exc.value.field == "reduction_factor"
 
 
 @pytest.mark.parametrize("value", ["1.5", "0", "-0.2", "nan"])

@@ -170,7 +170,7 @@ def test_bench_search_replays_plugin_searchers_and_schedulers(tmp_path):
         assert all(r.stopped > 0 for r in runs["first-half+strict"])
         with pytest.raises(ConfigError, match="unknown scheduler 'nope'") as exc:
             replay.parse_method("grid+nope")
-        assert exc.value.field == "--method"
+        assert exc.value.field == "method"
     finally:
         unregister_searcher("first-half")
         unregister_scheduler("strict")

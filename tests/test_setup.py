@@ -284,9 +284,10 @@ def test_sweep_dashboard_listens_on_loopback(tmp_path):
 
     script = (
         "import logging, urllib.request, ray\n"
-        "from lipsweep.sweep.driver import SweepOptions, _init_ray\n"
+        "from lipsweep.sweep.driver import _init_ray\n"
+        "from lipsweep.sweep.options import SweepOptions\n"
         "logging.basicConfig(level=logging.INFO)\n"
-        "_init_ray(SweepOptions('x', 'x', '', num_cpus=1, dashboard=True))\n"
+        "_init_ray(SweepOptions(space='smoke', num_cpus=1, dashboard=True, ray_address=None))\n"
         "url = ray._private.worker.global_worker.node.address_info['webui_url']\n"
         "print('URL', url, urllib.request.urlopen('http://' + url + '/', timeout=60).status)\n"
         "ray.shutdown()\n"

@@ -269,10 +269,9 @@ def test_a_ray_already_running_in_the_process_is_used_and_its_unapplied_options_
     import ray
 
     from lipsweep.sweep import driver
+    from lipsweep.sweep.options import SweepOptions
 
-    opts = driver.SweepOptions(
-        experiment="e", storage=str(tmp_path), tracking_uri="sqlite:///x.db", num_cpus=2
-    )
+    opts = SweepOptions(space="smoke", num_cpus=2, ray_address=None)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
@@ -280,15 +279,11 @@ def test_a_ray_already_running_in_the_process_is_used_and_its_unapplied_options_
         assert "num_cpus=2 (it has 1 CPU) not applied" in caplog.text
         assert "ray.shutdown()" in caplog.text
         caplog.clear()
-        same = driver.SweepOptions(
-            experiment="e", storage=str(tmp_path), tracking_uri="x", num_cpus=1
-        )
+        same = SweepOptions(space="smoke", num_cpus=1, ray_address=None)
         with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
             assert driver._init_ray(same) is None
         assert caplog.text == ""  # what it asked for is what it has
-        joined = driver.SweepOptions(
-            experiment="e", storage=str(tmp_path), tracking_uri="x", ray_address="head:6379"
-        )
+        joined = SweepOptions(space="smoke", ray_address="head:6379")
         with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
             assert driver._init_ray(joined) is None
         assert "ray_address='head:6379' not applied" in caplog.text

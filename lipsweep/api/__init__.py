@@ -32,6 +32,7 @@ from typing import Any, Optional
 from lipsweep.api.options import (
     BenchSearchOptions,
     ConfirmOptions,
+    DataPrepareOptions,
     DemoOptions,
     ExportOptions,
     ParetoOptions,
@@ -51,7 +52,9 @@ from lipsweep.api.results import (
     FrontMember,
     OutcomeCounts,
     ParetoResult,
+    PreparedData,
     ReportResult,
+    ShippedSpace,
     SweepResult,
     TrainResult,
     TrialRun,
@@ -68,6 +71,13 @@ __all__ = [
     "export",
     "demo",
     "bench_search",
+    "prepare_data",
+    "models",
+    "spaces",
+    "settings_help",
+    "DataPrepareOptions",
+    "PreparedData",
+    "ShippedSpace",
     "BenchSearchOptions",
     "BenchSearchResult",
     "TrainOptions",
@@ -175,3 +185,35 @@ def bench_search(
     from lipsweep.api import _bench
 
     return _bench.run(make_options(BenchSearchOptions, options, kwargs))
+
+
+def prepare_data(options: Optional[DataPrepareOptions] = None, /, **kwargs: Any) -> PreparedData:
+    """Pack CIFAR once into ``DEST/<dataset>.npz`` plus its manifest, for every worker of a
+    cluster to read (``lipsweep data prepare``); a space's ``data_dir`` names ``.file``."""
+    show_info_lines()
+    from lipsweep.api import _lists
+
+    return _lists.prepare_data(make_options(DataPrepareOptions, options, kwargs))
+
+
+def models() -> list[str]:
+    """The timm ViT architectures lipsweep can build (``lipsweep models``)."""
+    from lipsweep.api import _lists
+
+    return _lists.models()
+
+
+def spaces() -> list[ShippedSpace]:
+    """The search spaces shipped with lipsweep (``lipsweep spaces``); ``sweep(space=name)``
+    runs one."""
+    from lipsweep.api import _lists
+
+    return _lists.spaces()
+
+
+def settings_help() -> str:
+    """Every trial setting with its default and its doc (``lipsweep train --help-settings``):
+    the keys of a config, a ``--set`` and a space's ``fixed``."""
+    from lipsweep.api import _lists
+
+    return _lists.settings_help()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from lipsweep.api.options import SweepOptions, check_experiment_name
+from lipsweep.api.options import SweepOptions
 from lipsweep.api.results import OutcomeCounts, SweepResult, TrialRun
+from lipsweep.core.options import check_experiment_name
 
 if TYPE_CHECKING:
     from lipsweep.sweep.space import SweepSpec
@@ -48,13 +49,12 @@ def run(opts: SweepOptions) -> SweepResult:
         owner_id,
         run_sweep,
     )
-    from lipsweep.sweep.driver import SweepOptions as DriverOptions
     from lipsweep.sweep.signals import StopSignals
-    from lipsweep.sweep.space import load_space
+    from lipsweep.sweep.space import space_spec
     from lipsweep.sweep.space_record import check_resume_space
     from lipsweep.tracking import check_tracking_uri, redact_uri
 
-    spec = load_space(opts.space)
+    spec = space_spec(opts.space)
     preflight(spec)
     experiment = opts.experiment or spec.name
     check_experiment_name(experiment)
@@ -63,7 +63,7 @@ def run(opts: SweepOptions) -> SweepResult:
     exp_path = experiment_path(storage, experiment)
     shown_uri = redact_uri(opts.tracking_uri)
     result = dict(
-        space=opts.space,
+        space=spec.path,
         experiment=experiment,
         storage=storage,
         experiment_path=exp_path,
@@ -100,19 +100,7 @@ def run(opts: SweepOptions) -> SweepResult:
             from lipsweep.sweep.searchers.study import check_new_study, study_db
 
             check_new_study(study_db(opts.tracking_uri, storage, experiment), experiment)
-        driver_opts = DriverOptions(
-            experiment=experiment,
-            storage=storage,
-            tracking_uri=opts.tracking_uri,
-            resume=opts.resume,
-            max_concurrent_trials=opts.max_concurrent_trials,
-            ray_address=opts.ray_address,
-            num_cpus=opts.num_cpus,
-            status_every=opts.status_every,
-            dashboard=opts.dashboard,
-            owner=owner,
-            locked=lock is not None,
-        )
+        driver_opts = opts.resolved(experiment, storage)
         _log.info(
             "sweep %r: %d trials -> storage %s, MLflow %s",
             experiment,
@@ -122,7 +110,9 @@ def run(opts: SweepOptions) -> SweepResult:
         )
         with StopSignals() as stop:
             try:
-                outcome = run_sweep(spec, driver_opts, stop, extra_callbacks)
+                outcome = run_sweep(
+                    spec, driver_opts, stop, extra_callbacks, owner=owner, locked=lock is not None
+                )
             except KeyboardInterrupt:  # a signal while Ray or the parent run was starting
                 outcome = None
     finally:

@@ -24,10 +24,12 @@ def run(opts: TrainOptions) -> TrainResult:
     from lipsweep.settings.config import TrialConfig, parse_override
 
     overrides = dict(parse_override(o) for o in opts.overrides)
-    if opts.config:
+    if isinstance(opts.config, TrialConfig):
+        cfg = TrialConfig.from_flat({**opts.config.to_flat(), **overrides}, source="config")
+    elif opts.config:
         cfg = TrialConfig.from_yaml(opts.config, overrides)
     else:
-        cfg = TrialConfig.from_flat(overrides, source="--set")
+        cfg = TrialConfig.from_flat(overrides, source="overrides")
     cfg.model.validate_name()
     out = check_folder("--out", opts.out, make_parents=opts.out == TRAIN_OUT)
     if opts.overwrite:

@@ -1,102 +1,65 @@
 """The options of each command: one frozen dataclass per ``lipsweep`` subcommand.
 
-A field has the name (argparse's ``dest``) and the default of the command's flag;
-``tests/test_api.py`` compares every flag with its field, so the two cannot drift. Each
-dataclass checks its own fields once, in ``__post_init__``: a bad value raises
-:class:`~lipsweep.core.config_base.ConfigError` naming the flag (``--num-cpus``,
-``--top``...), before anything is read, written or started. What only the world can answer
-(does the store exist, is the folder writable, is the Ray address reachable) is checked by
-the command itself, still before its first write.
+The command line is made from them (:mod:`lipsweep.cli.parser`): a field is a flag of the
+same name (argparse's ``dest``), with its default, and its docstring is the flag's help.
+Each dataclass checks its own fields once, in ``__post_init__``: a bad value raises
+:class:`~lipsweep.core.config_base.ConfigError` naming the field (``num_cpus``, ``top``...;
+the CLI shows the flag, ``--num-cpus``), before anything is read, written or started. What
+only the world can answer (does the store exist, is the folder writable, is the Ray address
+reachable) is checked by the command itself, still before its first write.
 
-Torch-free and light: ``sweep --dry-run`` builds :class:`SweepOptions` without importing
-torch, Ray or MLflow.
+:class:`SweepOptions` lives beside the sweep driver that reads it
+(:mod:`lipsweep.sweep.options`). Torch-free and light: ``sweep --dry-run`` builds it without
+importing torch, Ray or MLflow.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
+from lipsweep.core.options import (
+    check_bool,
+    check_experiment_name,
+    check_int,
+    check_ray_address,
+    check_text,
+    check_texts,
+    cli,
+    default_tracking_uri,
+    set_field,
+)
 from lipsweep.core.shipped import CONFIGS, SPACES, resolve
+from lipsweep.sweep.options import SweepOptions
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-"""A SQLite MLflow store in the working folder (docs/contract.md)."""
+if TYPE_CHECKING:
+    from lipsweep.settings.config import TrialConfig
+
+__all__ = [
+    "OPTIONS",
+    "TRAIN_OUT",
+    "BenchSearchOptions",
+    "ConfirmOptions",
+    "DataPrepareOptions",
+    "DemoOptions",
+    "ExportOptions",
+    "ParetoOptions",
+    "ReportOptions",
+    "SweepOptions",
+    "TrainOptions",
+    "make_options",
+]
+
+OBJECTIVE = "NAME:max|min"
 TRAIN_OUT = "runs/train"
-"""``lipsweep train``'s output folder unless ``--out`` names one (its parents are created)."""
-
-_FLAGS = {"overrides": "--set", "space": "SPACE", "config": "CONFIG"}
-
-
-def flag(name: str) -> str:
-    """The command-line spelling of option field ``name`` (errors name it)."""
-    return _FLAGS.get(name) or "--" + name.replace("_", "-")
-
-
-def default_tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI`` or :data:`DEFAULT_TRACKING_URI`, read when options are made."""
-    return os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI)
-
-
-def default_ray_address() -> Optional[str]:
-    """``$RAY_ADDRESS`` (None: a local Ray instance), read when options are made."""
-    return os.environ.get("RAY_ADDRESS")
-
-
-# -- field checks (each names the flag) ---------------------------------------------------------
-def _set(obj: Any, name: str, value: Any) -> None:
-    object.__setattr__(obj, name, value)  # normalising a frozen dataclass in __post_init__
-
-
-def _bool(obj: Any, name: str) -> None:
-    if not isinstance(getattr(obj, name), bool):
-        raise ConfigError(flag(name), f"must be True or False, got {show(getattr(obj, name))}")
-
-
-def _text(obj: Any, name: str, optional: bool = False, path: bool = False) -> None:
-    """A non-empty string (or, for ``path``, an ``os.PathLike``, kept as its string)."""
-    value = getattr(obj, name)
-    if value is None and optional:
-        return
-    if path and isinstance(value, os.PathLike):
-        value = os.fspath(value)
-        _set(obj, name, value)
-    if not isinstance(value, str) or not value:
-        what = "a path" if path else "a non-empty string"
-        raise ConfigError(flag(name), f"must be {what}, got {show(value)}")
-
-
-def _int(obj: Any, name: str, lo: int, optional: bool = True, why: str = "") -> None:
-    value = getattr(obj, name)
-    if value is None and optional:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(flag(name), f"must be an integer, got {show(value)}")
-    if value < lo:
-        raise ConfigError(flag(name), f"must be >= {lo}{why}, got {value}")
-
-
-def _texts(obj: Any, name: str) -> None:
-    """None, or a sequence of non-empty strings (kept as a tuple; one string is one item)."""
-    value = getattr(obj, name)
-    if value is None:
-        return
-    items = (value,) if isinstance(value, str) else value
-    try:
-        items = tuple(items)
-    except TypeError:
-        raise ConfigError(flag(name), f"must be a list of strings, got {show(value)}") from None
-    for item in items:
-        if not isinstance(item, str) or not item:
-            raise ConfigError(flag(name), f"must be a list of non-empty strings, got {show(item)}")
-    _set(obj, name, items)
+"""``lipsweep train``'s output folder unless ``out`` names one (its parents are created)."""
 
 
 def _objectives(obj: Any) -> None:
-    _texts(obj, "objective")
+    check_texts(obj, "objective")
     if obj.objective:
         from lipsweep.decide.pareto import resolve_objectives
 
@@ -104,7 +67,7 @@ def _objectives(obj: Any) -> None:
 
 
 def _tracking(obj: Any) -> None:
-    _text(obj, "tracking_uri")
+    check_text(obj, "tracking_uri")
 
 
 # -- one dataclass per command ------------------------------------------------------------------
@@ -112,91 +75,36 @@ def _tracking(obj: Any) -> None:
 class TrainOptions:
     """``lipsweep train [CONFIG] [--out DIR] [--overwrite] [--set KEY=VALUE ...]``."""
 
-    config: Optional[str] = None
-    """Flat YAML of trial settings, or the name of a shipped config (``tiny``); None: every
-    setting at its default, plus ``overrides``."""
+    config: Union[str, Mapping[str, Any], "TrialConfig", None] = field(
+        default=None, metadata=cli(positional=True, metavar="CONFIG")
+    )
+    """Flat YAML of trial settings, or the name of a shipped config (``tiny``) (None: the
+    defaults of every setting, plus ``overrides``). From Python: also a dict of settings or a
+    ``TrialConfig``, checked as a file's settings are."""
     out: str = TRAIN_OUT
     """Output folder (checkpoints, metrics.json, artifacts); the same config resumes there,
     a different one is refused."""
     overwrite: bool = False
     """Delete ``out`` first and start over; only a folder an earlier train made is deleted."""
-    overrides: tuple[str, ...] = ()
-    """``KEY=VALUE`` settings over the YAML (``--set``), values parsed as YAML."""
+    overrides: tuple[str, ...] = field(default=(), metadata=cli(flag="--set", metavar="KEY=VALUE"))
+    """``KEY=VALUE`` settings over the config, each value parsed as YAML (``epochs=3``)."""
 
     def __post_init__(self) -> None:
-        from lipsweep.settings.config import parse_override
+        from lipsweep.settings.config import TrialConfig, parse_override
 
-        _text(self, "config", optional=True, path=True)
-        if self.config is not None:
-            _set(self, "config", resolve(CONFIGS, self.config, flag("config")))
-        _text(self, "out", path=True)
-        _bool(self, "overwrite")
-        _texts(self, "overrides")
+        if isinstance(self.config, Mapping):  # checked now, as a file's settings are
+            set_field(self, "config", TrialConfig.from_flat(dict(self.config), source="config"))
+        elif not isinstance(self.config, TrialConfig):
+            check_text(self, "config", optional=True, path=True)
+            if self.config is not None:
+                set_field(self, "config", resolve(CONFIGS, self.config, "config"))
+        check_text(self, "out", path=True)
+        check_bool(self, "overwrite")
+        check_texts(self, "overrides")
         if self.overrides is None:
-            raise ConfigError("--set", "must be a list of KEY=VALUE strings, got None")
+            raise ConfigError("overrides", "must be a list of KEY=VALUE strings, got None")
         for item in self.overrides:
-            parse_override(item)  # ConfigError naming --set or the key
-
-
-@dataclass(frozen=True, kw_only=True)
-class SweepOptions:
-    """``lipsweep sweep SPACE [--experiment NAME] [--storage DIR] [--resume] ...``."""
-
-    space: str
-    """Search-space YAML, or the name of a shipped space (``smoke``; ``lipsweep spaces`` lists
-    them), which becomes the path of its installed file."""
-    experiment: Optional[str] = None
-    """MLflow experiment and sweep name (None: the YAML's ``name``)."""
-    storage: Optional[str] = None
-    """Ray Tune storage: a local folder, NFS or s3:// (None: $LIPSWEEP_STORAGE or
-    ./ray_results)."""
-    resume: bool = False
-    """Continue the interrupted sweep from its storage."""
-    max_concurrent_trials: Optional[int] = None
-    """Cap on trials running at once (None: the space's)."""
-    dry_run: bool = False
-    """List the trials and return without starting Ray."""
-    ray_address: Optional[str] = field(default_factory=default_ray_address)
-    """Connect to this Ray cluster (None: $RAY_ADDRESS, or a local instance)."""
-    num_cpus: Optional[int] = None
-    """CPUs of a local Ray instance."""
-    status_every: float = 30.0
-    """Seconds between status blocks (0: at trial ends only)."""
-    dashboard: bool = False
-    """Start the Ray dashboard of a local Ray instance on 127.0.0.1."""
-    tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
-
-    def __post_init__(self) -> None:
-        from lipsweep.core.ray_address import parse_ray_address
-
-        _text(self, "space", path=True)
-        _set(self, "space", resolve(SPACES, self.space, flag("space")))
-        _text(self, "experiment", optional=True)
-        if self.experiment is not None:
-            check_experiment_name(self.experiment)
-        _text(self, "storage", optional=True, path=True)
-        for name in ("resume", "dry_run", "dashboard"):
-            _bool(self, name)
-        _int(self, "max_concurrent_trials", 1)
-        _int(self, "num_cpus", 1)
-        every = self.status_every
-        number = isinstance(every, (int, float)) and not isinstance(every, bool)
-        if not (number and 0 <= every < math.inf):
-            msg = f"must be a number of seconds >= 0, got {show(every)}"
-            raise ConfigError("--status-every", msg)
-        _set(self, "status_every", float(every))
-        _text(self, "ray_address", optional=True)
-        if self.ray_address:
-            parse_ray_address(self.ray_address)
-        _tracking(self)
-
-
-def check_experiment_name(name: str) -> None:
-    """A sweep's name (``--experiment`` or the space's ``name``): letters, digits, - or _.
-    It is a folder under --storage and part of MLflow filters, so no ``..``, ``/``, quotes."""
-    if not name or not name.replace("-", "").replace("_", "").isalnum():
-        raise ConfigError("--experiment", f"must be letters, digits, - or _, got {show(name)}")
+            parse_override(item)  # ConfigError naming overrides or the key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,18 +113,19 @@ class ParetoOptions:
 
     experiment: str
     """MLflow experiment of the sweep."""
-    objective: Optional[tuple[str, ...]] = None
+    objective: Optional[tuple[str, ...]] = field(default=None, metadata=cli(metavar=OBJECTIVE))
     """Objectives ``NAME:max|min`` (None: acc_clean:max acc_pgd_4:max acc_aa_2:max
     lip_jacobian_median:min)."""
     per_run: bool = False
     """Rank single runs even when an arm (configs that differ only in seed) has 2+ seeds."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
-        _text(self, "experiment")
+        check_text(self, "experiment")
         _objectives(self)
-        _bool(self, "per_run")
+        check_bool(self, "per_run")
         _tracking(self)
 
 
@@ -233,32 +142,33 @@ class ExportOptions:
     select: Optional[str] = None
     """Selection rule on the front, e.g. 'pgd4-within-clean:1.0' (None: that) or
     'max:acc_aa_2'."""
-    objective: Optional[tuple[str, ...]] = None
+    objective: Optional[tuple[str, ...]] = field(default=None, metadata=cli(metavar=OBJECTIVE))
     """Objectives defining the front (as for pareto)."""
     per_run: bool = False
     """Select among single runs even when an arm has 2 or more seeds."""
     force: bool = False
     """Replace a previous export in ``out``."""
-    register: Optional[str] = None
+    register: Optional[str] = field(default=None, metadata=cli(metavar="MODEL_NAME"))
     """Also register the export in the MLflow model registry under this name."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
-        _text(self, "experiment")
-        _text(self, "out", path=True)
-        _text(self, "run_id", optional=True)
-        _text(self, "select", optional=True)
+        check_text(self, "experiment")
+        check_text(self, "out", path=True)
+        check_text(self, "run_id", optional=True)
+        check_text(self, "select", optional=True)
         if self.select is not None:
             from lipsweep.decide.selection import parse_selection_rule
 
             parse_selection_rule(self.select)
         _objectives(self)
-        _bool(self, "per_run")
-        _bool(self, "force")
+        check_bool(self, "per_run")
+        check_bool(self, "force")
         if self.register is not None:  # "" is refused too, by MLflow's own rule
             if not isinstance(self.register, str):
-                raise ConfigError("--register", f"must be a model name, got {show(self.register)}")
+                raise ConfigError("register", f"must be a model name, got {show(self.register)}")
             from lipsweep.tracking.model import check_model_name
 
             check_model_name(self.register)
@@ -273,14 +183,15 @@ class ReportOptions:
     """MLflow experiment of the sweep."""
     out: Optional[str] = None
     """Output folder, made with its parents (None: reports/EXPERIMENT)."""
-    objective: Optional[tuple[str, ...]] = None
+    objective: Optional[tuple[str, ...]] = field(default=None, metadata=cli(metavar=OBJECTIVE))
     """Objectives of the Pareto figure (as for pareto)."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
-        _text(self, "experiment")
-        _text(self, "out", optional=True, path=True)
+        check_text(self, "experiment")
+        check_text(self, "out", optional=True, path=True)
         _objectives(self)
         _tracking(self)
 
@@ -291,31 +202,30 @@ class ConfirmOptions:
 
     experiment: str
     """MLflow experiment of the sweep."""
-    top: Optional[int] = None
+    top: Optional[int] = field(default=None, metadata=cli(metavar="N"))
     """The N best by Pareto rank: arms (every run of each) when an arm has 2 or more seeds,
     else runs (None: the front)."""
-    run_id: Optional[tuple[str, ...]] = None
+    run_id: Optional[tuple[str, ...]] = field(
+        default=None, metadata=cli(action="extend", nargs="+", metavar="ID")
+    )
     """Confirm these child runs instead of the front."""
-    images: int = 0
+    images: int = field(default=0, metadata=cli(metavar="N"))
     """Test images: the seeded subset of N (0: the whole test split of the run's data)."""
     ray_address: Optional[str] = None
     """Run each evaluation as a Ray task on this cluster (None: here, one after the other);
     the flag is ``--ray-address``, as for ``sweep`` (``--address`` is a deprecated alias)."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
-        from lipsweep.core.ray_address import parse_ray_address
-
-        _text(self, "experiment")
-        _texts(self, "run_id")
+        check_text(self, "experiment")
+        check_texts(self, "run_id")
         if self.top is not None and self.run_id:
-            raise ConfigError("--top", "--top and --run-id exclude each other; give one")
-        _int(self, "top", 1)
-        _int(self, "images", 0, optional=False, why=" (0: the whole test split)")
-        _text(self, "ray_address", optional=True)
-        if self.ray_address:
-            parse_ray_address(self.ray_address, flag="--ray-address")
+            raise ConfigError("top", "excludes run_id; give one of the two")
+        check_int(self, "top", 1)
+        check_int(self, "images", 0, optional=False, why=" (0: the whole test split)")
+        check_ray_address(self)
         _tracking(self)
 
 
@@ -334,17 +244,18 @@ class DemoOptions:
     num_cpus: Optional[int] = None
     """CPUs of the local Ray instance."""
     tracking_uri: str = field(default_factory=default_tracking_uri)
-    """MLflow tracking URI."""
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, or a SQLite store mlflow.db in
+    the working folder)."""
 
     def __post_init__(self) -> None:
-        _text(self, "space", optional=True, path=True)
+        check_text(self, "space", optional=True, path=True)
         if self.space is not None:
-            _set(self, "space", resolve(SPACES, self.space, "--space"))
-        _text(self, "experiment")
+            set_field(self, "space", resolve(SPACES, self.space, "space"))
+        check_text(self, "experiment")
         check_experiment_name(self.experiment)
-        _text(self, "out", optional=True, path=True)
-        _text(self, "storage", optional=True, path=True)
-        _int(self, "num_cpus", 1)
+        check_text(self, "out", optional=True, path=True)
+        check_text(self, "storage", optional=True, path=True)
+        check_int(self, "num_cpus", 1)
         _tracking(self)
 
 
@@ -354,9 +265,9 @@ class BenchSearchOptions:
 
     table: str
     """The recorded table (CSV; benchmarks/data/)."""
-    objective: tuple[str, ...] = ()
+    objective: tuple[str, ...] = field(default=(), metadata=cli(metavar=OBJECTIVE))
     """``NAME:max|min`` of final columns (the front the hypervolume is taken of)."""
-    stop_on: tuple[str, ...] = ()
+    stop_on: tuple[str, ...] = field(default=(), metadata=cli(metavar=OBJECTIVE))
     """``NAME:max|min`` of per-epoch columns moasha stops on (default: each objective's
     per-epoch counterpart, ``probe_<name>`` where the objective is final only)."""
     budget: float = 0.4
@@ -382,31 +293,58 @@ class BenchSearchOptions:
     def __post_init__(self) -> None:
         from lipsweep.decide.pareto import parse_objective
 
-        _text(self, "table", path=True)
-        _text(self, "out", path=True)
+        check_text(self, "table", path=True)
+        check_text(self, "out", path=True)
         for name in ("objective", "stop_on", "method"):
-            _texts(self, name)
+            check_texts(self, name)
         if not self.objective:
-            raise ConfigError("--objective", "give at least one, e.g. --objective acc_clean:max")
+            raise ConfigError("objective", "give at least one, e.g. acc_clean:max")
         for name in ("objective", "stop_on"):
             for spec in getattr(self, name):
                 try:
                     parse_objective(spec)
                 except ConfigError as err:
-                    raise ConfigError(flag(name), err.message) from None
+                    raise ConfigError(name, err.message) from None
         b = self.budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b <= 1:
-            raise ConfigError("--budget", f"must be a fraction in (0, 1], got {show(b)}")
-        _int(self, "replays", 1, optional=False)
-        _int(self, "workers", 1, optional=False)
-        _int(self, "grace_period", 1, optional=False)
-        _int(self, "reduction_factor", 2, optional=False)
+            raise ConfigError("budget", f"must be a fraction in (0, 1], got {show(b)}")
+        check_int(self, "replays", 1, optional=False)
+        check_int(self, "workers", 1, optional=False)
+        check_int(self, "grace_period", 1, optional=False)
+        check_int(self, "reduction_factor", 2, optional=False)
         c = self.confidence
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < 1:
-            raise ConfigError("--confidence", f"must be a number in (0, 1), got {show(c)}")
+            raise ConfigError("confidence", f"must be a number in (0, 1), got {show(c)}")
         for name in ("replays", "workers", "grace_period", "reduction_factor"):
             if getattr(self, name) > INT_LIMIT:
-                raise ConfigError(flag(name), f"must be at most {INT_LIMIT}")
+                raise ConfigError(name, f"must be at most {INT_LIMIT}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataPrepareOptions:
+    """``lipsweep data prepare --dataset NAME --source PATH --dest URI [--download]``."""
+
+    dataset: str = field(metadata=cli(choices=("cifar10", "cifar100")))
+    """The dataset to pack: cifar10 or cifar100."""
+    source: str
+    """A torchvision CIFAR root folder (the one holding cifar-10-batches-py or
+    cifar-100-python) or an .npz with x_train, y_train, x_test, y_test."""
+    dest: str
+    """Folder or URI (s3://bucket/prefix, gs://..., file:///shared/data) that every worker
+    can read; DEST/<dataset>.npz and its manifest (sha256) are written there."""
+    download: bool = False
+    """Let torchvision download CIFAR into ``source`` first (on this machine)."""
+
+    def __post_init__(self) -> None:
+        from lipsweep.data.remote import CLASSES
+
+        check_text(self, "dataset")
+        if self.dataset not in CLASSES:
+            msg = f"must be one of {', '.join(sorted(CLASSES))}, got {show(self.dataset)}"
+            raise ConfigError("dataset", msg)
+        check_text(self, "source", path=True)
+        check_text(self, "dest", path=True)
+        check_bool(self, "download")
 
 
 OPTIONS = {

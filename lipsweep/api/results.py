@@ -63,7 +63,7 @@ class SweepResult:
     """A sweep (``lipsweep sweep``): its experiment, its runs and how they ended."""
 
     space: str
-    """The search-space file."""
+    """The search-space file (``space`` for a space given as a dict)."""
     experiment: str
     storage: str
     experiment_path: str
@@ -243,3 +243,27 @@ class BenchSearchResult:
     summary: dict[str, Any]
     summary_path: Path
     plot: Path
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """A dataset packed once for a cluster (``lipsweep data prepare``)."""
+
+    dataset: str
+    file: str
+    """``DEST/<dataset>.npz``: what a space's ``data_dir`` names."""
+    manifest_file: str
+    """The manifest beside it (sizes and the sha256 every copy is checked against)."""
+    train: int
+    test: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ShippedSpace:
+    """A search space shipped with lipsweep (``lipsweep spaces``); ``sweep(space=name)``."""
+
+    name: str
+    description: str
+    """The first line of the space's ``description`` (empty if it has none)."""

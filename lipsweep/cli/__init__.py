@@ -7,7 +7,9 @@ offending field or flag; configuration is validated before anything is started o
 
 from __future__ import annotations
 
+import argparse
 import logging
+import re
 import sys
 from typing import Optional, Sequence
 
@@ -23,6 +25,7 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "error_line",
+    "flag_spellings",
     "main",
 ]
 
@@ -39,6 +42,41 @@ def error_line(command: str, message: object) -> str:
         for c in redact_uri(message)
     )
     return f"lipsweep {command}: error: {text}\n"
+
+
+def flag_spellings(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """Option field -> how ``command``'s line spells it (``num_cpus`` -> ``--num-cpus``,
+    ``overrides`` -> ``--set``, a positional -> its metavar, ``SPACE``)."""
+    names: dict[str, str] = {}
+    parsers = [_subcommands(parser)[command]]
+    while parsers:  # the command's flags, and its actions' (data prepare)
+        for action in parsers.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+            elif action.help != argparse.SUPPRESS:  # not a deprecated alias
+                longest = max(action.option_strings, key=len, default=None)
+                names.setdefault(action.dest, longest or action.metavar or action.dest.upper())
+    return names
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def cli_error(err: ConfigError, spellings: dict[str, str]) -> ConfigError:
+    """``err`` naming the flag of the option field it names, and of each option field its
+    message names (``run_id`` -> ``--run-id``); a setting of a file (or of an option that
+    holds settings, ``--set``) stays as it is, its option shown by its flag."""
+    if err.source is not None:
+        return err.with_source(spellings.get(err.source, err.source))
+    if err.field not in spellings:
+        return err
+    message = err.message
+    for name, spelling in spellings.items():
+        if "_" in name:  # an identifier, never a word of prose
+            message = re.sub(rf"\b{name}\b", spelling, message)
+    return ConfigError(spellings[err.field], message)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -62,7 +100,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     try:
         return COMMANDS[args.command](args)
     except ConfigError as err:
-        sys.stderr.write(error_line(args.command, err.format()))
+        shown = cli_error(err, flag_spellings(parser, args.command))
+        sys.stderr.write(error_line(args.command, shown.format()))
         return EXIT_USAGE
     except UsageError as err:
         sys.stderr.write(error_line(args.command, err))

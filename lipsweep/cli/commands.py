@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from lipsweep.core.paths import shown_path
@@ -20,15 +19,14 @@ EXIT_FAILURE = 1
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from lipsweep.data.remote import MANIFEST_SUFFIX, prepare
+    from lipsweep import api
 
-    m = prepare(args.dataset, Path(args.source).expanduser(), args.dest, args.download)
-    dest = args.dest.rstrip("/")
+    d = api.prepare_data(_options(api.DataPrepareOptions, args))
     sys.stdout.write(
-        f"{dest}/{m.file}  ({m.train} train / {m.test} test images, "
-        f"{m.bytes / 1e6:.1f} MB, sha256 {m.sha256})\n"
-        f"manifest: {dest}/{m.file}{MANIFEST_SUFFIX}\n"
-        f"use it in a space: dataset: {m.dataset}, data_dir: {dest}/{m.file}\n"
+        f"{d.file}  ({d.train} train / {d.test} test images, "
+        f"{d.bytes / 1e6:.1f} MB, sha256 {d.sha256})\n"
+        f"manifest: {d.manifest_file}\n"
+        f"use it in a space: dataset: {d.dataset}, data_dir: {d.file}\n"
     )
     return 0
 
@@ -46,9 +44,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from lipsweep import api
 
     if args.help_settings:
-        from lipsweep.settings.config import settings_help
-
-        _out(settings_help())
+        _out(api.settings_help())
         return 0
     result = api.train(_options(api.TrainOptions, args))
     from lipsweep.core.metric_names import SUMMARY_METRICS
@@ -216,18 +212,18 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from lipsweep.vit.models import list_vit_models
+    from lipsweep import api
 
-    sys.stdout.write("\n".join(list_vit_models()) + "\n")
+    sys.stdout.write("\n".join(api.models()) + "\n")
     return 0
 
 
 def cmd_spaces(args: argparse.Namespace) -> int:
-    from lipsweep.core.shipped import space_descriptions
+    from lipsweep import api
 
-    rows = space_descriptions()
-    width = max((len(name) for name, _ in rows), default=0)
-    _out("\n".join(f"{name:<{width}}  {text}".rstrip() for name, text in rows))
+    rows = api.spaces()
+    width = max((len(s.name) for s in rows), default=0)
+    _out("\n".join(f"{s.name:<{width}}  {s.description}".rstrip() for s in rows))
     return 0
 
 

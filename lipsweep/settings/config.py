@@ -395,7 +395,7 @@ def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
 def parse_override(text: str) -> tuple[str, Any]:
     """'key=value' from the command line, the value parsed as YAML (so 1e-2, true, [2,4] work)."""
     if "=" not in text:
-        raise ConfigError("--set", f"expected key=value, got {show(text)}")
+        raise ConfigError("overrides", f"expected key=value, got {show(text)}")
     key, raw = text.split("=", 1)
     try:
         value = load_yaml_text(raw)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
 from lipsweep.sweep.local_ray import LocalRay
+from lipsweep.sweep.options import SweepOptions
 from lipsweep.sweep.signals import FINISH, TUNE, StopSignals
 from lipsweep.sweep.space import SweepSpec, sample_space
 from lipsweep.sweep.space_record import save_record
@@ -77,23 +78,6 @@ def describe_owner(owner: str) -> str:
     if len(parts) == 3:
         return f"host {parts[0]}, pid {parts[1]}, since {parts[2]}"
     return owner or "another driver"
-
-
-@dataclass
-class SweepOptions:
-    """Command-line options of one sweep invocation."""
-
-    experiment: str
-    storage: str
-    tracking_uri: str
-    resume: bool = False
-    max_concurrent_trials: Optional[int] = None
-    ray_address: Optional[str] = None
-    num_cpus: Optional[int] = None
-    status_every: float = 30.0  # seconds between status blocks (0: at trial ends only)
-    dashboard: bool = False  # the local Ray instance's dashboard, on 127.0.0.1
-    owner: str = field(default_factory=owner_id)
-    locked: bool = False  # this driver holds the experiment's file lock (local storage)
 
 
 @dataclass
@@ -158,20 +142,21 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _adoption_policy(opts: SweepOptions):
+def _adoption_policy(resume: bool, locked: bool = False):
     """``adopt(run)`` for :meth:`Tracker.open_parent`: raise SweepBusy unless the existing
-    parent run may be taken over (only with --resume, and only when its owner is gone)."""
+    parent run may be taken over (only with ``resume``, and only when its owner is gone;
+    ``locked``: this driver holds the experiment's file lock, so no live driver does)."""
 
     def adopt(run) -> None:
         rid = run.info.run_id
-        if not opts.resume:
+        if not resume:
             raise SweepBusy(
                 f"MLflow already has parent run {rid} ({run.info.status}) for "
                 f"this sweep; pass --resume to continue it, or choose another "
                 "--experiment / --storage"
             )
         owner = run.data.tags.get(TAG_OWNER, "")
-        if opts.locked or run.info.status != RUNNING or not owner:
+        if locked or run.info.status != RUNNING or not owner:
             return  # our file lock proves no live driver holds this storage path
         host, pid = (owner.split() + ["", ""])[:2]
         if host == socket.gethostname():
@@ -405,8 +390,15 @@ def run_sweep(
     opts: SweepOptions,
     stop: Optional[StopSignals] = None,
     extra_callbacks: Optional[Sequence[Any]] = None,
+    *,
+    owner: Optional[str] = None,
+    locked: bool = False,
 ) -> SweepOutcome:
     """Run (or resume) a validated sweep; see the module docstring for the guarantees.
+
+    ``opts`` has its experiment and storage decided (:meth:`SweepOptions.resolved`).
+    ``owner``: this driver, as the parent run's tag holds it (None: :func:`owner_id`);
+    ``locked``: it holds the experiment's file lock (local storage).
 
     ``stop`` (active for the call) turns SIGINT/SIGTERM/SIGHUP into a clean shutdown.
     ``extra_callbacks``: the space's ``callbacks:`` already built (the API builds them before
@@ -446,8 +438,9 @@ def run_sweep(
     stop.reinstall()  # ray.init replaced the SIGTERM handler with sys.exit
     try:
         return _run_on_ray(
-            spec, opts, stop, tracker, spill, flat_params, list(extra_callbacks), scheduler
-        )
+            spec, opts, stop, tracker, spill, flat_params, list(extra_callbacks), scheduler,
+            owner=owner or owner_id(), locked=locked,
+        )  # fmt: skip
     finally:
         if local is not None:  # whatever happened: no process of the Ray it started outlives it
             local.stop()
@@ -462,6 +455,9 @@ def _run_on_ray(
     flat_params: dict[str, Any],
     extra_callbacks: list[Any],
     scheduler: Any = None,
+    *,
+    owner: str,
+    locked: bool,
 ) -> SweepOutcome:
     """The parent run, Tune's loop and the runs' end, on a Ray that is up."""
     from ray import tune
@@ -483,9 +479,9 @@ def _run_on_ray(
             exp_path,
             opts.experiment,
             flat_params,
-            Path(spec.path),
-            owner=opts.owner,
-            adopt=_adoption_policy(opts),
+            _space_file(spec),
+            owner=owner,
+            adopt=_adoption_policy(opts.resume, locked),
             datasets=_sweep_datasets(spec),
         )
     except SweepBusy as err:
@@ -598,6 +594,12 @@ def _run_on_ray(
         )
     trials = list(mlflow_cb.outcomes.values())
     return SweepOutcome(ok, summary, parent, exp_path, trials=trials, ran=ran)
+
+
+def _space_file(spec: SweepSpec) -> Optional[Path]:
+    """The space's YAML file, logged to the parent run; None for a space given as a dict."""
+    path = Path(spec.path)
+    return path if path.is_file() and path.read_text() == spec.text else None
 
 
 def _sweep_datasets(spec: SweepSpec) -> list[dict[str, Any]]:

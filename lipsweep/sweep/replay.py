@@ -116,10 +116,10 @@ def load_table(path: str | Path) -> Table:
     params = tuple(c[len(PARAM_PREFIX) :] for c in cols if c.startswith(PARAM_PREFIX))
     for need in (SEED, EPOCH, SECONDS):
         if need not in cols:
-            raise ConfigError("--table", f"{path} has no {need!r} column")
+            raise ConfigError("table", f"{path} has no {need!r} column")
     if not params and CONFIG not in cols:
         raise ConfigError(
-            "--table", f"{path} has neither a {CONFIG!r} nor a {PARAM_PREFIX}<setting> column"
+            "table", f"{path} has neither a {CONFIG!r} nor a {PARAM_PREFIX}<setting> column"
         )
     keyed = CONFIG in cols
     if not params:  # the key is the configuration's one setting
@@ -138,11 +138,11 @@ def load_table(path: str | Path) -> Table:
         try:
             epoch = int(row[EPOCH])
         except ValueError:
-            raise ConfigError("--table", f"{path}:{line}: epoch {show(row[EPOCH])}") from None
+            raise ConfigError("table", f"{path}:{line}: epoch {show(row[EPOCH])}") from None
         seconds = _number(row[SECONDS], path, line, SECONDS)
         if not (math.isfinite(seconds) and seconds > 0):
             raise ConfigError(
-                "--table", f"{path}:{line}: {SECONDS} must be a positive number of seconds, "
+                "table", f"{path}:{line}: {SECONDS} must be a positive number of seconds, "
                 f"got {show(row[SECONDS])}"
             )  # fmt: skip
         for name in names:
@@ -150,7 +150,7 @@ def load_table(path: str | Path) -> Table:
         here = (key, row[SEED], epoch)
         if here in first_line:
             raise ConfigError(
-                "--table", f"{path}:{line}: a second row for {key} seed {row[SEED]} epoch "
+                "table", f"{path}:{line}: a second row for {key} seed {row[SEED]} epoch "
                 f"{epoch} (the first is line {first_line[here]})"
             )  # fmt: skip
         first_line[here] = line
@@ -160,7 +160,7 @@ def load_table(path: str | Path) -> Table:
     for (key, seed), by_epoch in trials.items():
         if sorted(by_epoch) != list(range(1, epochs + 1)):
             raise ConfigError(
-                "--table", f"{path}: {key} seed {seed} has epochs {sorted(by_epoch)[:5]}..., "
+                "table", f"{path}: {key} seed {seed} has epochs {sorted(by_epoch)[:5]}..., "
                 f"not 1..{epochs}"
             )  # fmt: skip
 
@@ -197,39 +197,39 @@ def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[int]]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ConfigError("--table", f"cannot read {path}: {exc.strerror}") from None
+        raise ConfigError("table", f"cannot read {path}: {exc.strerror}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(
-            "--table", f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})"
+            "table", f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})"
         ) from None
     if "\0" in text:
         line = text[: text.index("\0")].count("\n") + 1
-        raise ConfigError("--table", f"{path}:{line}: a NUL byte; a table is CSV text")
+        raise ConfigError("table", f"{path}:{line}: a NUL byte; a table is CSV text")
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader, None)
         if not header:
-            raise ConfigError("--table", f"{path} has no rows")
+            raise ConfigError("table", f"{path} has no rows")
         rows, lines = [], []
         for fields_ in reader:
             if not fields_:
                 continue
             if len(fields_) != len(header):
                 raise ConfigError(
-                    "--table", f"{path}:{reader.line_num}: {len(fields_)} fields, the header "
+                    "table", f"{path}:{reader.line_num}: {len(fields_)} fields, the header "
                     f"has {len(header)}"
                 )  # fmt: skip
             rows.append(dict(zip(header, fields_)))
             lines.append(reader.line_num)
     except csv.Error as exc:
-        raise ConfigError("--table", f"{path}:{reader.line_num}: {exc}") from None
+        raise ConfigError("table", f"{path}:{reader.line_num}: {exc}") from None
     if len(set(header)) != len(header):
-        raise ConfigError("--table", f"{path}:1: a column is named twice")
+        raise ConfigError("table", f"{path}:1: a column is named twice")
     if not rows:
-        raise ConfigError("--table", f"{path} has no rows")
+        raise ConfigError("table", f"{path} has no rows")
     return rows, lines
 
 
@@ -241,7 +241,7 @@ def _number(text: str, path: Path, line: int, column: str) -> float:
         return float(text)
     except ValueError:
         raise ConfigError(
-            "--table", f"{path}:{line}: {column} is not a number: {show(text, 40)}"
+            "table", f"{path}:{line}: {column} is not a number: {show(text, 40)}"
         ) from None
 
 
@@ -612,7 +612,7 @@ def check_objectives(table: Table, objectives: Sequence[tuple[str, str]]) -> Non
     for name, _ in objectives:
         if name not in table.final:
             raise ConfigError(
-                "--objective", f"{name!r} is not a final column of the table; "
+                "objective", f"{name!r} is not a final column of the table; "
                 f"final columns are {list(table.final)}"
             )  # fmt: skip
 
@@ -628,7 +628,7 @@ def stop_metrics(
     for name, _ in chosen:
         if name not in table.per_epoch:
             raise ConfigError(
-                "--stop-on" if stop_on else "--objective",
+                "stop_on" if stop_on else "objective",
                 f"{name!r} is not a per-epoch column of the table; per-epoch columns are "
                 f"{list(table.per_epoch)}",
             )
@@ -678,13 +678,13 @@ def parse_method(name: str) -> Method:
     searcher, _, scheduler = name.partition("+")
     if searcher not in list_searchers():
         raise ConfigError(
-            "--method", f"unknown searcher {searcher!r} in {name!r}; give a searcher "
+            "method", f"unknown searcher {searcher!r} in {name!r}; give a searcher "
             f"{list_searchers()}, SEARCHER+SCHEDULER (schedulers {list_schedulers()}), or one "
             f"of {[*ALIASES, SYNE_MOASHA]}"
         )  # fmt: skip
     if scheduler and scheduler not in list_schedulers():
         raise ConfigError(
-            "--method", f"unknown scheduler {scheduler!r} in {name!r}; schedulers are "
+            "method", f"unknown scheduler {scheduler!r} in {name!r}; schedulers are "
             f"{list_schedulers()}"
         )  # fmt: skip
     return Method(name, searcher, scheduler or None)
@@ -742,7 +742,7 @@ class Bench:
                 member = ListMember(plan.param_space["trial"]["grid_search"])
             except (KeyError, TypeError):
                 raise ConfigError(
-                    "--method", f"searcher {method.searcher!r} gives neither a Tune Searcher "
+                    "method", f"searcher {method.searcher!r} gives neither a Tune Searcher "
                     "nor a list of trials: the replay cannot drive it"
                 ) from None  # fmt: skip
         return Repeats(TableMember(member, table), self.seeds, names)
@@ -783,7 +783,7 @@ class Bench:
         )
         if not hasattr(getattr(adapter, "core", None), "decide"):
             raise ConfigError(
-                "--method", f"scheduler {method.scheduler!r} has no decision core (a Ray "
+                "method", f"scheduler {method.scheduler!r} has no decision core (a Ray "
                 "TrialScheduler only): the replay cannot drive it"
             )  # fmt: skip
         return CoreRule(adapter)
@@ -863,7 +863,7 @@ def make_bench(
     odd = next((c for c in table.configs if sorted(c.seeds) != sorted(seeds)), None)
     if odd is not None:
         raise ConfigError(
-            "--table", f"{odd.key} has seeds {list(odd.seeds)}, the first configuration "
+            "table", f"{odd.key} has seeds {list(odd.seeds)}, the first configuration "
             f"{list(seeds)}: every configuration must have the same seeds"
         )  # fmt: skip
     stops = tuple(stop_metrics(table, objectives, stop_on))
@@ -892,11 +892,11 @@ def bench_search(
     _quiet_optuna()  # a study per replay: no banner each
     if grace_period > table.epochs:
         raise ConfigError(
-            "--grace-period", f"must be at most the table's {table.epochs} epochs, "
+            "grace_period", f"must be at most the table's {table.epochs} epochs, "
             f"got {grace_period}"
         )  # fmt: skip
     if not 0 < confidence < 1:
-        raise ConfigError("--confidence", f"must be in (0, 1), got {confidence}")
+        raise ConfigError("confidence", f"must be in (0, 1), got {confidence}")
     bench = make_bench(
         table, objectives, stop_on, workers, grace_period, reduction_factor, confidence
     )
@@ -906,7 +906,7 @@ def bench_search(
         chosen.append(parse_method(SYNE_MOASHA))
     if any(m.scheduler == SYNE_MOASHA for m in chosen) and syne_tune_missing() is not None:
         raise ConfigError(
-            "--method", f"{SYNE_MOASHA} needs Syne Tune, which does not import here "
+            "method", f"{SYNE_MOASHA} needs Syne Tune, which does not import here "
             f"({syne_tune_missing()}); install it with {SYNE_INSTALL}"
         )  # fmt: skip
     for method in chosen:  # every member builds (its settings checked) before any replay

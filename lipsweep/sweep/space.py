@@ -61,12 +61,15 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import yaml
+
 from lipsweep.core import metric_names
-from lipsweep.core.config_base import INT_LIMIT, ConfigError, key_name, show
+from lipsweep.core.config_base import INT_LIMIT, ConfigError, key_name, load_yaml_text, show
 from lipsweep.regularizers import find_spec, list_regularizers, regularizer_specs
 from lipsweep.settings.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
 from lipsweep.sweep.schedulers import scheduler_settings
@@ -581,8 +584,34 @@ def _check_scheduler_reach(
 
 def load_space(path: str | Path) -> SweepSpec:
     """Parse and fully validate a search-space YAML (no Ray, no MLflow, nothing written)."""
-    p = str(path)
-    raw = load_yaml_mapping(path)
+    return space_from_mapping(load_yaml_mapping(path), str(path), Path(path).read_text())
+
+
+def space_spec(space: "str | Path | Mapping[str, Any] | SweepSpec") -> SweepSpec:
+    """A validated space from a YAML path, a mapping of the YAML's keys (its errors name
+    ``space``) or a spec already parsed (returned as it is)."""
+    if isinstance(space, SweepSpec):
+        return space
+    if isinstance(space, Mapping):
+        try:  # through YAML text: plain values, the size limit, and the text a run logs
+            text = yaml.dump(dict(space), Dumper=_PlainDumper, sort_keys=False)
+            raw = load_yaml_text(text)
+        except (yaml.YAMLError, ValueError, RecursionError) as exc:
+            msg = f"not a YAML mapping: {exc}".replace("\n", " ")
+            raise ConfigError("space", msg) from None
+        return space_from_mapping(raw, "space", text)
+    return load_space(space)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Safe YAML with no anchors: a value used twice is written twice."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def space_from_mapping(raw: dict[str, Any], p: str, text: str) -> SweepSpec:
+    """Validate a space's YAML keys read from ``p`` (an error's source), holding ``text``."""
     _check_keys("", raw, TOP_KEYS, p)
     name = raw.get("name", Path(p).stem)
     if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
@@ -655,7 +684,7 @@ def load_space(path: str | Path) -> SweepSpec:
     return SweepSpec(
         name=name,
         path=p,
-        text=Path(p).read_text(),
+        text=text,
         fixed=fixed,
         trials=trials,
         search=search,

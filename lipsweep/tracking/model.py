@@ -55,11 +55,11 @@ def check_model_name(name: str) -> None:
         _validate_model_name(name)
     except MlflowException as exc:
         raise ConfigError(
-            "--register", f"MLflow refuses the model name {show(name)}: {exc.message}"
+            "register", f"MLflow refuses the model name {show(name)}: {exc.message}"
         ) from None
     if len(name) > MAX_MODEL_NAME:
         raise ConfigError(
-            "--register", f"a model name has at most {MAX_MODEL_NAME} characters, got {len(name)}"
+            "register", f"a model name has at most {MAX_MODEL_NAME} characters, got {len(name)}"
         )
 
 
