@@ -307,11 +307,15 @@ class Family(Registry[T]):
         unknown: Optional[Callable[[str, list[str]], Exception]] = None,
         check: Optional[Callable[[str, Any], None]] = None,
         on_register: Optional[Callable[[str, Any, Any], None]] = None,
+        default_settings: Optional[type] = None,
     ) -> None:
         super().__init__(kind, unknown)
         self.spec_type = spec_type
         self._check_spec = check
         self._on_register = on_register
+        self.default_settings = default_settings
+        """The settings of a member registered undeclared without its own (the searchers'
+        shared ``search:`` keys)."""
 
     def _spec_of(self, name: str, obj: Any, spec: Any, fields_: Mapping[str, Any]) -> Any:
         if spec is not None or self.spec_type is None:
@@ -362,7 +366,10 @@ class Family(Registry[T]):
     ) -> Callable[[T], T]:
         """Decorator: add a class or factory under ``name`` (default: ``spec.name``, the
         object's ``name`` attribute or ``__name__``). A declared member keeps its declared
-        spec unless one is given."""
+        spec and settings unless given; ``info`` given as the family's spec dataclass is the
+        spec (``register_searcher(name, info=SearcherInfo(...))``)."""
+        if self.spec_type is not None and isinstance(info, self.spec_type):
+            spec, info = info, None
 
         def deco(obj: T) -> T:
             key = name or getattr(spec, "name", None) or getattr(obj, "name", None)
@@ -376,10 +383,11 @@ class Family(Registry[T]):
                 if member_spec is not None and self._check_spec is not None:
                     self._check_spec(key, member_spec)
             facts = {**(info or {}), **({"spec": member_spec} if member_spec is not None else {})}
+            default = None if declared else self.default_settings
             self.add(
                 key,
                 obj,
-                settings=settings or getattr(member_spec, "settings", None),
+                settings=settings or getattr(member_spec, "settings", None) or default,
                 info=facts or None,
             )
             if self._on_register is not None:
