@@ -1,6 +1,7 @@
-"""A new member of each family is one file: a regularizer, an attack and a
-Lipschitz estimator defined here, in a test module, and added with their family's decorator,
-pass config validation (errors naming their fields) and run in one tiny trial."""
+"""A new member of each family is one file: a regularizer, an attack, a Lipschitz estimator,
+a dataset, a searcher and a scheduler defined here, in a test module, and added with their
+family's decorator, are listed, pass config validation (errors naming their fields) and are
+created (the first three run in one tiny trial; docs/architecture.md has the recipe)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from _sweep_helpers import TINY_FLAT
@@ -15,6 +17,7 @@ from torch import nn
 
 from lipsweep.attacks import ATTACKS, Attack, register_attack, unregister_attack
 from lipsweep.core.config_base import ConfigError, check_positive
+from lipsweep.data import register_dataset, unregister_dataset
 from lipsweep.lipschitz import register_estimator, unregister_estimator
 from lipsweep.regularizers import (
     Regularizer,
@@ -169,6 +172,60 @@ class _KSettings:
     k: int = 2
 
 
+# ------------------------------------------------------------------ a dataset
+
+
+class Stripes:
+    """Two classes of 8x8 images held in memory: vertical or horizontal stripes (a test-only
+    dataset; ``check`` finds no files to read, ``arrays`` makes them)."""
+
+    def check(self, cfg: Any) -> None:
+        if cfg.data_dir:
+            raise ConfigError("data_dir", "stripes reads no files; leave data_dir empty")
+
+    def arrays(self, cfg: Any) -> tuple[np.ndarray, ...]:
+        rows = np.arange(8) % 2 * 255
+        vertical = np.broadcast_to(rows, (3, 8, 8))
+        x = np.stack([vertical, vertical.transpose(0, 2, 1)] * 12).astype(np.uint8)
+        y = np.arange(24) % 2
+        return x[:16], y[:16], x[16:], y[16:]
+
+
+@pytest.fixture()
+def stripes():
+    register_dataset(
+        "stripes",
+        files="nothing: made in memory",
+        num_classes=2,
+        image_size=8,
+        mean=(0.5, 0.5, 0.5),
+        std=(0.5, 0.5, 0.5),
+    )(Stripes)
+    yield
+    unregister_dataset("stripes")
+
+
+def test_a_dataset_defined_in_a_test_module_is_listed_validated_and_loaded(stripes):
+    from lipsweep.data import list_datasets
+    from lipsweep.data.loading import DataConfig, load_splits
+
+    assert "stripes" in list_datasets()
+    flat = {**TINY_FLAT, "dataset": "stripes", "img_size": 8, "patch_size": 4}
+    cfg = TrialConfig.from_flat({**flat, "num_classes": 2, "normalization": "stripes"})
+    assert (cfg.data.num_classes, cfg.data.image_size) == (2, 8)
+    splits = load_splits(DataConfig(dataset="stripes", eval_size=0))
+    assert splits.x_train.shape == (16, 3, 8, 8) and splits.y_eval.tolist() == [0, 1] * 4
+    for bad, field in [
+        ({"dataset": "stripez"}, "dataset"),
+        ({"data_dir": "/tmp"}, "data_dir"),
+        ({"num_classes": 10}, "num_classes"),
+        ({"img_size": 32}, "img_size"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            TrialConfig.from_flat({**flat, "num_classes": 2, **bad})
+        assert err.value.field == field, (bad, err.value)
+
+
 # ------------------------------------------------------------------ a searcher and a scheduler
 # They run in the sweep's driver (not in Tune's workers), so registering them here is enough
 # for a real sweep through lipsweep.api.
@@ -269,10 +326,17 @@ def _search_space(tmp_path, scheduler: dict, **extra: Any) -> Any:
 
 
 def test_a_searcher_and_a_scheduler_defined_in_a_test_module_validate(search_members, tmp_path):
+    from lipsweep.sweep.schedulers import create_scheduler, list_schedulers
+    from lipsweep.sweep.searchers import SearchRequest, create_searcher, list_searchers
     from lipsweep.sweep.space import load_space
 
+    assert "reversed-random" in list_searchers() and "halt-after" in list_schedulers()
     spec = load_space(_search_space(tmp_path, {"type": "halt-after", "epochs": 2}))
     assert spec.num_trials == 2 and spec.scheduler.epochs == 2
+    request = SearchRequest(trials=[{"lr": 1}, {"lr": 2}])
+    plan = create_searcher("reversed-random", spec.search.settings, request)
+    assert plan.param_space["trial"]["grid_search"] == [{"lr": 2}, {"lr": 1}]
+    assert type(create_scheduler(spec.scheduler)).__name__ == "HaltAfter"
     with pytest.raises(ConfigError, match="scheduler.epochs"):
         load_space(_search_space(tmp_path, {"type": "halt-after", "epochs": 0}))
     with pytest.raises(ConfigError, match="scheduler.type"):

@@ -1,5 +1,5 @@
 """One registry mechanism for every family that grows: regularizers, attacks, Lipschitz
-estimators, searchers and schedulers.
+estimators, datasets, searchers and schedulers.
 
 timm-style: a family keeps one :class:`Registry`; a decorator (``register_*``) adds a member
 from the file that defines it, and ``create_*`` / ``list_*`` read the family. Each family has
@@ -18,7 +18,7 @@ implementation (``"lipsweep.attacks._pgd:PGD"``), loaded on first :meth:`Registr
     >>> fam.create("json", [1])
     '[1]'
 
-Plugins: a family that calls :meth:`Registry.use_entry_points` (each of lipsweep's five, at
+Plugins: a family that calls :meth:`Registry.use_entry_points` (each of lipsweep's six, at
 the end of its index) also takes members from installed distributions. Each entry point of
 the group names one member and the module that adds it::
 

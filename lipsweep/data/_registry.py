@@ -157,7 +157,3 @@ def prepared_datasets() -> list[str]:
 def dataset_stats() -> dict[str, tuple[Stats, Stats]]:
     """``{name: (mean, std)}`` of every dataset whose pixel statistics are known."""
     return {n: (s.mean, s.std) for n in list_datasets() if (s := dataset_spec(n)).mean}
-
-
-# Installed plugins add datasets too, read on the family's first use (core/registry.py).
-DATASETS.use_entry_points("lipsweep.datasets")
