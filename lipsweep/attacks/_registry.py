@@ -1,24 +1,28 @@
 """The attack family on the one registry mechanism (:mod:`lipsweep.core.registry`), torch-free.
 
 This is the family's index: each built-in is declared here by the import path of its class
-with its light facts (:class:`AttackVocab`: the :class:`~lipsweep.attacks.config.
-RobustnessConfig` field that lists its eps numerators, and its metric stem), so configs and
-metric names are known without importing torch; the class's file adds it with
-``@register_attack(name)``. An attack that is not declared here (a plugin, a test) passes
-``eps_field`` and ``metric_prefix`` to the decorator (:class:`~lipsweep.core.registry.Family`).
-Its settings are the family's :class:`~lipsweep.attacks.config.RobustnessConfig`;
-``cls.from_config(model, eps, suite)`` builds it.
+with its light facts (:class:`AttackVocab`: its own settings dataclass
+(:mod:`lipsweep.attacks.settings`), the setting that lists its eps numerators, and its metric
+stem), so configs and metric names are known without importing torch; the class's file adds
+it with ``@register_attack(name)``. An attack that is not declared here (a plugin, a test)
+passes ``eps_field``, ``metric_prefix`` and ``settings`` to the decorator
+(:class:`~lipsweep.core.registry.Family`). The suite,
+:class:`~lipsweep.attacks.config.RobustnessConfig`, holds every member's settings;
+``cls.from_config(model, eps, suite)`` builds it (``suite.settings[name]`` is its own).
 
 Adding a built-in attack: its class in a new file of this folder with
-``@register_attack("name")``, and one ``ATTACKS.declare(...)`` line below
+``@register_attack("name")``, its settings dataclass (in that file or in
+:mod:`lipsweep.attacks.settings`), and one ``ATTACKS.declare(...)`` line below
 (docs/architecture.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
+from lipsweep.attacks.settings import AutoAttackSettings, FgsmSettings, PgdSettings
 from lipsweep.core.registry import Family
 
 
@@ -27,15 +31,35 @@ class AttackVocab:
     """What configs and metric names need of an attack, known without importing torch."""
 
     eps_field: str
-    """The :class:`RobustnessConfig` field that lists its eps numerators."""
+    """The setting (a flat key of the suite) that lists its eps numerators."""
     metric_prefix: str
     """Metric name stem: ``acc_<metric_prefix>_<eps*255>`` (docs/contract.md)."""
+    settings: Optional[type] = None
+    """Its own frozen settings dataclass (flat keys, checked in ``__post_init__``), if any."""
 
     def __post_init__(self) -> None:
         for name in ("eps_field", "metric_prefix"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.isidentifier():
                 raise ValueError(f"attack {name} must be an identifier, got {value!r}")
+
+
+def setting_names(settings: Optional[type]) -> tuple[str, ...]:
+    """The flat keys of an attack's settings dataclass (none without one)."""
+    return tuple(f.name for f in dataclasses.fields(settings)) if settings else ()
+
+
+def _check_spec(name: str, vocab: AttackVocab) -> None:
+    """A setting belongs to one attack only (it is one flat config key)."""
+    taken = {
+        key: other.name
+        for other in ATTACKS.entries()
+        if other.name != name and other.info.get("spec") is not None
+        for key in setting_names(other.info["spec"].settings)
+    }
+    for key in setting_names(vocab.settings):
+        if key in taken:
+            raise ValueError(f"setting {key!r} of attack {name!r} is a setting of {taken[key]!r}")
 
 
 def _on_register(name: str, cls: Any, vocab: AttackVocab) -> None:
@@ -47,14 +71,19 @@ ATTACKS: Family[type] = Family(
     "attack",
     spec_type=AttackVocab,
     unknown=lambda name, known: ValueError(f"unknown attack {name!r}; known attacks are {known}"),
+    check=_check_spec,
     on_register=_on_register,
 )
 
-# The built-in attacks: name, class, and its vocabulary (RobustnessConfig eps field, metric stem).
-ATTACKS.declare("fgsm", "lipsweep.attacks._fgsm:FGSM", spec=AttackVocab("fgsm_eps", "fgsm"))
-ATTACKS.declare("pgd", "lipsweep.attacks._pgd:PGD", spec=AttackVocab("pgd_eps", "pgd"))
+# The built-in attacks: name, class, and its vocabulary (eps setting, metric stem, settings).
 ATTACKS.declare(
-    "autoattack", "lipsweep.attacks.autoattack:AutoAttack", spec=AttackVocab("aa_eps", "aa")
+    "fgsm", "lipsweep.attacks._fgsm:FGSM", spec=AttackVocab("fgsm_eps", "fgsm", FgsmSettings)
+)
+ATTACKS.declare("pgd", "lipsweep.attacks._pgd:PGD", spec=AttackVocab("pgd_eps", "pgd", PgdSettings))
+ATTACKS.declare(
+    "autoattack",
+    "lipsweep.attacks.autoattack:AutoAttack",
+    spec=AttackVocab("aa_eps", "aa", AutoAttackSettings),
 )
 
 # The family's names (methods of the one family object): ``@register_attack("name")`` adds a

@@ -276,6 +276,12 @@ class Registry(Generic[T]):
         return cls(**values)
 
 
+def _field_names(cls: Optional[type]) -> set[str]:
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
+
+
 class Family(Registry[T]):
     """One family of members: the registry with the facade every family shares.
 
@@ -370,6 +376,8 @@ class Family(Registry[T]):
         spec (``register_searcher(name, info=SearcherInfo(...))``)."""
         if self.spec_type is not None and isinstance(info, self.spec_type):
             spec, info = info, None
+        if settings is not None and spec_fields and "settings" in _field_names(self.spec_type):
+            spec_fields = {**spec_fields, "settings": settings}  # the spec carries it too
 
         def deco(obj: T) -> T:
             key = name or getattr(spec, "name", None) or getattr(obj, "name", None)
