@@ -6,7 +6,7 @@ created (the first three run in one tiny trial; docs/architecture.md has the rec
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -76,15 +76,28 @@ class LogitPenalty(Regularizer):
 # ------------------------------------------------------------------ an attack
 
 
+@dataclass(frozen=True)
+class SignNoiseSettings:
+    sign_eps: list[int] = field(default_factory=lambda: [8])
+    """Sign-noise radii, numerators over 255 (metrics ``acc_signnoise_<n>``)."""
+    sign_seed: int = 0
+    """Seed of the sign pattern (>= 0)."""
+
+    def __post_init__(self) -> None:
+        check_positive("sign_seed", self.sign_seed, allow_zero=True)
+
+
 class SignNoise(Attack):
-    """x + eps * a fixed random sign pattern (a test-only attack)."""
+    """x + eps * a fixed random sign pattern (a test-only attack with its own settings)."""
 
     @classmethod
     def from_config(cls, model: nn.Module, eps: float, cfg: Any) -> "SignNoise":
-        return cls(model, eps, precision=cfg.attack_precision)
+        attack = cls(model, eps, precision=cfg.attack_precision)
+        attack.seed = cfg.settings["sign_noise"].sign_seed
+        return attack
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        g = torch.Generator().manual_seed(0)
+        g = torch.Generator().manual_seed(self.seed)
         sign = torch.randint(0, 2, x.shape, generator=g).to(x) * 2 - 1
         return (x + self.eps * sign).clamp(0.0, 1.0)
 
@@ -106,7 +119,9 @@ class LogitNorm:
 def members():
     """Each family's decorator, as a plugin module would apply it; removed after the test."""
     register_regularizer("logit_pen", spec=LOGIT)(LogitPenalty)
-    register_attack("sign_noise", eps_field="fgsm_eps", metric_prefix="signnoise")(SignNoise)
+    register_attack(
+        "sign_noise", eps_field="sign_eps", metric_prefix="signnoise", settings=SignNoiseSettings
+    )(SignNoise)
     register_estimator("logit_norm")(LogitNorm)
     yield
     unregister_regularizer("logit_pen")
@@ -121,7 +136,8 @@ FLAT = {
     "regularizer": "logit_pen",
     "logit_lam": 0.25,
     "attacks": ["sign_noise"],
-    "fgsm_eps": [8],
+    "sign_eps": [8],
+    "sign_seed": 3,
     "lip_estimators": ["logit_norm"],
     "lip_images": 8,
     "lip_tokens": False,
@@ -135,16 +151,19 @@ def test_members_defined_in_a_test_module_validate(members):
     assert cfg.to_flat()["logit_lam"] == 0.25 and cfg.regularizer.settings == LogitSettings(0.25)
     assert TrialConfig.from_flat(cfg.to_flat()) == cfg
     assert cfg.robustness.metric_names() == ["acc_clean", "acc_signnoise_8"]
-    assert ATTACKS.spec("sign_noise").eps_field == "fgsm_eps"
-    for bad, field in [
+    assert ATTACKS.spec("sign_noise").eps_field == "sign_eps"
+    assert cfg.robustness.settings["sign_noise"] == SignNoiseSettings([8], 3)
+    for bad, key in [
         ({"logit_lam": -1}, "logit_lam"),
         ({"regularizer": "jasmin"}, "logit_lam"),  # another member's setting
         ({"attacks": ["sign_nois"]}, "attacks"),
+        ({"sign_seed": -1}, "sign_seed"),
+        ({"sign_eps": []}, "sign_eps"),
         ({"lip_estimators": ["logit_nrm"]}, "lip_estimators"),
     ]:
         with pytest.raises(ConfigError) as err:
             TrialConfig.from_flat({**FLAT, **bad})
-        assert err.value.field == field, (bad, err.value)
+        assert err.value.field == key, (bad, err.value)
 
 
 def test_members_defined_in_a_test_module_train_and_measure(members, tmp_path):
@@ -215,7 +234,7 @@ def test_a_dataset_defined_in_a_test_module_is_listed_validated_and_loaded(strip
     assert (cfg.data.num_classes, cfg.data.image_size) == (2, 8)
     splits = load_splits(DataConfig(dataset="stripes", eval_size=0))
     assert splits.x_train.shape == (16, 3, 8, 8) and splits.y_eval.tolist() == [0, 1] * 4
-    for bad, field in [
+    for bad, key in [
         ({"dataset": "stripez"}, "dataset"),
         ({"data_dir": "/tmp"}, "data_dir"),
         ({"num_classes": 10}, "num_classes"),
@@ -223,7 +242,7 @@ def test_a_dataset_defined_in_a_test_module_is_listed_validated_and_loaded(strip
     ]:
         with pytest.raises(ConfigError) as err:
             TrialConfig.from_flat({**flat, "num_classes": 2, **bad})
-        assert err.value.field == field, (bad, err.value)
+        assert err.value.field == key, (bad, err.value)
 
 
 # ------------------------------------------------------------------ a searcher and a scheduler

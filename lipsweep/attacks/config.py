@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from lipsweep.attacks._registry import ATTACKS, attack_vocab, list_attacks, setting_names
-from lipsweep.attacks.settings import PRECISIONS, check_count
+from lipsweep.attacks.settings import PRECISIONS, check_count, check_eps_list
 from lipsweep.core.config_base import ConfigError, check_choice, from_mapping, show
 from lipsweep.core.field_docs import field_docs
 from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
@@ -110,6 +110,7 @@ class RobustnessConfig:
                     f"attack {name!r} reads its eps from {eps_field!r}, which is not a "
                     "robustness setting",
                 ) from None
+            check_eps_list(eps_field, values)
             if name in self.attacks and not values:
                 raise ConfigError(
                     eps_field,

@@ -1,5 +1,6 @@
 """Each built-in attack's own settings (torch-free): a frozen dataclass per member, checked
-once in its ``__post_init__`` (errors name the flat key). The family's index
+once in its ``__post_init__`` (errors name the flat key; the eps list its vocabulary names is
+checked by the suite, for every attack alike). The family's index
 (:mod:`lipsweep.attacks._registry`) declares each attack with its settings class; the suite
 (:class:`~lipsweep.attacks.config.RobustnessConfig`) holds one of each.
 
@@ -43,7 +44,8 @@ _MAX = {
 
 
 def check_eps_list(name: str, values: Any) -> None:
-    """An eps list: distinct integers in [1, 255] (numerators over 255); ConfigError(name)."""
+    """An eps list: distinct integers in [1, 255] (numerators over 255); ConfigError(name).
+    The suite checks each attack's eps setting (the one its vocabulary names) with it."""
     if not isinstance(values, (list, tuple)):
         raise ConfigError(
             name, f"must be a list of integers (eps numerators over 255), got {show(values)}"
@@ -73,9 +75,6 @@ class FgsmSettings:
     fgsm_eps: list[int] = field(default_factory=lambda: [2, 4])
     """FGSM radii, numerators over 255 (metrics ``acc_fgsm_<n>``)."""
 
-    def __post_init__(self) -> None:
-        check_eps_list("fgsm_eps", self.fgsm_eps)
-
 
 @dataclass(frozen=True)
 class PgdSettings:
@@ -94,7 +93,6 @@ class PgdSettings:
     """PGD random restarts; the worst case per image over them is reported."""
 
     def __post_init__(self) -> None:
-        check_eps_list("pgd_eps", self.pgd_eps)
         check_count("pgd_steps", self.pgd_steps, 1)
         if self.pgd_step_size is not None:
             check_positive("pgd_step_size", self.pgd_step_size)
@@ -130,7 +128,6 @@ class AutoAttackSettings:
     """Restarts of APGD and FAB in the custom version (the package's custom default is 5)."""
 
     def __post_init__(self) -> None:
-        check_eps_list("aa_eps", self.aa_eps)
         check_choice("aa_version", self.aa_version, ("custom", "standard"))
         if not isinstance(self.aa_attacks, (list, tuple)) or not self.aa_attacks:
             raise ConfigError("aa_attacks", f"must be a non-empty list of {list(AA_ATTACKS)}")
