@@ -168,15 +168,16 @@ def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str,
 def _check_arrays(dataset: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     import numpy as np
 
-    classes = dataset_spec(dataset).num_classes
-
+    spec = dataset_spec(dataset)
+    classes, shape = spec.num_classes, (3, spec.image_size, spec.image_size)
     out = {}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.ndim != 4 or x.shape[1:] != (3, 32, 32) or x.dtype != np.uint8:
+        if x.ndim != 4 or x.shape[1:] != shape or x.dtype != np.uint8:
             raise ConfigError(
-                "--source", f"x_{split} must be uint8 (N, 3, 32, 32), got {x.dtype} {x.shape}"
-            )
+                "--source", f"x_{split} must be uint8 (N, {', '.join(map(str, shape))}), got "
+                f"{x.dtype} {x.shape}"
+            )  # fmt: skip
         if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
             raise ConfigError("--source", f"y_{split} must be {len(x)} integer labels")
         if len(y) and not 0 <= int(y.min()) <= int(y.max()) < classes:
