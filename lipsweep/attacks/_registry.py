@@ -1,19 +1,14 @@
 """The attack family on the one registry mechanism (:mod:`lipsweep.core.registry`), torch-free.
 
-This is the family's index: each built-in is declared here by the import path of its class
-with its light facts (:class:`AttackVocab`: its own settings dataclass
-(:mod:`lipsweep.attacks.settings`), the setting that lists its eps numerators, and its metric
-stem), so configs and metric names are known without importing torch; the class's file adds
-it with ``@register_attack(name)``. An attack that is not declared here (a plugin, a test)
-passes ``eps_field``, ``metric_prefix`` and ``settings`` to the decorator
+A member's light facts are its :class:`AttackVocab`: its own settings dataclass, the setting
+that lists its eps numerators, and its metric stem, so configs and metric names are known
+without importing torch. The built-ins are declared by the import path of their class in
+:mod:`lipsweep.attacks.builtin`, beside their settings; the class's file adds it with
+``@register_attack(name)``. An attack that is not declared (a plugin, a test) passes
+``eps_field``, ``metric_prefix`` and ``settings`` to the decorator
 (:class:`~lipsweep.core.registry.Family`). The suite,
 :class:`~lipsweep.attacks.config.RobustnessConfig`, holds every member's settings;
 ``cls.from_config(model, eps, suite)`` builds it (``suite.settings[name]`` is its own).
-
-Adding a built-in attack: its class in a new file of this folder with
-``@register_attack("name")``, its settings dataclass (in that file or in
-:mod:`lipsweep.attacks.settings`), and one ``ATTACKS.declare(...)`` line below
-(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -22,7 +17,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from lipsweep.attacks.settings import AutoAttackSettings, FgsmSettings, PgdSettings
 from lipsweep.core.registry import Family
 
 
@@ -73,17 +67,6 @@ ATTACKS: Family[type] = Family(
     unknown=lambda name, known: ValueError(f"unknown attack {name!r}; known attacks are {known}"),
     check=_check_spec,
     on_register=_on_register,
-)
-
-# The built-in attacks: name, class, and its vocabulary (eps setting, metric stem, settings).
-ATTACKS.declare(
-    "fgsm", "lipsweep.attacks._fgsm:FGSM", spec=AttackVocab("fgsm_eps", "fgsm", FgsmSettings)
-)
-ATTACKS.declare("pgd", "lipsweep.attacks._pgd:PGD", spec=AttackVocab("pgd_eps", "pgd", PgdSettings))
-ATTACKS.declare(
-    "autoattack",
-    "lipsweep.attacks.autoattack:AutoAttack",
-    spec=AttackVocab("aa_eps", "aa", AutoAttackSettings),
 )
 
 # The family's names (methods of the one family object): ``@register_attack("name")`` adds a

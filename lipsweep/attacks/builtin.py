@@ -1,8 +1,12 @@
-"""Each built-in attack's own settings (torch-free): a frozen dataclass per member, checked
-once in its ``__post_init__`` (errors name the flat key; the eps list its vocabulary names is
-checked by the suite, for every attack alike). The family's index
-(:mod:`lipsweep.attacks._registry`) declares each attack with its settings class; the suite
-(:class:`~lipsweep.attacks.config.RobustnessConfig`) holds one of each.
+"""The built-in attacks (torch-free): each one's settings, a frozen dataclass checked once in
+its ``__post_init__`` (errors name the flat key; the eps list its vocabulary names is checked
+by the suite, for every attack alike), and its declaration in the family
+(:mod:`lipsweep.attacks._registry`) with the import path of its class. The suite
+(:class:`~lipsweep.attacks.config.RobustnessConfig`) holds one settings object per member.
+
+Adding a built-in attack: its class in a new file of this folder with
+``@register_attack("name")``, and here its settings dataclass and one ``ATTACKS.declare``
+line (docs/architecture.md).
 
 Defaults are the paper's (Sec. 5): FGSM and 4-step PGD at eps 2/255 and 4/255, AutoAttack at
 2/255 with 10 iterations per attack. eps values are integers, numerators over 255, which is
@@ -14,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from lipsweep.attacks._registry import ATTACKS, AttackVocab
 from lipsweep.core.config_base import (
     ConfigError,
     check_choice,
@@ -152,3 +157,15 @@ class AutoAttackSettings:
                     f"{list(STANDARD_ATTACKS)} with aa_restarts=1; use "
                     "aa_version='custom' for other settings",
                 )
+
+
+# The built-in attacks: name, class, and its vocabulary (eps setting, metric stem, settings).
+ATTACKS.declare(
+    "fgsm", "lipsweep.attacks._fgsm:FGSM", spec=AttackVocab("fgsm_eps", "fgsm", FgsmSettings)
+)
+ATTACKS.declare("pgd", "lipsweep.attacks._pgd:PGD", spec=AttackVocab("pgd_eps", "pgd", PgdSettings))
+ATTACKS.declare(
+    "autoattack",
+    "lipsweep.attacks.autoattack:AutoAttack",
+    spec=AttackVocab("aa_eps", "aa", AutoAttackSettings),
+)
