@@ -11,12 +11,11 @@ import torch
 from conftest import SHARED_NPZ
 
 from lipsweep.core.config_base import ConfigError
+from lipsweep.data.datasets import embedded_path, embedded_rest_path
 from lipsweep.data.loading import (
     DataConfig,
     augment,
     create_mixup,
-    embedded_path,
-    embedded_rest_path,
     eval_subset_indices,
     load_splits,
     train_batches,

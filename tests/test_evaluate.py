@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,7 +18,7 @@ from lipsweep.attacks.checks import (
     check_perturbation,
     run_model_checks,
 )
-from lipsweep.core.config_base import ConfigError, from_mapping
+from lipsweep.core.config_base import ConfigError
 from lipsweep.vit.models import create_model
 
 # a shallower, narrower tiny ViT for the mechanics (same code path; keeps the file fast)
@@ -102,7 +100,7 @@ def test_plain_list_of_batches_and_flat_dict_suite(tiny, data):
     cfg = RobustnessConfig(attacks=["fgsm"], fgsm_eps=[4])
     a = evaluate_robustness(tiny, (x, y), cfg, progress=False)
     c = evaluate_robustness(
-        tiny, [(x[:11], y[:11]), (x[11:], y[11:])], dataclasses.asdict(cfg), progress=False
+        tiny, [(x[:11], y[:11]), (x[11:], y[11:])], cfg.to_flat(), progress=False
     )
     assert a["acc_fgsm_4"] == c["acc_fgsm_4"] and a["attack_images"] == c["attack_images"]
 
@@ -297,15 +295,15 @@ def test_config_rejects_bad_combinations_naming_a_field():
 
 def test_config_is_flat_and_round_trips():
     cfg = RobustnessConfig()
-    flat = dataclasses.asdict(cfg)
+    flat = cfg.to_flat()
     assert all(isinstance(v, (int, float, str, bool, list, type(None))) for v in flat.values())
     assert all(
         not isinstance(v, list) or all(isinstance(i, (int, str)) for i in v) for v in flat.values()
     )
-    assert from_mapping(RobustnessConfig, flat) == cfg
-    assert from_mapping(RobustnessConfig, {"pgd_eps": [2, 4, 8]}).pgd_eps == [2, 4, 8]
+    assert RobustnessConfig.from_flat(flat) == cfg
+    assert RobustnessConfig.from_flat({"pgd_eps": [2, 4, 8]}).pgd_eps == [2, 4, 8]
     with pytest.raises(ConfigError, match="aa_iter"):
-        from_mapping(RobustnessConfig, {"aa_iter": 10})  # typo: unknown key
+        RobustnessConfig.from_flat({"aa_iter": 10})  # typo: unknown key
     assert (cfg.pgd_steps, cfg.aa_eps, cfg.aa_iters, cfg.aa_restarts, cfg.attack_precision) == (
         4,
         [2],

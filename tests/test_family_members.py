@@ -1,13 +1,15 @@
-"""A new member of each family is one file: a regularizer, an attack and a
-Lipschitz estimator defined here, in a test module, and added with their family's decorator,
-pass config validation (errors naming their fields) and run in one tiny trial."""
+"""A new member of each family is one file: a regularizer, an attack, a Lipschitz estimator,
+a dataset, a searcher and a scheduler defined here, in a test module, and added with their
+family's decorator, are listed, pass config validation (errors naming their fields) and are
+created (the first three run in one tiny trial; docs/architecture.md has the recipe)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from _sweep_helpers import TINY_FLAT
@@ -15,6 +17,7 @@ from torch import nn
 
 from lipsweep.attacks import ATTACKS, Attack, register_attack, unregister_attack
 from lipsweep.core.config_base import ConfigError, check_positive
+from lipsweep.data import register_dataset, unregister_dataset
 from lipsweep.lipschitz import register_estimator, unregister_estimator
 from lipsweep.regularizers import (
     Regularizer,
@@ -73,15 +76,28 @@ class LogitPenalty(Regularizer):
 # ------------------------------------------------------------------ an attack
 
 
+@dataclass(frozen=True)
+class SignNoiseSettings:
+    sign_eps: list[int] = field(default_factory=lambda: [8])
+    """Sign-noise radii, numerators over 255 (metrics ``acc_signnoise_<n>``)."""
+    sign_seed: int = 0
+    """Seed of the sign pattern (>= 0)."""
+
+    def __post_init__(self) -> None:
+        check_positive("sign_seed", self.sign_seed, allow_zero=True)
+
+
 class SignNoise(Attack):
-    """x + eps * a fixed random sign pattern (a test-only attack)."""
+    """x + eps * a fixed random sign pattern (a test-only attack with its own settings)."""
 
     @classmethod
     def from_config(cls, model: nn.Module, eps: float, cfg: Any) -> "SignNoise":
-        return cls(model, eps, precision=cfg.attack_precision)
+        attack = cls(model, eps, precision=cfg.attack_precision)
+        attack.seed = cfg.settings["sign_noise"].sign_seed
+        return attack
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        g = torch.Generator().manual_seed(0)
+        g = torch.Generator().manual_seed(self.seed)
         sign = torch.randint(0, 2, x.shape, generator=g).to(x) * 2 - 1
         return (x + self.eps * sign).clamp(0.0, 1.0)
 
@@ -103,7 +119,9 @@ class LogitNorm:
 def members():
     """Each family's decorator, as a plugin module would apply it; removed after the test."""
     register_regularizer("logit_pen", spec=LOGIT)(LogitPenalty)
-    register_attack("sign_noise", eps_field="fgsm_eps", metric_prefix="signnoise")(SignNoise)
+    register_attack(
+        "sign_noise", eps_field="sign_eps", metric_prefix="signnoise", settings=SignNoiseSettings
+    )(SignNoise)
     register_estimator("logit_norm")(LogitNorm)
     yield
     unregister_regularizer("logit_pen")
@@ -118,7 +136,8 @@ FLAT = {
     "regularizer": "logit_pen",
     "logit_lam": 0.25,
     "attacks": ["sign_noise"],
-    "fgsm_eps": [8],
+    "sign_eps": [8],
+    "sign_seed": 3,
     "lip_estimators": ["logit_norm"],
     "lip_images": 8,
     "lip_tokens": False,
@@ -132,16 +151,19 @@ def test_members_defined_in_a_test_module_validate(members):
     assert cfg.to_flat()["logit_lam"] == 0.25 and cfg.regularizer.settings == LogitSettings(0.25)
     assert TrialConfig.from_flat(cfg.to_flat()) == cfg
     assert cfg.robustness.metric_names() == ["acc_clean", "acc_signnoise_8"]
-    assert ATTACKS.spec("sign_noise").eps_field == "fgsm_eps"
-    for bad, field in [
+    assert ATTACKS.spec("sign_noise").eps_field == "sign_eps"
+    assert cfg.robustness.settings["sign_noise"] == SignNoiseSettings([8], 3)
+    for bad, key in [
         ({"logit_lam": -1}, "logit_lam"),
         ({"regularizer": "jasmin"}, "logit_lam"),  # another member's setting
         ({"attacks": ["sign_nois"]}, "attacks"),
+        ({"sign_seed": -1}, "sign_seed"),
+        ({"sign_eps": []}, "sign_eps"),
         ({"lip_estimators": ["logit_nrm"]}, "lip_estimators"),
     ]:
         with pytest.raises(ConfigError) as err:
             TrialConfig.from_flat({**FLAT, **bad})
-        assert err.value.field == field, (bad, err.value)
+        assert err.value.field == key, (bad, err.value)
 
 
 def test_members_defined_in_a_test_module_train_and_measure(members, tmp_path):
@@ -167,6 +189,60 @@ def test_a_member_needs_its_light_facts():
 @dataclass(frozen=True)
 class _KSettings:
     k: int = 2
+
+
+# ------------------------------------------------------------------ a dataset
+
+
+class Stripes:
+    """Two classes of 8x8 images held in memory: vertical or horizontal stripes (a test-only
+    dataset; ``check`` finds no files to read, ``arrays`` makes them)."""
+
+    def check(self, cfg: Any) -> None:
+        if cfg.data_dir:
+            raise ConfigError("data_dir", "stripes reads no files; leave data_dir empty")
+
+    def arrays(self, cfg: Any) -> tuple[np.ndarray, ...]:
+        rows = np.arange(8) % 2 * 255
+        vertical = np.broadcast_to(rows, (3, 8, 8))
+        x = np.stack([vertical, vertical.transpose(0, 2, 1)] * 12).astype(np.uint8)
+        y = np.arange(24) % 2
+        return x[:16], y[:16], x[16:], y[16:]
+
+
+@pytest.fixture()
+def stripes():
+    register_dataset(
+        "stripes",
+        files="nothing: made in memory",
+        num_classes=2,
+        image_size=8,
+        mean=(0.5, 0.5, 0.5),
+        std=(0.5, 0.5, 0.5),
+    )(Stripes)
+    yield
+    unregister_dataset("stripes")
+
+
+def test_a_dataset_defined_in_a_test_module_is_listed_validated_and_loaded(stripes):
+    from lipsweep.data import list_datasets
+    from lipsweep.data.loading import DataConfig, load_splits
+
+    assert "stripes" in list_datasets()
+    flat = {**TINY_FLAT, "dataset": "stripes", "img_size": 8, "patch_size": 4}
+    cfg = TrialConfig.from_flat({**flat, "num_classes": 2, "normalization": "stripes"})
+    assert (cfg.data.num_classes, cfg.data.image_size) == (2, 8)
+    splits = load_splits(DataConfig(dataset="stripes", eval_size=0))
+    assert splits.x_train.shape == (16, 3, 8, 8) and splits.y_eval.tolist() == [0, 1] * 4
+    for bad, key in [
+        ({"dataset": "stripez"}, "dataset"),
+        ({"data_dir": "/tmp"}, "data_dir"),
+        ({"num_classes": 10}, "num_classes"),
+        ({"img_size": 32}, "img_size"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            TrialConfig.from_flat({**flat, "num_classes": 2, **bad})
+        assert err.value.field == key, (bad, err.value)
 
 
 # ------------------------------------------------------------------ a searcher and a scheduler
@@ -269,10 +345,17 @@ def _search_space(tmp_path, scheduler: dict, **extra: Any) -> Any:
 
 
 def test_a_searcher_and_a_scheduler_defined_in_a_test_module_validate(search_members, tmp_path):
+    from lipsweep.sweep.schedulers import create_scheduler, list_schedulers
+    from lipsweep.sweep.searchers import SearchRequest, create_searcher, list_searchers
     from lipsweep.sweep.space import load_space
 
+    assert "reversed-random" in list_searchers() and "halt-after" in list_schedulers()
     spec = load_space(_search_space(tmp_path, {"type": "halt-after", "epochs": 2}))
     assert spec.num_trials == 2 and spec.scheduler.epochs == 2
+    request = SearchRequest(trials=[{"lr": 1}, {"lr": 2}])
+    plan = create_searcher("reversed-random", spec.search.settings, request)
+    assert plan.param_space["trial"]["grid_search"] == [{"lr": 2}, {"lr": 1}]
+    assert type(create_scheduler(spec.scheduler)).__name__ == "HaltAfter"
     with pytest.raises(ConfigError, match="scheduler.epochs"):
         load_space(_search_space(tmp_path, {"type": "halt-after", "epochs": 0}))
     with pytest.raises(ConfigError, match="scheduler.type"):

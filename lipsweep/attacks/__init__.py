@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import lipsweep.attacks.builtin  # noqa: F401  (declares the built-ins)
 from lipsweep.attacks._registry import (
     ATTACKS,
     AttackVocab,

@@ -41,7 +41,7 @@ from torch import nn
 from lipsweep.attacks._registry import register_attack
 from lipsweep.attacks.autoattack_tags import describe
 from lipsweep.attacks.base import Attack, attack_mode, check_images
-from lipsweep.attacks.config import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
+from lipsweep.attacks.builtin import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
 
 _log = logging.getLogger(__name__)
 

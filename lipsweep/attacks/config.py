@@ -1,101 +1,36 @@
-"""The robustness-evaluation suite: which attacks, at which eps, on how many images.
+"""The robustness-evaluation suite: which attacks, on how many images, and each attack's own
+settings (:mod:`lipsweep.attacks.builtin` for the built-ins).
 
-Defaults are the paper's (Sec. 5): FGSM and 4-step PGD at eps 2/255 and 4/255, AutoAttack at
-2/255 with 10 iterations per attack. eps values are integers, numerators over 255, which is
-also how metric names carry them (``acc_pgd_4``; docs/contract.md).
+:class:`RobustnessConfig` is the suite's shared settings (``attacks``, ``attack_images``,
+``attack_batch_size``, ``attack_precision``, ``attack_seed``) plus one settings dataclass per
+member of the attack family that has one, each validated once in its own ``__post_init__``.
+Its flat keys are the shared ones plus every member's settings (``fgsm_eps``, ``pgd_steps``,
+``aa_iters``, ...): every member's settings are kept, run or not, so a trial's flat dict has
+the same keys whatever ``attacks`` lists. ``cfg.pgd_steps`` reads ``cfg.settings["pgd"]``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Mapping
 
-from lipsweep.attacks._registry import attack_vocab, list_attacks
-from lipsweep.core.config_base import (
-    ConfigError,
-    check_choice,
-    check_int,
-    check_max,
-    check_positive,
-    check_range,
-    show,
-)
+from lipsweep.attacks._registry import ATTACKS, attack_vocab, list_attacks, setting_names
+from lipsweep.attacks.builtin import PRECISIONS, check_count, check_eps_list
+from lipsweep.core.config_base import ConfigError, check_choice, from_mapping, show
+from lipsweep.core.field_docs import field_docs
 from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
 
 # Torch-free: configs (and `lipsweep sweep --dry-run`) validate without importing torch.
-PRECISIONS = ("fp32", "bf16")
-"""Precisions of the attacks' forward/backward passes."""
-AA_ATTACKS = ("apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t")
-"""Attack names pyautoattack understands."""
-STANDARD_ATTACKS = ("apgd-ce", "apgd-t", "fab-t", "square")
-"""The standard version's attacks, in its running order."""
-STANDARD_ITERS = 100
-
-# Upper bounds; the reason goes into the error (a typo such as aa_iters 1e9 would run forever).
-_MAX = {
-    "pgd_steps": (10_000, "the paper runs 4"),
-    "pgd_restarts": (100, "each restart is a full PGD run"),
-    "aa_iters": (10_000, "standard AutoAttack runs 100"),
-    "aa_restarts": (100, "each restart is a full APGD/FAB run"),
-    "attack_images": (1_000_000, "more than any evaluation set (CIFAR test: 10,000)"),
-    "attack_batch_size": (65_536, "a batch is held in memory at once"),
-}
-
-
-def _check_eps_list(name: str, values: list[int]) -> None:
-    if not isinstance(values, (list, tuple)):
-        raise ConfigError(
-            name, f"must be a list of integers (eps numerators over 255), got {show(values)}"
-        )
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 255:
-            raise ConfigError(
-                name,
-                f"entries are eps numerators over 255, integers in "
-                f"[1, 255] (4 means 4/255); got {show(v)}",
-            )
-    if len(set(values)) != len(values):
-        raise ConfigError(name, f"has duplicates: {show(list(values))}")
-
-
-def _check_int(name: str, value: int, minimum: int) -> None:
-    check_int(name, value, minimum)
-    if name in _MAX:
-        check_max(name, value, *_MAX[name])
 
 
 @dataclass(frozen=True)
-class RobustnessConfig:
-    """Adversarial evaluation suite (docs/science.md §1.6); all attacks L-infinity on [0, 1]
-    pixels. The attack family's settings: each attack reads its eps list from the field its
-    declaration names (:mod:`lipsweep.attacks._registry`) and the rest in ``from_config``."""
+class SuiteSettings:
+    """The settings every attack of the suite shares (docs/science.md §1.6); all attacks
+    L-infinity on [0, 1] pixels."""
 
     attacks: list[str] = field(default_factory=lambda: ["fgsm", "pgd", "autoattack"])
     """Attacks to run (registry names, see ``lipsweep.attacks.list_attacks()``)."""
-    fgsm_eps: list[int] = field(default_factory=lambda: [2, 4])
-    """FGSM radii, numerators over 255 (metrics ``acc_fgsm_<n>``)."""
-    pgd_eps: list[int] = field(default_factory=lambda: [2, 4])
-    """PGD radii, numerators over 255 (metrics ``acc_pgd_<n>``)."""
-    pgd_steps: int = 4
-    """PGD gradient steps (paper: 4)."""
-    pgd_step_size: Optional[float] = None
-    """PGD step in pixel units, the same for every eps (Hu et al.'s code: 2/255 =
-    0.00784313725490196); None means 2.5 * eps / pgd_steps (Madry et al.)."""
-    pgd_random_start: bool = True
-    """Start PGD from a uniform random point of the eps-ball."""
-    pgd_restarts: int = 1
-    """PGD random restarts; the worst case per image over them is reported."""
-    aa_eps: list[int] = field(default_factory=lambda: [2])
-    """AutoAttack radii, numerators over 255 (metrics ``acc_aa_<n>``)."""
-    aa_version: str = "custom"
-    """'custom' (aa_attacks, aa_iters, aa_restarts) or 'standard' (pyautoattack's standard
-    AutoAttack unchanged: needs aa_iters=100 and the standard attack list)."""
-    aa_attacks: list[str] = field(default_factory=lambda: list(STANDARD_ATTACKS))
-    """AutoAttack attacks in running order (pyautoattack names)."""
-    aa_iters: int = 10
-    """Iterations per AutoAttack attack (APGD/FAB iterations, Square queries; paper: 10)."""
-    aa_restarts: int = 1
-    """Restarts of APGD and FAB in the custom version (the package's custom default is 5)."""
     attack_images: int = 1000
     """Evaluate on the first this-many images of the evaluation data (0: all of them)."""
     attack_batch_size: int = 256
@@ -115,64 +50,118 @@ class RobustnessConfig:
             check_choice("attacks", name, list_attacks())
         if len(set(self.attacks)) != len(self.attacks):
             raise ConfigError("attacks", f"has duplicates: {show(list(self.attacks))}")
+        check_count("attack_images", self.attack_images, 0)
+        check_count("attack_batch_size", self.attack_batch_size, 1)
+        check_choice("attack_precision", self.attack_precision, PRECISIONS)
+        check_count("attack_seed", self.attack_seed, 0)
+
+
+SHARED = tuple(f.name for f in dataclasses.fields(SuiteSettings))
+
+
+def _member_settings() -> dict[str, type]:
+    """Each attack with a settings dataclass: name -> that class, in registration order."""
+    return {
+        name: cls for name in list_attacks() if (cls := ATTACKS.entry(name).settings) is not None
+    }
+
+
+@dataclass(frozen=True, init=False)
+class RobustnessConfig:
+    """Adversarial evaluation suite: the shared settings and each attack's own.
+
+    ``RobustnessConfig(attacks=["pgd"], pgd_eps=[8])``: the keywords are flat keys.
+    """
+
+    suite: SuiteSettings
+    """The shared settings (``attacks``, ``attack_images``, ...)."""
+    settings: Mapping[str, Any]
+    """Attack name -> its frozen settings dataclass, validated."""
+
+    def __init__(self, **values: Any) -> None:
+        self._build(values, coerce=False)
+
+    def _build(self, values: Mapping[str, Any], coerce: bool) -> None:
+        members = _member_settings()
+        owner = {key: name for name, cls in members.items() for key in setting_names(cls)}
+        for key in values:
+            if key not in owner and key not in SHARED:
+                raise ConfigError(
+                    str(key), f"unknown setting; known settings are {sorted(self.flat_keys())}"
+                )
+        build = from_mapping if coerce else (lambda cls, kw: cls(**kw))
+        shared = build(SuiteSettings, {k: v for k, v in values.items() if k in SHARED})
+        settings = {
+            name: build(cls, {k: v for k, v in values.items() if owner.get(k) == name})
+            for name, cls in members.items()
+        }
+        object.__setattr__(self, "suite", shared)
+        object.__setattr__(self, "settings", settings)
+        self._check_eps()
+
+    def _check_eps(self) -> None:
         for name in list_attacks():
             eps_field = attack_vocab(name).eps_field
-            if not hasattr(self, eps_field):
+            try:
+                values = getattr(self, eps_field)
+            except AttributeError:
                 raise ConfigError(
                     "attacks",
                     f"attack {name!r} reads its eps from {eps_field!r}, which is not a "
                     "robustness setting",
-                )
-            _check_eps_list(eps_field, getattr(self, eps_field))
-            if name in self.attacks and not getattr(self, eps_field):
+                ) from None
+            check_eps_list(eps_field, values)
+            if name in self.attacks and not values:
                 raise ConfigError(
                     eps_field,
                     f"is empty but attacks includes {name!r}; give at "
                     f"least one eps or drop {name!r} from attacks",
                 )
-        _check_int("pgd_steps", self.pgd_steps, 1)
-        if self.pgd_step_size is not None:
-            check_positive("pgd_step_size", self.pgd_step_size)
-            check_range("pgd_step_size", self.pgd_step_size, 0.0, 1.0)
-        if not isinstance(self.pgd_random_start, bool):
-            raise ConfigError(
-                "pgd_random_start", f"must be true or false, got {show(self.pgd_random_start)}"
-            )
-        _check_int("pgd_restarts", self.pgd_restarts, 1)
-        if self.pgd_restarts > 1 and not self.pgd_random_start:
-            raise ConfigError(
-                "pgd_restarts",
-                f"{self.pgd_restarts} restarts need "
-                "pgd_random_start=true (otherwise every restart is the same)",
-            )
-        check_choice("aa_version", self.aa_version, ("custom", "standard"))
-        if not isinstance(self.aa_attacks, (list, tuple)) or not self.aa_attacks:
-            raise ConfigError("aa_attacks", f"must be a non-empty list of {list(AA_ATTACKS)}")
-        for name in self.aa_attacks:
-            check_choice("aa_attacks", name, AA_ATTACKS)
-        if len(set(self.aa_attacks)) != len(self.aa_attacks):
-            raise ConfigError("aa_attacks", f"has duplicates: {show(list(self.aa_attacks))}")
-        _check_int("aa_iters", self.aa_iters, 1)
-        _check_int("aa_restarts", self.aa_restarts, 1)
-        if self.aa_version == "standard":
-            if self.aa_iters != STANDARD_ITERS:
-                raise ConfigError(
-                    "aa_iters",
-                    f"aa_version='standard' runs {STANDARD_ITERS} "
-                    f"iterations; set aa_iters={STANDARD_ITERS} or use "
-                    "aa_version='custom'",
-                )
-            if list(self.aa_attacks) != list(STANDARD_ATTACKS) or self.aa_restarts != 1:
-                raise ConfigError(
-                    "aa_attacks",
-                    f"aa_version='standard' runs "
-                    f"{list(STANDARD_ATTACKS)} with aa_restarts=1; use "
-                    "aa_version='custom' for other settings",
-                )
-        _check_int("attack_images", self.attack_images, 0)
-        _check_int("attack_batch_size", self.attack_batch_size, 1)
-        check_choice("attack_precision", self.attack_precision, PRECISIONS)
-        _check_int("attack_seed", self.attack_seed, 0)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("suite", "settings"):
+            raise AttributeError(name)
+        for part in (self.suite, *self.settings.values()):
+            if hasattr(part, name):
+                return getattr(part, name)
+        raise AttributeError(f"{type(self).__name__} has no setting {name!r}")
+
+    def replace(self, **changes: Any) -> "RobustnessConfig":
+        """A copy with some flat keys changed (validated again)."""
+        return type(self)(**{**self.to_flat(), **changes})
+
+    def to_flat(self) -> dict[str, Any]:
+        """Every flat key and its value: Tune sample / MLflow params."""
+        flat = dataclasses.asdict(self.suite)
+        for settings in self.settings.values():
+            flat.update(dataclasses.asdict(settings))
+        return flat
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any]) -> "RobustnessConfig":
+        """Build from this section's flat keys, coerced to their types (YAML strings such as
+        ``1e-3``); another key is a ConfigError naming it."""
+        cfg = cls.__new__(cls)
+        cfg._build(values, coerce=True)
+        return cfg
+
+    @staticmethod
+    def flat_keys() -> tuple[str, ...]:
+        """The shared settings and every attack's own: this section's flat keys."""
+        return (*SHARED, *(k for cls in _member_settings().values() for k in setting_names(cls)))
+
+    @staticmethod
+    def flat_defaults() -> dict[str, Any]:
+        """Each flat key's value when left out (``--help-settings``)."""
+        return RobustnessConfig().to_flat()
+
+    @classmethod
+    def __field_docs__(cls) -> dict[str, str]:
+        """Field docs for ``--help-settings``, from the shared and the members' dataclasses."""
+        docs = field_docs(SuiteSettings)
+        for settings in _member_settings().values():
+            docs.update(field_docs(settings))
+        return docs
 
     def metric_names(self) -> list[str]:
         """The accuracy metrics this suite reports, in order (``acc_clean`` first)."""

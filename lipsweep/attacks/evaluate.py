@@ -35,7 +35,6 @@ from lipsweep.attacks.autoattack import AutoAttack
 from lipsweep.attacks.base import attack_mode, check_images
 from lipsweep.attacks.checks import check_monotone, check_perturbation, run_model_checks
 from lipsweep.attacks.config import RobustnessConfig
-from lipsweep.core.config_base import from_mapping
 from lipsweep.core.metric_names import ACC_CLEAN, attack_metric
 from lipsweep.vit.precision import tf32_matmuls
 
@@ -170,7 +169,7 @@ def evaluate_robustness(
         messages; empty when all pass, each also logged with ``logging.warning``).
     """
     if isinstance(suite, Mapping):
-        suite = from_mapping(RobustnessConfig, suite)
+        suite = RobustnessConfig.from_flat(suite)
     if not isinstance(suite, RobustnessConfig):
         raise ValueError(f"suite must be a RobustnessConfig, got {type(suite).__name__}")
     x, y = _collect(data, suite.attack_images)

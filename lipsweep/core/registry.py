@@ -1,5 +1,5 @@
 """One registry mechanism for every family that grows: regularizers, attacks, Lipschitz
-estimators, searchers and schedulers.
+estimators, datasets, searchers and schedulers.
 
 timm-style: a family keeps one :class:`Registry`; a decorator (``register_*``) adds a member
 from the file that defines it, and ``create_*`` / ``list_*`` read the family. Each family has
@@ -18,7 +18,7 @@ implementation (``"lipsweep.attacks._pgd:PGD"``), loaded on first :meth:`Registr
     >>> fam.create("json", [1])
     '[1]'
 
-Plugins: a family that calls :meth:`Registry.use_entry_points` (each of lipsweep's five, at
+Plugins: a family that calls :meth:`Registry.use_entry_points` (each of lipsweep's six, at
 the end of its index) also takes members from installed distributions. Each entry point of
 the group names one member and the module that adds it::
 
@@ -276,6 +276,12 @@ class Registry(Generic[T]):
         return cls(**values)
 
 
+def _field_names(cls: Optional[type]) -> set[str]:
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
+
+
 class Family(Registry[T]):
     """One family of members: the registry with the facade every family shares.
 
@@ -307,11 +313,15 @@ class Family(Registry[T]):
         unknown: Optional[Callable[[str, list[str]], Exception]] = None,
         check: Optional[Callable[[str, Any], None]] = None,
         on_register: Optional[Callable[[str, Any, Any], None]] = None,
+        default_settings: Optional[type] = None,
     ) -> None:
         super().__init__(kind, unknown)
         self.spec_type = spec_type
         self._check_spec = check
         self._on_register = on_register
+        self.default_settings = default_settings
+        """The settings of a member registered undeclared without its own (the searchers'
+        shared ``search:`` keys)."""
 
     def _spec_of(self, name: str, obj: Any, spec: Any, fields_: Mapping[str, Any]) -> Any:
         if spec is not None or self.spec_type is None:
@@ -362,7 +372,12 @@ class Family(Registry[T]):
     ) -> Callable[[T], T]:
         """Decorator: add a class or factory under ``name`` (default: ``spec.name``, the
         object's ``name`` attribute or ``__name__``). A declared member keeps its declared
-        spec unless one is given."""
+        spec and settings unless given; ``info`` given as the family's spec dataclass is the
+        spec (``register_searcher(name, info=SearcherInfo(...))``)."""
+        if self.spec_type is not None and isinstance(info, self.spec_type):
+            spec, info = info, None
+        if settings is not None and spec_fields and "settings" in _field_names(self.spec_type):
+            spec_fields = {**spec_fields, "settings": settings}  # the spec carries it too
 
         def deco(obj: T) -> T:
             key = name or getattr(spec, "name", None) or getattr(obj, "name", None)
@@ -376,10 +391,11 @@ class Family(Registry[T]):
                 if member_spec is not None and self._check_spec is not None:
                     self._check_spec(key, member_spec)
             facts = {**(info or {}), **({"spec": member_spec} if member_spec is not None else {})}
+            default = None if declared else self.default_settings
             self.add(
                 key,
                 obj,
-                settings=settings or getattr(member_spec, "settings", None),
+                settings=settings or getattr(member_spec, "settings", None) or default,
                 info=facts or None,
             )
             if self._on_register is not None:

@@ -9,26 +9,14 @@ paper's recipe (docs/science.md §2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from lipsweep.core.config_base import (
-    ConfigError,
-    absolute_path,
-    check_choice,
-    check_positive,
-    check_range,
-)
-from lipsweep.data.remote import check_uri, is_prepared, is_uri
+from lipsweep.core.config_base import absolute_path, check_positive, check_range
+from lipsweep.data._registry import DATASETS, dataset_source, dataset_spec
+from lipsweep.data.remote import check_uri, is_uri
 
 if TYPE_CHECKING:
     from lipsweep.data.sources import SourceInfo
-
-
-DATASETS = ("embedded", "embedded_full", "npz", "imagefolder", "cifar10", "cifar100")
-# fixed sources; for 'npz' and 'imagefolder' the classes come from the data
-NUM_CLASSES = {"embedded": 10, "embedded_full": 10, "cifar10": 10, "cifar100": 100}
-CIFAR_IMAGE_SIZE = 32
 
 
 @dataclass
@@ -36,16 +24,17 @@ class DataConfig:
     """Where the images come from and how training batches are augmented."""
 
     dataset: str = "embedded"
-    """'embedded' (CIFAR-10 sample shipped in the package: 2000 train / 500 test images),
-    'embedded_full' (the whole shipped sample: 4660 / 846, used by the study), 'npz' (a local
-    file with x_train, y_train, x_test, y_test; uint8, NCHW or NHWC, any number of classes),
-    'imagefolder' (data_dir/train/<class>/*.png and data_dir/test/<class>/*.png), 'cifar10' or
-    'cifar100' (torchvision: local folder or download)."""
+    """A member of the dataset family (``lipsweep data`` lists them): 'embedded' (CIFAR-10
+    sample shipped in the package: 2000 train / 500 test images), 'embedded_full' (the whole
+    shipped sample: 4660 / 846, used by the study), 'npz' (a local file with x_train,
+    y_train, x_test, y_test; uint8, NCHW or NHWC, any number of classes), 'imagefolder'
+    (data_dir/train/<class>/*.png and data_dir/test/<class>/*.png), 'cifar10' or 'cifar100'
+    (torchvision: local folder or download)."""
     data_dir: str = ""
-    """For 'npz': the .npz file. For 'imagefolder': the folder holding train/ and test/. For
-    'cifar10'/'cifar100': the torchvision root folder (the one holding cifar-10-batches-py /
-    cifar-100-python), or a file from `lipsweep data prepare`: a local .npz or a URI (s3://,
-    gs://, file://) that each node copies into its cache once."""
+    """What the dataset reads. For 'npz': the .npz file. For 'imagefolder': the folder holding
+    train/ and test/. For 'cifar10'/'cifar100': the torchvision root folder (the one holding
+    cifar-10-batches-py / cifar-100-python), or a file from `lipsweep data prepare`: a local
+    .npz or a URI (s3://, gs://, file://) that each node copies into its cache once."""
     download: bool = False
     """Let torchvision download CIFAR into data_dir if it is not there."""
     train_size: int = 0
@@ -68,7 +57,7 @@ class DataConfig:
     """Label smoothing for the cross-entropy (also used by timm's Mixup targets)."""
 
     def __post_init__(self) -> None:
-        check_choice("dataset", self.dataset, DATASETS)
+        DATASETS.entry(self.dataset)  # an unknown name: ConfigError naming `dataset`
         if is_uri(self.data_dir):  # a prepared dataset; the trial reads it (data_remote)
             check_uri("data_dir", self.data_dir)
         elif self.data_dir:  # relative to where the command runs: Tune workers run elsewhere
@@ -80,61 +69,33 @@ class DataConfig:
         check_positive("cutmix", self.cutmix, allow_zero=True)
         check_range("mix_prob", self.mix_prob, 0.0, 1.0)
         check_range("label_smoothing", self.label_smoothing, 0.0, 0.99)
-        self._source: Optional[SourceInfo] = None
-        if is_uri(self.data_dir) and self.dataset != "embedded":
-            if self.download:
-                raise ConfigError(
-                    "download", "a prepared dataset URI needs no download; set download: false"
-                )
-        elif self.dataset == "npz":
-            if not self.data_dir or not Path(self.data_dir).is_file():
-                raise ConfigError(
-                    "data_dir", f"dataset 'npz' needs an existing .npz file, got {self.data_dir!r}"
-                )
-            from lipsweep.data.sources import inspect_npz  # numpy: only for this source
-
-            self._source = inspect_npz(self.data_dir)
-        elif self.dataset == "imagefolder":
-            if not self.data_dir:
-                raise ConfigError(
-                    "data_dir",
-                    "dataset 'imagefolder' needs the folder holding "
-                    "train/<class>/ and test/<class>/",
-                )
-            from lipsweep.data.sources import inspect_image_folder
-
-            self._source = inspect_image_folder(self.data_dir)
-        elif self.dataset in ("cifar10", "cifar100") and is_prepared(self.data_dir):
-            if not Path(self.data_dir).is_file():
-                raise ConfigError(
-                    "data_dir",
-                    f"no such file {self.data_dir!r}; create it with `lipsweep data prepare`",
-                )
-        elif self.dataset in ("cifar10", "cifar100") and not self.download:
-            if not self.data_dir or not Path(self.data_dir).is_dir():
-                raise ConfigError(
-                    "data_dir",
-                    f"no such folder {self.data_dir!r} for "
-                    f"{self.dataset}; point it at a torchvision CIFAR root or a "
-                    "file from `lipsweep data prepare`, or set download: true",
-                )
+        self._source: Optional[SourceInfo] = dataset_source(self.dataset).check(self)
 
     @property
     def source(self) -> Optional[SourceInfo]:
-        """What a checked npz/imagefolder source holds (``None`` for CIFAR and embedded)."""
+        """What a checked source read from its files (``None`` when its spec fixes its facts:
+        CIFAR and embedded)."""
         return self._source
 
     @property
     def num_classes(self) -> int:
-        """Classes of the source: fixed for CIFAR, read from the data for npz/imagefolder.
+        """Classes of the source: its spec's, else read from the data (npz/imagefolder).
 
         An npz behind a URI is read only on the node: it must be a prepared CIFAR-10
         (:func:`lipsweep.data.remote.fetch_prepared` refuses any other), hence 10."""
         if self._source:
             return self._source.num_classes
-        return NUM_CLASSES.get(self.dataset, 10)
+        return dataset_spec(self.dataset).num_classes or 10
+
+    @property
+    def stats(self) -> Optional[tuple[tuple[float, ...], tuple[float, ...]]]:
+        """The dataset's pixel (mean, std), if its member gives them (CIFAR's)."""
+        spec = dataset_spec(self.dataset)
+        return (spec.mean, spec.std) if spec.mean is not None else None
 
     @property
     def image_size(self) -> int:
         """Side of the (square) images of the source."""
-        return self._source.image_size if self._source else CIFAR_IMAGE_SIZE
+        if self._source:
+            return self._source.image_size
+        return dataset_spec(self.dataset).image_size or 32

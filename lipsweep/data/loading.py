@@ -17,29 +17,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lipsweep.data.config import CIFAR_IMAGE_SIZE, DATASETS, NUM_CLASSES, DataConfig  # noqa: F401  (re-exported)
-from lipsweep.data.remote import is_prepared, local_source, read_torchvision
-from lipsweep.data.sources import load_image_folder, load_npz
+from lipsweep.data._registry import dataset_source
+from lipsweep.data.config import DataConfig
 
 _log = logging.getLogger(__name__)
-
-
-def embedded_path() -> Path:
-    """Path of the CIFAR-10 sample shipped inside the package (2000 train / 500 test images)."""
-    return Path(__file__).resolve().parents[1] / "data" / "cifar10_sample.npz"
-
-
-def embedded_rest_path() -> Path:
-    """The rest of the shipped sample (2660 train / 346 test images; lipsweep/data/README.md):
-    with :func:`embedded_path` it makes 'embedded_full', 4660 train / 846 test images."""
-    return Path(__file__).resolve().parents[1] / "data" / "cifar10_sample_rest.npz"
 
 
 @dataclass
@@ -62,20 +49,9 @@ def eval_subset_indices(n_test: int, size: int, seed: int) -> torch.Tensor:
 
 
 def load_splits(cfg: DataConfig) -> ImageSplits:
-    """Load the configured source into memory and cut the evaluation subset."""
-    if cfg.dataset == "embedded":
-        arrays = load_npz(embedded_path())
-    elif cfg.dataset == "embedded_full":
-        arrays = tuple(
-            np.concatenate(pair)
-            for pair in zip(load_npz(embedded_path()), load_npz(embedded_rest_path()))
-        )
-    elif cfg.dataset == "imagefolder":
-        arrays = load_image_folder(cfg.data_dir)
-    elif cfg.dataset == "npz" or is_prepared(cfg.data_dir):  # URIs via the node's cache
-        arrays = load_npz(local_source(cfg.data_dir, cfg.dataset))
-    else:
-        arrays = read_torchvision(cfg.dataset, cfg.data_dir or ".", cfg.download)
+    """Load the configured source into memory (its dataset member's ``arrays``) and cut the
+    evaluation subset."""
+    arrays = dataset_source(cfg.dataset).arrays(cfg)
     x_tr, y_tr, x_te, y_te = (torch.from_numpy(np.asarray(a)) for a in arrays)
     if cfg.train_size:
         x_tr, y_tr = x_tr[: cfg.train_size], y_tr[: cfg.train_size]

@@ -38,6 +38,7 @@ from lipsweep.core.paths import (
     removing,
     write_atomic,
 )
+from lipsweep.data._registry import dataset_source, dataset_spec, prepared_datasets
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,7 +50,6 @@ _log = logging.getLogger(__name__)
 FORMAT = "lipsweep-data/1"
 MANIFEST_SUFFIX = ".manifest.json"
 CACHE_ENV = "LIPSWEEP_DATA_CACHE"
-CLASSES = {"cifar10": 10, "cifar100": 100}
 URI_SCHEMES = ("s3", "gs", "gcs", "file", "hdfs", "abfs", "abfss")
 _CHUNK = 8 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -157,7 +157,7 @@ def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str,
         except ConfigError as err:
             raise ConfigError("--source", err.message) from None
     try:
-        arrays = read_torchvision(dataset, str(source), download)
+        arrays = dataset_source(dataset).read_root(str(source), download)  # type: ignore[attr-defined]
     except RuntimeError as exc:  # "Dataset not found or corrupted"
         raise ConfigError(
             "--source", f"{source}: {exc}; pass --download to fetch it there"
@@ -165,40 +165,23 @@ def _arrays_from_source(dataset: str, source: Path, download: bool) -> dict[str,
     return dict(zip(NPZ_ARRAYS, arrays))
 
 
-def read_torchvision(dataset: str, root: str, download: bool) -> tuple[np.ndarray, ...]:
-    """(x_train, y_train, x_test, y_test) of torchvision's CIFAR-10/100 under ``root``: uint8
-    (N, 3, 32, 32) images and int64 labels. The one reader of a torchvision CIFAR folder (a
-    trial's data and `lipsweep data prepare`); RuntimeError if the folder lacks the dataset."""
-    import numpy as np
-    from torchvision import datasets
-
-    cls = datasets.CIFAR10 if dataset == "cifar10" else datasets.CIFAR100
-    out: list[np.ndarray] = []
-    for train in (True, False):
-        ds = cls(root=root, train=train, download=download)
-        out += [
-            np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)),
-            np.asarray(ds.targets, dtype=np.int64),
-        ]
-    return tuple(out)
-
-
 def _check_arrays(dataset: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     import numpy as np
 
+    spec = dataset_spec(dataset)
+    classes, shape = spec.num_classes, (3, spec.image_size, spec.image_size)
     out = {}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.ndim != 4 or x.shape[1:] != (3, 32, 32) or x.dtype != np.uint8:
+        if x.ndim != 4 or x.shape[1:] != shape or x.dtype != np.uint8:
             raise ConfigError(
-                "--source", f"x_{split} must be uint8 (N, 3, 32, 32), got {x.dtype} {x.shape}"
-            )
+                "--source", f"x_{split} must be uint8 (N, {', '.join(map(str, shape))}), got "
+                f"{x.dtype} {x.shape}"
+            )  # fmt: skip
         if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
             raise ConfigError("--source", f"y_{split} must be {len(x)} integer labels")
-        if len(y) and not 0 <= int(y.min()) <= int(y.max()) < CLASSES[dataset]:
-            raise ConfigError(
-                "--source", f"y_{split} labels outside [0, {CLASSES[dataset]}) for {dataset}"
-            )
+        if len(y) and not 0 <= int(y.min()) <= int(y.max()) < classes:
+            raise ConfigError("--source", f"y_{split} labels outside [0, {classes}) for {dataset}")
         out[f"x_{split}"], out[f"y_{split}"] = x, y.astype(np.int64)
     return out
 
@@ -214,8 +197,8 @@ def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Ma
 
     import numpy as np
 
-    if dataset not in CLASSES:
-        raise ConfigError("--dataset", f"must be one of {sorted(CLASSES)}, got {show(dataset)}")
+    if dataset not in prepared_datasets():
+        raise ConfigError("--dataset", f"must be one of {prepared_datasets()}, got {show(dataset)}")
     if not source.exists() and not download:
         raise ConfigError("--source", f"no such file or folder {show(str(source))}")
     local = None if is_uri(dest) and not dest.startswith("file://") else _local_dest(dest)
@@ -233,7 +216,7 @@ def prepare(dataset: str, source: Path, dest: str, download: bool = False) -> Ma
         name,
         hashlib.sha256(data).hexdigest(),
         len(data),
-        CLASSES[dataset],
+        dataset_spec(dataset).num_classes,
         len(arrays["y_train"]),
         len(arrays["y_test"]),
     )

@@ -240,11 +240,7 @@ class TrialConfig:
             )
         self.regularizer.check_tokens(self.model.num_tokens)
         norm = self.model.normalization
-        if (
-            norm.startswith("cifar")
-            and self.data.dataset.startswith("cifar")
-            and norm != self.data.dataset
-        ):
+        if norm != "pretrained" and self.data.stats is not None and norm != self.data.dataset:
             raise ConfigError(
                 "normalization",
                 f"{norm!r} mean/std with dataset "

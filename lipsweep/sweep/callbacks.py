@@ -334,15 +334,13 @@ def trial_attack_tags(flat: dict[str, Any], result: dict[str, Any]) -> dict[str,
     """Tags saying which AutoAttack made each ``acc_aa_<eps>`` of a trial."""
     from lipsweep.attacks.autoattack_tags import autoattack_tags, describe_config
     from lipsweep.attacks.config import RobustnessConfig
-    from lipsweep.core.config_base import from_mapping
     from lipsweep.settings.config import FIELD_SECTION
 
     if "autoattack" not in flat.get("attacks", ["autoattack"]):
         return {}
     try:
-        robust = from_mapping(
-            RobustnessConfig,
-            {k: v for k, v in flat.items() if FIELD_SECTION.get(k) == "robustness"},
+        robust = RobustnessConfig.from_flat(
+            {k: v for k, v in flat.items() if FIELD_SECTION.get(k) == "robustness"}
         )
     except ValueError as err:  # never lose the trial's logging over its tags
         _log.warning("no AutoAttack tags: %s", err)

@@ -21,7 +21,6 @@ runs ``probe_images * (1 + len(pgd_eps) * (2 * pgd_steps + 1))`` passes for PGD 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -82,7 +81,7 @@ def probe_pgd(
     ([0, 1] pixels), without its model sanity checks."""
     from lipsweep.attacks import evaluate_robustness
 
-    suite = dataclasses.replace(cfg.robustness, attacks=[PROBE_ATTACK], attack_images=0)
+    suite = cfg.robustness.replace(attacks=[PROBE_ATTACK], attack_images=0)
     res = evaluate_robustness(model, (x, y), suite, device=device, progress=False, checks=False)
     prefix = attack_vocab(PROBE_ATTACK).metric_prefix
     return {

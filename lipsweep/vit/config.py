@@ -18,6 +18,7 @@ from lipsweep.core.config_base import (
     check_positive,
     show,
 )
+from lipsweep.data._registry import dataset_stats
 
 # Upper bounds (the reason goes into the error): a typo such as embed_dim 1e9 must not reach
 # an allocation. timm's largest ViTs have 48 blocks, width 3,072 and 1-3 billion parameters.
@@ -36,13 +37,15 @@ _BOUND_WHY = {
     "num_heads": "32 channels per head at the largest embed_dim, 8,192",
 }
 
-NORMALIZATIONS: dict[str, Optional[tuple[tuple[float, ...], tuple[float, ...]]]] = {
-    "pretrained": None,
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
-}
-"""Pixel (mean, std) by name; ``pretrained`` is the checkpoint's own (timm's pretrained cfg).
-The CIFAR values are Hu et al.'s (``train/utils.py`` of its public code)."""
+Normalization = Optional[tuple[tuple[float, ...], tuple[float, ...]]]
+
+
+def normalizations() -> dict[str, Normalization]:
+    """Pixel (mean, std) by ``normalization`` name: ``pretrained`` (None: the checkpoint's own,
+    timm's pretrained cfg), and each dataset whose member gives its mean/std
+    (:mod:`lipsweep.data._registry`: CIFAR-10 and CIFAR-100)."""
+    return {"pretrained": None, **dataset_stats()}
+
 
 PATCH_RESAMPLE = ("timm", "sum_pool")
 
@@ -81,7 +84,7 @@ class ModelConfig:
     """Stochastic depth rate."""
     normalization: str = "pretrained"
     """Pixel mean/std inside the model: 'pretrained' (the checkpoint's; 0.5/0.5 for ViT-B),
-    'cifar10' or 'cifar100' (the dataset's mean/std, as in Hu et al.'s code)."""
+    or a dataset's name, 'cifar10' or 'cifar100' (its mean/std, as in Hu et al.'s code)."""
     patch_resample: str = "timm"
     """How pretrained weights meet a smaller patch: 'timm' (timm's PI-resize of the kernel,
     bicubic position embedding) or 'sum_pool' (Hu et al.: the 16x16 kernel sum-pooled to the
@@ -137,7 +140,7 @@ class ModelConfig:
             )
         if not 0.0 <= self.drop_path < 1.0:
             raise ConfigError("drop_path", f"must be in [0, 1), got {self.drop_path}")
-        check_choice("normalization", self.normalization, tuple(NORMALIZATIONS))
+        check_choice("normalization", self.normalization, tuple(normalizations()))
         check_choice("patch_resample", self.patch_resample, PATCH_RESAMPLE)
         if self.pretrained not in ("", "hub"):  # absolute: Tune workers run elsewhere
             self.pretrained = absolute_path("pretrained", self.pretrained)

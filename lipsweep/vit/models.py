@@ -41,11 +41,11 @@ from lipsweep.vit.config import (  # noqa: F401  (re-exported)
     MAX_HEADS,
     MAX_IMG_SIZE,
     MAX_TOKENS,
-    NORMALIZATIONS,
     PATCH_RESAMPLE,
     ModelConfig,
     check_weights_file,
     list_vit_models,
+    normalizations,
 )
 
 _log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def pixel_normalization(model_name: str) -> tuple[tuple[float, ...], tuple[float
 
 def model_normalization(cfg: ModelConfig) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(mean, std) the model wrapper applies for ``cfg`` (what an export's config.json holds)."""
-    fixed = NORMALIZATIONS[cfg.normalization]
+    fixed = normalizations()[cfg.normalization]
     return fixed if fixed is not None else pixel_normalization(cfg.model)
 
 
@@ -156,7 +156,7 @@ def create_model(cfg: ModelConfig) -> PixelModel:
         net = _sum_pool_net(cfg, kwargs)
     else:
         net = _timm_net(cfg, bool(cfg.pretrained), **kwargs)
-    fixed = NORMALIZATIONS[cfg.normalization]
+    fixed = normalizations()[cfg.normalization]
     if fixed is not None:
         mean, std = fixed
     else:

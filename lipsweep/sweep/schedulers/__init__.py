@@ -1,11 +1,12 @@
 """The scheduler family: early stopping of sweep trials, one file per scheduler.
 
-The light index: each member is declared with its frozen settings dataclass (validated in
-``__post_init__``, errors naming ``scheduler.<field>``) and the import path of its factory,
-so a space parses and ``--dry-run`` checks ``scheduler: {type: NAME, ...}`` without torch,
-Ray or MLflow; Ray is imported when :func:`create_scheduler` builds the member. A member's
-file holds its settings class and ``create(settings, ctx) -> ray.tune TrialScheduler``;
-adding a scheduler is that file, one ``declare`` line below, and its tests.
+The family's index (a :class:`~lipsweep.core.registry.Family`): each member is declared with
+its frozen settings dataclass (validated in ``__post_init__``, errors naming
+``scheduler.<field>``) and the import path of its factory, so a space parses and
+``--dry-run`` checks ``scheduler: {type: NAME, ...}`` without torch, Ray or MLflow; Ray is
+imported when :func:`create_scheduler` builds the member. A member's file holds its settings
+class and ``create(settings, ctx) -> ray.tune TrialScheduler``; adding a scheduler is that
+file, one ``declare`` line below, and its tests.
 
 Members: ``asha`` (ASHA on one metric, each trial alone) and ``moasha`` (multi-objective,
 seed-aware, noise-aware ASHA). Both decide with one plain-Python core,
@@ -17,18 +18,18 @@ plugin whose ``create`` returns the family's adapter (``CoreScheduler``) is repl
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError, key_name, show
-from lipsweep.core.registry import Registry
+from lipsweep.core.registry import Family
 from lipsweep.sweep.schedulers.asha import AshaSettings
 from lipsweep.sweep.schedulers.moasha import MoashaSettings
 
 STATE_FILE = "lipsweep_scheduler.json"
 """A stateful scheduler's saved state (read by ``--resume``): :func:`state_path`."""
-SCHEDULERS: Registry = Registry(
+SCHEDULERS: Family[Any] = Family(
     "scheduler",
-    lambda name, known: ConfigError(
+    unknown=lambda name, known: ConfigError(
         "scheduler.type", f"unknown scheduler {show(name)}; known schedulers are {known}"
     ),
 )
@@ -60,21 +61,12 @@ def state_path(storage: str, experiment: str) -> str:
     return f"{storage.rstrip('/')}/.{experiment}.{STATE_FILE}"
 
 
-def register_scheduler(
-    name: Optional[str] = None, *, settings: Optional[type] = None
-) -> Callable[[Any], Any]:
-    """Decorator: register ``create(settings, ctx)`` under ``name`` with its settings class."""
-    return SCHEDULERS.register(name, settings=settings)
-
-
-def unregister_scheduler(name: str) -> None:
-    """Remove scheduler ``name`` (a test registers a temporary one)."""
-    SCHEDULERS.remove(name)
-
-
-def list_schedulers(filter: str = "") -> list[str]:
-    """Scheduler names (``scheduler.type`` values), optionally matching an fnmatch pattern."""
-    return SCHEDULERS.names(filter)
+# The family's names (methods of the one family object): ``@register_scheduler(name,
+# settings=...)`` adds ``create(settings, ctx) -> TrialScheduler`` with its settings class.
+register_scheduler = SCHEDULERS.register
+unregister_scheduler = SCHEDULERS.unregister
+list_schedulers = SCHEDULERS.names
+is_scheduler = SCHEDULERS.is_member
 
 
 def scheduler_settings(raw: Any) -> Any:

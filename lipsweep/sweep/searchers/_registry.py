@@ -1,4 +1,5 @@
-"""The searcher family: ``register_searcher`` / ``create_searcher`` / ``list_searchers``.
+"""The searcher family, a :class:`~lipsweep.core.registry.Family`: ``register_searcher`` /
+``create_searcher`` / ``list_searchers`` are its methods.
 
 A searcher decides which trial configs Tune runs (``search.algorithm`` in a space; ``grid`` is
 the searcher of a ``grid:`` space). Each member has a frozen settings dataclass (the keys of
@@ -14,27 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Mapping, Optional
 
 from lipsweep.core import metric_names
 from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
-from lipsweep.core.registry import Member, Registry
+from lipsweep.core.registry import Family
 
 MAX_SAMPLES = 100_000  # more is a typo (as space.MAX_TRIALS)
-
-
-def _unknown(name: str, known: list[str]) -> ConfigError:
-    sampled = [n for n in known if _SEARCHERS.entry(n).info.get("sampled", True)]
-    return ConfigError(
-        "search.algorithm", f"unknown searcher {show(name)}; known searchers are {sampled}"
-    )
-
-
-_SEARCHERS: Registry[Callable[..., "TunePlan"]] = Registry("searcher", _unknown)
-SEARCHERS = _SEARCHERS
-"""The family's registry (its index, :mod:`lipsweep.sweep.searchers`, declares the built-ins)."""
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -136,50 +123,37 @@ class TunePlan:
     """The Optuna study's storage URL (``optuna-dashboard URL`` shows it), if any."""
 
 
-def register_searcher(
-    name: str, *, settings: Optional[type] = None, info: Optional[SearcherInfo] = None
-) -> Callable[[F], F]:
-    """Decorator: register ``factory(settings, request) -> TunePlan`` as searcher ``name``
-    (settings default to :class:`SearchSettings`, facts to :class:`SearcherInfo`; a declared
-    built-in keeps its declared ones)."""
+def _unknown(name: Any, known: list[str]) -> ConfigError:
+    sampled = [n for n in known if SEARCHERS.spec(n).sampled]
+    return ConfigError(
+        "search.algorithm", f"unknown searcher {show(name)}; known searchers are {sampled}"
+    )
 
-    def deco(factory: F) -> F:
-        declared = name in _SEARCHERS
-        _SEARCHERS.add(
-            name,
-            factory,
-            settings=settings or (None if declared else SearchSettings),
-            info={"facts": info} if info or not declared else None,
-        )
-        return factory
 
-    return deco
+SEARCHERS: Family[Callable[..., TunePlan]] = Family(
+    "searcher", spec_type=SearcherInfo, unknown=_unknown, default_settings=SearchSettings
+)
+"""The family (its index, :mod:`lipsweep.sweep.searchers`, declares the built-ins)."""
+
+# The family's names (methods of the one family object): ``@register_searcher(name,
+# settings=..., info=SearcherInfo(...))`` adds ``factory(settings, request) -> TunePlan``
+# (settings default to :class:`SearchSettings`, facts to ``SearcherInfo()``).
+register_searcher = SEARCHERS.register
+unregister_searcher = SEARCHERS.unregister
+list_searchers = SEARCHERS.names
+is_searcher = SEARCHERS.is_member
+searcher_entry = SEARCHERS.entry
+searcher_info = SEARCHERS.spec
+searcher_settings = SEARCHERS.settings
+"""Searcher ``name``'s frozen settings from the ``search:`` block (ConfigError names the key;
+the block's keys were checked by the caller)."""
+create_searcher = SEARCHERS.create
+"""``create_searcher(name, settings, request)``: the :class:`TunePlan` (imports Ray, Optuna)."""
 
 
 def declare_searcher(name: str, impl: str, settings: type, info: SearcherInfo) -> None:
     """Declare a built-in by the import path of its factory (imported on first create)."""
-    _SEARCHERS.declare(name, impl, settings=settings, info={"facts": info})
-
-
-def unregister_searcher(name: str) -> None:
-    """Remove searcher ``name`` (a test registers a temporary one)."""
-    _SEARCHERS.remove(name)
-
-
-def list_searchers(filter: str = "") -> list[str]:
-    """Searcher names, sorted; ``filter`` is an optional fnmatch pattern."""
-    return _SEARCHERS.names(filter)
-
-
-def searcher_entry(name: Any) -> Member:
-    """The light record of searcher ``name``; ConfigError naming search.algorithm if unknown."""
-    if not isinstance(name, str):
-        raise _unknown(name, _SEARCHERS.names())
-    return _SEARCHERS.entry(name)
-
-
-def searcher_info(name: str) -> SearcherInfo:
-    return searcher_entry(name).info["facts"]
+    SEARCHERS.declare(name, impl, spec=info, settings=settings)
 
 
 def settings_keys(name: str) -> set[str]:
@@ -190,14 +164,3 @@ def settings_keys(name: str) -> set[str]:
 def all_settings_keys() -> set[str]:
     """Every key some searcher reads: a key outside this set is a typo whatever the algorithm."""
     return set().union(*(settings_keys(n) for n in list_searchers()))
-
-
-def searcher_settings(name: str, values: Mapping[str, Any]) -> Any:
-    """Searcher ``name``'s frozen settings from the ``search:`` block (ConfigError names the
-    key; the block's keys were checked by the caller)."""
-    return _SEARCHERS.settings(name, values)
-
-
-def create_searcher(name: str, settings: Any, request: SearchRequest) -> TunePlan:
-    """Build searcher ``name``'s :class:`TunePlan` (imports its implementation: Ray, Optuna)."""
-    return _SEARCHERS.create(name, settings, request)
