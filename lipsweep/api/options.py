@@ -320,14 +320,20 @@ class BenchSearchOptions:
                 raise ConfigError(name, f"must be at most {INT_LIMIT}")
 
 
+def _prepared_datasets() -> list[str]:
+    from lipsweep.data._registry import prepared_datasets
+
+    return prepared_datasets()
+
+
 @dataclass(frozen=True, kw_only=True)
 class DataPrepareOptions:
     """``lipsweep data prepare --dataset NAME --source PATH --dest URI [--download]``."""
 
-    dataset: str = field(metadata=cli(choices=("cifar10", "cifar100")))
-    """The dataset to pack: cifar10 or cifar100."""
+    dataset: str = field(metadata=cli(choices=_prepared_datasets))
+    """The dataset to pack (one whose family member says ``data prepare`` packs it)."""
     source: str
-    """A torchvision CIFAR root folder (the one holding cifar-10-batches-py or
+    """The torchvision CIFAR root folder (the one holding cifar-10-batches-py or
     cifar-100-python) or an .npz with x_train, y_train, x_test, y_test."""
     dest: str
     """Folder or URI (s3://bucket/prefix, gs://..., file:///shared/data) that every worker
@@ -336,11 +342,10 @@ class DataPrepareOptions:
     """Let torchvision download CIFAR into ``source`` first (on this machine)."""
 
     def __post_init__(self) -> None:
-        from lipsweep.data.remote import CLASSES
-
         check_text(self, "dataset")
-        if self.dataset not in CLASSES:
-            msg = f"must be one of {', '.join(sorted(CLASSES))}, got {show(self.dataset)}"
+        known = _prepared_datasets()
+        if self.dataset not in known:
+            msg = f"must be one of {', '.join(sorted(known))}, got {show(self.dataset)}"
             raise ConfigError("dataset", msg)
         check_text(self, "source", path=True)
         check_text(self, "dest", path=True)

@@ -177,6 +177,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
                 kwargs["required"] = True
             else:
                 kwargs["default"] = list(default) if isinstance(default, tuple) else default
+        if callable(spec.get("choices")):  # a family's members, read when the parser is built
+            spec["choices"] = spec["choices"]()
         kwargs.update(spec)
         kwargs["help"] += _help_tail(kwargs, default)
         parser.add_argument(*names, **kwargs)

@@ -29,7 +29,8 @@ def default_ray_address() -> Optional[str]:
 def cli(**spec: Any) -> dict[str, Any]:
     """A field's metadata for its command-line flag, where the field alone does not say it:
     ``flag`` (another spelling), ``positional``, ``metavar``, ``action``, ``nargs``,
-    ``choices`` (:mod:`lipsweep.cli.parser` reads it)."""
+    ``choices`` (a sequence, or a function returning one when the parser is built)
+    (:mod:`lipsweep.cli.parser` reads it)."""
     return {"cli": spec}
 
 
