@@ -121,7 +121,7 @@ def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
     assert (why.noise_seeds, why.noise_df, why.confidence) == (3, 1, 0.8)
     assert why.text() == (
         "rung at epoch 1: 1 seed behind, beyond seed noise at 80% confidence, a0 (m +8.1; "
-        "P(dominates) 0.99); seed noise (sd) m 0.1414 from 3 seeds (df 1) (1 ahead; 1 of 2 "
+        "P(dominates) >= 0.99); seed noise (sd) m 0.1414 from 3 seeds (df 1) (1 ahead; 1 of 2 "
         "promoted)"
     )
     # the reason survives the state file (a resumed sweep tags with it)
@@ -161,29 +161,34 @@ def test_configurations_within_seed_noise_are_left_alone():
     assert p == pytest.approx(0.8058, abs=1e-4)
 
 
-def test_dominance_probability_is_the_product_over_metrics():
-    """Two metrics, one seed each side, sd 1 and 1 at 1 df (Cauchy): z = 1 / sqrt(2) and
-    2 / sqrt(2): P = (1/2 + atan(0.7071) / pi) * (1/2 + atan(1.4142) / pi) = 0.6959 * 0.8041
-    = 0.5596. A strong metric makes up for a weak one: with the second gap 200, P = 0.6959 *
-    0.9968; a metric behind (gap -1) caps it below 1/2."""
+def test_dominance_probability_is_booles_bound_over_the_metrics():
+    """Two metrics, one seed each side, sd 1 and 1 at 1 df (Cauchy: T(z) = 1/2 + atan(z) / pi):
+    gaps 1 and 2 give z = 1 / sqrt(2) and sqrt(2), T = 0.69591 and 0.80409, and the bound
+    1 - 0.30409 - 0.19591 = 0.5 (atan(x) + atan(1/x) = pi/2). A strong metric makes up for a
+    weak one: gaps 1 and 200 give 0.69591 - atan(1 / 141.42) / pi = 0.69366, which passes a
+    confidence of 0.65 where Bonferroni (each metric at 1 - 0.35 / 2 = 0.825) would not. A
+    metric behind (gaps 1 and -1) gives 1 - 0.30409 - 0.69591 = 0."""
     cauchy = lambda z: 0.5 + math.atan(z) / math.pi  # noqa: E731
     got = dominance_probability(
         np.array([[1.0, 2.0], [1.0, 200.0], [1.0, -1.0]]), np.array([1.0, 1.0]), 1.0,
         np.array([1, 1, 1]), 1,
     )  # fmt: skip
     r2 = 2**0.5
-    assert (
-        got[0] == pytest.approx(cauchy(1 / r2) * cauchy(2 / r2)) == pytest.approx(0.5596, abs=1e-4)
-    )
-    assert got[1] == pytest.approx(cauchy(1 / r2) * cauchy(200 / r2))
-    assert got[2] == pytest.approx(cauchy(1 / r2) * cauchy(-1 / r2)) and got[2] < 0.5
+    assert got[0] == pytest.approx(cauchy(1 / r2) + cauchy(r2) - 1) == pytest.approx(0.5)
+    assert got[1] == pytest.approx(cauchy(1 / r2) + cauchy(200 / r2) - 1)
+    assert got[1] == pytest.approx(0.69366, abs=1e-5) and cauchy(1 / r2) < 0.825
+    assert got[2] == 0.0
+    # the rule stops on it: C is 1 behind in m and 200 in n against A, at confidence 0.65
+    core = MoAsha(("m", "n"), ("max", "max"), 1, 2.0, 4, {"A": 2, "C": 2}, 0.65)
+    core.decide("a0", "A", 1, {"m": 10.5, "n": 300.5})
+    core.decide("a1", "A", 1, {"m": 9.5, "n": 299.5})  # SS 0.5 each: sd 1/sqrt(2) at 1 df
+    assert core.decide("c0", "C", 1, {"m": 9.0, "n": 100.0}) == STOP
+    z = 1 / (0.5**0.5 * 1.5**0.5)
+    assert core.reason("c0").probabilities == (pytest.approx(cauchy(z) + cauchy(200 * z) - 1),)
     # unknown noise (0 df, or infinite sd): never beyond it
-    assert list(
-        dominance_probability(np.array([[5.0]]), np.array([np.inf]), 1.0, np.array([2]), 1)
-    ) == [0.0]
-    assert list(
-        dominance_probability(np.array([[5.0]]), np.array([1.0]), 0.0, np.array([2]), 1)
-    ) == [0.0]
+    inf = dominance_probability(np.array([[5.0]]), np.array([np.inf]), 1.0, np.array([2]), 1)
+    none = dominance_probability(np.array([[5.0]]), np.array([1.0]), 0.0, np.array([2]), 1)
+    assert list(inf) == list(none) == [0.0]
 
 
 def test_a_retried_seed_reports_again():

@@ -3,22 +3,24 @@
 Spelled ``scheduler: {type: moasha, metrics: [probe_acc_pgd_4, probe_lip_jacobian_median,
 acc_clean], modes: [max, min, max], grace_period: 1, reduction_factor: 2, confidence: 0.8}``.
 
-Lineage. ASHA (Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys
-2020): rungs at ``grace_period * reduction_factor**k`` epochs below ``max_t``; a trial reaching
-a rung continues when it is in the top ``1/reduction_factor`` of what that rung has recorded,
-judged asynchronously, when it arrives. MO-ASHA (Schmucker et al. 2021, arXiv 2106.12639):
-"top" for several objectives is the NSGA-II order (Deb et al. 2002: non-dominated front, then
-crowding distance, larger first). The noise test is the Bayesian reading of the two-sample
-t-test on seed means with a pooled within-configuration variance (Student 1908; the pooling
-is that of a one-way ANOVA): under a flat prior on the means and the reference prior
-``p(sigma) ~ 1/sigma``, the posterior of a difference of means, over its standard error, is
-Student's t with the pooled degrees of freedom (Box & Tiao 1973, ch. 2), so
-``T_df(gap / se)`` is the probability that one configuration is ahead of another in a
-metric. Multiplied over the metrics, it is the probability of Pareto dominance, the
-"probability of dominance" of noisy multi-objective selection (Hughes 2001, "Evolutionary
-multi-objective ranking with uncertainty and noise", EMO 2001). Stopping on it at a stated
-confidence is racing (Maron & Moore 1994/1997; Birattari et al. 2002): a candidate is dropped
-only once the evidence says it is worse beyond the noise.
+Lineage. ASHA (Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys 2020):
+rungs at ``grace_period * reduction_factor**k`` epochs below ``max_t``; a trial reaching a rung
+continues when it is in the top ``1/reduction_factor`` of what that rung has recorded, judged
+asynchronously, when it arrives. MO-ASHA (Schmucker et al. 2021, arXiv 2106.12639): "top" for
+several objectives is the NSGA-II order (Deb et al. 2002: non-dominated front, then crowding
+distance, larger first). The noise test is the Bayesian reading of the two-sample t-test on
+seed means with a pooled within-configuration variance (Student 1908; the pooling is that of a
+one-way ANOVA): under a flat prior on the means and the reference prior ``p(sigma) ~ 1/sigma``,
+the posterior of a difference of means, over its standard error, is Student's t with the pooled
+degrees of freedom (Box & Tiao 1973, ch. 2), so ``T_df(gap / se)`` is the probability that one
+configuration is ahead of another in a metric. Ahead in every metric is Pareto dominance, and
+its probability is the "probability of dominance" of noisy multi-objective selection (Hughes
+2001, "Evolutionary multi-objective ranking with uncertainty and noise", EMO 2001); the rule
+bounds it from below by Boole's inequality (Frechet's lower bound), ``1 - sum_j (1 - P_j)``,
+which holds whatever the dependence between the metrics' errors (Hughes multiplies them,
+assuming independence). Stopping on it at a stated confidence is racing (Maron & Moore
+1994/1997; Birattari et al. 2002): a candidate is dropped only once the evidence says it is
+worse beyond the noise.
 
 The rule, at a rung, for a configuration (its seeds together, :func:`group_key`):
 
@@ -28,18 +30,20 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
 2. Quota (MO-ASHA): with ``n`` configurations recorded at the rung, it may stop only when at
    least ``ceil(n / reduction_factor)`` configurations are ordered strictly ahead of it.
 3. Noise (where the sweep repeats seeds): it stops only if some configuration ``h`` dominates
-   it beyond seed noise: ``P(h dominates g) = prod_j T_df(gap_j / (s_j * sqrt(1/n_h +
-   1/n_g))) >= confidence``, with ``gap_j`` how far ``h``'s seed mean is ahead of ``g``'s in
-   metric ``j`` (its better direction positive), ``s_j`` the metric's seed noise at the rung,
-   ``n`` the seeds each has there and ``T_df`` Student's t distribution function at the noise
-   estimate's degrees of freedom (:func:`dominance_probability`). A metric far ahead makes up
-   for one that is only probably ahead; one that is behind keeps the product below 1/2.
+   it beyond seed noise: ``P(h dominates g) >= 1 - sum_j (1 - T_df(gap_j / (s_j * sqrt(1/n_h
+   + 1/n_g)))) >= confidence``, with ``gap_j`` how far ``h``'s seed mean is ahead of ``g``'s
+   in metric ``j`` (its better direction positive), ``s_j`` the metric's seed noise at the
+   rung, ``n`` the seeds each has there and ``T_df`` Student's t distribution function at the
+   noise estimate's degrees of freedom (:func:`dominance_probability`). A metric far ahead
+   makes up for one that is only probably ahead (the doubt is spent where it is: Bonferroni
+   would ask each metric for ``1 - (1 - confidence) / m``); one behind keeps the bound below
+   1/2.
 4. Seed noise ``s_j`` is estimated from the sweep itself: the within-configuration variance of
    every configuration's seeds at the rung, pooled (``SS / df``, ``df`` = seeds minus
-   configurations). The prior is the reference prior above, with no pseudo-observations:
-   until some configuration has two seeds at the rung (``df`` = 0) the noise is unknown and
-   nothing stops on it; with few seeds the t distribution's heavy tails are the caution (at
-   ``df`` = 1 it is Cauchy), and they thin as the sweep adds seeds.
+   configurations). The prior is the reference prior above, with no pseudo-observations: until
+   some configuration has two seeds at the rung (``df`` = 0) the noise is unknown and nothing
+   stops on it; with few seeds the t distribution's heavy tails are the caution (at ``df`` = 1
+   it is Cauchy), and they thin as the sweep adds seeds.
 5. A stopped configuration stops every seed: running ones at their next report, ones not
    started yet before they start. Its reason names the configurations ahead beyond noise, by
    how much per metric and with what probability of dominance, the noise (and from how many
@@ -52,13 +56,12 @@ there the rule is MO-ASHA's (step 3 skipped), as for ``asha``, which is this cor
 with each trial its own configuration.
 
 Assumptions: a metric's seed noise at a rung is about the same for every configuration
-(pooled), and roughly normal (the t distribution); the metrics' errors are independent of
-each other (the product over metrics; correlated errors make it optimistic for metrics that
-move together); the per-epoch metrics at a rung rank configurations as their final
-objectives will (ASHA's assumption; a misleading early metric misleads it too). The
-probability is per pair of configurations: the rule takes the most probable dominator and
-makes no correction for how many configurations it compared against (the quota bounds how
-many a rung may stop).
+(pooled), and roughly normal (the t distribution); nothing about how the metrics' errors depend
+on each other (the bound holds for any dependence); the per-epoch metrics at a rung rank
+configurations as their final objectives will (ASHA's assumption; a misleading early metric
+misleads it too). The probability is per pair of configurations: the rule takes the most
+probable dominator and makes no correction for how many configurations it compared against (the
+quota bounds how many a rung may stop).
 
 A report whose values are missing or not finite is not recorded (the trial continues; its
 next report at or past the rung may be): a failed measurement is not a worst case.
@@ -223,8 +226,8 @@ class StopReason:
     """Its degrees of freedom (seeds minus configurations with repeats)."""
     confidence: float = 0.0
     probabilities: tuple[float, ...] = ()
-    """Per dominating configuration (as ``dominated_by``), the probability that it is ahead
-    in every metric (module docstring, step 3); empty: not estimated."""
+    """Per dominating configuration (as ``dominated_by``), a lower bound on the probability
+    that it is ahead in every metric (module docstring, step 3); empty: not estimated."""
 
     def text(self) -> str:
         """One line for the ``lipsweep.stopped_by`` tag and the log."""
@@ -241,7 +244,7 @@ class StopReason:
         probs = self.probabilities or (None,) * len(self.margins)
         for tid, margin, p in list(zip(self.dominated_by, self.margins, probs))[:SHOWN_MARGINS]:
             by = ", ".join(f"{m} {v:+.4g}" for m, v in zip(self.metrics, margin))
-            sure = "" if p is None else f"; P(dominates) {p:.2f}"
+            sure = "" if p is None else f"; P(dominates) >= {p:.2f}"
             parts.append(f"{tid} ({by}{sure})")
         more = len(self.dominated_by) - len(parts)
         shown = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
@@ -263,9 +266,10 @@ def t_cdf(x: np.ndarray, df: float) -> np.ndarray:
 def dominance_probability(
     gaps: np.ndarray, sd: np.ndarray, df: float, n_ahead: np.ndarray, n_me: float
 ) -> np.ndarray:
-    """The probability that each configuration is ahead of one in every metric (module
-    docstring, step 3): the product over metrics of ``T_df(gap_j / (s_j * sqrt(1/n_h +
-    1/n_g)))``. ``gaps`` (k, m): how far each of k configurations is ahead, per metric (its
+    """A lower bound on the probability that each configuration is ahead of one in every
+    metric (module docstring, step 3): ``1 - sum_j (1 - T_df(gap_j / (s_j * sqrt(1/n_h +
+    1/n_g))))``, at least 0 (Boole's inequality: valid whatever the dependence between the
+    metrics). ``gaps`` (k, m): how far each of k configurations is ahead, per metric (its
     better direction positive); ``sd`` (m,): seed noise; ``n_ahead`` (k,): their seeds;
     ``n_me``: the judged configuration's seeds. Infinite noise (no repeats yet): 0."""
     se = np.asarray(sd, dtype=float) * np.sqrt(1 / np.asarray(n_ahead, float)[:, None] + 1 / n_me)
@@ -273,7 +277,7 @@ def dominance_probability(
         return np.zeros(len(gaps))
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(se > 0, gaps / se, np.where(gaps > 0, np.inf, -np.inf))
-    return np.prod(t_cdf(z, df), axis=1)
+    return np.maximum(0.0, 1.0 - np.sum(1.0 - t_cdf(z, df), axis=1))
 
 
 class MoAsha:
