@@ -8,6 +8,7 @@ thousands of trials, 10-20 s a replay on this 2-core box).
 
     .venv/bin/python benchmarks/search_figures.py            # every table, 2 processes
     .venv/bin/python benchmarks/search_figures.py --only clean-60x3x12 --replays 10
+    .venv/bin/python benchmarks/search_figures.py --method moasha   # one method's rows
 
 The same code, tables and flags give the same files to the digit (each replay is seeded by its
 index; the presets are generated from their fixed seeds).
@@ -74,39 +75,54 @@ def main_jobs(names: Sequence[str], args: argparse.Namespace) -> list[dict[str, 
     from lipsweep.sweep import replay
 
     methods = list(replay.DEFAULT_METHODS) + list(replay.REFERENCES)
+    rerun = args.method or methods
     jobs = {}
     with ProcessPoolExecutor(args.processes) as pool:
         for name in names:
-            for m in methods:
+            for m in rerun:
                 n = args.optuna_replays if m in OPTUNA else args.replays
                 jobs[(name, m)] = pool.submit(run_method, name, m, n, args.workers)
         runs = {key: job.result() for key, job in jobs.items()}
     out = []
     for name in names:
         bench = _bench(name, args.workers)
+        if args.method:  # the other methods' entries as the table's summary has them
+            kept = json.loads((OUT / f"{name}.json").read_text())
+            for m in methods:
+                if m not in rerun:
+                    group = "methods" if m in replay.DEFAULT_METHODS else "references"
+                    runs[(name, m)] = (kept["replays"][m], kept[group][m])
         summary = {
             "table": name,
             "objectives": [f"{n}:{d}" for n, d in OBJECTIVES],
             "stop_on": [f"{n}:{d}" for n, d in bench.stops],
             "budget": args.budget,
-            "replays": {m: len(runs[(name, m)]) for m in methods},
+            "replays": {m: _count(runs[(name, m)]) for m in methods},
             "workers": args.workers,
             "grace_period": bench.grace_period,
             "reduction_factor": bench.reduction_factor,
             "confidence": bench.confidence,
             "grid": {"configurations": len(bench.table.configs), "compute_s": bench.table.compute},
-            "methods": {
-                m: replay._scores(runs[(name, m)], args.budget) for m in replay.DEFAULT_METHODS
-            },
-            "references": {
-                m: replay._scores(runs[(name, m)], args.budget) for m in replay.REFERENCES
-            },
+            "methods": {m: _entry(runs[(name, m)], args.budget) for m in replay.DEFAULT_METHODS},
+            "references": {m: _entry(runs[(name, m)], args.budget) for m in replay.REFERENCES},
         }
         OUT.mkdir(parents=True, exist_ok=True)
         text = json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
         (OUT / f"{name}.json").write_text(text)
         out.append(summary)
     return out
+
+
+def _count(runs: Any) -> int:
+    """Replays of a method: its trajectories, or (replays, entry) kept from a summary."""
+    return runs[0] if isinstance(runs, tuple) else len(runs)
+
+
+def _entry(runs: Any, budget: float) -> dict[str, Any]:
+    """A method's summary entry: scored from its trajectories, or as kept from a summary."""
+    from lipsweep.sweep import replay
+
+    return runs[1] if isinstance(runs, tuple) else replay._scores(runs, budget)
 
 
 def _cell(value: Optional[float], pct: bool = False) -> str:
@@ -142,6 +158,12 @@ def markdown(summaries: Sequence[dict[str, Any]]) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=TABLES, help="tables (default all)")
+    ap.add_argument(
+        "--method",
+        action="append",
+        help="rerun only these methods or references (default all); the others' entries "
+        "are kept from the tables' summaries under docs/bench_search_figures/",
+    )
     ap.add_argument("--replays", type=int, default=50)
     ap.add_argument("--optuna-replays", type=int, default=10)
     ap.add_argument("--workers", type=int, default=4)
@@ -151,7 +173,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     names = args.only or list(TABLES)
     summaries = main_jobs(names, args)
-    if not args.only:
+    if set(names) == set(TABLES):
         (OUT / "figures.md").write_text(markdown(summaries))
     print(markdown(summaries))
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import pickle
 import random
 import subprocess
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from lipsweep.core.config_base import ConfigError
@@ -32,6 +34,7 @@ from lipsweep.sweep.schedulers.moasha import (
     CONTINUE,
     STOP,
     MoAsha,
+    dominance_probability,
     expected_seeds,
     group_key,
 )
@@ -100,9 +103,9 @@ def _seeded(confidence=0.8):
 
 def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
     """Hand computation: A's seeds 10 and 10.2 at rung 1 (mean 10.1, SS 0.02); C's first seed
-    2. Quota: 2 configurations, 1 kept, A ahead of C. Noise: prior var((10.1, 2)) = 32.805 at
-    1 df, + SS 0.02 at 1 df -> var 16.4125, sd 4.0512 at df 2; q = t(0.8; 2) = 1.0607;
-    need 1.0607 * 4.0512 * sqrt(1/2 + 1) = 5.263 < gap 8.1: C stops on one seed."""
+    2. Quota: 2 configurations, 1 kept, A ahead of C. Noise: pooled SS 0.02 at 1 df -> sd
+    0.14142; the gap 8.1 over 0.14142 * sqrt(1/2 + 1) = 0.17321 is z = 46.765; Student's t at
+    1 df is Cauchy: P = 1/2 + atan(46.765) / pi = 0.99319 >= 0.8: C stops on one seed."""
     core = _seeded()
     assert core.decide("a0", "A", 1, {"m": 10.0}) == CONTINUE
     assert core.decide("a1", "A", 1, {"m": 10.2}) == CONTINUE
@@ -111,13 +114,15 @@ def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
     assert (why.epoch, why.dominated_by, why.seeds, why.ahead, why.kept, why.of) == (
         1.0, ("a0",), 1, 1, 1, 2,
     )  # fmt: skip
-    assert why.margins == (pytest.approx((8.1,)),) and why.noise == (
-        pytest.approx(4.0512, abs=1e-4),
-    )
+    assert why.margins == (pytest.approx((8.1,)),) and why.noise == (pytest.approx(0.02**0.5),)
+    z = 8.1 / (0.02**0.5 * 1.5**0.5)
+    assert why.probabilities == (pytest.approx(0.5 + math.atan(z) / math.pi),)
+    assert why.probabilities[0] == pytest.approx(0.99319, abs=1e-5)
     assert (why.noise_seeds, why.noise_df, why.confidence) == (3, 1, 0.8)
     assert why.text() == (
-        "rung at epoch 1: 1 seed behind, beyond seed noise at 80% confidence, a0 (m +8.1); "
-        "seed noise (sd) m 4.051 from 3 seeds (df 1) (1 ahead; 1 of 2 promoted)"
+        "rung at epoch 1: 1 seed behind, beyond seed noise at 80% confidence, a0 (m +8.1; "
+        "P(dominates) >= 0.99); seed noise (sd) m 0.1414 from 3 seeds (df 1) (1 ahead; 1 of 2 "
+        "promoted)"
     )
     # the reason survives the state file (a resumed sweep tags with it)
     assert MoAsha.from_state(json.loads(json.dumps(core.state()))).reason("c0") == why
@@ -126,19 +131,64 @@ def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
     assert core.decide("c0", "C", 2, {"m": 99.0}) == STOP
 
 
+def test_nothing_stops_on_noise_before_the_rung_has_seen_a_repeat():
+    """A's first seed 10, C's first seed 2: the quota would stop C (1 ahead, 1 of 2 kept),
+    but no configuration has two seeds at the rung, so the noise is unknown (0 df)."""
+    core = _seeded()
+    assert core.decide("a0", "A", 1, {"m": 10.0}) == CONTINUE
+    assert core.decide("c0", "C", 1, {"m": 2.0}) == CONTINUE
+    sd, df = core.noise(*core.rung_table(0)[1:])
+    assert df == 0 and sd[0] == math.inf
+
+
 def test_configurations_within_seed_noise_are_left_alone():
     """A's seeds 6 and 14 (mean 10, SS 32); E's first seed 8. Quota says stop (A ahead, 1 of
-    2 kept), but var = (var((10, 8)) = 2 + 32) / 2 = 17, sd 4.123, need 1.0607 * 4.123 *
-    1.2247 = 5.356 > gap 2: E continues."""
+    2 kept), but sd = sqrt(32 / 1) = 5.657, z = 2 / (5.657 * sqrt(1/2 + 1)) = 0.2887 and
+    P = 1/2 + atan(0.2887) / pi = 0.589 < 0.8 (t at 1 df): E continues. E's second seed -2
+    (mean 3, SS 50): sd = sqrt(82 / 2) = 6.403, z = 7 / (6.403 * sqrt(1/2 + 1/2)) = 1.0932, and
+    t at 2 df, P = 1/2 + z / (2 sqrt(2 + z^2)) = 0.8058 >= 0.8: more evidence, and it stops."""
     core = _seeded()
     core.decide("a0", "A", 1, {"m": 6.0})
     core.decide("a1", "A", 1, {"m": 14.0})
     assert core.decide("e0", "E", 1, {"m": 8.0}) == CONTINUE
     names, means, counts, ss = core.rung_table(0)
     sd, df = core.noise(means, counts, ss)
-    assert names == ["A", "E"] and sd[0] == pytest.approx(17**0.5) and df == 2
-    # a second seed of E, as low, is more evidence: judged again, and now it stops
-    assert core.decide("e1", "E", 1, {"m": 2.0}) == STOP
+    assert names == ["A", "E"] and sd[0] == pytest.approx(32**0.5) and df == 1
+    assert core.decide("e1", "E", 1, {"m": -2.0}) == STOP
+    z = 7 / 41**0.5
+    p = 0.5 + z / (2 * (2 + z * z) ** 0.5)
+    assert core.reason("e1").probabilities == (pytest.approx(p),)
+    assert p == pytest.approx(0.8058, abs=1e-4)
+
+
+def test_dominance_probability_is_booles_bound_over_the_metrics():
+    """Two metrics, one seed each side, sd 1 and 1 at 1 df (Cauchy: T(z) = 1/2 + atan(z) / pi):
+    gaps 1 and 2 give z = 1 / sqrt(2) and sqrt(2), T = 0.69591 and 0.80409, and the bound
+    1 - 0.30409 - 0.19591 = 0.5 (atan(x) + atan(1/x) = pi/2). A strong metric makes up for a
+    weak one: gaps 1 and 200 give 0.69591 - atan(1 / 141.42) / pi = 0.69366, which passes a
+    confidence of 0.65 where Bonferroni (each metric at 1 - 0.35 / 2 = 0.825) would not. A
+    metric behind (gaps 1 and -1) gives 1 - 0.30409 - 0.69591 = 0."""
+    cauchy = lambda z: 0.5 + math.atan(z) / math.pi  # noqa: E731
+    got = dominance_probability(
+        np.array([[1.0, 2.0], [1.0, 200.0], [1.0, -1.0]]), np.array([1.0, 1.0]), 1.0,
+        np.array([1, 1, 1]), 1,
+    )  # fmt: skip
+    r2 = 2**0.5
+    assert got[0] == pytest.approx(cauchy(1 / r2) + cauchy(r2) - 1) == pytest.approx(0.5)
+    assert got[1] == pytest.approx(cauchy(1 / r2) + cauchy(200 / r2) - 1)
+    assert got[1] == pytest.approx(0.69366, abs=1e-5) and cauchy(1 / r2) < 0.825
+    assert got[2] == 0.0
+    # the rule stops on it: C is 1 behind in m and 200 in n against A, at confidence 0.65
+    core = MoAsha(("m", "n"), ("max", "max"), 1, 2.0, 4, {"A": 2, "C": 2}, 0.65)
+    core.decide("a0", "A", 1, {"m": 10.5, "n": 300.5})
+    core.decide("a1", "A", 1, {"m": 9.5, "n": 299.5})  # SS 0.5 each: sd 1/sqrt(2) at 1 df
+    assert core.decide("c0", "C", 1, {"m": 9.0, "n": 100.0}) == STOP
+    z = 1 / (0.5**0.5 * 1.5**0.5)
+    assert core.reason("c0").probabilities == (pytest.approx(cauchy(z) + cauchy(200 * z) - 1),)
+    # unknown noise (0 df, or infinite sd): never beyond it
+    inf = dominance_probability(np.array([[5.0]]), np.array([np.inf]), 1.0, np.array([2]), 1)
+    none = dominance_probability(np.array([[5.0]]), np.array([1.0]), 0.0, np.array([2]), 1)
+    assert list(inf) == list(none) == [0.0]
 
 
 def test_a_retried_seed_reports_again():

@@ -3,16 +3,24 @@
 Spelled ``scheduler: {type: moasha, metrics: [probe_acc_pgd_4, probe_lip_jacobian_median,
 acc_clean], modes: [max, min, max], grace_period: 1, reduction_factor: 2, confidence: 0.8}``.
 
-Lineage. ASHA (Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys
-2020): rungs at ``grace_period * reduction_factor**k`` epochs below ``max_t``; a trial reaching
-a rung continues when it is in the top ``1/reduction_factor`` of what that rung has recorded,
-judged asynchronously, when it arrives. MO-ASHA (Schmucker et al. 2021, arXiv 2106.12639):
-"top" for several objectives is the NSGA-II order (Deb et al. 2002: non-dominated front, then
-crowding distance, larger first). The noise test is a one-sided Welch-style two-sample t-test
-on seed means with a pooled within-configuration variance (Student's t; the pooling is that of
-a one-way ANOVA), Bonferroni-corrected over the objectives, in the spirit of racing (Maron &
-Moore 1994/1997, Hoeffding races) and successive rejects: a candidate is dropped only once the
-evidence says it is worse beyond the noise.
+Lineage. ASHA (Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys 2020):
+rungs at ``grace_period * reduction_factor**k`` epochs below ``max_t``; a trial reaching a rung
+continues when it is in the top ``1/reduction_factor`` of what that rung has recorded, judged
+asynchronously, when it arrives. MO-ASHA (Schmucker et al. 2021, arXiv 2106.12639): "top" for
+several objectives is the NSGA-II order (Deb et al. 2002: non-dominated front, then crowding
+distance, larger first). The noise test is the Bayesian reading of the two-sample t-test on
+seed means with a pooled within-configuration variance (Student 1908; the pooling is that of a
+one-way ANOVA): under a flat prior on the means and the reference prior ``p(sigma) ~ 1/sigma``,
+the posterior of a difference of means, over its standard error, is Student's t with the pooled
+degrees of freedom (Box & Tiao 1973, ch. 2), so ``T_df(gap / se)`` is the probability that one
+configuration is ahead of another in a metric. Ahead in every metric is Pareto dominance, and
+its probability is the "probability of dominance" of noisy multi-objective selection (Hughes
+2001, "Evolutionary multi-objective ranking with uncertainty and noise", EMO 2001); the rule
+bounds it from below by Boole's inequality (Frechet's lower bound), ``1 - sum_j (1 - P_j)``,
+which holds whatever the dependence between the metrics' errors (Hughes multiplies them,
+assuming independence). Stopping on it at a stated confidence is racing (Maron & Moore
+1994/1997; Birattari et al. 2002): a candidate is dropped only once the evidence says it is
+worse beyond the noise.
 
 The rule, at a rung, for a configuration (its seeds together, :func:`group_key`):
 
@@ -21,19 +29,25 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
    queued seed.
 2. Quota (MO-ASHA): with ``n`` configurations recorded at the rung, it may stop only when at
    least ``ceil(n / reduction_factor)`` configurations are ordered strictly ahead of it.
-3. Noise (where the sweep repeats seeds): it stops only if some configuration dominates it
-   beyond seed noise: ahead in every metric by more than ``q * s_j * sqrt(1/n_h + 1/n_g)``,
-   where ``s_j`` is the metric's seed noise at the rung and ``q`` the Student-t quantile at
-   ``1 - (1 - confidence) / n_metrics`` with the noise estimate's degrees of freedom.
+3. Noise (where the sweep repeats seeds): it stops only if some configuration ``h`` dominates
+   it beyond seed noise: ``P(h dominates g) >= 1 - sum_j (1 - T_df(gap_j / (s_j * sqrt(1/n_h
+   + 1/n_g)))) >= confidence``, with ``gap_j`` how far ``h``'s seed mean is ahead of ``g``'s
+   in metric ``j`` (its better direction positive), ``s_j`` the metric's seed noise at the
+   rung, ``n`` the seeds each has there and ``T_df`` Student's t distribution function at the
+   noise estimate's degrees of freedom (:func:`dominance_probability`). A metric far ahead
+   makes up for one that is only probably ahead (the doubt is spent where it is: Bonferroni
+   would ask each metric for ``1 - (1 - confidence) / m``); one behind keeps the bound below
+   1/2.
 4. Seed noise ``s_j`` is estimated from the sweep itself: the within-configuration variance of
    every configuration's seeds at the rung, pooled (``SS / df``, ``df`` = seeds minus
-   configurations), with a prior of one pseudo-degree of freedom at the variance of the
-   configurations' means at the rung: before the sweep has seen repeats it assumes that all
-   of the spread between configurations could be noise, so nothing stops on one seed's luck;
-   the prior's weight fades as soon as configurations have several seeds.
+   configurations). The prior is the reference prior above, with no pseudo-observations: until
+   some configuration has two seeds at the rung (``df`` = 0) the noise is unknown and nothing
+   stops on it; with few seeds the t distribution's heavy tails are the caution (at ``df`` = 1
+   it is Cauchy), and they thin as the sweep adds seeds.
 5. A stopped configuration stops every seed: running ones at their next report, ones not
    started yet before they start. Its reason names the configurations ahead beyond noise, by
-   how much per metric, the noise (and from how many seeds), the confidence and the quota.
+   how much per metric and with what probability of dominance, the noise (and from how many
+   seeds), the confidence and the quota.
 
 Where evidence is strong (noise small against the gaps) the rule is MO-ASHA's quota with the
 dominated configurations stopped; where configurations overlap in noise it keeps its hands
@@ -42,10 +56,12 @@ there the rule is MO-ASHA's (step 3 skipped), as for ``asha``, which is this cor
 with each trial its own configuration.
 
 Assumptions: a metric's seed noise at a rung is about the same for every configuration
-(pooled), and roughly normal (the t quantile); the per-epoch metrics at a rung rank
+(pooled), and roughly normal (the t distribution); nothing about how the metrics' errors depend
+on each other (the bound holds for any dependence); the per-epoch metrics at a rung rank
 configurations as their final objectives will (ASHA's assumption; a misleading early metric
-misleads it too); the objectives' errors are treated as independent (Bonferroni is valid
-whatever their dependence, at a cost in power).
+misleads it too). The probability is per pair of configurations: the rule takes the most
+probable dominator and makes no correction for how many configurations it compared against (the
+quota bounds how many a rung may stop).
 
 A report whose values are missing or not finite is not recorded (the trial continues; its
 next report at or past the rung may be): a failed measurement is not a worst case.
@@ -60,7 +76,6 @@ Tune adapter (:mod:`lipsweep.sweep.schedulers._tune`). Its state is a JSON-able 
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from dataclasses import dataclass
@@ -100,8 +115,8 @@ class MoashaSettings:
     max_t: Optional[int] = None
     """Epochs of a full trial; unset: every trial's epochs."""
     confidence: float = 0.8
-    """How sure a stop must be that the configurations ahead are ahead beyond seed noise, in
-    (0, 1) (module docstring, step 3)."""
+    """How sure a stop must be that a configuration ahead of it dominates it beyond seed noise
+    (its probability of dominance), in (0, 1) (module docstring, step 3)."""
 
     def __post_init__(self) -> None:
         metrics, modes = self.metrics, self.modes
@@ -210,6 +225,9 @@ class StopReason:
     noise_df: int = 0
     """Its degrees of freedom (seeds minus configurations with repeats)."""
     confidence: float = 0.0
+    probabilities: tuple[float, ...] = ()
+    """Per dominating configuration (as ``dominated_by``), a lower bound on the probability
+    that it is ahead in every metric (module docstring, step 3); empty: not estimated."""
 
     def text(self) -> str:
         """One line for the ``lipsweep.stopped_by`` tag and the log."""
@@ -223,9 +241,11 @@ class StopReason:
                 return f"{head}dominated by {shown}{tail}"
             return f"{head}front {self.front}, crowded out{tail}"
         parts = []
-        for tid, margin in list(zip(self.dominated_by, self.margins))[:SHOWN_MARGINS]:
+        probs = self.probabilities or (None,) * len(self.margins)
+        for tid, margin, p in list(zip(self.dominated_by, self.margins, probs))[:SHOWN_MARGINS]:
             by = ", ".join(f"{m} {v:+.4g}" for m, v in zip(self.metrics, margin))
-            parts.append(f"{tid} ({by})")
+            sure = "" if p is None else f"; P(dominates) >= {p:.2f}"
+            parts.append(f"{tid} ({by}{sure})")
         more = len(self.dominated_by) - len(parts)
         shown = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
         noise = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, self.noise))
@@ -236,16 +256,28 @@ class StopReason:
         )
 
 
-@functools.lru_cache(maxsize=4096)
-def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile (scipy), cached: the rule asks for few distinct ones."""
+def t_cdf(x: np.ndarray, df: float) -> np.ndarray:
+    """Student's t distribution function (scipy) at ``x`` with ``df`` degrees of freedom."""
     from scipy.stats import t as student_t
 
-    return float(student_t.ppf(p, df))
+    return np.asarray(student_t.cdf(x, df), dtype=float)
 
 
-PRIOR_DF = 1.0
-"""Weight of the noise prior (:class:`MoAsha`, step 4), in degrees of freedom."""
+def dominance_probability(
+    gaps: np.ndarray, sd: np.ndarray, df: float, n_ahead: np.ndarray, n_me: float
+) -> np.ndarray:
+    """A lower bound on the probability that each configuration is ahead of one in every
+    metric (module docstring, step 3): ``1 - sum_j (1 - T_df(gap_j / (s_j * sqrt(1/n_h +
+    1/n_g))))``, at least 0 (Boole's inequality: valid whatever the dependence between the
+    metrics). ``gaps`` (k, m): how far each of k configurations is ahead, per metric (its
+    better direction positive); ``sd`` (m,): seed noise; ``n_ahead`` (k,): their seeds;
+    ``n_me``: the judged configuration's seeds. Infinite noise (no repeats yet): 0."""
+    se = np.asarray(sd, dtype=float) * np.sqrt(1 / np.asarray(n_ahead, float)[:, None] + 1 / n_me)
+    if not np.all(np.isfinite(se)) or df <= 0:
+        return np.zeros(len(gaps))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, gaps / se, np.where(gaps > 0, np.inf, -np.inf))
+    return np.maximum(0.0, 1.0 - np.sum(1.0 - t_cdf(z, df), axis=1))
 
 
 class MoAsha:
@@ -391,11 +423,12 @@ class MoAsha:
         self, means: np.ndarray, counts: np.ndarray, ss: np.ndarray
     ) -> tuple[np.ndarray, float]:
         """Seed noise per metric (a pooled standard deviation, (m,)) and its degrees of
-        freedom, from a rung's table (:meth:`rung_table`; module docstring, step 4)."""
+        freedom, from a rung's table (:meth:`rung_table`; module docstring, step 4): infinite
+        at 0 degrees of freedom (no configuration has two seeds at the rung yet)."""
         df = float(np.sum(counts - 1))
-        prior = means.var(axis=0, ddof=1) if len(means) > 1 else np.full(means.shape[1], np.inf)
-        var = (PRIOR_DF * prior + ss.sum(axis=0)) / (PRIOR_DF + df)
-        return np.sqrt(var), PRIOR_DF + df
+        if df <= 0:
+            return np.full(means.shape[1], np.inf), 0.0
+        return np.sqrt(ss.sum(axis=0) / df), df
 
     def _decide(self, i: int, group: str) -> Optional[StopReason]:
         """None (continue) or why ``group`` stops at rung ``i`` (module docstring)."""
@@ -422,22 +455,20 @@ class MoAsha:
             by = tuple(self.members[g][0] for g, d in zip(names, dom) if d)
             return StopReason(dominated_by=by, **base)
         sd, df = self.noise(means, counts, ss)
-        q = t_quantile(1 - (1 - self.confidence) / len(self.metrics), df)
-        need = q * sd * np.sqrt(1 / counts[:, None] + 1 / counts[me])  # (n, m)
-        beyond = np.all(gaps > need, axis=1)  # (n,): ahead in every metric beyond noise
-        if not beyond.any():
+        prob = dominance_probability(gaps, sd, df, counts, counts[me])  # (n,)
+        prob[me] = 0.0
+        beyond = np.flatnonzero(prob >= self.confidence)
+        if not len(beyond):
             return None
-        ahead_by = np.flatnonzero(beyond)
-        ahead_by = ahead_by[
-            np.argsort(-np.min(gaps[ahead_by] / need[ahead_by], axis=1), kind="stable")
-        ]
+        beyond = beyond[np.argsort(-prob[beyond], kind="stable")]
         return StopReason(
-            dominated_by=tuple(self.members[names[k]][0] for k in ahead_by),
-            margins=tuple(tuple(float(v) for v in gaps[k]) for k in ahead_by),
+            dominated_by=tuple(self.members[names[k]][0] for k in beyond),
+            margins=tuple(tuple(float(v) for v in gaps[k]) for k in beyond),
             noise=tuple(float(v) for v in sd),
             noise_seeds=int(counts.sum()),
-            noise_df=int(round(df - PRIOR_DF)),
+            noise_df=int(round(df)),
             confidence=float(self.confidence),
+            probabilities=tuple(float(prob[k]) for k in beyond),
             **base,
         )
 
@@ -493,7 +524,7 @@ def _reason_state(r: StopReason) -> dict[str, Any]:
 
 def _reason_from(d: Mapping[str, Any]) -> StopReason:
     fields_ = {k: v for k, v in d.items()}
-    for k in ("dominated_by", "metrics", "noise"):
+    for k in ("dominated_by", "metrics", "noise", "probabilities"):
         fields_[k] = tuple(fields_.get(k, ()))
     fields_["margins"] = tuple(tuple(m) for m in fields_.get("margins", ()))
     return StopReason(**fields_)
