@@ -142,7 +142,7 @@ def test_api_functions_take_options_or_keywords(tmp_path, monkeypatch):
         api.pareto(api.ParetoOptions(experiment="e"), per_run=True)
     with pytest.raises(ConfigError, match="^num_cpus: must be >= 1, got 0$"):
         api.sweep(space="s.yaml", num_cpus=0)
-    with pytest.raises(UsageError, match="--tracking-uri"):  # the world: no such store
+    with pytest.raises(UsageError, match="^tracking_uri sqlite:"):  # the world: no such store
         api.pareto(experiment="e", tracking_uri=f"sqlite:///{tmp_path}/none.db")
     assert list(tmp_path.iterdir()) == []
 

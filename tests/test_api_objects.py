@@ -54,3 +54,22 @@ def test_a_trial_config_as_a_dict_or_a_trial_config(tmp_path):
     with pytest.raises(api.ConfigError, match=r"^config: nope: unknown setting"):
         api.train(config={"nope": 1}, out=tmp_path / "o")
     assert not (tmp_path / "o").exists()
+
+
+def test_usage_errors_name_fields_from_the_api_and_flags_from_the_cli(tmp_path, capsys):
+    """What only the world can answer (no sweep to resume, no MLflow store) names the option
+    fields from Python and the flags on the command line, in the same words."""
+    from lipsweep.cli import main
+
+    with pytest.raises(api.UsageError) as exc:
+        api.sweep(space=str(SMOKE), resume=True, storage=str(tmp_path))
+    assert str(exc.value).startswith("resume: no sweep 'smoke'")
+    assert "check storage and experiment, or drop resume" in str(exc.value)
+    assert exc.value.cli_text.startswith("--resume: no sweep 'smoke'")
+
+    uri = f"sqlite:///{tmp_path}/none/mlflow.db"
+    with pytest.raises(api.UsageError, match=r"^tracking_uri sqlite:"):
+        api.pareto(experiment="smoke", tracking_uri=uri)
+    assert main(["pareto", "--experiment", "smoke", "--tracking-uri", uri]) == 2
+    assert capsys.readouterr().err.startswith("lipsweep pareto: error: --tracking-uri sqlite:")
+    assert not (tmp_path / "none").exists()

@@ -11,11 +11,11 @@
 
 Each function takes either one options dataclass (:mod:`lipsweep.api.options`: the same
 names and defaults as the command's flags) or its fields as keywords. The options are
-checked when they are made: a bad value raises :class:`ConfigError` naming the flag before
+checked when they are made: a bad value raises :class:`ConfigError` naming the field before
 anything is read, written or started; what only the world can answer (an unknown experiment,
-a non-empty folder, an existing sweep) raises :class:`UsageError`, still before the first
-write. The CLI (:mod:`lipsweep.cli`) is argparse around these functions: it exits 2 on
-either error, and prints the result.
+a non-empty folder, an existing sweep) raises :class:`UsageError` naming the fields, still
+before the first write. The CLI (:mod:`lipsweep.cli`) is argparse around these functions: it
+exits 2 on either error, naming the flags, and prints the result.
 
 Importing this module is light (no torch, Ray or MLflow): each function imports what it
 runs when it is called.
@@ -27,7 +27,8 @@ configuration you made decides (:func:`lipsweep.core.logs.show_info_lines`).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import Any, Callable, Optional, TypeVar
 
 from lipsweep.api.options import (
     BenchSearchOptions,
@@ -61,6 +62,32 @@ from lipsweep.api.results import (
 )
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.logs import show_info_lines
+from lipsweep.core.options import fields_for_flags
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _naming_fields(cls: type) -> Callable[[_F], _F]:
+    """A :class:`UsageError` out of the decorated function names ``cls``'s fields, not their
+    flags; the flags' text stays on ``cli_text`` for the command line."""
+
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except UsageError as err:
+                if err.cli_text is not None:
+                    raise
+                text = str(err)
+                named = UsageError(fields_for_flags(text, cls))
+                named.cli_text = text
+                raise named from err.__cause__
+
+        return call  # type: ignore[return-value]
+
+    return wrap
+
 
 __all__ = [
     "train",
@@ -105,6 +132,7 @@ __all__ = [
 ]
 
 
+@_naming_fields(TrainOptions)
 def train(options: Optional[TrainOptions] = None, /, **kwargs: Any) -> TrainResult:
     """Train and evaluate one trial into ``out``, without Ray or MLflow (``lipsweep train``).
 
@@ -116,6 +144,7 @@ def train(options: Optional[TrainOptions] = None, /, **kwargs: Any) -> TrainResu
     return _train.run(make_options(TrainOptions, options, kwargs))
 
 
+@_naming_fields(SweepOptions)
 def sweep(options: Optional[SweepOptions] = None, /, **kwargs: Any) -> SweepResult:
     """Run a sweep on Ray Tune, logging to MLflow (``lipsweep sweep``).
 
@@ -131,6 +160,7 @@ def sweep(options: Optional[SweepOptions] = None, /, **kwargs: Any) -> SweepResu
     return _sweep.run(make_options(SweepOptions, options, kwargs))
 
 
+@_naming_fields(ParetoOptions)
 def pareto(options: Optional[ParetoOptions] = None, /, **kwargs: Any) -> ParetoResult:
     """Rank a sweep's finished runs, tag them in MLflow and log the front to the parent run
     (``lipsweep pareto``); returns the front."""
@@ -140,6 +170,7 @@ def pareto(options: Optional[ParetoOptions] = None, /, **kwargs: Any) -> ParetoR
     return _decide.pareto(make_options(ParetoOptions, options, kwargs))
 
 
+@_naming_fields(ExportOptions)
 def export(options: Optional[ExportOptions] = None, /, **kwargs: Any) -> ExportResult:
     """Write a run's checkpoint as a self-describing folder (``lipsweep export``);
     ``lipsweep.load_exported(result.folder)`` loads it back."""
@@ -149,6 +180,7 @@ def export(options: Optional[ExportOptions] = None, /, **kwargs: Any) -> ExportR
     return _decide.export(make_options(ExportOptions, options, kwargs))
 
 
+@_naming_fields(ReportOptions)
 def report(options: Optional[ReportOptions] = None, /, **kwargs: Any) -> ReportResult:
     """Write the markdown report of a sweep's arms and log it to the parent run
     (``lipsweep report``)."""
@@ -158,6 +190,7 @@ def report(options: Optional[ReportOptions] = None, /, **kwargs: Any) -> ReportR
     return _decide.report(make_options(ReportOptions, options, kwargs))
 
 
+@_naming_fields(ConfirmOptions)
 def confirm(options: Optional[ConfirmOptions] = None, /, **kwargs: Any) -> ConfirmResult:
     """Re-evaluate the front's runs with standard AutoAttack and log ``acc_aa_std_<eps>``
     to them (``lipsweep confirm``)."""
@@ -167,6 +200,7 @@ def confirm(options: Optional[ConfirmOptions] = None, /, **kwargs: Any) -> Confi
     return _confirm.confirm(make_options(ConfirmOptions, options, kwargs))
 
 
+@_naming_fields(DemoOptions)
 def demo(options: Optional[DemoOptions] = None, /, **kwargs: Any) -> DemoResult:
     """The embedded default end to end: the smoke sweep, its front and the export of its
     pick (``lipsweep demo``)."""
@@ -176,6 +210,7 @@ def demo(options: Optional[DemoOptions] = None, /, **kwargs: Any) -> DemoResult:
     return _demo.demo(make_options(DemoOptions, options, kwargs))
 
 
+@_naming_fields(BenchSearchOptions)
 def bench_search(
     options: Optional[BenchSearchOptions] = None, /, **kwargs: Any
 ) -> BenchSearchResult:
@@ -187,6 +222,7 @@ def bench_search(
     return _bench.run(make_options(BenchSearchOptions, options, kwargs))
 
 
+@_naming_fields(DataPrepareOptions)
 def prepare_data(options: Optional[DataPrepareOptions] = None, /, **kwargs: Any) -> PreparedData:
     """Pack CIFAR once into ``DEST/<dataset>.npz`` plus its manifest, for every worker of a
     cluster to read (``lipsweep data prepare``); a space's ``data_dir`` names ``.file``."""

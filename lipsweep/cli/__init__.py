@@ -104,7 +104,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         sys.stderr.write(error_line(args.command, shown.format()))
         return EXIT_USAGE
     except UsageError as err:
-        sys.stderr.write(error_line(args.command, err))
+        sys.stderr.write(error_line(args.command, err.cli_text or err))
         return EXIT_USAGE
     except OSError as err:  # WriteError (a full disk, ulimit -f: its temporary is gone), EIO
         _log.debug("write failed", exc_info=True)

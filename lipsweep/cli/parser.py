@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Optional
 
 from lipsweep.api import options as api_options
 from lipsweep.core.field_docs import field_docs
+from lipsweep.core.options import flag_of
 from lipsweep.core.version import __version__
 
 
@@ -150,7 +151,7 @@ def _add_cli_only(parsers: dict[str, argparse.ArgumentParser]) -> None:
 def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
     """One argument per field of the options dataclass ``cls``."""
     fields = dataclasses.fields(cls)
-    spellings = {f.name: _spelling(f) for f in fields}
+    spellings = {f.name: flag_of(f) for f in fields}
     docs = field_docs(cls)
     for f in fields:
         spec: dict[str, Any] = dict(f.metadata.get("cli", {}))
@@ -197,13 +198,6 @@ def _default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()  # read now: $MLFLOW_TRACKING_URI, $RAY_ADDRESS
     return f.default
-
-
-def _spelling(f: dataclasses.Field) -> str:
-    spec = f.metadata.get("cli", {})
-    if spec.get("positional"):
-        return spec.get("metavar", f.name.upper())
-    return spec.get("flag", "--" + f.name.replace("_", "-"))
 
 
 def cli_help(doc: str, spellings: dict[str, str]) -> str:

@@ -20,8 +20,14 @@ import yaml
 
 
 class UsageError(Exception):
-    """A command-line usage problem (exit 2) that is not one config field: an unknown
-    experiment, a non-empty --out, a sweep that already exists."""
+    """A usage problem (exit 2) that is not one config field: an unknown experiment, a
+    non-empty ``out`` folder, a sweep that already exists.
+
+    Raised from :mod:`lipsweep.api`, its text names option fields (``tracking_uri``);
+    ``cli_text`` keeps the same message with the command line's flags (``--tracking-uri``),
+    which the CLI prints."""
+
+    cli_text: str | None = None
 
 
 class ConfigError(ValueError):

@@ -7,7 +7,9 @@ line shows the flag's spelling instead (:mod:`lipsweep.cli`). Torch-free and lig
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from typing import Any, Optional
 
 from lipsweep.core.config_base import ConfigError, UsageError, show
@@ -32,6 +34,22 @@ def cli(**spec: Any) -> dict[str, Any]:
     ``choices`` (a sequence, or a function returning one when the parser is built)
     (:mod:`lipsweep.cli.parser` reads it)."""
     return {"cli": spec}
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """How the command line spells option field ``f``: its ``cli(flag=...)``, a positional's
+    metavar, or ``--`` and the name with dashes."""
+    spec = f.metadata.get("cli", {})
+    if spec.get("positional"):
+        return spec.get("metavar", f.name.upper())
+    return spec.get("flag", "--" + f.name.replace("_", "-"))
+
+
+def fields_for_flags(text: str, cls: type) -> str:
+    """``text`` with every flag of options dataclass ``cls`` (``--tracking-uri``) written as
+    its field's name (``tracking_uri``)."""
+    names = {flag_of(f): f.name for f in dataclasses.fields(cls)}
+    return re.sub(r"--[a-z][a-z0-9-]*", lambda m: names.get(m.group(0), m.group(0)), text)
 
 
 def set_field(obj: Any, name: str, value: Any) -> None:
