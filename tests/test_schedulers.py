@@ -161,6 +161,21 @@ def test_configurations_within_seed_noise_are_left_alone():
     assert p == pytest.approx(0.8058, abs=1e-4)
 
 
+def test_seeds_that_tie_on_a_stepped_metric_are_not_read_as_certainty():
+    """An accuracy on 200 images moves in steps of 0.5: A's two seeds both 20.0 pool to a
+    noise of 0, which would make C's 19.5 behind with certainty. The rounding's own noise is
+    the floor: sd = 0.5 / sqrt(12) = 0.14434, z = 0.5 / (0.14434 * sqrt(1/2 + 1)) = 2.8284,
+    P = 1/2 + atan(2.8284) / pi = 0.89183 < 0.9: C continues."""
+    core = MoAsha(("m",), ("max",), 1, 2.0, 4, {"A": 2, "C": 2}, 0.9)
+    core.decide("a0", "A", 1, {"m": 20.0})
+    core.decide("a1", "A", 1, {"m": 20.0})
+    assert core.decide("c0", "C", 1, {"m": 19.5}) == CONTINUE
+    assert core.rounding_noise(0)[0] == pytest.approx(0.5 / 12**0.5)
+    assert 0.5 + math.atan(0.5 / (0.5 / 12**0.5 * 1.5**0.5)) / math.pi == pytest.approx(
+        0.89183, abs=1e-5
+    )
+
+
 def test_dominance_probability_is_booles_bound_over_the_metrics():
     """Two metrics, one seed each side, sd 1 and 1 at 1 df (Cauchy: T(z) = 1/2 + atan(z) / pi):
     gaps 1 and 2 give z = 1 / sqrt(2) and sqrt(2), T = 0.69591 and 0.80409, and the bound

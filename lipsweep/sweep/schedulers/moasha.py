@@ -43,7 +43,10 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
    configurations). The prior is the reference prior above, with no pseudo-observations: until
    some configuration has two seeds at the rung (``df`` = 0) the noise is unknown and nothing
    stops on it; with few seeds the t distribution's heavy tails are the caution (at ``df`` = 1
-   it is Cauchy), and they thin as the sweep adds seeds.
+   it is Cauchy), and they thin as the sweep adds seeds. A metric measured in steps (an
+   accuracy on 200 images moves by 0.5) can show seeds that tie exactly; its noise is then at
+   least the rounding's, ``step / sqrt(12)`` (:meth:`MoAsha.rounding_noise`), so a tie is not
+   read as certainty.
 5. A stopped configuration stops every seed: running ones at their next report, ones not
    started yet before they start. Its reason names the configurations ahead beyond noise, by
    how much per metric and with what probability of dominance, the noise (and from how many
@@ -430,6 +433,19 @@ class MoAsha:
             return np.full(means.shape[1], np.inf), 0.0
         return np.sqrt(ss.sum(axis=0) / df), df
 
+    def rounding_noise(self, i: int) -> np.ndarray:
+        """Per metric, the standard deviation that rounding alone puts into rung ``i``'s values
+        (module docstring, step 4): ``step / sqrt(12)``, the spread of a uniform error over one
+        step (Sheppard 1898), with ``step`` the finest gap between two distinct recorded
+        values; 0 where fewer than two distinct values were recorded."""
+        values = np.array([r[i] for r in self.reported.values() if i in r], dtype=float)
+        out = np.zeros(len(self.metrics))
+        for j in range(len(self.metrics)):
+            distinct = np.unique(values[:, j]) if len(values) else values
+            if len(distinct) > 1:
+                out[j] = float(np.min(np.diff(distinct))) / math.sqrt(12.0)
+        return out
+
     def _decide(self, i: int, group: str) -> Optional[StopReason]:
         """None (continue) or why ``group`` stops at rung ``i`` (module docstring)."""
         names, means, counts, ss = self.rung_table(i)
@@ -455,6 +471,7 @@ class MoAsha:
             by = tuple(self.members[g][0] for g, d in zip(names, dom) if d)
             return StopReason(dominated_by=by, **base)
         sd, df = self.noise(means, counts, ss)
+        sd = np.maximum(sd, self.rounding_noise(i))
         prob = dominance_probability(gaps, sd, df, counts, counts[me])  # (n,)
         prob[me] = 0.0
         beyond = np.flatnonzero(prob >= self.confidence)
