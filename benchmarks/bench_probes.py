@@ -26,8 +26,8 @@ import torch
 
 from lipsweep.data.loading import load_splits, num_train_batches, to_unit, train_batches
 from lipsweep.regularizers import create_regularizer_from_config
+from lipsweep.search.space import load_space
 from lipsweep.settings.config import TrialConfig
-from lipsweep.sweep.space import load_space
 from lipsweep.trial.engine import build_optimizer, evaluate_clean, train_one_epoch
 from lipsweep.trial.probe_cost import probe_cost
 from lipsweep.trial.probes import probe_set, run_probes

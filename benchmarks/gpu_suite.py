@@ -244,7 +244,7 @@ class Target:
 
 def load_target(path: Path) -> Target:
     """Read ``path`` with lipsweep's own space loader (no Ray, no MLflow)."""
-    from lipsweep.sweep.space import load_space
+    from lipsweep.search.space import load_space
 
     path = Path(os.path.abspath(path))  # not resolve(): search_spaces/ is a link into lipsweep/
     spec = load_space(path)
@@ -1683,7 +1683,7 @@ def smoke_trial(s: Suite, space: Path, timeout_s: Optional[float] = None) -> Non
     import yaml
 
     from lipsweep.data.remote import is_uri
-    from lipsweep.sweep.space import load_space
+    from lipsweep.search.space import load_space
 
     sec = s.data.setdefault("smoke_trial", {})
     if timeout_s is not None and timeout_s < SMOKE_MIN_S:

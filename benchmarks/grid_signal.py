@@ -9,7 +9,7 @@
   draw of the seeds, and no method can find it early.
 - **Spearman rho per epoch**: the rank correlation, over configurations, between the seed-mean
   per-epoch counterpart that ``moasha`` stops on (the column itself when it is per-epoch, else
-  ``probe_<name>``: lipsweep.sweep.replay.stop_metrics) at epoch e and the seed-mean final
+  ``probe_<name>``: lipsweep.search.replay.stop_metrics) at epoch e and the seed-mean final
   objective. A rung at epoch e can only keep the right configurations where rho is high.
 
 It also lists the grid's Pareto front (seed-mean final objectives) and how its hypervolume
@@ -39,7 +39,7 @@ from lipsweep.core.config_base import ConfigError  # noqa: E402
 from lipsweep.core.dominance import non_dominated_ranks  # noqa: E402
 from lipsweep.core.hypervolume import relative_hypervolume  # noqa: E402
 from lipsweep.decide.pareto import parse_objective  # noqa: E402
-from lipsweep.sweep.replay import Table, check_objectives, load_table, stop_metrics  # noqa: E402
+from lipsweep.search.replay import Table, check_objectives, load_table, stop_metrics  # noqa: E402
 
 
 def separation(table: Table, name: str) -> float:

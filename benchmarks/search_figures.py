@@ -49,7 +49,7 @@ def table_path(name: str, folder: Path) -> Path:
 
 
 def _bench(name: str, workers: int) -> Any:
-    from lipsweep.sweep import replay
+    from lipsweep.search import replay
 
     with tempfile.TemporaryDirectory() as tmp:
         table = replay.load_table(table_path(name, Path(tmp)))
@@ -59,7 +59,7 @@ def _bench(name: str, workers: int) -> Any:
 
 def run_method(name: str, method: str, replays: int, workers: int) -> list[Any]:
     """``replays`` replays of ``method`` on table ``name`` (or of a reference)."""
-    from lipsweep.sweep import replay
+    from lipsweep.search import replay
 
     bench = _bench(name, workers)
     if method in replay.REFERENCES:
@@ -72,7 +72,7 @@ OPTUNA = ("optuna-tpe", "optuna-nsga2", "optuna-moasha")
 
 def main_jobs(names: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every (table, method) replayed in ``args.processes`` processes; one summary a table."""
-    from lipsweep.sweep import replay
+    from lipsweep.search import replay
 
     methods = list(replay.DEFAULT_METHODS) + list(replay.REFERENCES)
     rerun = args.method or methods
@@ -120,7 +120,7 @@ def _count(runs: Any) -> int:
 
 def _entry(runs: Any, budget: float) -> dict[str, Any]:
     """A method's summary entry: scored from its trajectories, or as kept from a summary."""
-    from lipsweep.sweep import replay
+    from lipsweep.search import replay
 
     return runs[1] if isinstance(runs, tuple) else replay._scores(runs, budget)
 

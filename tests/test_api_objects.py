@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from lipsweep import api
+from lipsweep.search.space import load_space
 from lipsweep.settings.config import TrialConfig
-from lipsweep.sweep.space import load_space
 
 SMOKE = Path(__file__).resolve().parents[1] / "search_spaces" / "smoke.yaml"
 

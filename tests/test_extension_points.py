@@ -17,7 +17,7 @@ from _sweep_helpers import space_file
 
 from lipsweep.__main__ import main
 from lipsweep.core.config_base import ConfigError
-from lipsweep.sweep.space import load_space
+from lipsweep.search.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = "_plugins.tune_probe"  # tests/_plugins/tune_probe.py
@@ -121,7 +121,7 @@ def test_callbacks_are_built_when_the_sweep_starts_and_must_be_tune_callbacks(tm
 def test_resume_refuses_a_changed_callback_list(tmp_path):
     """Tune keeps the callbacks of a sweep's first start (it pickles them with the
     experiment), so another list on --resume would be silently ignored: it exits 2."""
-    from lipsweep.sweep.space_record import check_resume_space, save_record, space_record
+    from lipsweep.search.space_record import check_resume_space, save_record, space_record
 
     storage = str(tmp_path / "runs")
     (tmp_path / "runs" / "exp").mkdir(parents=True)  # Tune's experiment folder

@@ -269,7 +269,7 @@ class ReversedSettings:
 def reversed_plan(settings: ReversedSettings, request: Any) -> Any:
     from ray import tune
 
-    from lipsweep.sweep.searchers import TunePlan
+    from lipsweep.search.searchers import TunePlan
 
     CALLS["searcher"] = CALLS.get("searcher", 0) + 1
     return TunePlan(param_space={"trial": tune.grid_search(list(request.trials)[::-1])})
@@ -309,8 +309,8 @@ def halt_after(settings: HaltSettings, ctx: Any) -> Any:
 
 @pytest.fixture()
 def search_members():
-    from lipsweep.sweep.schedulers import register_scheduler, unregister_scheduler
-    from lipsweep.sweep.searchers import SearcherInfo, register_searcher, unregister_searcher
+    from lipsweep.search.schedulers import register_scheduler, unregister_scheduler
+    from lipsweep.search.searchers import SearcherInfo, register_searcher, unregister_searcher
 
     register_searcher("reversed-random", settings=ReversedSettings, info=SearcherInfo())(
         reversed_plan
@@ -345,9 +345,9 @@ def _search_space(tmp_path, scheduler: dict, **extra: Any) -> Any:
 
 
 def test_a_searcher_and_a_scheduler_defined_in_a_test_module_validate(search_members, tmp_path):
-    from lipsweep.sweep.schedulers import create_scheduler, list_schedulers
-    from lipsweep.sweep.searchers import SearchRequest, create_searcher, list_searchers
-    from lipsweep.sweep.space import load_space
+    from lipsweep.search.schedulers import create_scheduler, list_schedulers
+    from lipsweep.search.searchers import SearchRequest, create_searcher, list_searchers
+    from lipsweep.search.space import load_space
 
     assert "reversed-random" in list_searchers() and "halt-after" in list_schedulers()
     spec = load_space(_search_space(tmp_path, {"type": "halt-after", "epochs": 2}))

@@ -943,7 +943,7 @@ def _yaml_keys(text) -> dict:
 
 def test_fuzz_search_space_validates_or_names_the_field(tmp_path):
     from lipsweep.core.config_base import ConfigError
-    from lipsweep.sweep.space import load_space
+    from lipsweep.search.space import load_space
 
     seen = {"ok": 0, "refused": 0}
     path = tmp_path / "space.yaml"
@@ -1041,7 +1041,7 @@ def test_fuzz_cli_exits_0_or_2_with_one_line_naming_the_field(tmp_path, capsys):
 def test_bad_spaces_exit_2_before_ray_is_imported(tmp_path):
     """One subprocess over a corpus of invalid spaces: exit 2 each, and Ray never imported."""
     from lipsweep.core.config_base import ConfigError
-    from lipsweep.sweep.space import load_space
+    from lipsweep.search.space import load_space
 
     corpus: list[str] = []
 

@@ -81,7 +81,7 @@ def test_a_callback_that_raises_exits_or_hangs_never_stops_tunes_loop(
     from ray.tune.callback import CallbackList
 
     from lipsweep.core.config_base import UsageError
-    from lipsweep.sweep.space import load_space
+    from lipsweep.search.space import load_space
     from lipsweep.sweep.user_callbacks import create_callbacks
 
     monkeypatch.syspath_prepend(str(TESTS))

@@ -17,8 +17,8 @@ from lipsweep.core.metric_names import (
     is_probe_metric,
     probe_attack_metric,
 )
+from lipsweep.search.space import load_space
 from lipsweep.settings.config import TrialConfig
-from lipsweep.sweep.space import load_space
 
 
 def _tiny_trial(**overrides) -> dict:

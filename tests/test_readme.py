@@ -230,8 +230,8 @@ def clone(tmp_path_factory) -> Path:
     import numpy as np
 
     from lipsweep.decide.export import write_export
+    from lipsweep.search.space import load_space
     from lipsweep.settings.config import TrialConfig
-    from lipsweep.sweep.space import load_space
     from lipsweep.vit.export_format import build_config_json
     from lipsweep.vit.models import create_model, model_normalization
 

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from lipsweep.core.config_base import ConfigError
+from lipsweep.search.space import load_space
 from lipsweep.settings.config import TrialConfig
-from lipsweep.sweep.space import load_space
 from lipsweep.trial.engine import build_optimizer
 from lipsweep.vit.models import ModelConfig, create_model, model_normalization
 

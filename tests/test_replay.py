@@ -12,7 +12,7 @@ from conftest import bench_module
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.core.hypervolume import hypervolume, reference_point, relative_hypervolume
-from lipsweep.sweep import replay
+from lipsweep.search import replay
 
 OBJECTIVES = [("acc_clean", "max"), ("acc_pgd_4", "max"), ("lip_jacobian_median", "min")]
 

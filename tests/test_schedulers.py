@@ -1,4 +1,5 @@
-"""The scheduler family (lipsweep/sweep/schedulers/) and ``moasha``'s pure decision core.
+"""The scheduler family (lipsweep/search/schedulers/; its Tune adapter in
+lipsweep/sweep/schedulers/) and ``moasha``'s pure decision core.
 
 The core is driven by hand-built result sequences (no Ray): a dominated configuration stops at
 its rung, a front member continues, crowding distance breaks ties inside a front, seeds are
@@ -23,14 +24,14 @@ import numpy as np
 import pytest
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.sweep.schedulers import (
+from lipsweep.search.schedulers import (
     SCHEDULERS,
     SchedulerContext,
     create_scheduler,
     list_schedulers,
     scheduler_settings,
 )
-from lipsweep.sweep.schedulers.moasha import (
+from lipsweep.search.schedulers.moasha import (
     CONTINUE,
     STOP,
     MoAsha,
@@ -38,7 +39,7 @@ from lipsweep.sweep.schedulers.moasha import (
     expected_seeds,
     group_key,
 )
-from lipsweep.sweep.space import load_space
+from lipsweep.search.space import load_space
 
 pytestmark = pytest.mark.ray
 
@@ -575,7 +576,7 @@ def test_the_state_lives_beside_the_experiment_folder_not_in_it():
     """A resumed Tune copies its experiment folder back over itself at the end, which put the
     pre-interruption state back (seen in a live SIGTERM + --resume on Ray 2.60)."""
     from lipsweep.core.storage import experiment_path
-    from lipsweep.sweep.schedulers import state_path
+    from lipsweep.search.schedulers import state_path
 
     path = state_path("/runs/", "exp")
     assert path == "/runs/.exp.lipsweep_scheduler.json"
@@ -585,7 +586,7 @@ def test_the_state_lives_beside_the_experiment_folder_not_in_it():
 def test_an_asha_sweeps_space_record_is_what_older_lipsweep_wrote(tmp_path):
     """``--resume`` compares the saved record with the space: a sweep started before the
     family existed saved asdict(SchedulerSpec); the record stays the same, so it resumes."""
-    from lipsweep.sweep.space_record import space_record
+    from lipsweep.search.space_record import space_record
 
     p = tmp_path / "s.yaml"
     p.write_text("fixed: {epochs: 4}\ngrid: [{regularizer: none}]\nscheduler: {metric: loss}\n")

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.sweep import replay
-from lipsweep.sweep.space import load_space
+from lipsweep.search import replay
+from lipsweep.search.space import load_space
 
 OBJECTIVES = ["--objective", "acc_clean:max", "--objective", "acc_pgd_4:max"]
 
@@ -110,9 +110,9 @@ def test_every_trials_own_epochs_set_the_rungs_not_a_default_of_40(tmp_path):
 
 def test_the_scheduler_is_built_before_ray_or_mlflow_is_touched(tmp_path, monkeypatch):
     """A scheduler that fails to build fails the sweep before Ray starts or a run opens."""
+    from lipsweep.search.schedulers import SCHEDULERS, register_scheduler, unregister_scheduler
+    from lipsweep.search.schedulers.moasha import MoashaSettings
     from lipsweep.sweep import driver
-    from lipsweep.sweep.schedulers import SCHEDULERS, register_scheduler, unregister_scheduler
-    from lipsweep.sweep.schedulers.moasha import MoashaSettings
 
     class Broken(MoashaSettings):
         type = "broken"

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from lipsweep.sweep import replay
-from lipsweep.sweep.schedulers.moasha import CONTINUE, MoAsha
+from lipsweep.search import replay
+from lipsweep.search.schedulers.moasha import CONTINUE, MoAsha
 
 
 def _seeded_core() -> MoAsha:
@@ -42,8 +42,8 @@ def test_the_state_round_trip_keeps_every_field_seeds_that_ended_included():
 
 
 def _adapter(tmp_path: Path, restore: bool = False):
+    from lipsweep.search.schedulers.moasha import group_key
     from lipsweep.sweep.schedulers._tune import CoreScheduler
-    from lipsweep.sweep.schedulers.moasha import group_key
 
     core = MoAsha(["acc_clean"], ["max"], 1, 2, 8, {group_key({"lr": 1}): 2})
     return CoreScheduler(core, group_key, state_path=str(tmp_path / "s.json"), restore=restore)
@@ -66,9 +66,9 @@ def test_the_tune_adapter_saves_a_trials_end_to_the_state_file(tmp_path):
 
 
 def test_resume_reads_the_saved_scheduler_state_and_a_fresh_start_does_not(tmp_path):
+    from lipsweep.search.schedulers import state_path
+    from lipsweep.search.space import load_space
     from lipsweep.sweep.driver import _scheduler
-    from lipsweep.sweep.schedulers import state_path
-    from lipsweep.sweep.space import load_space
 
     space = tmp_path / "s.yaml"
     space.write_text(
@@ -115,7 +115,7 @@ def test_a_stopped_trial_is_charged_the_epochs_it_ran_not_its_budget(tmp_path):
         rows += [f"{key},0,{e},{s},{acc},{acc if e == 3 else ''}" for e, s in enumerate(secs, 1)]
     p.write_text("\n".join(rows) + "\n")
     table = replay.load_table(p)
-    from lipsweep.sweep.protocol import ListMember, Repeats
+    from lipsweep.search.protocol import ListMember, Repeats
 
     objectives = [("acc_clean", "max"), ("acc_pgd_4", "max")]
     order = ListMember([{"config": "b"}, {"config": "a"}])
@@ -143,7 +143,7 @@ def test_the_budget_is_inclusive():
 def test_optuna_with_several_objectives_samples_with_nsga2_and_tpe_for_one():
     import optuna
 
-    from lipsweep.sweep.searchers import searcher_settings
+    from lipsweep.search.searchers import searcher_settings
     from lipsweep.sweep.searchers._optuna import sampler_for
 
     two = searcher_settings(

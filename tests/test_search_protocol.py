@@ -1,4 +1,4 @@
-"""The search protocol (lipsweep/sweep/protocol.py): every configuration once per seed, judged
+"""The search protocol (lipsweep/search/protocol.py): every configuration once per seed, judged
 as one, under the live Optuna searcher and the replay alike; ``bench-search`` replaying any
 registered member, plugins included; replay equal to live where a seed is stopped in its last
 epoch; the same summary in a fresh process, and a committed summary row regenerated to the
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.sweep import replay
-from lipsweep.sweep.protocol import STOP, ListMember, Repeats
-from lipsweep.sweep.schedulers.moasha import MoAsha
+from lipsweep.search import replay
+from lipsweep.search.protocol import STOP, ListMember, Repeats
+from lipsweep.search.schedulers.moasha import MoAsha
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "benchmarks" / "data" / "tiny_grid.csv"
@@ -54,9 +54,9 @@ def test_repeats_runs_every_seed_and_tells_the_seed_mean_once():
 
 
 def test_optuna_with_repeat_runs_every_draw_on_every_seed(tmp_path):
-    from lipsweep.sweep.searchers import SearchRequest, create_searcher
+    from lipsweep.search.searchers import SearchRequest, create_searcher
+    from lipsweep.search.space import load_space
     from lipsweep.sweep.searchers._optuna import RepeatSearcher
-    from lipsweep.sweep.space import load_space
 
     space = tmp_path / "s.yaml"
     space.write_text(
@@ -84,8 +84,8 @@ def test_optuna_with_repeat_runs_every_draw_on_every_seed(tmp_path):
 def test_a_repeat_searcher_saved_between_seeds_resumes_to_the_same_seed_mean(tmp_path):
     """Tune's checkpoint of the searcher (JSON, no pickle of ours) holds which seeds of a draw
     are still out: a restored searcher tells the study the same seed mean."""
-    from lipsweep.sweep.searchers import SearchRequest, create_searcher
-    from lipsweep.sweep.space import load_space
+    from lipsweep.search.searchers import SearchRequest, create_searcher
+    from lipsweep.search.space import load_space
 
     space = tmp_path / "s.yaml"
     space.write_text(
@@ -119,7 +119,7 @@ def test_a_repeat_searcher_saved_between_seeds_resumes_to_the_same_seed_mean(tmp
 
 
 def test_repeat_beyond_seed_is_refused_under_a_learning_searcher(tmp_path):
-    from lipsweep.sweep.space import load_space
+    from lipsweep.search.space import load_space
 
     space = tmp_path / "s.yaml"
     space.write_text(
@@ -136,16 +136,16 @@ def test_repeat_beyond_seed_is_refused_under_a_learning_searcher(tmp_path):
 def test_bench_search_replays_plugin_searchers_and_schedulers(tmp_path):
     """A searcher and a scheduler registered by a plugin are replayed by name, through the
     same factories a live sweep calls."""
-    from lipsweep.sweep.schedulers import register_scheduler, unregister_scheduler
-    from lipsweep.sweep.schedulers._tune import CoreScheduler
-    from lipsweep.sweep.schedulers.moasha import MoashaSettings, group_key
-    from lipsweep.sweep.searchers import (
+    from lipsweep.search.schedulers import register_scheduler, unregister_scheduler
+    from lipsweep.search.schedulers.moasha import MoashaSettings, group_key
+    from lipsweep.search.searchers import (
         GridSettings,
         SearcherInfo,
         TunePlan,
         register_searcher,
         unregister_searcher,
     )
+    from lipsweep.sweep.schedulers._tune import CoreScheduler
 
     @register_searcher("first-half", settings=GridSettings, info=SearcherInfo(sampled=False))
     def first_half(settings, request):

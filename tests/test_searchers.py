@@ -1,5 +1,6 @@
-"""The searcher family (lipsweep/sweep/searchers): registry, settings, Optuna's intermediate
-values and its persisted study (real Ray Tune OptunaSearch, real Optuna on SQLite)."""
+"""The searcher family (lipsweep/search/searchers; its Ray side in lipsweep/sweep/searchers):
+registry, settings, Optuna's intermediate values and its persisted study (real Ray Tune
+OptunaSearch, real Optuna on SQLite)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from lipsweep.core.config_base import ConfigError
-from lipsweep.sweep.searchers import (
+from lipsweep.search.searchers import (
     SearchRequest,
     create_searcher,
     list_searchers,
     searcher_entry,
     searcher_info,
 )
-from lipsweep.sweep.searchers.study import study_db, study_url
-from lipsweep.sweep.space import load_space
+from lipsweep.search.searchers.study import study_db, study_url
+from lipsweep.search.space import load_space
 
 pytestmark = pytest.mark.ray
 
@@ -93,7 +94,7 @@ def test_an_unknown_algorithm_exits_2_with_one_line(tmp_path):
 def test_loading_an_optuna_space_imports_no_ray_optuna_mlflow_or_torch(tmp_path):
     path = _space(tmp_path, "algorithm: optuna-nsga2, num_samples: 4, population_size: 4")
     code = (
-        "import sys; from lipsweep.sweep.space import load_space\n"
+        "import sys; from lipsweep.search.space import load_space\n"
         f"spec = load_space({str(path)!r})\n"
         "assert spec.search.settings.population_size == 4 and spec.search.lazy\n"
         "print(sorted(m for m in ('ray', 'optuna', 'mlflow', 'torch') if m in sys.modules))\n"

@@ -10,8 +10,8 @@ import pytest
 from _sweep_helpers import import_blocker, space_file
 
 from lipsweep.core.config_base import ConfigError
+from lipsweep.search.space import load_space
 from lipsweep.settings.config import TrialConfig
-from lipsweep.sweep.space import load_space
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = sorted((ROOT / "search_spaces").glob("*.yaml"))
@@ -278,7 +278,7 @@ def test_random_and_optuna_draw_the_same_values(raw, allowed):
     """quniform quantises to q; both searchers draw from one set, with the same types."""
     import random
 
-    from lipsweep.sweep.space import parse_distribution
+    from lipsweep.search.space import parse_distribution
 
     dist = parse_distribution(raw, "search.space.x", "s.yaml")
     rng = random.Random(0)
@@ -304,7 +304,7 @@ def test_random_and_optuna_draw_the_same_values(raw, allowed):
     ],
 )
 def test_bad_quniform_and_bounds_name_the_key(raw):
-    from lipsweep.sweep.space import parse_distribution
+    from lipsweep.search.space import parse_distribution
 
     with pytest.raises(ConfigError) as exc:
         parse_distribution(raw, "search.space.lr", "s.yaml")
@@ -320,7 +320,7 @@ def test_optuna_mlflow_params_are_the_normalised_config(tmp_path):
     from _sweep_helpers import children, empty_store
 
     from lipsweep.sweep.callbacks import MlflowSweepCallback
-    from lipsweep.sweep.searchers import FinalResultOptuna, OptunaSpace
+    from lipsweep.sweep.searchers._optuna import FinalResultOptuna, OptunaSpace
     from lipsweep.sweep.trainable import flat_config
     from lipsweep.tracking import Tracker
 

@@ -161,6 +161,32 @@ def test_ray_is_imported_under_sweep_only():
     ] == []
 
 
+def test_search_imports_no_ray_mlflow_or_torch():
+    """lipsweep/search/ is the Ray-free search logic: none of its modules imports Ray, MLflow
+    or torch, in its own code (deferred imports included) or through the modules it imports
+    (each module imported in a fresh interpreter, then ``sys.modules`` read)."""
+    import subprocess
+    import sys
+
+    banned = re.compile(r"^\s*(import|from)\s+(ray|mlflow|torch)\b", re.M)
+    search = PKG / "search"
+    assert [
+        str(p.relative_to(ROOT)) for p in search.rglob("*.py") if banned.search(p.read_text())
+    ] == []
+    modules = sorted(_module_name(p) for p in search.rglob("*.py"))
+    assert "lipsweep.search.replay" in modules and "lipsweep.search.space" in modules
+    script = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'mlflow', 'torch'}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def _sources() -> list[Path]:
     files = [
         *PKG.rglob("*.py"),

@@ -35,8 +35,8 @@ from _sweep_helpers import (
 )
 
 from lipsweep.__main__ import main
-from lipsweep.sweep.space import load_space
-from lipsweep.sweep.space_record import (
+from lipsweep.search.space import load_space
+from lipsweep.search.space_record import (
     RECORD_FILE,
     check_resume_space,
     save_record,

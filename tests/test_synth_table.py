@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import bench_module
 
-from lipsweep.sweep import replay
+from lipsweep.search import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 OBJECTIVES = [("acc_clean", "max"), ("acc_pgd_4", "max"), ("lip_jacobian_median", "min")]

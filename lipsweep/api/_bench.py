@@ -1,4 +1,4 @@
-"""``lipsweep bench-search``: the replay benchmark of search methods (lipsweep/sweep/replay.py)."""
+"""``lipsweep bench-search``: the replay benchmark of search methods (lipsweep/search/replay.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def run(opts: BenchSearchOptions) -> BenchSearchResult:
     """Check everything against the table first, then replay and write ``opts.out``."""
     from lipsweep.core.paths import check_folder
     from lipsweep.decide.pareto import parse_objective
-    from lipsweep.sweep import replay
+    from lipsweep.search import replay
 
     for name in opts.method:
         replay.parse_method(name)

@@ -10,7 +10,7 @@ from lipsweep.api.results import OutcomeCounts, SweepResult, TrialRun
 from lipsweep.core.options import check_experiment_name
 
 if TYPE_CHECKING:
-    from lipsweep.sweep.space import SweepSpec
+    from lipsweep.search.space import SweepSpec
 
 _log = logging.getLogger("lipsweep.sweep")
 
@@ -42,6 +42,8 @@ def run(opts: SweepOptions) -> SweepResult:
         resolve_storage,
         storage_exists,
     )
+    from lipsweep.search.space import space_spec
+    from lipsweep.search.space_record import check_resume_space
     from lipsweep.sweep.driver import (
         SweepLock,
         build_callbacks,
@@ -50,8 +52,6 @@ def run(opts: SweepOptions) -> SweepResult:
         run_sweep,
     )
     from lipsweep.sweep.signals import StopSignals
-    from lipsweep.sweep.space import space_spec
-    from lipsweep.sweep.space_record import check_resume_space
     from lipsweep.tracking import check_tracking_uri, redact_uri
 
     spec = space_spec(opts.space)
@@ -97,7 +97,7 @@ def run(opts: SweepOptions) -> SweepResult:
         if opts.resume:  # the one rule for an edited space: any change exits 2, named
             check_resume_space(spec, storage, experiment)
         elif spec.search is not None and spec.search.lazy:  # its study is kept across sweeps
-            from lipsweep.sweep.searchers.study import check_new_study, study_db
+            from lipsweep.search.searchers.study import check_new_study, study_db
 
             check_new_study(study_db(opts.tracking_uri, storage, experiment), experiment)
         driver_opts = opts.resolved(experiment, storage)

@@ -37,12 +37,12 @@ from lipsweep.core.metric_names import (
     attack_metric,
     is_probe_metric,
 )
+from lipsweep.search.space import SweepSpec, trial_label
 from lipsweep.sweep.handoff import Handoff
 from lipsweep.sweep.progress import FAILED as P_FAILED
 from lipsweep.sweep.progress import FINISHED as P_FINISHED
 from lipsweep.sweep.progress import STOPPED as P_STOPPED
 from lipsweep.sweep.progress import SweepProgress
-from lipsweep.sweep.space import SweepSpec, trial_label
 from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY, flat_config
 from lipsweep.tracking import (
     FAILED,

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
+from lipsweep.search.space import SweepSpec, sample_space
+from lipsweep.search.space_record import save_record
 from lipsweep.sweep.local_ray import LocalRay
 from lipsweep.sweep.options import SweepOptions
 from lipsweep.sweep.signals import FINISH, TUNE, StopSignals
-from lipsweep.sweep.space import SweepSpec, sample_space
-from lipsweep.sweep.space_record import save_record
 from lipsweep.sweep.user_callbacks import create_callbacks
 from lipsweep.tracking import (
     FAILED,
@@ -201,11 +201,11 @@ def _deliver(tracker: Tracker, spill: Path, timeout_s: float) -> int:
 
 
 def _scheduler(spec: SweepSpec, opts: SweepOptions):
-    """The space's scheduler (lipsweep/sweep/schedulers/), or None; on ``--resume`` a
+    """The space's scheduler (lipsweep/search/schedulers/), or None; on ``--resume`` a
     scheduler with state reads back what it had recorded (``schedulers.state_path``)."""
     if spec.scheduler is None:
         return None
-    from lipsweep.sweep.schedulers import SchedulerContext, create_scheduler, state_path
+    from lipsweep.search.schedulers import SchedulerContext, create_scheduler, state_path
 
     lazy = spec.search is not None and spec.search.lazy
     ctx = SchedulerContext(
@@ -226,8 +226,8 @@ def _tune_config(spec: SweepSpec, opts: SweepOptions, scheduler: Any = None):
         # Per-epoch reports lack the final metrics a searcher learns from; load_space has
         # already checked every metric name against what trials report.
         os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
-    from lipsweep.sweep.searchers import SearchRequest, create_searcher
-    from lipsweep.sweep.searchers.study import study_db
+    from lipsweep.search.searchers import SearchRequest, create_searcher
+    from lipsweep.search.searchers.study import study_db
 
     search = spec.search
     plan = create_searcher(
@@ -680,7 +680,7 @@ def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:
 def dry_run_lines(spec: SweepSpec) -> list[str]:
     """Human-readable list of the trials a sweep would run (no Ray)."""
     from lipsweep.regularizers import setting_names
-    from lipsweep.sweep.space import recipe_lines, trial_label
+    from lipsweep.search.space import recipe_lines, trial_label
 
     kind = spec.search.algorithm if spec.search else "grid"
     lines = [

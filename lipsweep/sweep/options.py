@@ -28,7 +28,7 @@ from lipsweep.core.options import (
 from lipsweep.core.shipped import SPACES, resolve
 
 if TYPE_CHECKING:
-    from lipsweep.sweep.space import SweepSpec
+    from lipsweep.search.space import SweepSpec
 
 
 @dataclass(frozen=True, kw_only=True)

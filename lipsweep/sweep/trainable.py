@@ -61,7 +61,7 @@ class _EvaluationLines(logging.StreamHandler):
 
 
 def trial_label(flat: dict[str, Any]) -> str:
-    """The trial's label as the driver's lines show it (:func:`lipsweep.sweep.space.trial_label`,
+    """The trial's label as the driver's lines show it (:func:`lipsweep.search.space.trial_label`,
     which this module cannot import: the space imports the schedulers, which import this)."""
     from lipsweep.regularizers import find_spec
 

@@ -1,18 +1,18 @@
 """The family's Ray Tune adapter: a pure decision core as a real Tune ``TrialScheduler``.
 
-A core is a scheduler member of the search protocol (:mod:`lipsweep.sweep.protocol`; for
-example :class:`lipsweep.sweep.schedulers.moasha.MoAsha`): ``add``,
+A core is a scheduler member of the search protocol (:mod:`lipsweep.search.protocol`; for
+example :class:`lipsweep.search.schedulers.moasha.MoAsha`): ``add``,
 ``decide(trial, group, t, metrics) -> "continue" | "stop"``, ``report(trial)``, ``reason``,
 ``metrics``, ``changes`` (a counter), ``state()`` and ``from_state``. :class:`CoreScheduler`
 feeds it Tune's trial events (trial id, the configuration of the trial's seeds, or the trial
 itself for a per-trial scheduler, the ``epoch`` of the report, the values) and returns its
-decisions; the replay benchmark (:mod:`lipsweep.sweep.replay`) drives the same core through
+decisions; the replay benchmark (:mod:`lipsweep.search.replay`) drives the same core through
 :meth:`CoreScheduler.group`. The core sees only results, so it works under every searcher.
 
 Resume: Tune keeps no scheduler state in its experiment checkpoint (Ray 2.60 pickles the
 scheduler once, when the sweep starts), so after each change the core's state is written
 (atomically) to ``state_path`` (``<storage>/.<experiment>.lipsweep_scheduler.json``, beside
-the experiment folder: :func:`lipsweep.sweep.schedulers.state_path` says why), and read back
+the experiment folder: :func:`lipsweep.search.schedulers.state_path` says why), and read back
 the first time a resumed sweep uses the scheduler (``restore``, or a scheduler that Tune
 unpickled).
 """
@@ -26,7 +26,11 @@ from typing import Any, Callable, Mapping, Optional
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from lipsweep.core.storage import read_text, write_text
+from lipsweep.search.schedulers import SchedulerContext
+from lipsweep.search.schedulers.asha import AshaSettings
+from lipsweep.search.schedulers.moasha import MoAsha, MoashaSettings, expected_seeds, group_key
 from lipsweep.sweep.handoff import Handoff
+from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
 
 _log = logging.getLogger("lipsweep.sweep")
 TIME_ATTR = "epoch"
@@ -152,3 +156,28 @@ class CoreScheduler(Handoff, FIFOScheduler):
     def debug_string(self) -> str:
         core = self._ready()
         return f"{type(core).__name__}: {len(getattr(core, 'stopped', {}))} configurations stopped"
+
+
+def create_asha(settings: AshaSettings, ctx: SchedulerContext) -> CoreScheduler:
+    """``asha``: the adapter around the per-trial core (each trial its own configuration)."""
+    core = MoAsha(
+        [settings.metric], [settings.mode], settings.grace_period, settings.reduction_factor,
+        settings.max_t or ctx.epochs, confidence=None,
+    )  # fmt: skip
+    return CoreScheduler(
+        core, None, state_path=ctx.state_path, skip_keys=(FINAL_KEY, ERROR_KEY), restore=ctx.resume
+    )
+
+
+def create_moasha(settings: MoashaSettings, ctx: SchedulerContext) -> CoreScheduler:
+    """``moasha``: the adapter around :class:`MoAsha`, a configuration's seeds judged together."""
+    core = MoAsha.from_settings(
+        settings, settings.max_t or ctx.epochs, expected_seeds(ctx.trials), ctx.seeds
+    )
+    return CoreScheduler(
+        core,
+        group_key,
+        state_path=ctx.state_path,
+        skip_keys=(FINAL_KEY, ERROR_KEY),
+        restore=ctx.resume,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lipsweep.sweep.searchers._registry import SearchRequest, TunePlan
+from lipsweep.search.searchers._registry import SearchRequest, TunePlan
 
 
 def grid_plan(settings: Any, request: SearchRequest) -> TunePlan:

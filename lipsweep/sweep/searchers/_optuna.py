@@ -1,5 +1,5 @@
 """The Optuna searchers: one Tune ``OptunaSearch`` per sampler, with a persisted study
-(imports Ray and Optuna: loaded by :func:`~lipsweep.sweep.searchers.create_searcher`).
+(imports Ray and Optuna: loaded by :func:`~lipsweep.search.searchers.create_searcher`).
 
 The classes live at module level because Tune pickles the searcher into the experiment state
 (``Tuner.restore`` needs it); a closure would not pickle. The pickled study holds only its
@@ -20,10 +20,10 @@ from ray.tune.search.optuna import OptunaSearch
 
 from lipsweep.core import metric_names
 from lipsweep.core.config_base import ConfigError
-from lipsweep.sweep.protocol import SEED_KEY, Repeats, TuneSearcherMember
-from lipsweep.sweep.searchers._registry import SearchRequest, TunePlan
-from lipsweep.sweep.searchers.study import study_url
-from lipsweep.sweep.space import SearchSpace, normalise_trial, parse_space
+from lipsweep.search.protocol import SEED_KEY, Repeats, TuneSearcherMember
+from lipsweep.search.searchers._registry import SearchRequest, TunePlan
+from lipsweep.search.searchers.study import study_url
+from lipsweep.search.space import SearchSpace, normalise_trial, parse_space
 from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
 
 _log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class FinalResultOptuna(OptunaSearch):
 class RepeatSearcher(Searcher):
     """A Tune ``Searcher`` running each configuration of ``inner`` (a Tune searcher) once per
     seed and telling it the seed-mean objectives once every seed ended
-    (:class:`lipsweep.sweep.protocol.Repeats`): ``repeat: {seed: [...]}`` under a learning
+    (:class:`lipsweep.search.protocol.Repeats`): ``repeat: {seed: [...]}`` under a learning
     searcher, every draw judged as one configuration."""
 
     def __init__(self, inner: Any, seeds: list[Any], names: list[str]) -> None:
@@ -126,9 +126,9 @@ def _json_scalar(value: Any) -> Any:
 class OptunaSpace:
     """Define-by-run space for Optuna over a ``search.space`` (see space.py).
 
-    It draws through the same parsed :class:`~lipsweep.sweep.space.SearchSpace` as the random
+    It draws through the same parsed :class:`~lipsweep.search.space.SearchSpace` as the random
     searcher (so both read the distribution syntax one way), and hands Tune the normalised flat
-    config (:func:`~lipsweep.sweep.space.normalise_trial`): the MLflow params and
+    config (:func:`~lipsweep.search.space.normalise_trial`): the MLflow params and
     ``config.json`` are then the same settings under either searcher.
     """
 

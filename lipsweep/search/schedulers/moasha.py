@@ -70,9 +70,10 @@ A report whose values are missing or not finite is not recorded (the trial conti
 next report at or past the rung may be): a failed measurement is not a worst case.
 
 The decision logic is :class:`MoAsha`, plain Python and numpy with no Ray, a member of the
-search protocol (:mod:`lipsweep.sweep.protocol`: ``decide`` / ``report``), so the replay
-benchmark drives the same object as a live sweep; :func:`create` wraps it in the family's Ray
-Tune adapter (:mod:`lipsweep.sweep.schedulers._tune`). Its state is a JSON-able dict
+search protocol (:mod:`lipsweep.search.protocol`: ``decide`` / ``report``), so the replay
+benchmark drives the same object as a live sweep; the member's factory
+(``lipsweep.sweep.schedulers._tune:create_moasha``) wraps it in the family's Ray Tune adapter.
+Its state is a JSON-able dict
 (:meth:`MoAsha.state`, :meth:`MoAsha.from_state`), saved beside Tune's experiment so that
 ``--resume`` continues with every rung's records.
 """
@@ -554,21 +555,3 @@ def expected_seeds(trials: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         key = group_key(flat)
         out[key] = out.get(key, 0) + 1
     return out
-
-
-def create(settings: MoashaSettings, ctx: Any) -> Any:
-    """The Ray Tune scheduler around :class:`MoAsha` (``ctx``: :class:`SchedulerContext`)."""
-    from lipsweep.sweep.schedulers._tune import CoreScheduler
-
-    core = MoAsha.from_settings(
-        settings, settings.max_t or ctx.epochs, expected_seeds(ctx.trials), ctx.seeds
-    )
-    from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
-
-    return CoreScheduler(
-        core,
-        group_key,
-        state_path=ctx.state_path,
-        skip_keys=(FINAL_KEY, ERROR_KEY),
-        restore=ctx.resume,
-    )

@@ -2,7 +2,7 @@
 
 Li et al., "A System for Massively Parallel Hyperparameter Tuning" (MLSys 2020). Spelled
 ``scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 1, reduction_factor: 2}``.
-The decision core is ``moasha``'s (:class:`lipsweep.sweep.schedulers.moasha.MoAsha`) on the one
+The decision core is ``moasha``'s (:class:`lipsweep.search.schedulers.moasha.MoAsha`) on the one
 metric, each trial its own configuration and no noise test: a trial reaching a rung stops when
 at least ``ceil(n / reduction_factor)`` of the ``n`` trials recorded there are strictly better,
 as ASHA promotes the top ``1/reduction_factor``. One implementation serves the live sweep
@@ -72,25 +72,10 @@ class AshaSettings:
 
     def check_epochs(self, epochs: int) -> None:
         """ConfigError unless the rungs fit trials of ``epochs`` epochs."""
-        from lipsweep.sweep.schedulers.moasha import check_rungs
+        from lipsweep.search.schedulers.moasha import check_rungs
 
         check_rungs(self.grace_period, self.max_t, epochs)
 
     def metrics_used(self) -> tuple[tuple[str, str], ...]:
         """(field, metric) pairs the space checks are reported every epoch."""
         return (("scheduler.metric", self.metric),)
-
-
-def create(settings: AshaSettings, ctx: Any) -> Any:
-    """The Tune adapter around the per-trial core (``ctx``: :class:`SchedulerContext`)."""
-    from lipsweep.sweep.schedulers._tune import CoreScheduler
-    from lipsweep.sweep.schedulers.moasha import MoAsha
-    from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
-
-    core = MoAsha(
-        [settings.metric], [settings.mode], settings.grace_period, settings.reduction_factor,
-        settings.max_t or ctx.epochs, confidence=None,
-    )  # fmt: skip
-    return CoreScheduler(
-        core, None, state_path=ctx.state_path, skip_keys=(FINAL_KEY, ERROR_KEY), restore=ctx.resume
-    )

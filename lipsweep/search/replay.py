@@ -17,7 +17,7 @@ seeds ``0..replays-1``; the same table, seed and flags give the same summary, to
 A method is a registered searcher, optionally with a registered scheduler
 (``SEARCHER+SCHEDULER``, plugins included; :func:`parse_method`, :data:`ALIASES`). Both are
 built by their registry's factory, as a live sweep builds them, and driven through the
-search protocol (:mod:`lipsweep.sweep.protocol`): the searcher's Tune ``Searcher`` (or its
+search protocol (:mod:`lipsweep.search.protocol`): the searcher's Tune ``Searcher`` (or its
 list of trials, for ``grid`` and ``random``) proposes configurations of the table
 (:func:`table_space`, :class:`TableMember`), each run once per seed (``Repeats``, the code the
 live sweep's ``repeat:`` runs), and the scheduler's core decides at each epoch's report as
@@ -51,7 +51,7 @@ import numpy as np
 from lipsweep.core.config_base import ConfigError, show
 from lipsweep.core.hypervolume import hypervolume, reference_point, relative_hypervolume
 from lipsweep.core.metric_names import ACC_CLEAN, probe_metric
-from lipsweep.sweep.protocol import CONTINUE, STOP
+from lipsweep.search.protocol import CONTINUE, STOP
 
 _log = logging.getLogger(__name__)
 
@@ -322,10 +322,10 @@ def told_finals(table: Table, names: Sequence[str]) -> Table:
 
 # -- the registered members on a table -------------------------------------------------------
 def table_space(table: Table) -> Any:
-    """The table's settings as a ``search.space`` (:class:`lipsweep.sweep.space.SearchSpace`):
+    """The table's settings as a ``search.space`` (:class:`lipsweep.search.space.SearchSpace`):
     each setting a choice of the values the table has; with a ``regularizer`` setting, the
     others are that regularizer's branch (drawn among its values once it is drawn)."""
-    from lipsweep.sweep.space import Distribution, SearchSpace
+    from lipsweep.search.space import Distribution, SearchSpace
 
     def choice(configs: Sequence[Config], p: str) -> Any:
         return Distribution("choice", tuple(_values(configs, p)))
@@ -532,7 +532,7 @@ def simulate(
     configuration the rule has stopped is never started. A trial the rule stops at a report,
     its last epoch's included, is stopped there (as the live sweep kills it before its final
     report); compute counts each epoch when it ends."""
-    from lipsweep.sweep.protocol import SEED_KEY
+    from lipsweep.search.protocol import SEED_KEY
 
     names = [n for n, _ in objectives]
     dirs = [d for _, d in objectives]
@@ -667,8 +667,8 @@ class Method:
 def parse_method(name: str) -> Method:
     """``--method`` -> :class:`Method` (an alias, ``syne-moasha``, a searcher, or
     ``SEARCHER+SCHEDULER``); ConfigError naming ``--method`` for an unknown member."""
-    from lipsweep.sweep.schedulers import list_schedulers
-    from lipsweep.sweep.searchers import list_searchers
+    from lipsweep.search.schedulers import list_schedulers
+    from lipsweep.search.searchers import list_searchers
 
     if name in ALIASES:
         searcher, scheduler, overrides = ALIASES[name]
@@ -706,8 +706,8 @@ class Bench:
     def search(self, method: Method, seed: int, table: Optional[Table] = None) -> Any:
         """The registered searcher of ``method`` on the table, each configuration once per
         seed (:class:`Repeats` over a :class:`TableMember`)."""
-        from lipsweep.sweep.protocol import ListMember, Repeats, TuneSearcherMember
-        from lipsweep.sweep.searchers import (
+        from lipsweep.search.protocol import ListMember, Repeats, TuneSearcherMember
+        from lipsweep.search.searchers import (
             SearchRequest,
             create_searcher,
             searcher_info,
@@ -751,7 +751,7 @@ class Bench:
         """The registered scheduler of ``method`` (its core, as the Tune adapter drives it)."""
         import dataclasses as dc
 
-        from lipsweep.sweep.schedulers import (
+        from lipsweep.search.schedulers import (
             SCHEDULERS,
             SchedulerContext,
             create_scheduler,
@@ -808,7 +808,7 @@ at all."""
 
 def references(bench: Bench, replays: int, workers: int) -> dict[str, list[Replay]]:
     """The :data:`REFERENCES`' trajectories on the bench's table."""
-    from lipsweep.sweep.protocol import ListMember, Repeats
+    from lipsweep.search.protocol import ListMember, Repeats
 
     table, objectives = bench.table, bench.objectives
     names = [n for n, _ in objectives]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from lipsweep.core.config_base import ConfigError, show
-from lipsweep.sweep.searchers._registry import SearchSettings
+from lipsweep.search.searchers._registry import SearchSettings
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ A space file (``search_spaces/*.yaml``) has these top-level keys::
     repeat: {seed: [0, 1, 2]}        # optional: cross every grid point with these settings
     search:                          # OR a sampled search
       algorithm: random              # or an Optuna sampler: optuna, optuna-tpe, optuna-nsga2,
-                                     #   ... (lipsweep.sweep.searchers.list_searchers())
+                                     #   ... (lipsweep.search.searchers.list_searchers())
       num_samples: 16
       seed: 0
       metric: acc_pgd_4              # optuna*: one name, or a list for multi-objective
@@ -33,7 +33,7 @@ A space file (``search_spaces/*.yaml``) has these top-level keys::
     callbacks:                       # optional: more Ray Tune callbacks, by import path
       - ray.air.integrations.wandb.WandbLoggerCallback: {project: vit-robustness}
       - mypkg.callbacks.Notify       #   a plain path: no keyword arguments
-                                     #   (lipsweep/sweep/user_callbacks.py: checked at load
+                                     #   (lipsweep/search/callback_refs.py: checked at load
                                      #   without importing them; built when the sweep starts)
 
 In ``grid`` a list is always an axis; to set a list-valued setting (e.g. ``attacks``) inside a
@@ -49,7 +49,7 @@ up to high; q defaults to 1). Any other mapping is refused, naming its key.
 Metrics: a trial reports ``acc_clean`` and its losses every epoch and the docs/contract.md metrics
 (``acc_*``, ``lip_*``, ``epochs_done``) once, at the end. So a scheduler's metrics
 (``scheduler.metric`` of ``asha``, ``scheduler.metrics`` of ``moasha``; the scheduler family in
-lipsweep/sweep/schedulers/ parses the block) must be in :data:`EPOCH_METRICS` or, where every
+lipsweep/search/schedulers/ parses the block) must be in :data:`EPOCH_METRICS` or, where every
 trial probes (``probe_every``), among its probe metrics (``probe_acc_pgd_<eps>``,
 ``probe_lip_jacobian_median``): schedulers compare trials at each rung,
 while ``search.metric`` may be any
@@ -71,9 +71,9 @@ import yaml
 from lipsweep.core import metric_names
 from lipsweep.core.config_base import INT_LIMIT, ConfigError, key_name, load_yaml_text, show
 from lipsweep.regularizers import find_spec, list_regularizers, regularizer_specs
+from lipsweep.search.callback_refs import CallbackRef, parse_callbacks
+from lipsweep.search.schedulers import scheduler_settings
 from lipsweep.settings.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
-from lipsweep.sweep.schedulers import scheduler_settings
-from lipsweep.sweep.user_callbacks import CallbackRef, parse_callbacks
 
 SchedulerSettings = Any
 """A scheduler member's frozen settings dataclass (``AshaSettings``, ``MoashaSettings``, ...)."""
@@ -114,12 +114,12 @@ class SearchSpec:
     mode: list[str] = field(default_factory=list)
     space: SearchSpace = field(default_factory=lambda: SearchSpace({}, {}))
     settings: Any = None
-    """The searcher's frozen settings (lipsweep.sweep.searchers)."""
+    """The searcher's frozen settings (lipsweep.search.searchers)."""
 
     @property
     def lazy(self) -> bool:
         """Trials are drawn during the sweep (Optuna), not when the space is loaded."""
-        from lipsweep.sweep.searchers import searcher_info
+        from lipsweep.search.searchers import searcher_info
 
         return searcher_info(self.algorithm).lazy
 
@@ -135,7 +135,7 @@ class SweepSpec:
     trials: list[dict[str, Any]]  # expanded flat configs (grid / random)
     search: Optional[SearchSpec] = None  # set for optuna (trials sampled lazily)
     scheduler: Optional[SchedulerSettings] = None
-    """The scheduler member's settings (``.type`` names it: lipsweep/sweep/schedulers/)."""
+    """The scheduler member's settings (``.type`` names it: lipsweep/search/schedulers/)."""
     resources: Resources = field(default_factory=Resources)
     max_concurrent_trials: int = 0
     max_failures: int = 2
@@ -395,9 +395,9 @@ def normalise_trial(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def _parse_search(raw: Any, path: str) -> SearchSpec:
-    """The ``search:`` block through the searcher family (lipsweep/sweep/searchers): the
+    """The ``search:`` block through the searcher family (lipsweep/search/searchers): the
     algorithm's settings dataclass validates its keys; errors name ``search.<key>``."""
-    from lipsweep.sweep import searchers
+    from lipsweep.search import searchers
 
     raw = _check_keys("search", raw, searchers.all_settings_keys(), path)
     algo = raw.get("algorithm")

@@ -96,11 +96,11 @@ class SearchRequest:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Settings shared by every trial (``fixed:``)."""
     space: Any = None
-    """The parsed ``search.space`` (:class:`lipsweep.sweep.space.SearchSpace`), if any."""
+    """The parsed ``search.space`` (:class:`lipsweep.search.space.SearchSpace`), if any."""
     trials: list[dict[str, Any]] = field(default_factory=list)
     """Trials drawn when the space was loaded (grid, random)."""
     study_db: Optional[Path] = None
-    """SQLite file of the Optuna study (:func:`lipsweep.sweep.searchers.study.study_db`)."""
+    """SQLite file of the Optuna study (:func:`lipsweep.search.searchers.study.study_db`)."""
     study_name: str = "lipsweep"
     """The Optuna study's name: the sweep's ``--experiment``."""
     repeats: list[dict[str, Any]] = field(default_factory=list)
@@ -133,7 +133,7 @@ def _unknown(name: Any, known: list[str]) -> ConfigError:
 SEARCHERS: Family[Callable[..., TunePlan]] = Family(
     "searcher", spec_type=SearcherInfo, unknown=_unknown, default_settings=SearchSettings
 )
-"""The family (its index, :mod:`lipsweep.sweep.searchers`, declares the built-ins)."""
+"""The family (its index, :mod:`lipsweep.search.searchers`, declares the built-ins)."""
 
 # The family's names (methods of the one family object): ``@register_searcher(name,
 # settings=..., info=SearcherInfo(...))`` adds ``factory(settings, request) -> TunePlan``
