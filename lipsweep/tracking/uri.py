@@ -31,7 +31,8 @@ def check_tracking_uri(uri: str, must_exist: bool) -> None:
 
     Accepted: ``sqlite:///FILE``, ``http(s)://``, and ``postgresql|mysql|mssql://`` when their
     SQLAlchemy driver is installed. With ``must_exist`` (read commands) a SQLite file must
-    already hold an MLflow store: reading never creates one. Raises UsageError naming the flag (the API shows the field).
+    already hold an MLflow store: reading never creates one. Raises UsageError naming the flag
+    (the API shows the field).
     """
     from lipsweep.core.config_base import UsageError
 
