@@ -24,7 +24,6 @@ from lipsweep.core.registry import Family
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from lipsweep.data.config import DataConfig
     from lipsweep.data.sources import SourceInfo
 
 Stats = tuple[float, float, float]
@@ -66,13 +65,14 @@ class DatasetSpec:
 
 class DatasetSource(Protocol):
     """How a dataset is checked and read: ``check`` when the config is built (torch-free;
-    ConfigError naming ``data_dir``), ``arrays`` on the trial's node."""
+    ConfigError naming ``data_dir``), ``arrays`` on the trial's node. ``cfg`` is the trial's
+    :class:`~lipsweep.data.config.DataConfig` (which reads this module: not imported here)."""
 
-    def check(self, cfg: "DataConfig") -> Optional["SourceInfo"]:
+    def check(self, cfg: Any) -> Optional["SourceInfo"]:
         """The files' facts (None when the spec fixes them); ConfigError if they are not there."""
         ...
 
-    def arrays(self, cfg: "DataConfig") -> tuple["np.ndarray", ...]:
+    def arrays(self, cfg: Any) -> tuple["np.ndarray", ...]:
         """``(x_train, y_train, x_test, y_test)``: uint8 (N, 3, H, W) and integer labels."""
         ...
 
