@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _sweep_helpers import space_file
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.search import replay
@@ -53,18 +54,26 @@ def test_repeats_runs_every_seed_and_tells_the_seed_mean_once():
     assert member.told[-1] == ("t3", None, False)  # pruned, not failed
 
 
+OPTUNA_THREE_SEEDS = {
+    "fixed": {"epochs": 2},
+    "repeat": {"seed": [0, 1, 2]},
+    "search": {
+        "algorithm": "optuna-tpe",
+        "num_samples": 2,
+        "metric": "acc_clean",
+        "mode": "max",
+        "space": {"lr": {"loguniform": [1.0e-4, 1.0e-2]}},
+    },
+}
+"""Two Optuna draws, each on three seeds."""
+
+
 def test_optuna_with_repeat_runs_every_draw_on_every_seed(tmp_path):
     from lipsweep.search.searchers import SearchRequest, create_searcher
     from lipsweep.search.space import load_space
     from lipsweep.sweep.searchers._optuna import RepeatSearcher
 
-    space = tmp_path / "s.yaml"
-    space.write_text(
-        "fixed: {epochs: 2}\nrepeat: {seed: [0, 1, 2]}\n"
-        "search: {algorithm: optuna-tpe, num_samples: 2, metric: acc_clean, mode: max, "
-        "space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n"
-    )
-    spec = load_space(space)
+    spec = load_space(space_file(tmp_path, OPTUNA_THREE_SEEDS))
     assert spec.num_trials == 6 and [r["seed"] for r in spec.repeats] == [0, 1, 2]
     request = SearchRequest(
         fixed=spec.fixed, space=spec.search.space, repeats=spec.repeats, study_name="s"
@@ -87,13 +96,7 @@ def test_a_repeat_searcher_saved_between_seeds_resumes_to_the_same_seed_mean(tmp
     from lipsweep.search.searchers import SearchRequest, create_searcher
     from lipsweep.search.space import load_space
 
-    space = tmp_path / "s.yaml"
-    space.write_text(
-        "fixed: {epochs: 2}\nrepeat: {seed: [0, 1, 2]}\n"
-        "search: {algorithm: optuna-tpe, num_samples: 2, metric: acc_clean, mode: max, "
-        "space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n"
-    )
-    spec = load_space(space)
+    spec = load_space(space_file(tmp_path, OPTUNA_THREE_SEEDS))
 
     def plan(name):
         request = SearchRequest(
