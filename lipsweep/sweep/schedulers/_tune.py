@@ -104,18 +104,21 @@ class CoreScheduler(Handoff, FIFOScheduler):
         never starts (Tune's ``stop_trial`` on a PENDING trial tells the searcher and the
         callbacks it completed, with no result, and the trial ends TERMINATED)."""
         core = self._ready()
+        before = core.changes
         for trial in tune_controller.get_trials():
             if trial.status != "PENDING":
                 continue
             group = self.group(trial.trial_id, _flat(trial.config))
             if core.decide(trial.trial_id, group, 0, {}) == "stop":
-                reason = core.reason(trial.trial_id)
                 _log.info(
-                    "%s not started: %s", trial.trial_id, reason.text() if reason else "stopped"
+                    "%s not started: %s",
+                    trial.trial_id,
+                    self.stop_reason(trial.trial_id) or "stopped",
                 )
                 trial.init_local_path()  # its folder: Tune's results list every trial
                 tune_controller.stop_trial(trial)
-                self._save()
+        if core.changes != before:
+            self._save()
         return super().choose_trial_to_run(tune_controller)
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
@@ -129,8 +132,7 @@ class CoreScheduler(Handoff, FIFOScheduler):
         if core.changes != before:
             self._save()
         if decision == "stop":
-            reason = core.reason(trial.trial_id)
-            _log.info("%s stopped: %s", trial.trial_id, reason.text() if reason else "")
+            _log.info("%s stopped: %s", trial.trial_id, self.stop_reason(trial.trial_id) or "")
             return TrialScheduler.STOP
         return TrialScheduler.CONTINUE
 
