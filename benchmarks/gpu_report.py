@@ -307,6 +307,9 @@ def lipschitz_tables(d: dict[str, Any]) -> str:
     routes = routes_table(d)
     if routes:
         out += ["", routes]
+    trained = trained_table(d)
+    if trained:
+        out += ["", trained]
     verdict = placement_verdict(h, bool(d.get("meta", {}).get("gpu")))
     if verdict:
         out += ["", verdict]
@@ -359,6 +362,39 @@ def routes_table(d: dict[str, Any]) -> str:
         f"{fmt(unit, 4)} ms per image):\n\n"
         + table(
             ["variant", "images", "ms/image", "x train step", "mean iterations", "max rel. dev."],
+            rows,
+        )
+    )
+
+
+def trained_table(d: dict[str, Any]) -> str:
+    """The same routes on a briefly trained ViT and at random init
+    (``lipschitz.trained_vs_random``)."""
+    sec = _get(d, "lipschitz", "trained_vs_random") or {}
+    rows = [
+        [
+            route.replace("_", " "),
+            fmt(_get(sec, f"{route}_trained", "mean_iterations"), 2),
+            fmt(_get(sec, f"{route}_random_init", "mean_iterations"), 2),
+            fmt(_get(sec, f"{route}_trained", "ms_per_image"), 3),
+            fmt(_get(sec, f"{route}_random_init", "ms_per_image"), 3),
+        ]
+        for route in ("jacobian_lanczos_fp32", "tokens_default")
+        if f"{route}_trained" in sec or f"{route}_random_init" in sec
+    ]
+    if not rows:
+        return ""
+    return (
+        f"The same images ({sec.get('images')}, C = {sec.get('classes')}) on the briefly trained "
+        "ViT and at random init:\n\n"
+        + table(
+            [
+                "route",
+                "iterations trained",
+                "iterations random",
+                "ms/image trained",
+                "ms/image random",
+            ],
             rows,
         )
     )

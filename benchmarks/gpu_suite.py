@@ -804,6 +804,49 @@ def _brief_model(s: Suite) -> tuple[PixelModel, torch.Tensor, torch.Tensor, dict
     return model, x.to(dev), y.to(dev), info
 
 
+def _trained_vs_random(s: Suite, model: PixelModel, x: torch.Tensor) -> None:
+    """``lipschitz.trained_vs_random``: ||J_f|| by fp32 Lanczos and the token Jacobian (the
+    default route) on the briefly trained ViT and on the same architecture at random init,
+    the same images: ms per image and mean iterations. The routes' other figures come from
+    random-init models; Lanczos stops on a residual, so its iterations follow the spectrum
+    (the gap below sigma_1), which training changes."""
+    from lipsweep.lipschitz import jacobian_norm_result
+    from lipsweep.lipschitz.token_jacobian import TokenModel, token_embeddings
+
+    sec = s.data.setdefault("lipschitz", {}).setdefault("trained_vs_random", {})
+    dev, sz = s.device, s.sizes
+    xs = x[: sz.lip_images]
+    torch.manual_seed(0)
+    models = {"trained": model.eval(), "random_init": build_vit(sz, 10, dev).eval()}
+    sec.update(classes=10, images=len(xs), model=s.data.get("attacks", {}).get("model"))
+    routes: dict[str, Callable[[PixelModel], Any]] = {
+        "jacobian_lanczos_fp32": lambda m: jacobian_norm_result(
+            m, xs, 100, route="lanczos", precision="fp32"
+        ),
+        "tokens_default": lambda m: jacobian_norm_result(
+            TokenModel(m, xs), token_embeddings(m, xs), 100
+        ),
+    }
+    for route, fn in routes.items():
+        for label, m in models.items():
+            with s.guard(sec, f"{route}_{label}") as r:
+                fn(m)  # warm-up
+                with Clock(dev) as clk:
+                    res = fn(m)
+                r.update(
+                    ms_per_image=round(clk.seconds * 1e3 / len(xs), 3),
+                    mean_iterations=round(float(res.iterations.double().mean()), 2),
+                    median_value=round(float(res.values.double().median()), 4),
+                )
+                _log.info("%s on the %s model: %s", route, label, r)
+        a, b = sec.get(f"{route}_trained", {}), sec.get(f"{route}_random_init", {})
+        if "mean_iterations" in a and "mean_iterations" in b and b["mean_iterations"]:
+            sec[f"{route}_iterations_trained_over_random"] = round(
+                a["mean_iterations"] / b["mean_iterations"], 3
+            )
+    s.write()
+
+
 def _attack_rate(
     attack: Callable, x: torch.Tensor, y: torch.Tensor, batch: int, device: torch.device
 ) -> tuple[float, torch.Tensor]:
@@ -869,6 +912,7 @@ def section_attacks(s: Suite) -> None:
                 r["acc_bf16"],
             )
         s.write()
+    _trained_vs_random(s, model, x)
     aa = sec.setdefault("autoattack", {})
     try:
         import pyautoattack  # noqa: F401

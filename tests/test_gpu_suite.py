@@ -183,6 +183,11 @@ def test_gpu_suite_cpu_quick(tmp_path: Path) -> None:
         assert att["autoattack"][stage]["n_attacked"] == att["autoattack"]["images"], stage
 
     lip = data["lipschitz"]
+    trained = lip["trained_vs_random"]
+    for route in ("jacobian_lanczos_fp32", "tokens_default"):
+        for label in ("trained", "random_init"):
+            assert trained[f"{route}_{label}"]["mean_iterations"] >= 1, (route, label)
+        assert trained[f"{route}_iterations_trained_over_random"] > 0, route
     assert lip["jacobian_c10"]["route"] == "exact" and lip["jacobian_c100"]["route"] == "lanczos"
     heads = lip["head_bounds"]
     for key in (
