@@ -9,6 +9,7 @@ thousands of trials, 10-20 s a replay on this 2-core box).
     .venv/bin/python benchmarks/search_figures.py            # every table, 2 processes
     .venv/bin/python benchmarks/search_figures.py --only clean-60x3x12 --replays 10
     .venv/bin/python benchmarks/search_figures.py --method moasha   # one method's rows
+    .venv/bin/python benchmarks/search_figures.py --settings        # moasha's settings
 
 The same code, tables and flags give the same files to the digit (each replay is seeded by its
 index; the presets are generated from their fixed seeds).
@@ -155,6 +156,51 @@ def markdown(summaries: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+SETTINGS = ((0.8, 2.0), (0.9, 2.0), (0.95, 2.0), (0.8, 3.0), (0.8, 4.0))
+"""moasha's (confidence, reduction_factor) pairs ``--settings`` compares; (0.8, 2) the default."""
+
+
+def run_setting(name: str, confidence: float, factor: float, replays: int, workers: int) -> Any:
+    """``replays`` replays of ``moasha`` on table ``name`` at one setting, scored at 40%."""
+    import dataclasses
+
+    from lipsweep.search import replay
+
+    bench = dataclasses.replace(
+        _bench(name, workers), confidence=confidence, reduction_factor=factor
+    )
+    runs = [bench.replay(replay.parse_method("moasha"), seed) for seed in range(replays)]
+    return replay._scores(runs, 0.4)
+
+
+def settings_markdown(names: Sequence[str], args: argparse.Namespace) -> str:
+    """One row per :data:`SETTINGS` pair, one cell per table: median HV at 40%, replays
+    >= 0.8, median compute to 90%, median compute on stopped configurations."""
+    with ProcessPoolExecutor(args.processes) as pool:
+        jobs = {
+            (c, f, n): pool.submit(run_setting, n, c, f, args.replays, args.workers)
+            for c, f in SETTINGS
+            for n in names
+        }
+        scores = {key: job.result() for key, job in jobs.items()}
+    lines = [
+        "| confidence | reduction factor | " + " | ".join(names) + " |",
+        "|---:|---:|" + "---|" * len(names),
+    ]
+    for c, f in SETTINGS:
+        cells = []
+        for n in names:
+            sc = scores[(c, f, n)]
+            hv = sc["hv_fraction_at_budget"]
+            cells.append(
+                f"{_cell(hv['median'])}, {hv['share_at_least_0.8']:.0%}, "
+                f"{_cell(sc['compute_fraction_to_90']['median'], True)}, "
+                f"{_cell(sc['stopped_compute_share']['median'], True)}"
+            )
+        lines.append(f"| {c:g} | {f:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=TABLES, help="tables (default all)")
@@ -169,8 +215,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--budget", type=float, default=0.4)
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument(
+        "--settings",
+        action="store_true",
+        help="print moasha at each (confidence, reduction factor) of SETTINGS on the tables "
+        "(default: the synthetic presets) as one markdown table; writes no summary",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.settings:
+        print(settings_markdown(args.only or list(PRESETS), args))
+        return 0
     names = args.only or list(TABLES)
     summaries = main_jobs(names, args)
     if set(names) == set(TABLES):
