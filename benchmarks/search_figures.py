@@ -1,15 +1,15 @@
 """The search figures of docs/benchmarks.md: every ``bench-search`` method (4 workers, budget
 40%) on the synthetic presets (benchmarks/synth_table.py) and both recorded grids, one
 summary per table under ``docs/bench_search_figures/`` (``summary.json``'s format) and the
-table of figures in ``docs/bench_search_figures/figures.md``. The lipsweep methods (grid,
-random, asha-clean, moasha) and the references run ``--replays`` (50) replays; the Optuna
-ones ``--optuna-replays`` (10: a multi-objective study told every duplicate draw grows to
-thousands of trials, 10-20 s a replay on this 2-core box).
+table of figures in ``docs/bench_search_figures/figures.md``. Every method and reference runs
+``--replays`` (50) replays, but the Optuna ones on seeds-100x5x9 10 (:data:`OPTUNA_REPLAYS`;
+``--optuna-replays`` sets them everywhere). Every table takes about 2 hours of one core.
 
     .venv/bin/python benchmarks/search_figures.py            # every table, 2 processes
     .venv/bin/python benchmarks/search_figures.py --only clean-60x3x12 --replays 10
     .venv/bin/python benchmarks/search_figures.py --method moasha   # one method's rows
     .venv/bin/python benchmarks/search_figures.py --settings        # moasha's settings
+    .venv/bin/python benchmarks/search_figures.py --render          # figures.md only
 
 The same code, tables and flags give the same files to the digit (each replay is seeded by its
 index; the presets are generated from their fixed seeds).
@@ -69,6 +69,9 @@ def run_method(name: str, method: str, replays: int, workers: int) -> list[Any]:
 
 
 OPTUNA = ("optuna-tpe", "optuna-nsga2", "optuna-moasha")
+OPTUNA_REPLAYS = {"seeds-100x5x9": 10}
+"""Replays of the Optuna methods where not ``--replays``: a study told every duplicate draw
+of a finite table grows to thousands of trials, 38-60 s a replay on seeds-100x5x9 here."""
 
 
 def main_jobs(names: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -81,7 +84,9 @@ def main_jobs(names: Sequence[str], args: argparse.Namespace) -> list[dict[str, 
     with ProcessPoolExecutor(args.processes) as pool:
         for name in names:
             for m in rerun:
-                n = args.optuna_replays if m in OPTUNA else args.replays
+                n = args.replays
+                if m in OPTUNA:
+                    n = args.optuna_replays or OPTUNA_REPLAYS.get(name, args.replays)
                 jobs[(name, m)] = pool.submit(run_method, name, m, n, args.workers)
         runs = {key: job.result() for key, job in jobs.items()}
     out = []
@@ -132,6 +137,14 @@ def _cell(value: Optional[float], pct: bool = False) -> str:
     return f"{value:.1%}" if pct else f"{value:.3f}"
 
 
+def _method_order(name: str) -> tuple[int, str]:
+    """The usual methods in ``bench-search``'s order, then any other by name."""
+    from lipsweep.search import replay
+
+    order = list(replay.DEFAULT_METHODS)
+    return (order.index(name) if name in order else len(order), name)
+
+
 def markdown(summaries: Sequence[dict[str, Any]]) -> str:
     """One table per recorded or generated table: every method's four figures."""
     lines = []
@@ -144,7 +157,7 @@ def markdown(summaries: Sequence[dict[str, Any]]) -> str:
             "| compute on stopped configs (median) |",
             "|---|---:|---:|---:|---:|---:|",
         ]
-        for name, m in s["methods"].items():
+        for name, m in sorted(s["methods"].items(), key=lambda kv: _method_order(kv[0])):
             hv = m["hv_fraction_at_budget"]
             lines.append(
                 f"| {name} | {s['replays'][name]} | {_cell(hv['median'])} | "
@@ -211,7 +224,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "are kept from the tables' summaries under docs/bench_search_figures/",
     )
     ap.add_argument("--replays", type=int, default=50)
-    ap.add_argument("--optuna-replays", type=int, default=10)
+    ap.add_argument(
+        "--optuna-replays",
+        type=int,
+        default=None,
+        help="replays of the Optuna methods (default: --replays, 10 on seeds-100x5x9)",
+    )
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--budget", type=float, default=0.4)
     ap.add_argument("--processes", type=int, default=2)
@@ -221,8 +239,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="print moasha at each (confidence, reduction factor) of SETTINGS on the tables "
         "(default: the synthetic presets) as one markdown table; writes no summary",
     )
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="rewrite figures.md from the tables' committed summaries; replays nothing",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.render:
+        summaries = [json.loads((OUT / f"{name}.json").read_text()) for name in TABLES]
+        (OUT / "figures.md").write_text(markdown(summaries))
+        print(markdown(summaries))
+        return 0
     if args.settings:
         print(settings_markdown(args.only or list(PRESETS), args))
         return 0

@@ -224,7 +224,12 @@ def test_a_committed_summary_row_regenerates_to_the_digit():
     table = replay.load_table(TINY)
     objectives = [tuple(o.split(":")) for o in committed["objectives"]]
     args = (table, objectives, committed["budget"])
-    kw = dict(workers=committed["workers"], confidence=committed["confidence"])
+    kw = dict(
+        workers=committed["workers"],
+        confidence=committed["confidence"],
+        grace_period=committed["grace_period"],
+        reduction_factor=committed["reduction_factor"],
+    )
     summary, _ = replay.bench_search(*args, replays=committed["replays"], only=["moasha"], **kw)
     assert summary["methods"]["moasha"] == committed["methods"]["moasha"]
     summary, _ = replay.bench_search(*args, replays=3, only=["optuna-moasha"], **kw)
