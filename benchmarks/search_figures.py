@@ -3,7 +3,7 @@
 summary per table under ``docs/bench_search_figures/`` (``summary.json``'s format) and the
 table of figures in ``docs/bench_search_figures/figures.md``. Every method and reference runs
 ``--replays`` (50) replays, but the Optuna ones on seeds-100x5x9 10 (:data:`OPTUNA_REPLAYS`;
-``--optuna-replays`` sets them everywhere). Every table takes about 2 hours of one core.
+``--optuna-replays`` sets them everywhere). All tables together take about 2 hours of one core.
 
     .venv/bin/python benchmarks/search_figures.py            # every table, 2 processes
     .venv/bin/python benchmarks/search_figures.py --only clean-60x3x12 --replays 10
