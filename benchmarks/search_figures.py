@@ -49,20 +49,23 @@ def table_path(name: str, folder: Path) -> Path:
     return path
 
 
-def _bench(name: str, workers: int) -> Any:
+def _bench(name: str, workers: int, **settings: float) -> Any:
+    """The bench of table ``name``; ``settings``: ``confidence``, ``reduction_factor``, as
+    ``make_bench`` takes them (default: its defaults)."""
     from lipsweep.search import replay
 
     with tempfile.TemporaryDirectory() as tmp:
         table = replay.load_table(table_path(name, Path(tmp)))
     replay._quiet_optuna()
-    return replay.make_bench(table, OBJECTIVES, workers=workers)
+    return replay.make_bench(table, OBJECTIVES, workers=workers, **settings)
 
 
-def run_method(name: str, method: str, replays: int, workers: int) -> list[Any]:
-    """``replays`` replays of ``method`` on table ``name`` (or of a reference)."""
+def run_method(name: str, method: str, replays: int, workers: int, **settings: float) -> list[Any]:
+    """``replays`` replays of ``method`` on table ``name`` (or of a reference), the
+    schedulers at ``settings`` (:func:`_bench`)."""
     from lipsweep.search import replay
 
-    bench = _bench(name, workers)
+    bench = _bench(name, workers, **settings)
     if method in replay.REFERENCES:
         return replay.references(bench, replays, workers)[method]
     return [bench.replay(replay.parse_method(method), seed) for seed in range(replays)]
@@ -131,6 +134,18 @@ def _entry(runs: Any, budget: float) -> dict[str, Any]:
     return runs[1] if isinstance(runs, tuple) else replay._scores(runs, budget)
 
 
+def _figures(entry: dict[str, Any]) -> list[str]:
+    """A method's four figures as the tables print them: median HV at the budget, the share
+    of replays >= 0.8, median compute to 90%, median compute on stopped configurations."""
+    hv = entry["hv_fraction_at_budget"]
+    return [
+        _cell(hv["median"]),
+        f"{hv['share_at_least_0.8']:.0%}",
+        _cell(entry["compute_fraction_to_90"]["median"], True),
+        _cell(entry["stopped_compute_share"]["median"], True),
+    ]
+
+
 def _cell(value: Optional[float], pct: bool = False) -> str:
     if value is None:
         return "never"
@@ -158,13 +173,8 @@ def markdown(summaries: Sequence[dict[str, Any]]) -> str:
             "|---|---:|---:|---:|---:|---:|",
         ]
         for name, m in sorted(s["methods"].items(), key=lambda kv: _method_order(kv[0])):
-            hv = m["hv_fraction_at_budget"]
-            lines.append(
-                f"| {name} | {s['replays'][name]} | {_cell(hv['median'])} | "
-                f"{hv['share_at_least_0.8']:.0%} | "
-                f"{_cell(m['compute_fraction_to_90']['median'], True)} | "
-                f"{_cell(m['stopped_compute_share']['median'], True)} |"
-            )
+            cells = [name, str(s["replays"][name]), *_figures(m)]
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -173,43 +183,30 @@ SETTINGS = ((0.8, 2.0), (0.9, 2.0), (0.95, 2.0), (0.8, 3.0), (0.8, 4.0))
 """moasha's (confidence, reduction_factor) pairs ``--settings`` compares; (0.8, 2) the default."""
 
 
-def run_setting(name: str, confidence: float, factor: float, replays: int, workers: int) -> Any:
-    """``replays`` replays of ``moasha`` on table ``name`` at one setting, scored at 40%."""
-    import dataclasses
-
-    from lipsweep.search import replay
-
-    bench = dataclasses.replace(
-        _bench(name, workers), confidence=confidence, reduction_factor=factor
-    )
-    runs = [bench.replay(replay.parse_method("moasha"), seed) for seed in range(replays)]
-    return replay._scores(runs, 0.4)
-
-
 def settings_markdown(names: Sequence[str], args: argparse.Namespace) -> str:
-    """One row per :data:`SETTINGS` pair, one cell per table: median HV at 40%, replays
-    >= 0.8, median compute to 90%, median compute on stopped configurations."""
+    """One row per :data:`SETTINGS` pair, one cell per table: ``moasha``'s four figures
+    (:func:`_figures`) at ``args.budget``."""
     with ProcessPoolExecutor(args.processes) as pool:
         jobs = {
-            (c, f, n): pool.submit(run_setting, n, c, f, args.replays, args.workers)
+            (c, f, n): pool.submit(
+                run_method,
+                n,
+                "moasha",
+                args.replays,
+                args.workers,
+                confidence=c,
+                reduction_factor=f,
+            )  # fmt: skip
             for c, f in SETTINGS
             for n in names
         }
-        scores = {key: job.result() for key, job in jobs.items()}
+        scores = {key: _entry(job.result(), args.budget) for key, job in jobs.items()}
     lines = [
         "| confidence | reduction factor | " + " | ".join(names) + " |",
         "|---:|---:|" + "---|" * len(names),
     ]
     for c, f in SETTINGS:
-        cells = []
-        for n in names:
-            sc = scores[(c, f, n)]
-            hv = sc["hv_fraction_at_budget"]
-            cells.append(
-                f"{_cell(hv['median'])}, {hv['share_at_least_0.8']:.0%}, "
-                f"{_cell(sc['compute_fraction_to_90']['median'], True)}, "
-                f"{_cell(sc['stopped_compute_share']['median'], True)}"
-            )
+        cells = [", ".join(_figures(scores[(c, f, n)])) for n in names]
         lines.append(f"| {c:g} | {f:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -246,16 +243,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    if args.render:
-        summaries = [json.loads((OUT / f"{name}.json").read_text()) for name in TABLES]
-        (OUT / "figures.md").write_text(markdown(summaries))
-        print(markdown(summaries))
-        return 0
     if args.settings:
         print(settings_markdown(args.only or list(PRESETS), args))
         return 0
-    names = args.only or list(TABLES)
-    summaries = main_jobs(names, args)
+    if args.render:
+        names = list(TABLES)
+        summaries = [json.loads((OUT / f"{name}.json").read_text()) for name in names]
+    else:
+        names = args.only or list(TABLES)
+        summaries = main_jobs(names, args)
     if set(names) == set(TABLES):
         (OUT / "figures.md").write_text(markdown(summaries))
     print(markdown(summaries))
