@@ -818,7 +818,7 @@ def _trained_vs_random(s: Suite, model: PixelModel, x: torch.Tensor) -> None:
     xs = x[: sz.lip_images]
     torch.manual_seed(0)
     models = {"trained": model.eval(), "random_init": build_vit(sz, 10, dev).eval()}
-    sec.update(classes=10, images=len(xs), model=s.data.get("attacks", {}).get("model"))
+    sec.update(classes=10, images=len(xs), trained_model="attacks.model")
     routes: dict[str, Callable[[PixelModel], Any]] = {
         "jacobian_lanczos_fp32": lambda m: jacobian_norm_result(
             m, xs, 100, route="lanczos", precision="fp32"
