@@ -24,7 +24,7 @@ class Heartbeat(Handoff, Callback):
         self.every_s = every_s
         self._last = time.monotonic()
 
-    def on_step(self, iteration: int, trials: list, **info) -> None:
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
         now = time.monotonic()
         if now - self._last >= self.every_s:
             self._last = now
