@@ -468,6 +468,7 @@ def _run_on_ray(
         first_objective,
         summarize,
     )
+    from lipsweep.sweep.checkpoint_refs import CheckpointRepair
     from lipsweep.sweep.handoff import Handoff, unbind_all
     from lipsweep.sweep.trainable import train_trial
 
@@ -507,6 +508,7 @@ def _run_on_ray(
         mlflow_cb,
         console,
         Heartbeat(tracker, parent, HEARTBEAT_S),
+        CheckpointRepair(),  # --resume: a trial's snapshot may name a deleted checkpoint
         *extra_callbacks,  # the space's `callbacks:`, after lipsweep's own
         *_tune_loggers(),
     ]

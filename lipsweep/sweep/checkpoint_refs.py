@@ -1,0 +1,134 @@
+"""A resumed trial restores from a checkpoint that exists, not one Tune's snapshot names.
+
+Tune deletes a trial's oldest checkpoint (``CheckpointConfig(num_to_keep)``) the moment it
+registers a new one, and writes the experiment snapshot that ``--resume`` reads only on a
+later step of its loop. A driver killed in between leaves a snapshot that names a deleted
+checkpoint, and Tune fails that trial on resume ("Could not recover from checkpoint as it does
+not exist on storage anymore"). :class:`CheckpointRepair` runs at the start of each step of
+Tune's loop, before Tune starts a trial: a trial whose recorded checkpoints are not all on
+storage gets its checkpoint list rebuilt from the ones that are, with the metrics Tune's
+``result.json`` holds for them (a checkpoint that ``result.json`` does not name was never
+reported, perhaps half written, and is not used), and its checkpoint index is moved past every
+checkpoint directory, so that a new checkpoint never lands in an old one's. With no reported
+checkpoint left the trial starts over.
+
+Tune has no public API for a trial's checkpoint list: this module is the one place that
+builds ``ray.train._internal``'s ``_CheckpointManager`` (Ray pinned by uv.lock; the test
+drives the installed one).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any, Optional
+
+import pyarrow.fs as pafs
+from ray.train import Checkpoint
+from ray.train._internal.checkpoint_manager import _CheckpointManager
+from ray.train._internal.session import _TrainingResult
+from ray.tune import Callback
+from ray.tune.experiment import Trial
+
+_log = logging.getLogger("lipsweep.sweep")
+_CKPT_DIR = re.compile(r"checkpoint_\d{6}")
+
+
+def _exists(fs: pafs.FileSystem, path: str) -> bool:
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def _reported(trial: Trial) -> dict[str, dict[str, Any]]:
+    """``checkpoint dir name -> the result Tune recorded with it``, from ``result.json``."""
+    fs = trial.storage.storage_filesystem
+    path = f"{trial.storage.trial_fs_path}/result.json"
+    try:
+        with fs.open_input_stream(path) as f:
+            text = f.readall().decode()
+    except (FileNotFoundError, OSError):
+        return {}
+    rows: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # the line a killed driver was writing
+            continue
+        name = row.get("checkpoint_dir_name") if isinstance(row, dict) else None
+        if name:
+            rows[name] = row
+    return rows
+
+
+def _checkpoint_dirs(trial: Trial) -> list[str]:
+    """Names of the trial's ``checkpoint_NNNNNN`` directories on storage, oldest first."""
+    fs = trial.storage.storage_filesystem
+    try:
+        infos = fs.get_file_info(
+            pafs.FileSelector(trial.storage.trial_fs_path, allow_not_found=True)
+        )
+    except OSError:
+        return []
+    return sorted(
+        i.base_name
+        for i in infos
+        if i.type == pafs.FileType.Directory and _CKPT_DIR.fullmatch(i.base_name)
+    )
+
+
+def repair(trial: Trial) -> Optional[str]:
+    """Rebuild ``trial``'s checkpoint list if a checkpoint it records is gone; returns a
+    line saying what changed, or None when every recorded checkpoint exists."""
+    manager = trial.run_metadata.checkpoint_manager
+    latest = manager.latest_checkpoint_result
+    if latest is None:
+        return None
+    fs = trial.storage.storage_filesystem
+    recorded = [*manager.best_checkpoint_results, latest]
+    gone = [r.checkpoint.path for r in recorded if not _exists(fs, r.checkpoint.path)]
+    if not gone:
+        return None
+    names, rows = _checkpoint_dirs(trial), _reported(trial)
+    root = trial.storage.trial_fs_path
+    found = [
+        _TrainingResult(checkpoint=Checkpoint(f"{root}/{n}", filesystem=fs), metrics=rows[n])
+        for n in names
+        if n in rows
+    ]
+    fresh = _CheckpointManager(manager.checkpoint_config)
+    for result in found:  # oldest first: Tune's own num_to_keep applies
+        fresh.register_checkpoint(result)
+    trial.run_metadata.checkpoint_manager = fresh
+    trial.run_metadata.invalidate_cache()
+    if names:  # the snapshot's index is stale too: new checkpoints go past every directory
+        last = int(names[-1].rsplit("_", 1)[1])
+        trial.storage.current_checkpoint_index = max(trial.storage.current_checkpoint_index, last)
+        trial.invalidate_json_state()
+    names = ", ".join(sorted({p.rsplit("/", 1)[-1] for p in gone}))
+    if not found:
+        return (
+            f"trial {trial.trial_id}: its checkpoints ({names}) were deleted after Tune's "
+            "last snapshot and none it reported is left; it starts again from epoch 1"
+        )
+    newest = found[-1].checkpoint.path.rsplit("/", 1)[-1]
+    return (
+        f"trial {trial.trial_id}: Tune's last snapshot names {names}, deleted after it; "
+        f"resuming from {newest}, the newest it reported"
+    )
+
+
+class CheckpointRepair(Callback):
+    """Tune callback: :func:`repair` each trial once, before Tune first starts it."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        for trial in trials:
+            if trial.trial_id in self._seen:
+                continue
+            self._seen.add(trial.trial_id)
+            if trial.status in (Trial.PENDING, Trial.PAUSED):
+                line = repair(trial)
+                if line:
+                    _log.warning(line)

@@ -1,0 +1,175 @@
+"""What a killed driver leaves for ``--resume``: Tune's snapshot and the owner's heartbeat.
+
+Real Tune objects (a ``Trial`` with its ``StorageContext`` and checkpoint manager, restored from
+its JSON state the way ``Tuner.restore`` does; Tune's ``CallbackList`` calling the hooks) and
+real MLflow on SQLite. No Ray cluster: nothing here starts a trial.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from _sweep_helpers import client, empty_store
+
+pytest.importorskip("ray")
+
+
+def _trial(tmp_path: Path):
+    from ray.train._internal.storage import StorageContext
+    from ray.tune import CheckpointConfig, PlacementGroupFactory
+    from ray.tune.experiment import Trial
+
+    storage = StorageContext(
+        storage_path=str(tmp_path / "ray_results"), experiment_dir_name="exp", trial_dir_name="t0"
+    )
+    trial = Trial(
+        "train_trial",
+        trial_id="abc_00000",
+        storage=storage,
+        checkpoint_config=CheckpointConfig(num_to_keep=2),
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+        stub=True,  # no trainable registered: nothing runs
+    )
+    trial.create_placement_group_factory()  # as TuneController.add_trial does
+    return trial
+
+
+def _report(trial, index: int, epoch: int, rows: list[dict]) -> None:
+    """What Tune does on a report with a checkpoint: the directory on storage, a row in
+    result.json, the checkpoint registered (which deletes the oldest past num_to_keep)."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+
+    name = f"checkpoint_{index:06d}"
+    path = Path(trial.storage.trial_fs_path) / name
+    path.mkdir(parents=True)
+    (path / "state.json").write_text(json.dumps({"epoch": epoch}))
+    row = {"epoch": epoch, "training_iteration": epoch, "checkpoint_dir_name": name}
+    rows.append(row)
+    (Path(trial.storage.trial_fs_path) / "result.json").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows)
+    )
+    trial.run_metadata.checkpoint_manager.register_checkpoint(
+        _TrainingResult(checkpoint=Checkpoint(str(path)), metrics=row)
+    )
+
+
+def _snapshot(trial) -> tuple[str, str]:
+    """The trial's entry in an experiment snapshot (``TuneController.save_to_dir``)."""
+    return trial.get_json_state()
+
+
+def _restored(snapshot: tuple[str, str]):
+    """The trial as ``Tuner.restore`` rebuilds it from an experiment snapshot."""
+    from ray.tune.experiment import Trial
+
+    trial = Trial.from_json_state(snapshot[0], stub=True)
+    trial.restore_run_metadata(snapshot[1])
+    trial.set_status(Trial.PENDING)
+    return trial
+
+
+def _step(trial) -> None:
+    from ray.tune.callback import CallbackList
+
+    from lipsweep.sweep.checkpoint_refs import CheckpointRepair
+
+    CallbackList([CheckpointRepair()]).on_step_begin(iteration=0, trials=[trial])
+
+
+def test_a_snapshot_naming_deleted_checkpoints_resumes_from_the_newest_reported(tmp_path, caplog):
+    trial, rows = _trial(tmp_path), []
+    _report(trial, 0, 1, rows)
+    _report(trial, 1, 2, rows)
+    snapshot = _snapshot(trial)  # names checkpoint_000001 (and 000000)
+    _report(trial, 2, 3, rows)  # deletes 000000
+    _report(trial, 3, 4, rows)  # deletes 000001: the snapshot's latest is gone
+    trial_dir = Path(trial.storage.trial_fs_path)
+    # a checkpoint the killed driver never recorded in result.json is not trusted
+    (trial_dir / "checkpoint_000004").mkdir()
+    assert not (trial_dir / "checkpoint_000001").exists()
+
+    resumed = _restored(snapshot)
+    assert resumed.checkpoint.path.endswith("checkpoint_000001")
+    with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+        _step(resumed)
+    assert resumed.checkpoint.path == str(trial_dir / "checkpoint_000003")
+    assert resumed.latest_checkpoint_result.metrics["epoch"] == 4
+    kept = [
+        r.checkpoint.path for r in resumed.run_metadata.checkpoint_manager.best_checkpoint_results
+    ]
+    assert kept == [str(trial_dir / "checkpoint_000002"), str(trial_dir / "checkpoint_000003")]
+    assert resumed.storage.current_checkpoint_index == 4  # the next one is checkpoint_000005
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "checkpoint_000000, checkpoint_000001" in line and "from checkpoint_000003" in line
+
+
+def test_a_snapshot_whose_checkpoints_all_exist_is_left_alone(tmp_path, caplog):
+    trial, rows = _trial(tmp_path), []
+    _report(trial, 0, 1, rows)
+    _report(trial, 1, 2, rows)
+    resumed = _restored(_snapshot(trial))
+    manager = resumed.run_metadata.checkpoint_manager
+    with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+        _step(resumed)
+    assert resumed.run_metadata.checkpoint_manager is manager
+    assert resumed.checkpoint.path.endswith("checkpoint_000001")
+    assert not caplog.records
+
+
+def test_with_no_reported_checkpoint_left_the_trial_starts_over(tmp_path, caplog):
+    trial, rows = _trial(tmp_path), []
+    _report(trial, 0, 1, rows)
+    snapshot = _snapshot(trial)
+    shutil.rmtree(Path(trial.storage.trial_fs_path) / "checkpoint_000000")
+    resumed = _restored(snapshot)
+    with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+        _step(resumed)
+    assert resumed.checkpoint is None  # Tune starts it without a restore
+    assert "starts again from epoch 1" in caplog.records[0].getMessage()
+
+
+def test_the_owner_heartbeat_is_refreshed_from_tunes_loop(tmp_path):
+    """A remote driver's liveness is its parent run's heartbeat tag (sweep/driver.py): Tune's
+    loop must call the hook that refreshes it."""
+    from ray.tune.callback import CallbackList
+
+    from lipsweep.sweep.heartbeat import Heartbeat
+    from lipsweep.tracking import TAG_HEARTBEAT, Tracker
+
+    uri = empty_store(tmp_path / "mlflow.db")
+    tracker = Tracker(uri, "exp")
+    parent = tracker.open_parent("s3://b/exp", "exp", {}, owner="h 1 T0")
+    tracker.set_tags(parent, {TAG_HEARTBEAT: "0"})
+    tracker.flush()
+    callbacks = CallbackList([Heartbeat(tracker, parent, every_s=0.0)])
+    callbacks.on_step_begin(iteration=0, trials=[])
+    callbacks.on_step_end(iteration=0, trials=[])
+    tracker.flush()
+    beat = float(client(uri).get_run(parent).data.tags[TAG_HEARTBEAT])
+    assert abs(beat - time.time()) < 60
+
+
+def test_every_on_method_of_a_lipsweep_tune_callback_is_a_hook_tune_calls():
+    """A misspelt hook is never called and nothing says so (the heartbeat's was ``on_step``)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from ray.tune import Callback
+
+    import lipsweep.sweep
+
+    hooks = {n for n in dir(Callback) if n.startswith("on_")}
+    found = {}
+    for info in pkgutil.walk_packages(lipsweep.sweep.__path__, "lipsweep.sweep."):
+        for obj in vars(importlib.import_module(info.name)).values():
+            if inspect.isclass(obj) and issubclass(obj, Callback) and obj is not Callback:
+                found[obj.__qualname__] = {n for n in vars(obj) if n.startswith("on_")} - hooks
+    assert {"Heartbeat", "CheckpointRepair", "MlflowSweepCallback"} <= set(found)
+    assert not {k: v for k, v in found.items() if v}
