@@ -173,6 +173,8 @@ def test_driver_sigkill_then_resume_finishes_each_trial_exactly_once(tmp_path):
         f"the killed driver's Ray gone {gone_after:.1f} s after its exit",
         "| trials re-run by Tune but already finished in MLflow:",
         resumed.stderr.count("already completed in MLflow"),
+        "| of them reported again from their final checkpoint, not re-evaluated:",
+        resumed.stderr.count("reported again, not re-evaluated"),
     )
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import client, empty_store
+from _sweep_helpers import TINY_FLAT, client, empty_store
 
 pytest.importorskip("ray")
 
@@ -39,24 +39,35 @@ def _trial(tmp_path: Path):
     return trial
 
 
-def _report(trial, index: int, epoch: int, rows: list[dict]) -> None:
-    """What Tune does on a report with a checkpoint: the directory on storage, a row in
-    result.json, the checkpoint registered (which deletes the oldest past num_to_keep)."""
+def _checkpoint_folder(path: Path, epoch: int) -> Path:
+    """A real lipsweep checkpoint (``save_checkpoint``: weights and checksums) at ``path``."""
+    import torch
+
+    from lipsweep.trial.checkpoint import save_checkpoint
+
+    model = {"w": torch.full((2, 2), float(epoch))}
+    opt = {"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]}
+    written = save_checkpoint(path.parent / "tmp", epoch, model, opt, {}, {"epoch": epoch})
+    written.rename(path)
+    return path
+
+
+def _report(trial, index: int, epoch: int, rows: list[dict], synced: bool = True) -> None:
+    """What Tune does on a report with a checkpoint: the folder on storage, a row in
+    result.json (on storage once a snapshot syncs it), the checkpoint registered (which
+    deletes the oldest past num_to_keep) and the trial's checkpoint index moved on."""
     from ray.train import Checkpoint
     from ray.train._internal.session import _TrainingResult
 
     name = f"checkpoint_{index:06d}"
-    path = Path(trial.storage.trial_fs_path) / name
-    path.mkdir(parents=True)
-    (path / "state.json").write_text(json.dumps({"epoch": epoch}))
+    path = _checkpoint_folder(Path(trial.storage.trial_fs_path) / name, epoch)
     row = {"epoch": epoch, "training_iteration": epoch, "checkpoint_dir_name": name}
-    rows.append(row)
-    (Path(trial.storage.trial_fs_path) / "result.json").write_text(
-        "".join(json.dumps(r) + "\n" for r in rows)
-    )
-    trial.run_metadata.checkpoint_manager.register_checkpoint(
-        _TrainingResult(checkpoint=Checkpoint(str(path)), metrics=row)
-    )
+    if synced:
+        rows.append(row)
+        (Path(trial.storage.trial_fs_path) / "result.json").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows)
+        )
+    trial.on_checkpoint(_TrainingResult(checkpoint=Checkpoint(str(path)), metrics=row))
 
 
 def _snapshot(trial) -> tuple[str, str]:
@@ -82,28 +93,29 @@ def _step(trial) -> None:
     CallbackList([CheckpointRepair()]).on_step_begin(iteration=0, trials=[trial])
 
 
-def test_a_snapshot_naming_deleted_checkpoints_resumes_from_the_newest_reported(tmp_path, caplog):
+def test_a_snapshot_naming_deleted_checkpoints_resumes_from_the_newest_whole_one(tmp_path, caplog):
     trial, rows = _trial(tmp_path), []
     _report(trial, 0, 1, rows)
     _report(trial, 1, 2, rows)
     snapshot = _snapshot(trial)  # names checkpoint_000001 (and 000000)
     _report(trial, 2, 3, rows)  # deletes 000000
-    _report(trial, 3, 4, rows)  # deletes 000001: the snapshot's latest is gone
+    _report(trial, 3, 4, rows, synced=False)  # deletes 000001: the snapshot's latest is gone
     trial_dir = Path(trial.storage.trial_fs_path)
-    # a checkpoint the killed driver never recorded in result.json is not trusted
-    (trial_dir / "checkpoint_000004").mkdir()
+    # copied in part by a worker killed with its driver: a weights file is missing
+    (_checkpoint_folder(trial_dir / "checkpoint_000004", 5) / "model.safetensors").unlink()
     assert not (trial_dir / "checkpoint_000001").exists()
 
     resumed = _restored(snapshot)
     assert resumed.checkpoint.path.endswith("checkpoint_000001")
+    assert resumed.storage.current_checkpoint_index == 1
     with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
         _step(resumed)
     assert resumed.checkpoint.path == str(trial_dir / "checkpoint_000003")
-    assert resumed.latest_checkpoint_result.metrics["epoch"] == 4
-    kept = [
-        r.checkpoint.path for r in resumed.run_metadata.checkpoint_manager.best_checkpoint_results
-    ]
+    assert resumed.latest_checkpoint_result.metrics == {}  # newer than result.json's last sync
+    manager = resumed.run_metadata.checkpoint_manager
+    kept = [r.checkpoint.path for r in manager.best_checkpoint_results]
     assert kept == [str(trial_dir / "checkpoint_000002"), str(trial_dir / "checkpoint_000003")]
+    assert manager.best_checkpoint_results[0].metrics["epoch"] == 3  # its result.json row
     assert resumed.storage.current_checkpoint_index == 4  # the next one is checkpoint_000005
     (line,) = [r.getMessage() for r in caplog.records]
     assert "checkpoint_000000, checkpoint_000001" in line and "from checkpoint_000003" in line
@@ -132,6 +144,40 @@ def test_with_no_reported_checkpoint_left_the_trial_starts_over(tmp_path, caplog
         _step(resumed)
     assert resumed.checkpoint is None  # Tune starts it without a restore
     assert "starts again from epoch 1" in caplog.records[0].getMessage()
+    assert resumed.storage.current_checkpoint_index == 0
+
+
+def test_a_restored_final_checkpoint_is_reported_again_not_evaluated_again(tmp_path):
+    """The trainable's restore: a final checkpoint of its own config (the driver died after
+    its final report, before Tune's snapshot) comes back with its metrics; an epoch
+    checkpoint, or another config's final, resumes training as before."""
+    from lipsweep.settings.config import TrialConfig
+    from lipsweep.sweep.trainable import restore_checkpoint
+
+    cfg = TrialConfig.from_flat({**TINY_FLAT, "epochs": 2})
+    src = _checkpoint_folder(tmp_path / "checkpoint_000001", 2)
+    (src / "metrics.json").write_text(json.dumps({"acc_clean": 50.0}))
+    (src / "config.json").write_text(cfg.to_json())
+    work = tmp_path / "worker"
+    got = restore_checkpoint(src, work / "checkpoints", work / "final", cfg)
+    assert got == {"acc_clean": 50.0}
+    assert sorted(p.name for p in (work / "final").iterdir()) == sorted(
+        p.name for p in src.iterdir()
+    )
+    assert not (work / "checkpoints").exists()  # nothing for run_trial: nothing is re-run
+
+    other = TrialConfig.from_flat({**TINY_FLAT, "epochs": 3})
+    assert restore_checkpoint(src, work / "c2", work / "f2", other) is None
+    resumed = work / "c2" / "epoch_0002"
+    assert "metrics.json" not in {p.name for p in resumed.iterdir()}
+    assert (resumed / "model.safetensors").is_file()
+
+    (src / "model.safetensors").write_bytes(b"not the weights")  # damaged: evaluated again
+    assert restore_checkpoint(src, work / "c3", work / "f3", cfg) is None
+    assert not (work / "f3").exists()
+    (src / "metrics.json").unlink()  # an epoch checkpoint
+    assert restore_checkpoint(src, work / "c4", work / "f4", cfg) is None
+    assert (work / "c4" / "epoch_0002" / "state.json").is_file()
 
 
 def test_the_owner_heartbeat_is_refreshed_from_tunes_loop(tmp_path):

@@ -6,11 +6,12 @@ later step of its loop. A driver killed in between leaves a snapshot that names 
 checkpoint, and Tune fails that trial on resume ("Could not recover from checkpoint as it does
 not exist on storage anymore"). :class:`CheckpointRepair` runs at the start of each step of
 Tune's loop, before Tune starts a trial: a trial whose recorded checkpoints are not all on
-storage gets its checkpoint list rebuilt from the ones that are, with the metrics Tune's
-``result.json`` holds for them (a checkpoint that ``result.json`` does not name was never
-reported, perhaps half written, and is not used), and its checkpoint index is moved past every
-checkpoint directory, so that a new checkpoint never lands in an old one's. With no reported
-checkpoint left the trial starts over.
+storage gets its checkpoint list rebuilt from the ones that are whole (a ``state.json`` and
+every file its checksums name; the trial restores from the newest, and its loader verifies the
+checksums), and its checkpoint index is moved past every checkpoint
+folder, so that a new checkpoint never lands in an old one's. Their metrics are those Tune's
+``result.json`` on storage holds (empty for a checkpoint newer than its last sync). With no
+whole checkpoint left the trial starts over.
 
 Tune has no public API for a trial's checkpoint list: this module is the one place that
 builds ``ray.train._internal``'s ``_CheckpointManager`` (Ray pinned by uv.lock; the test
@@ -33,6 +34,7 @@ from ray.tune.experiment import Trial
 
 _log = logging.getLogger("lipsweep.sweep")
 _CKPT_DIR = re.compile(r"checkpoint_\d{6}")
+STATE_FILE = "state.json"  # lipsweep.trial.checkpoint.STATE_FILE; that module imports torch
 
 
 def _exists(fs: pafs.FileSystem, path: str) -> bool:
@@ -40,19 +42,19 @@ def _exists(fs: pafs.FileSystem, path: str) -> bool:
 
 
 def _reported(trial: Trial) -> dict[str, dict[str, Any]]:
-    """``checkpoint dir name -> the result Tune recorded with it``, from ``result.json``."""
+    """``checkpoint dir name -> the result Tune recorded with it``, from the ``result.json``
+    on storage (synced with each snapshot, so it may lack the newest)."""
     fs = trial.storage.storage_filesystem
-    path = f"{trial.storage.trial_fs_path}/result.json"
     try:
-        with fs.open_input_stream(path) as f:
+        with fs.open_input_stream(f"{trial.storage.trial_fs_path}/result.json") as f:
             text = f.readall().decode()
-    except (FileNotFoundError, OSError):
+    except OSError:  # FileNotFoundError included
         return {}
     rows: dict[str, dict[str, Any]] = {}
     for line in text.splitlines():
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:  # the line a killed driver was writing
+        except json.JSONDecodeError:  # a line cut short
             continue
         name = row.get("checkpoint_dir_name") if isinstance(row, dict) else None
         if name:
@@ -60,20 +62,41 @@ def _reported(trial: Trial) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def _checkpoint_dirs(trial: Trial) -> list[str]:
-    """Names of the trial's ``checkpoint_NNNNNN`` directories on storage, oldest first."""
-    fs = trial.storage.storage_filesystem
+def _whole(fs: pafs.FileSystem, path: str) -> bool:
+    """``path`` holds a ``state.json`` and every file its ``sha256`` record names (a
+    checkpoint copied only in part, by a worker killed with its driver, does not)."""
     try:
-        infos = fs.get_file_info(
-            pafs.FileSelector(trial.storage.trial_fs_path, allow_not_found=True)
-        )
+        with fs.open_input_stream(f"{path}/{STATE_FILE}") as f:
+            names = json.loads(f.readall()).get("sha256", {})
+        present = {i.base_name for i in fs.get_file_info(pafs.FileSelector(path))}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(names, dict) and bool(names) and set(names) <= present
+
+
+def _on_storage(trial: Trial) -> tuple[list[str], list[_TrainingResult]]:
+    """The names of the trial's ``checkpoint_NNNNNN`` folders on storage, and the whole
+    ones as Tune results (with the metrics ``result.json`` has for them), oldest first."""
+    fs = trial.storage.storage_filesystem
+    root = trial.storage.trial_fs_path
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
     except OSError:
-        return []
-    return sorted(
+        return [], []
+    names = sorted(
         i.base_name
         for i in infos
         if i.type == pafs.FileType.Directory and _CKPT_DIR.fullmatch(i.base_name)
     )
+    rows = _reported(trial) if names else {}
+    whole = [
+        _TrainingResult(
+            checkpoint=Checkpoint(f"{root}/{n}", filesystem=fs), metrics=rows.get(n, {})
+        )
+        for n in names
+        if _whole(fs, f"{root}/{n}")
+    ]
+    return names, whole
 
 
 def repair(trial: Trial) -> Optional[str]:
@@ -88,32 +111,26 @@ def repair(trial: Trial) -> Optional[str]:
     gone = [r.checkpoint.path for r in recorded if not _exists(fs, r.checkpoint.path)]
     if not gone:
         return None
-    names, rows = _checkpoint_dirs(trial), _reported(trial)
-    root = trial.storage.trial_fs_path
-    found = [
-        _TrainingResult(checkpoint=Checkpoint(f"{root}/{n}", filesystem=fs), metrics=rows[n])
-        for n in names
-        if n in rows
-    ]
+    names, found = _on_storage(trial)
     fresh = _CheckpointManager(manager.checkpoint_config)
     for result in found:  # oldest first: Tune's own num_to_keep applies
         fresh.register_checkpoint(result)
     trial.run_metadata.checkpoint_manager = fresh
     trial.run_metadata.invalidate_cache()
-    if names:  # the snapshot's index is stale too: new checkpoints go past every directory
+    if names:  # the snapshot's index is stale too: new checkpoints go past every folder
         last = int(names[-1].rsplit("_", 1)[1])
         trial.storage.current_checkpoint_index = max(trial.storage.current_checkpoint_index, last)
         trial.invalidate_json_state()
-    names = ", ".join(sorted({p.rsplit("/", 1)[-1] for p in gone}))
+    gone_names = ", ".join(sorted({p.rsplit("/", 1)[-1] for p in gone}))
     if not found:
         return (
-            f"trial {trial.trial_id}: its checkpoints ({names}) were deleted after Tune's "
-            "last snapshot and none it reported is left; it starts again from epoch 1"
+            f"trial {trial.trial_id}: its checkpoints ({gone_names}) were deleted after Tune's "
+            "last snapshot and no whole one is left; it starts again from epoch 1"
         )
     newest = found[-1].checkpoint.path.rsplit("/", 1)[-1]
     return (
-        f"trial {trial.trial_id}: Tune's last snapshot names {names}, deleted after it; "
-        f"resuming from {newest}, the newest it reported"
+        f"trial {trial.trial_id}: Tune's last snapshot names {gone_names}, deleted after it; "
+        f"resuming from {newest}, the newest whole one"
     )
 
 

@@ -15,6 +15,9 @@ metrics, ``lipsweep_final = 1``, and a checkpoint folder holding the weights, ``
 removes from Tune's storage (they are stored once, in MLflow; the checkpoint keeps the
 weights, config and metrics). (A failure
 during the final evaluation therefore retrains the epochs after the last uploaded checkpoint.)
+A trial that Tune restores from its final checkpoint (it had ended, and the driver that took
+its final report died before Tune's next snapshot) reports that checkpoint's metrics again
+instead of evaluating a second time.
 
 A deterministic failure (a non-finite loss, a configuration error such as a missing remote
 dataset, or a GPU that Ray assigned but CUDA cannot see) is reported as ``lipsweep_error``
@@ -121,24 +124,53 @@ class _TuneReporter(TrialCallbacks):
         )
 
 
-def _restore_from_tune(ckpt_root: Path) -> int:
-    """Replace local checkpoints by Tune's; returns the restored epoch (0 if none)."""
+def restore_checkpoint(
+    src: Path, ckpt_root: Path, final: Path, cfg: TrialConfig
+) -> Optional[dict[str, Any]]:
+    """Put the checkpoint Tune restored (folder ``src``) under ``ckpt_root``, where
+    ``run_trial`` resumes from it. A final checkpoint of this very config (its
+    ``metrics.json`` and ``config.json``: the trial had ended, and the driver that took its
+    final report died before its snapshot said so) is copied to ``final`` instead and its
+    metrics returned, to be reported again without a second evaluation, once its weights
+    match their checksums; None otherwise (``run_trial``'s loader falls back from a damaged
+    checkpoint to epoch 1)."""
+    from lipsweep.trial.checkpoint import CheckpointError, load_checkpoint
+
+    metrics, config = src / "metrics.json", src / "config.json"
+    if (
+        metrics.is_file()
+        and config.is_file()
+        and json.loads(config.read_text()) == json.loads(cfg.to_json())
+    ):
+        try:
+            load_checkpoint(src)  # the weights handed on again are verified
+        except CheckpointError as err:
+            _log.warning("final checkpoint %s is damaged (%s); not reported again", src, err)
+        else:
+            shutil.rmtree(final, ignore_errors=True)
+            shutil.copytree(src, final, copy_function=_link_or_copy)
+            return json.loads(metrics.read_text())
+    epoch = int(json.loads((src / "state.json").read_text())["epoch"])
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(
+        src,
+        ckpt_root / f"epoch_{epoch:04d}",
+        ignore=shutil.ignore_patterns("artifacts", "metrics.json", "config.json"),
+    )
+    _log.info("restored Tune checkpoint of epoch %d", epoch)
+    return None
+
+
+def _restore_from_tune(ckpt_root: Path, final: Path, cfg: TrialConfig) -> Optional[dict[str, Any]]:
+    """Replace local checkpoints by Tune's (:func:`restore_checkpoint`)."""
     from ray import tune
 
     shutil.rmtree(ckpt_root, ignore_errors=True)
     ckpt = tune.get_checkpoint()
     if ckpt is None:
-        return 0
+        return None
     with ckpt.as_directory() as src:
-        state = json.loads((Path(src) / "state.json").read_text())
-        epoch = int(state["epoch"])
-        dst = ckpt_root / f"epoch_{epoch:04d}"
-        ckpt_root.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(
-            src, dst, ignore=shutil.ignore_patterns("artifacts", "metrics.json", "config.json")
-        )
-    _log.info("restored Tune checkpoint of epoch %d", epoch)
-    return epoch
+        return restore_checkpoint(Path(src), ckpt_root, final, cfg)
 
 
 def _assigned_gpus() -> list[str]:
@@ -171,8 +203,18 @@ def train_trial(config: dict[str, Any]) -> None:
     logging.getLogger("ray.tune").setLevel(logging.WARNING)  # one INFO line per checkpoint
     logging.getLogger("ray.train").setLevel(logging.WARNING)
     workdir = Path(os.getcwd()) / "lipsweep_trial"
-    ckpt_root = workdir / "checkpoints"
-    _restore_from_tune(ckpt_root)
+    ckpt_root, final = workdir / "checkpoints", workdir / "final"
+    reported = _restore_from_tune(ckpt_root, final, cfg)
+    if reported is not None:
+        _log.warning(
+            "%s: restored its final checkpoint; its metrics are reported again, not re-evaluated",
+            tune.get_context().get_trial_id(),
+        )
+        tune.report(
+            {**reported, "epoch": cfg.optim.epochs, FINAL_KEY: 1},
+            checkpoint=tune.Checkpoint.from_directory(str(final)),
+        )
+        return
     try:
         # WARNING: a Tune worker shows lipsweep's INFO lines nowhere; this one must be seen
         device = choose_device(cfg.run.device, _assigned_gpus(), level=logging.WARNING)
@@ -182,7 +224,6 @@ def train_trial(config: dict[str, Any]) -> None:
         _log.error("trial failed: %s", err)
         tune.report({ERROR_KEY: str(err), "epoch": 0})
         return
-    final = workdir / "final"
     shutil.rmtree(final, ignore_errors=True)
     shutil.copytree(result.checkpoint, final, copy_function=_link_or_copy)  # no 2nd local copy
     if result.artifacts is not None:
