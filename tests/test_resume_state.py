@@ -1,4 +1,5 @@
-"""What a killed driver leaves for ``--resume``: Tune's snapshot and the owner's heartbeat.
+"""What a killed driver leaves for ``--resume``: Tune's snapshot, the trial's final checkpoint,
+the owner's heartbeat.
 
 Real Tune objects (a ``Trial`` with its ``StorageContext`` and checkpoint manager, restored from
 its JSON state the way ``Tuner.restore`` does; Tune's ``CallbackList`` calling the hooks) and
@@ -134,7 +135,7 @@ def test_a_snapshot_whose_checkpoints_all_exist_is_left_alone(tmp_path, caplog):
     assert not caplog.records
 
 
-def test_with_no_reported_checkpoint_left_the_trial_starts_over(tmp_path, caplog):
+def test_with_no_whole_checkpoint_left_the_trial_starts_over(tmp_path, caplog):
     trial, rows = _trial(tmp_path), []
     _report(trial, 0, 1, rows)
     snapshot = _snapshot(trial)

@@ -8,10 +8,10 @@ not exist on storage anymore"). :class:`CheckpointRepair` runs at the start of e
 Tune's loop, before Tune starts a trial: a trial whose recorded checkpoints are not all on
 storage gets its checkpoint list rebuilt from the ones that are whole (a ``state.json`` and
 every file its checksums name; the trial restores from the newest, and its loader verifies the
-checksums), and its checkpoint index is moved past every checkpoint
-folder, so that a new checkpoint never lands in an old one's. Their metrics are those Tune's
-``result.json`` on storage holds (empty for a checkpoint newer than its last sync). With no
-whole checkpoint left the trial starts over.
+checksums), and its checkpoint index is moved past every checkpoint folder, so that a new
+checkpoint never lands in an old one's. Their metrics are those Tune's ``result.json`` on
+storage holds (empty for a checkpoint newer than its last sync). With no whole checkpoint left
+the trial starts over.
 
 Tune has no public API for a trial's checkpoint list: this module is the one place that
 builds ``ray.train._internal``'s ``_CheckpointManager`` (Ray pinned by uv.lock; the test
