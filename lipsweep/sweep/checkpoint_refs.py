@@ -107,8 +107,8 @@ def repair(trial: Trial) -> Optional[str]:
     if latest is None:
         return None
     fs = trial.storage.storage_filesystem
-    recorded = [*manager.best_checkpoint_results, latest]
-    gone = [r.checkpoint.path for r in recorded if not _exists(fs, r.checkpoint.path)]
+    recorded = {r.checkpoint.path for r in [*manager.best_checkpoint_results, latest]}
+    gone = sorted(p for p in recorded if not _exists(fs, p))
     if not gone:
         return None
     names, found = _on_storage(trial)
@@ -121,7 +121,7 @@ def repair(trial: Trial) -> Optional[str]:
         last = int(names[-1].rsplit("_", 1)[1])
         trial.storage.current_checkpoint_index = max(trial.storage.current_checkpoint_index, last)
         trial.invalidate_json_state()
-    gone_names = ", ".join(sorted({p.rsplit("/", 1)[-1] for p in gone}))
+    gone_names = ", ".join(p.rsplit("/", 1)[-1] for p in gone)
     if not found:
         return (
             f"trial {trial.trial_id}: its checkpoints ({gone_names}) were deleted after Tune's "

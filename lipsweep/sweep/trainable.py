@@ -173,6 +173,17 @@ def _restore_from_tune(ckpt_root: Path, final: Path, cfg: TrialConfig) -> Option
         return restore_checkpoint(Path(src), ckpt_root, final, cfg)
 
 
+def _report_final(metrics: dict[str, Any], final: Path, cfg: TrialConfig) -> None:
+    """The trial's last report: its evaluation ``metrics``, ``lipsweep_final = 1`` and the
+    final checkpoint folder ``final`` (module docstring)."""
+    from ray import tune
+
+    tune.report(
+        {**metrics, "epoch": cfg.optim.epochs, FINAL_KEY: 1},
+        checkpoint=tune.Checkpoint.from_directory(str(final)),
+    )
+
+
 def _assigned_gpus() -> list[str]:
     """GPU ids Ray assigned to this trial's worker ([] when resources.gpu is 0)."""
     import ray
@@ -210,10 +221,7 @@ def train_trial(config: dict[str, Any]) -> None:
             "%s: restored its final checkpoint; its metrics are reported again, not re-evaluated",
             tune.get_context().get_trial_id(),
         )
-        tune.report(
-            {**reported, "epoch": cfg.optim.epochs, FINAL_KEY: 1},
-            checkpoint=tune.Checkpoint.from_directory(str(final)),
-        )
+        _report_final(reported, final, cfg)
         return
     try:
         # WARNING: a Tune worker shows lipsweep's INFO lines nowhere; this one must be seen
@@ -230,7 +238,4 @@ def train_trial(config: dict[str, Any]) -> None:
         shutil.copytree(result.artifacts, final / "artifacts")
     (final / "metrics.json").write_text(json.dumps(result.metrics, indent=2, sort_keys=True))
     (final / "config.json").write_text(cfg.to_json())
-    tune.report(
-        {**result.metrics, "epoch": cfg.optim.epochs, FINAL_KEY: 1},
-        checkpoint=tune.Checkpoint.from_directory(str(final)),
-    )
+    _report_final(result.metrics, final, cfg)
