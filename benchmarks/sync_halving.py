@@ -10,12 +10,12 @@ joins the front when its last seed ends, in compute order (a bracket's configura
 one after another, as on one worker: the figures are in compute, not wall time, as
 ``bench-search``'s are). Stopped compute is the compute of configurations that were stopped.
 
-    .venv/bin/python benchmarks/sync_halving.py                       # the table below
+    .venv/bin/python benchmarks/sync_halving.py                       # docs/benchmarks.md's table
     .venv/bin/python benchmarks/sync_halving.py --only clean-40x3x20 --bracket 8
 
-It prints one markdown row per table, bracket size and confidence, in ``bench-search``'s
-columns (50 replays, budget 40%). A what-if, not a scheduler: building it would need Tune's
-PAUSE and resume of checkpointed trials.
+It prints one markdown row per bracket size and confidence, one cell per table with
+``search_figures.py``'s four figures (50 replays, budget 40%). A what-if, not a scheduler:
+building it would need Tune's PAUSE and resume of checkpointed trials.
 """
 
 from __future__ import annotations
@@ -105,26 +105,21 @@ def main() -> None:
     parser.add_argument("--confidence", type=float, action="append")
     parser.add_argument("--replays", type=int, default=50)
     args = parser.parse_args()
-    print("| table | bracket | confidence | median HV at 40% | share >= 0.8 | "
-          "compute to 90% | stopped compute |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name in args.only or TABLES:
+    names = args.only or list(TABLES)
+    cells: dict[tuple[int, float], list[str]] = {}
+    for name in names:
         bench = search_figures._bench(name, 4)
         for bracket in args.bracket or BRACKETS:
             for confidence in args.confidence or CONFIDENCES:
                 runs = [
                     replay_once(bench, seed, bracket, confidence) for seed in range(args.replays)
                 ]
-                s = replay._scores(runs, 0.4)
-                to90 = s["compute_fraction_to_90"]["median"]
-                print(
-                    f"| {name} | {bracket or 'all'} | {confidence} | "
-                    f"{s['hv_fraction_at_budget']['median']:.3f} | "
-                    f"{s['hv_fraction_at_budget']['share_at_least_0.8']:.0%} | "
-                    f"{'-' if to90 is None else f'{to90:.1%}'} | "
-                    f"{s['stopped_compute_share']['median']:.1%} |",
-                    flush=True,
-                )
+                figures = search_figures._figures(replay._scores(runs, 0.4))
+                cells.setdefault((bracket, confidence), []).append(", ".join(figures))
+    print("| bracket | confidence | " + " | ".join(names) + " |")
+    print("|---:|---:|" + "---|" * len(names))
+    for (bracket, confidence), row in cells.items():
+        print(f"| {bracket or 'all'} | {confidence:g} | " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":
