@@ -148,6 +148,34 @@ def test_with_no_whole_checkpoint_left_the_trial_starts_over(tmp_path, caplog):
     assert resumed.storage.current_checkpoint_index == 0
 
 
+def test_a_final_checkpoint_newer_than_the_snapshot_is_restored_not_trained_past(tmp_path, caplog):
+    """The snapshot's checkpoints all exist, but the trial went on after it: a newer epoch
+    checkpoint leaves the snapshot alone (it may be a copy cut short); a whole final one (its
+    metrics.json) becomes the one the trial restores from."""
+    trial, rows = _trial(tmp_path), []
+    _report(trial, 0, 1, rows)
+    _report(trial, 1, 2, rows)
+    snapshot = _snapshot(trial)
+    trial_dir = Path(trial.storage.trial_fs_path)
+    _checkpoint_folder(trial_dir / "checkpoint_000002", 3)  # an epoch checkpoint, not final
+    resumed = _restored(snapshot)
+    manager = resumed.run_metadata.checkpoint_manager
+    with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+        _step(resumed)
+    assert resumed.run_metadata.checkpoint_manager is manager and not caplog.records
+
+    final = _checkpoint_folder(trial_dir / "checkpoint_000003", 4)
+    (final / "metrics.json").write_text(json.dumps({"acc_clean": 0.5}))
+    (final / "config.json").write_text("{}")
+    resumed = _restored(snapshot)
+    with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+        _step(resumed)
+    assert resumed.checkpoint.path == str(final)
+    assert resumed.storage.current_checkpoint_index == 3
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "final checkpoint checkpoint_000003" in line and "names checkpoint_000001" in line
+
+
 def test_a_restored_final_checkpoint_is_reported_again_not_evaluated_again(tmp_path):
     """The trainable's restore: a final checkpoint of its own config (the driver died after
     its final report, before Tune's snapshot) comes back with its metrics; an epoch

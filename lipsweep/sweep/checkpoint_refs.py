@@ -13,6 +13,14 @@ checkpoint never lands in an old one's. Their metrics are those Tune's ``result.
 storage holds (empty for a checkpoint newer than its last sync). With no whole checkpoint left
 the trial starts over.
 
+The same window makes a finished trial run again: a trial whose final checkpoint (with its
+``metrics.json``, :data:`lipsweep.sweep.trainable.FINAL_METRICS`) reached storage after the
+snapshot would train on from the snapshot's epoch and run its final evaluation twice. When
+the newest whole checkpoint on storage is such a final one, newer than every recorded one,
+the list is rebuilt the same way; the trainable then reports that checkpoint again
+(:func:`lipsweep.sweep.trainable.restore_checkpoint`). A newer *epoch* checkpoint is left
+alone: the recorded one is intact, and a newer folder may be a copy cut short.
+
 Tune has no public API for a trial's checkpoint list: this module is the one place that
 builds ``ray.train._internal``'s ``_CheckpointManager`` (Ray pinned by uv.lock; the test
 drives the installed one).
@@ -31,6 +39,8 @@ from ray.train._internal.checkpoint_manager import _CheckpointManager
 from ray.train._internal.session import _TrainingResult
 from ray.tune import Callback
 from ray.tune.experiment import Trial
+
+from lipsweep.sweep.trainable import FINAL_METRICS
 
 _log = logging.getLogger("lipsweep.sweep")
 _CKPT_DIR = re.compile(r"checkpoint_\d{6}")
@@ -74,9 +84,13 @@ def _whole(fs: pafs.FileSystem, path: str) -> bool:
     return isinstance(names, dict) and bool(names) and set(names) <= present
 
 
-def _on_storage(trial: Trial) -> tuple[list[str], list[_TrainingResult]]:
+def _on_storage(
+    trial: Trial, newer_than: Optional[int] = None
+) -> tuple[list[str], list[_TrainingResult]]:
     """The names of the trial's ``checkpoint_NNNNNN`` folders on storage, and the whole
-    ones as Tune results (with the metrics ``result.json`` has for them), oldest first."""
+    ones as Tune results (with the metrics ``result.json`` has for them), oldest first.
+    ``newer_than``: nothing unless some folder's number is above it (nothing read but the
+    listing)."""
     fs = trial.storage.storage_filesystem
     root = trial.storage.trial_fs_path
     try:
@@ -88,6 +102,8 @@ def _on_storage(trial: Trial) -> tuple[list[str], list[_TrainingResult]]:
         for i in infos
         if i.type == pafs.FileType.Directory and _CKPT_DIR.fullmatch(i.base_name)
     )
+    if newer_than is not None and not (names and _index(names[-1]) > newer_than):
+        return [], []
     rows = _reported(trial) if names else {}
     whole = [
         _TrainingResult(
@@ -99,9 +115,16 @@ def _on_storage(trial: Trial) -> tuple[list[str], list[_TrainingResult]]:
     return names, whole
 
 
+def _index(path: str) -> int:
+    """The number of a ``.../checkpoint_NNNNNN`` folder."""
+    return int(path.rstrip("/").rsplit("_", 1)[1])
+
+
 def repair(trial: Trial) -> Optional[str]:
-    """Rebuild ``trial``'s checkpoint list if a checkpoint it records is gone; returns a
-    line saying what changed, or None when every recorded checkpoint exists."""
+    """Rebuild ``trial``'s checkpoint list if a checkpoint it records is gone, or if a whole
+    final checkpoint newer than every recorded one is on storage (the trial ended after
+    Tune's last snapshot: it restores from that one and reports it again, instead of training
+    on from an older epoch); returns a line saying what changed, or None otherwise."""
     manager = trial.run_metadata.checkpoint_manager
     latest = manager.latest_checkpoint_result
     if latest is None:
@@ -109,25 +132,35 @@ def repair(trial: Trial) -> Optional[str]:
     fs = trial.storage.storage_filesystem
     recorded = {r.checkpoint.path for r in [*manager.best_checkpoint_results, latest]}
     gone = sorted(p for p in recorded if not _exists(fs, p))
-    if not gone:
+    names, found = _on_storage(trial, newer_than=None if gone else _index(latest.checkpoint.path))
+    if not gone and not (
+        found
+        and _index(found[-1].checkpoint.path) > _index(latest.checkpoint.path)
+        and _exists(fs, f"{found[-1].checkpoint.path}/{FINAL_METRICS}")
+    ):
         return None
-    names, found = _on_storage(trial)
     fresh = _CheckpointManager(manager.checkpoint_config)
     for result in found:  # oldest first: Tune's own num_to_keep applies
         fresh.register_checkpoint(result)
     trial.run_metadata.checkpoint_manager = fresh
     trial.run_metadata.invalidate_cache()
     if names:  # the snapshot's index is stale too: new checkpoints go past every folder
-        last = int(names[-1].rsplit("_", 1)[1])
+        last = _index(names[-1])
         trial.storage.current_checkpoint_index = max(trial.storage.current_checkpoint_index, last)
         trial.invalidate_json_state()
+    newest = found[-1].checkpoint.path.rsplit("/", 1)[-1] if found else None
+    if not gone:
+        was = latest.checkpoint.path.rsplit("/", 1)[-1]
+        return (
+            f"trial {trial.trial_id}: its final checkpoint {newest} was written after Tune's "
+            f"last snapshot (which names {was}); it reports that one again, not training on"
+        )
     gone_names = ", ".join(p.rsplit("/", 1)[-1] for p in gone)
-    if not found:
+    if newest is None:
         return (
             f"trial {trial.trial_id}: its checkpoints ({gone_names}) were deleted after Tune's "
             "last snapshot and no whole one is left; it starts again from epoch 1"
         )
-    newest = found[-1].checkpoint.path.rsplit("/", 1)[-1]
     return (
         f"trial {trial.trial_id}: Tune's last snapshot names {gone_names}, deleted after it; "
         f"resuming from {newest}, the newest whole one"

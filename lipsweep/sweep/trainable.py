@@ -46,6 +46,9 @@ from lipsweep.trial.callbacks import EVALUATION_LOGGERS, TrialCallbacks
 _log = logging.getLogger(__name__)
 FINAL_KEY = "lipsweep_final"
 ERROR_KEY = "lipsweep_error"
+FINAL_METRICS = "metrics.json"
+"""The file that makes a Tune checkpoint a trial's final one: its final metrics (beside
+``config.json``, the trial's config)."""
 
 
 class _EvaluationLines(logging.StreamHandler):
@@ -136,7 +139,7 @@ def restore_checkpoint(
     checkpoint to epoch 1)."""
     from lipsweep.trial.checkpoint import CheckpointError, load_checkpoint
 
-    metrics, config = src / "metrics.json", src / "config.json"
+    metrics, config = src / FINAL_METRICS, src / "config.json"
     if (
         metrics.is_file()
         and config.is_file()
@@ -155,7 +158,7 @@ def restore_checkpoint(
     shutil.copytree(
         src,
         ckpt_root / f"epoch_{epoch:04d}",
-        ignore=shutil.ignore_patterns("artifacts", "metrics.json", "config.json"),
+        ignore=shutil.ignore_patterns("artifacts", FINAL_METRICS, "config.json"),
     )
     _log.info("restored Tune checkpoint of epoch %d", epoch)
     return None
@@ -236,6 +239,6 @@ def train_trial(config: dict[str, Any]) -> None:
     shutil.copytree(result.checkpoint, final, copy_function=_link_or_copy)  # no 2nd local copy
     if result.artifacts is not None:
         shutil.copytree(result.artifacts, final / "artifacts")
-    (final / "metrics.json").write_text(json.dumps(result.metrics, indent=2, sort_keys=True))
+    (final / FINAL_METRICS).write_text(json.dumps(result.metrics, indent=2, sort_keys=True))
     (final / "config.json").write_text(cfg.to_json())
     _report_final(result.metrics, final, cfg)
