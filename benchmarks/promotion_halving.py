@@ -69,43 +69,21 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
     """One replay (a :class:`lipsweep.search.replay.Replay`) of promotion-based halving, and
     where its compute went (:func:`breakdown`); ``pause`` False: the stopping form, which
     gives ``bench-search``'s ``moasha`` figures."""
-    from lipsweep.core.hypervolume import relative_hypervolume
     from lipsweep.search import replay
     from lipsweep.search.protocol import CONTINUE, SEED_KEY
 
     table, method = bench.table, replay.parse_method("moasha")
     search, rule = bench.search(method, seed), bench.rule(method, seed)
-    core = rule.core
-    names, dirs = [n for n, _ in bench.objectives], [d for _, d in bench.objectives]
+    core, tally = rule.core, replay.Tally(table, search, bench.objectives)
     by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
-    grid_front = np.array([table.objectives(c, names) for c in table.configs])
     rung_of = {int(round(r)): i for i, r in enumerate(core.rungs)}
-    out, points = replay.Replay(), []
     events: list[tuple[float, int, str]] = []
     running: dict[str, tuple[Any, str, str, int]] = {}  # trial -> (config, seed, group, epochs)
     paused: dict[str, tuple[Any, str, str, int, int]] = {}  # ... and the rung it waits at
     promoted: dict[str, set[int]] = {}  # group -> rungs it was promoted past
     group_of: dict[str, str] = {}  # config key -> the rule's group
     judged: dict[tuple[str, int], int] = {}  # (group, rung) -> core.changes when last judged
-    ended: dict[str, int] = {}
-    full: dict[str, int] = {}
-    cost: dict[str, float] = {}
-    now, spent, order, free, exhausted, n_trials = 0.0, 0.0, 0, bench.workers, False, 0
-
-    def end(trial: str, config: Any, seed_: str, completed: bool) -> None:
-        result = {n: table.final_value(config, seed_, n) for n in names} if completed else None
-        ended[config.key] = ended.get(config.key, 0) + 1
-        full[config.key] = full.get(config.key, 0) + completed
-        search.report(trial, result)
-        if ended[config.key] < len(config.seeds):
-            return
-        if full[config.key] == len(config.seeds):
-            points.append(table.objectives(config, names))
-            out.compute.append(spent / table.compute)
-            out.hv.append(relative_hypervolume(np.array(points), grid_front, dirs))
-        else:
-            out.stopped += 1
-            out.spent_on_stopped += cost.get(config.key, 0.0) / table.compute
+    now, order, free, exhausted, n_trials = 0.0, 0, bench.workers, False, 0
 
     def start(trial: str, config: Any, seed_: str, group: str, epochs: int) -> None:
         nonlocal order, free
@@ -124,7 +102,7 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
             if group in core.stopped:
                 del paused[trial]
                 rule.report(trial)
-                end(trial, config, seed_, completed=False)
+                tally.end(trial, config, seed_, completed=False)
         best: tuple[tuple[int, int, str], str] | None = None
         orders: dict[int, tuple[dict[str, int], int]] = {}
         for trial, (_, _, group, _, i) in paused.items():
@@ -154,7 +132,7 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
                 group_of[config.key] = group
                 if rule.decide(trial, group, 0, {}) != CONTINUE:
                     rule.report(trial)
-                    end(trial, config, str(flat[SEED_KEY]), completed=False)
+                    tally.end(trial, config, str(flat[SEED_KEY]), completed=False)
                 else:
                     start(trial, config, str(flat[SEED_KEY]), group, 0)
                 continue
@@ -171,25 +149,23 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
             break
         now, _, trial = heapq.heappop(events)
         config, seed_, group, epochs = running.pop(trial)
-        seconds = float(config.seconds[seed_][epochs])
-        spent += seconds
-        cost[config.key] = cost.get(config.key, 0.0) + seconds
+        tally.spend(config, float(config.seconds[seed_][epochs]))
         epochs += 1
         free += 1
         metrics = {n: float(config.metrics[seed_][n][epochs - 1]) for n in table.per_epoch}
         go = rule.decide(trial, group, epochs, metrics) == CONTINUE
         if epochs == table.epochs or not go:
             rule.report(trial)
-            end(trial, config, seed_, completed=go and epochs == table.epochs)
+            tally.end(trial, config, seed_, completed=go and epochs == table.epochs)
             continue
         i = rung_of.get(epochs)
         if pause and i is not None and i not in promoted.get(group, set()):
             paused[trial] = (config, seed_, group, epochs, i)
             continue
         start(trial, config, seed_, group, epochs)
-    out.spent = spent / table.compute
     stopped_at = {g: why.epoch for g, why in core.stopped.items()}
-    return out, breakdown(table, names, dirs, cost, group_of, stopped_at)
+    shares = breakdown(table, tally.names, tally.dirs, tally.cost, group_of, stopped_at)
+    return tally.close(), shares
 
 
 def breakdown(

@@ -516,6 +516,54 @@ class Replay:
         return self.spent_on_stopped / self.spent if self.spent > 0 else 0.0
 
 
+class Tally:
+    """A replay's bookkeeping (:func:`simulate`'s, and any what-if simulator's): compute as it
+    is spent, each trial's end told to the searcher, and a configuration's outcome once all
+    its seeds have ended, into :attr:`out`."""
+
+    def __init__(self, table: Table, search: Any, objectives: Sequence[tuple[str, str]]) -> None:
+        self.table, self.search = table, search
+        self.names = [n for n, _ in objectives]
+        self.dirs = [d for _, d in objectives]
+        self.grid_front = np.array([table.objectives(c, self.names) for c in table.configs])
+        self.ended: dict[str, int] = {}  # config key -> seeds that ended (any way)
+        self.full: dict[str, int] = {}  # config key -> seeds that ran every epoch
+        self.cost: dict[str, float] = {}  # config key -> compute spent on it
+        self.points: list[np.ndarray] = []
+        self.spent = 0.0
+        self.out = Replay()
+
+    def spend(self, config: Config, seconds: float) -> None:
+        """An epoch of ``config`` ended after ``seconds``."""
+        self.spent += seconds
+        self.cost[config.key] = self.cost.get(config.key, 0.0) + seconds
+
+    def end(self, trial: str, config: Config, seed: str, completed: bool) -> None:
+        """``trial`` (``seed`` of ``config``) ended: ran every epoch, was stopped, or never
+        started; the configuration's outcome once all its seeds have."""
+        table, key = self.table, config.key
+        result = {n: table.final_value(config, seed, n) for n in self.names} if completed else None
+        self.ended[key] = self.ended.get(key, 0) + 1
+        self.full[key] = self.full.get(key, 0) + completed
+        self.search.report(trial, result)
+        if self.ended[key] < len(config.seeds):
+            return
+        if self.full[key] == len(config.seeds):
+            self.points.append(table.objectives(config, self.names))
+            self.out.compute.append(self.spent / table.compute)
+            self.out.hv.append(
+                relative_hypervolume(np.array(self.points), self.grid_front, self.dirs)
+            )
+        else:
+            self.out.stopped += 1
+            self.out.spent_on_stopped += self.cost.get(key, 0.0) / table.compute
+
+    def close(self) -> Replay:
+        """The replay, once nothing is left to run."""
+        self.out.spent = self.spent / self.table.compute
+        return self.out
+
+
 def simulate(
     table: Table,
     search: Any,
@@ -534,36 +582,11 @@ def simulate(
     report); compute counts each epoch when it ends."""
     from lipsweep.search.protocol import SEED_KEY
 
-    names = [n for n, _ in objectives]
-    dirs = [d for _, d in objectives]
     by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
-    grid_front = np.array([table.objectives(c, names) for c in table.configs])
-    whole = table.compute
+    tally = Tally(table, search, objectives)
     events: list[tuple[float, int, str]] = []
     running: dict[str, tuple[Config, str, str, int]] = {}  # trial -> (config, seed, group, done)
-    ended: dict[str, int] = {}  # config key -> seeds that ended (any way)
-    full: dict[str, int] = {}  # config key -> seeds that ran every epoch
-    cost: dict[str, float] = {}  # config key -> compute spent on it
-    done_points: list[np.ndarray] = []
-    out = Replay()
-    now, spent, order, free, exhausted, n_trials = 0.0, 0.0, 0, workers, False, 0
-
-    def end(trial: str, config: Config, seed: str, completed: bool) -> None:
-        """``trial`` (``seed`` of ``config``) ended: ran every epoch, was stopped, or never
-        started; the configuration's outcome once all its seeds have."""
-        result = {n: table.final_value(config, seed, n) for n in names} if completed else None
-        ended[config.key] = ended.get(config.key, 0) + 1
-        full[config.key] = full.get(config.key, 0) + completed
-        search.report(trial, result)
-        if ended[config.key] < len(config.seeds):
-            return
-        if full[config.key] == len(config.seeds):
-            done_points.append(table.objectives(config, names))
-            out.compute.append(spent / whole)
-            out.hv.append(relative_hypervolume(np.array(done_points), grid_front, dirs))
-        else:
-            out.stopped += 1
-            out.spent_on_stopped += cost.get(config.key, 0.0) / whole
+    now, order, free, exhausted, n_trials = 0.0, 0, workers, False, 0
 
     while True:
         while free > 0 and not exhausted:
@@ -578,7 +601,7 @@ def simulate(
             group = rule.group(trial, flat)
             if rule.decide(trial, group, 0, {}) != CONTINUE:  # its configuration was stopped
                 rule.report(trial)
-                end(trial, config, seed, completed=False)
+                tally.end(trial, config, seed, completed=False)
                 continue
             running[trial] = (config, seed, group, 0)
             heapq.heappush(events, (now + float(config.seconds[seed][0]), order, trial))
@@ -588,22 +611,19 @@ def simulate(
             break
         now, _, trial = heapq.heappop(events)
         config, seed, group, done = running.pop(trial)
-        seconds = float(config.seconds[seed][done])
-        spent += seconds
-        cost[config.key] = cost.get(config.key, 0.0) + seconds
+        tally.spend(config, float(config.seconds[seed][done]))
         done += 1
         metrics = {n: float(config.metrics[seed][n][done - 1]) for n in table.per_epoch}
         go = rule.decide(trial, group, done, metrics) == CONTINUE
         if done == table.epochs or not go:
             rule.report(trial)
             free += 1
-            end(trial, config, seed, completed=go and done == table.epochs)
+            tally.end(trial, config, seed, completed=go and done == table.epochs)
             continue
         running[trial] = (config, seed, group, done)
         heapq.heappush(events, (now + float(config.seconds[seed][done]), order, trial))
         order += 1
-    out.spent = spent / whole
-    return out
+    return tally.close()
 
 
 # -- methods and the benchmark ----------------------------------------------------------------
