@@ -164,27 +164,23 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
             continue
         start(trial, config, seed_, group, epochs)
     stopped_at = {g: why.epoch for g, why in core.stopped.items()}
-    shares = breakdown(table, tally.names, tally.dirs, tally.cost, group_of, stopped_at)
-    return tally.close(), shares
+    return tally.close(), breakdown(tally, group_of, stopped_at)
 
 
 def breakdown(
-    table: Any,
-    names: list[str],
-    dirs: list[str],
-    cost: dict[str, float],
-    group_of: dict[str, str],
-    stopped_at: dict[str, float],
+    tally: Any, group_of: dict[str, str], stopped_at: dict[str, float]
 ) -> dict[str, float]:
-    """Shares of a replay's compute: configurations on the grid's front or off it, run in full
-    or stopped (at which rung's epoch)."""
+    """Shares of a replay's compute (``tally``, a :class:`lipsweep.search.replay.Tally`):
+    configurations on the grid's front or off it, run in full or stopped (at which rung's
+    epoch)."""
     from lipsweep.core.dominance import non_dominated_ranks
 
-    objectives = np.array([table.objectives(c, names) for c in table.configs])
-    front = {c.key for c, r in zip(table.configs, non_dominated_ranks(objectives, dirs)) if r == 1}
-    total = sum(cost.values())
+    configs = tally.table.configs
+    ranks = non_dominated_ranks(tally.grid_front, tally.dirs)
+    front = {c.key for c, r in zip(configs, ranks) if r == 1}
+    total = sum(tally.cost.values())
     shares: dict[tuple[str, float], float] = {}
-    for key, seconds in cost.items():
+    for key, seconds in tally.cost.items():
         where = "on front" if key in front else "off front"
         epoch = stopped_at.get(group_of[key], math.inf)
         shares[(where, epoch)] = shares.get((where, epoch), 0.0) + seconds / total

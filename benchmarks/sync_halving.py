@@ -38,30 +38,28 @@ TABLES = ("clean-60x3x12", "clean-40x3x20", "seeds-100x5x9", "noisy-60x3x12")
 
 def replay_once(bench: Any, seed: int, bracket: int, confidence: float) -> Any:
     """One replay (a :class:`lipsweep.search.replay.Replay`) of synchronous halving."""
-    from lipsweep.core.hypervolume import relative_hypervolume
     from lipsweep.search import replay
     from lipsweep.search.schedulers.moasha import MoAsha
 
     table = bench.table
-    names, dirs = [n for n, _ in bench.objectives], [d for _, d in bench.objectives]
     stops = [n for n, _ in bench.stops]
     core = MoAsha(
         stops, [d for _, d in bench.stops], bench.grace_period, bench.reduction_factor,
         table.epochs, {c.key: len(c.seeds) for c in table.configs}, confidence,
         len(bench.seeds),
     )  # fmt: skip
-    grid_front = np.array([table.objectives(c, names) for c in table.configs])
+    tally = replay.Tally(table, None, bench.objectives)
     order = replay.grid_order(table, seed)
     size = bracket or len(order)
-    out, spent, cost, points = replay.Replay(), 0.0, {}, []
 
     def run(config: Any, upto: int, done: dict[str, int]) -> None:
-        nonlocal spent
         for s in config.seeds:
-            seconds = float(np.sum(config.seconds[s][done[config.key] : upto]))
-            spent += seconds
-            cost[config.key] = cost.get(config.key, 0.0) + seconds
+            tally.spend(config, float(np.sum(config.seconds[s][done[config.key] : upto])))
         done[config.key] = upto
+
+    def end(config: Any, completed: bool) -> None:
+        for s in config.seeds:
+            tally.end(f"{config.key}|{s}", config, s, completed)
 
     for start in range(0, len(order), size):
         alive = order[start : start + size]
@@ -82,16 +80,12 @@ def replay_once(bench: Any, seed: int, bracket: int, confidence: float) -> Any:
                     survivors.append(c)
                     continue
                 core.stopped[c.key] = why
-                out.stopped += 1
-                out.spent_on_stopped += cost[c.key] / table.compute
+                end(c, completed=False)
             alive = survivors
         for c in alive:
             run(c, table.epochs, done)
-            points.append(table.objectives(c, names))
-            out.compute.append(spent / table.compute)
-            out.hv.append(relative_hypervolume(np.array(points), grid_front, dirs))
-    out.spent = spent / table.compute
-    return out
+            end(c, completed=True)
+    return tally.close()
 
 
 def main() -> None:

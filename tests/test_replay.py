@@ -417,7 +417,9 @@ def test_stretch_table_splits_each_epoch_and_keeps_the_final_evaluation_last(tmp
     assert np.isnan(c.metrics["0"]["f"][:-1]).all() and c.metrics["0"]["f"][-1] == 7.0
 
 
-def test_promotion_what_if_stopping_form_is_the_replay_and_its_promotion_form_pauses(tmp_path):
+def test_promotion_what_if_stopping_form_is_the_replay_and_its_promotion_form_pauses(
+    tmp_path, monkeypatch
+):
     """benchmarks/promotion_halving.py: with ``pause`` False it is bench-search's ``moasha``
     replay for replay; pausing, no configuration passes the first rung before a second one is
     recorded there (floor(n / 2) >= 1), every configuration ends (run in full or stopped), and
@@ -444,10 +446,8 @@ def test_promotion_what_if_stopping_form_is_the_replay_and_its_promotion_form_pa
             rungs.append((group, t))
         return core_decide(self, trial, group, t, metrics)
 
-    replay.CoreRule.decide = spy
-    try:  # one worker: the stopping form runs the first trial on past its rung at once
-        promo.replay_once(dataclasses.replace(bench, workers=1), 0)
-    finally:
-        replay.CoreRule.decide = core_decide
+    monkeypatch.setattr(replay.CoreRule, "decide", spy)
+    # one worker: the stopping form would run the first trial on past its rung at once
+    promo.replay_once(dataclasses.replace(bench, workers=1), 0)
     first_past = next(i for i, (_, t) in enumerate(rungs) if t == 2)
     assert len({g for g, t in rungs[:first_past] if t == 1}) >= 2

@@ -518,10 +518,12 @@ class Replay:
 
 class Tally:
     """A replay's bookkeeping (:func:`simulate`'s, and any what-if simulator's): compute as it
-    is spent, each trial's end told to the searcher, and a configuration's outcome once all
-    its seeds have ended, into :attr:`out`."""
+    is spent, each trial's end told to the searcher (``search``; None: no searcher to tell),
+    and a configuration's outcome once all its seeds have ended, into :attr:`out`."""
 
-    def __init__(self, table: Table, search: Any, objectives: Sequence[tuple[str, str]]) -> None:
+    def __init__(
+        self, table: Table, search: Optional[Any], objectives: Sequence[tuple[str, str]]
+    ) -> None:
         self.table, self.search = table, search
         self.names = [n for n, _ in objectives]
         self.dirs = [d for _, d in objectives]
@@ -545,7 +547,8 @@ class Tally:
         result = {n: table.final_value(config, seed, n) for n in self.names} if completed else None
         self.ended[key] = self.ended.get(key, 0) + 1
         self.full[key] = self.full.get(key, 0) + completed
-        self.search.report(trial, result)
+        if self.search is not None:
+            self.search.report(trial, result)
         if self.ended[key] < len(config.seeds):
             return
         if self.full[key] == len(config.seeds):
