@@ -231,7 +231,8 @@ def test_the_owner_heartbeat_is_refreshed_from_tunes_loop(tmp_path):
 
 
 def test_every_on_method_of_a_lipsweep_tune_callback_is_a_hook_tune_calls():
-    """A misspelt hook is never called and nothing says so (the heartbeat's was ``on_step``)."""
+    """A misspelt hook is never called and nothing says so (``on_step`` looks like one; Tune
+    calls ``on_step_begin`` and ``on_step_end``)."""
     import importlib
     import inspect
     import pkgutil

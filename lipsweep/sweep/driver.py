@@ -508,7 +508,7 @@ def _run_on_ray(
         mlflow_cb,
         console,
         Heartbeat(tracker, parent, HEARTBEAT_S),
-        CheckpointRepair(),  # --resume: a trial's snapshot may name a deleted checkpoint
+        CheckpointRepair(),  # --resume: a snapshot may name a deleted or a superseded checkpoint
         *extra_callbacks,  # the space's `callbacks:`, after lipsweep's own
         *_tune_loggers(),
     ]
