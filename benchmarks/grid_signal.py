@@ -18,6 +18,12 @@ and what is left **without** it (what bench-search scores). One configuration ho
 it alone, inside seed noise, is a needle no method finds early; many configurations each
 holding little alone mean a method must finish most of them.
 
+Last, what the best a stopping rule can do costs: the **oracle** that stops every configuration
+off the front at the first rung and runs the front in full, with a configuration's seeds started
+together (as ``bench-search`` runs them: a stop costs every seed's epochs up to the rung) or its
+lead seed alone judged first. Its share of compute on stopped configurations is a floor for a
+rule that spends no more: a rule below it finishes configurations off the front.
+
     .venv/bin/python benchmarks/grid_signal.py --table benchmarks/data/wide_grid.csv \\
         --objective acc_clean:max --objective acc_pgd_4:max --objective lip_jacobian_median:min
 """
@@ -87,6 +93,28 @@ def front_shares(
     ]
 
 
+def oracle_stopping(
+    table: Table, objectives: list[tuple[str, str]], rung: int = 1
+) -> dict[str, tuple[float, float]]:
+    """The oracle that stops every configuration off the grid's front at epoch ``rung`` and
+    runs the front in full. Per way of starting a configuration's seeds (``seeds together``:
+    every seed of a stopped configuration pays its first ``rung`` epochs; ``lead seed
+    first``: its first seed alone): the share of the oracle's compute spent on stopped
+    configurations, and the oracle's compute as a fraction of the grid's."""
+    names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
+    values = np.array([table.objectives(c, names) for c in table.configs])
+    on_front = non_dominated_ranks(values, dirs) == 1
+    front = sum(
+        float(np.sum(c.seconds[s])) for c, f in zip(table.configs, on_front) if f for s in c.seeds
+    )
+    off = [c for c, f in zip(table.configs, on_front) if not f]
+    stops = {
+        "seeds together": sum(float(np.sum(c.seconds[s][:rung])) for c in off for s in c.seeds),
+        "lead seed first": sum(float(np.sum(c.seconds[c.seeds[0]][:rung])) for c in off),
+    }
+    return {k: (v / (v + front), (v + front) / table.compute) for k, v in stops.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--table", required=True)
@@ -117,6 +145,11 @@ def main() -> int:
     )  # fmt: skip
     for key, v, alone, without in shares:
         print(f"  {key}: " + ", ".join(f"{x:.3g}" for x in v) + f"; {alone:.3f} | {without:.3f}")
+    for how, (share, spent) in oracle_stopping(table, objectives).items():
+        print(
+            f"oracle, every configuration off the front stopped at epoch 1, {how}: "
+            f"{share:.1%} of its compute on stopped configurations, {spent:.1%} of the grid's"
+        )
     return 0
 
 

@@ -451,3 +451,20 @@ def test_promotion_what_if_stopping_form_is_the_replay_and_its_promotion_form_pa
     promo.replay_once(dataclasses.replace(bench, workers=1), 0)
     first_past = next(i for i, (_, t) in enumerate(rungs) if t == 2)
     assert len({g for g, t in rungs[:first_past] if t == 1}) >= 2
+
+
+def test_grid_signal_oracle_floor_matches_a_hand_computation(tmp_path):
+    """Maximise a and b, 2 seeds, epochs of 1 s and 2 s: A and B on the front cost 2 x 2 x 3 =
+    12 s in full; the oracle stops C at epoch 1 for 2 s (both seeds) or 1 s (its lead seed):
+    2/14 and 1/13 of its compute, 14/18 and 13/18 of the grid's 18 s."""
+    rows = [
+        {"config": key, "seed": s, "epoch": e, "epoch_seconds": float(e), "loss": 1.0,
+         "a": a + 0.01 * s if e == 2 else "", "b": b if e == 2 else ""}
+        for key, (a, b) in {"C": (1.0, 1.0), "A": (3.0, 1.0), "B": (1.0, 3.0)}.items()
+        for s in (0, 1)
+        for e in (1, 2)
+    ]  # fmt: skip
+    table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
+    floor = bench_module("grid_signal").oracle_stopping(table, [("a", "max"), ("b", "max")])
+    assert floor["seeds together"] == pytest.approx((2 / 14, 14 / 18))
+    assert floor["lead seed first"] == pytest.approx((1 / 13, 13 / 18))
