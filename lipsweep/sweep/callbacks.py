@@ -54,6 +54,13 @@ from lipsweep.tracking import (
     TAG_STOPPED_BY,
     Tracker,
 )
+from lipsweep.trial.checkpoint_files import (
+    ARTIFACTS,
+    FINAL_CONFIG,
+    FINAL_METRICS,
+    MODEL_FILE,
+    STATE_FILE,
+)
 
 _log = logging.getLogger("lipsweep.sweep")
 
@@ -72,13 +79,13 @@ EPOCH_KEYS = (
 # the final one.
 EPOCH_MLFLOW_NAMES = {ACC_CLEAN: EPOCH_ACC_CLEAN}
 CHECKPOINT_ARTIFACTS = (
-    ("artifacts", "lipschitz"),
-    ("model.safetensors", "checkpoint"),
-    ("config.json", "checkpoint"),
-    ("metrics.json", "checkpoint"),
+    (ARTIFACTS, "lipschitz"),
+    (MODEL_FILE, "checkpoint"),
+    (FINAL_CONFIG, "checkpoint"),
+    (FINAL_METRICS, "checkpoint"),
 )
 """What a finished trial's final checkpoint folder gives its MLflow run: (entry, artifact path)."""
-MOVED_ARTIFACTS = ("artifacts",)
+MOVED_ARTIFACTS = (ARTIFACTS,)
 """Entries of the final checkpoint that only travel in it (the Lipschitz per-row arrays, up to
 750 MB on a ViT-B split): removed from Tune's storage once MLflow has them."""
 
@@ -190,7 +197,7 @@ class MlflowSweepCallback(Handoff, Callback):
         history: list[dict[str, Any]] = []
         if trial.checkpoint is not None:
             with trial.checkpoint.as_directory() as src:
-                state = Path(src) / "state.json"
+                state = Path(src) / STATE_FILE
                 if state.is_file():
                     history = json.loads(state.read_text()).get("history", [])
         by_epoch = {int(h.get("epoch", 0)): h for h in history}

@@ -14,7 +14,7 @@ storage holds (empty for a checkpoint newer than its last sync). With no whole c
 the trial starts over.
 
 The same window makes a finished trial run again: a trial whose final checkpoint (with its
-``metrics.json``, :data:`lipsweep.sweep.trainable.FINAL_METRICS`) reached storage after the
+``metrics.json``, :data:`lipsweep.trial.checkpoint_files.FINAL_METRICS`) reached storage after the
 snapshot would train on from the snapshot's epoch and run its final evaluation twice. When
 the newest whole checkpoint on storage is such a final one, newer than every recorded one,
 the list is rebuilt the same way; the trainable then reports that checkpoint again
@@ -40,11 +40,10 @@ from ray.train._internal.session import _TrainingResult
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from lipsweep.sweep.trainable import FINAL_METRICS
+from lipsweep.trial.checkpoint_files import FINAL_METRICS, STATE_FILE
 
 _log = logging.getLogger("lipsweep.sweep")
 _CKPT_DIR = re.compile(r"checkpoint_\d{6}")
-STATE_FILE = "state.json"  # lipsweep.trial.checkpoint.STATE_FILE; that module imports torch
 
 
 def _exists(fs: pafs.FileSystem, path: str) -> bool:

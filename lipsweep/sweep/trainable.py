@@ -42,11 +42,16 @@ from lipsweep.core.logs import DATE_FORMAT, LOG_FORMAT
 from lipsweep.settings.config import TrialConfig
 from lipsweep.sweep.signals import quiet_worker_exit
 from lipsweep.trial.callbacks import EVALUATION_LOGGERS, TrialCallbacks
+from lipsweep.trial.checkpoint_files import (
+    ARTIFACTS,
+    FINAL_CONFIG,
+    FINAL_METRICS,
+    STATE_FILE,
+)
 
 _log = logging.getLogger(__name__)
 FINAL_KEY = "lipsweep_final"
 ERROR_KEY = "lipsweep_error"
-FINAL_METRICS = "metrics.json"
 """The file that makes a Tune checkpoint a trial's final one: its final metrics (beside
 ``config.json``, the trial's config)."""
 
@@ -139,7 +144,7 @@ def restore_checkpoint(
     checkpoint to epoch 1)."""
     from lipsweep.trial.checkpoint import CheckpointError, load_checkpoint
 
-    metrics, config = src / FINAL_METRICS, src / "config.json"
+    metrics, config = src / FINAL_METRICS, src / FINAL_CONFIG
     if (
         metrics.is_file()
         and config.is_file()
@@ -153,12 +158,12 @@ def restore_checkpoint(
             shutil.rmtree(final, ignore_errors=True)
             shutil.copytree(src, final, copy_function=_link_or_copy)
             return json.loads(metrics.read_text())
-    epoch = int(json.loads((src / "state.json").read_text())["epoch"])
+    epoch = int(json.loads((src / STATE_FILE).read_text())["epoch"])
     ckpt_root.mkdir(parents=True, exist_ok=True)
     shutil.copytree(
         src,
         ckpt_root / f"epoch_{epoch:04d}",
-        ignore=shutil.ignore_patterns("artifacts", FINAL_METRICS, "config.json"),
+        ignore=shutil.ignore_patterns(ARTIFACTS, FINAL_METRICS, FINAL_CONFIG),
     )
     _log.info("restored Tune checkpoint of epoch %d", epoch)
     return None
@@ -238,7 +243,7 @@ def train_trial(config: dict[str, Any]) -> None:
     shutil.rmtree(final, ignore_errors=True)
     shutil.copytree(result.checkpoint, final, copy_function=_link_or_copy)  # no 2nd local copy
     if result.artifacts is not None:
-        shutil.copytree(result.artifacts, final / "artifacts")
+        shutil.copytree(result.artifacts, final / ARTIFACTS)
     (final / FINAL_METRICS).write_text(json.dumps(result.metrics, indent=2, sort_keys=True))
-    (final / "config.json").write_text(cfg.to_json())
+    (final / FINAL_CONFIG).write_text(cfg.to_json())
     _report_final(result.metrics, final, cfg)

@@ -29,10 +29,10 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from lipsweep.core.paths import WriteError, removing
+from lipsweep.trial.checkpoint_files import MODEL_FILE, STATE_FILE, WEIGHT_FILES
 
 _log = logging.getLogger(__name__)
 _NAME = re.compile(r"^epoch_(\d{4,})$")
-STATE_FILE = "state.json"
 CONFIG_KEY = "config"  # the flat trial config a checkpoint was trained under
 CONFIG_HASH_KEY = "config_sha256"
 
@@ -161,7 +161,7 @@ def _write_folder(
     tmp.mkdir()
     opt_tensors, opt_meta = flatten_optimizer(optimizer)
     files = {
-        "model.safetensors": {k: v.detach().cpu().contiguous() for k, v in model.items()},
+        MODEL_FILE: {k: v.detach().cpu().contiguous() for k, v in model.items()},
         "optimizer.safetensors": opt_tensors,
         "regularizer.safetensors": {
             k: v.detach().cpu().contiguous() for k, v in regularizer.items()
@@ -214,7 +214,6 @@ def save_checkpoint(
     return final
 
 
-WEIGHT_FILES = ("model.safetensors", "optimizer.safetensors", "regularizer.safetensors")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -310,7 +309,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
         return Checkpoint(
             path=path,
             epoch=meta["epoch"],
-            model=tensors["model.safetensors"],
+            model=tensors[MODEL_FILE],
             optimizer=tensors["optimizer.safetensors"],
             regularizer=tensors["regularizer.safetensors"],
             state=meta,

@@ -1,0 +1,18 @@
+"""The names of the files in a trial's checkpoint folder, in one place that imports nothing
+(the sweep driver reads checkpoints on storage without loading torch).
+
+Every checkpoint (:mod:`lipsweep.trial.checkpoint`) holds :data:`STATE_FILE` and the
+safetensors of :data:`WEIGHT_FILES`; a finished trial's final checkpoint
+(:mod:`lipsweep.sweep.trainable`) adds :data:`FINAL_METRICS`, :data:`FINAL_CONFIG` and the
+Lipschitz arrays under :data:`ARTIFACTS`."""
+
+STATE_FILE = "state.json"
+"""Epoch, per-epoch history, trial config and the weights' checksums."""
+MODEL_FILE = "model.safetensors"
+WEIGHT_FILES = (MODEL_FILE, "optimizer.safetensors", "regularizer.safetensors")
+FINAL_METRICS = "metrics.json"
+"""A final checkpoint's final metrics: what the trial reported, to report again on resume."""
+FINAL_CONFIG = "config.json"
+"""A final checkpoint's trial config, to tell whether it is this trial's."""
+ARTIFACTS = "artifacts"
+"""A final checkpoint's folder of per-row Lipschitz arrays."""
