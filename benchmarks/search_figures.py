@@ -9,6 +9,7 @@ table of figures in ``docs/bench_search_figures/figures.md``. Every method and r
     .venv/bin/python benchmarks/search_figures.py --only clean-60x3x12 --replays 10
     .venv/bin/python benchmarks/search_figures.py --method moasha   # one method's rows
     .venv/bin/python benchmarks/search_figures.py --settings        # moasha's settings
+    .venv/bin/python benchmarks/search_figures.py --spread --replays 200   # how far 50 move
     .venv/bin/python benchmarks/search_figures.py --render          # figures.md only
 
 The same code, tables and flags give the same files to the digit (each replay is seeded by its
@@ -25,6 +26,8 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -211,6 +214,58 @@ def settings_markdown(names: Sequence[str], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+def spread(hv: Sequence[float], block: int = 50) -> dict[str, Any]:
+    """How the hypervolume fractions of many replays spread: their median and quartiles
+    (numpy's linear percentiles), the shares >= 0.95 and >= 0.8, and the median of each
+    block of ``block`` consecutive replays (what a ``block``-replay figure would have said)."""
+    x = np.asarray(hv, dtype=float)
+    return {
+        "median": float(np.median(x)),
+        "quartiles": (float(np.percentile(x, 25)), float(np.percentile(x, 75))),
+        "share_at_least_0.95": float(np.mean(x >= 0.95 - 1e-12)),
+        "share_at_least_0.8": float(np.mean(x >= 0.8 - 1e-12)),
+        "blocks": [float(np.median(x[i : i + block])) for i in range(0, len(x), block)],
+    }
+
+
+def spread_markdown(names: Sequence[str], args: argparse.Namespace, block: int = 50) -> str:
+    """One row per :data:`SETTINGS` pair, one cell per table: :func:`spread` of ``moasha``'s
+    hypervolume fraction at ``args.budget`` over ``args.replays`` replays."""
+    with ProcessPoolExecutor(args.processes) as pool:
+        jobs = {
+            (c, f, n): pool.submit(
+                run_method,
+                n,
+                "moasha",
+                args.replays,
+                args.workers,
+                confidence=c,
+                reduction_factor=f,
+            )  # fmt: skip
+            for c, f in SETTINGS
+            for n in names
+        }
+        cells = {
+            key: spread([r.hv_at(args.budget) for r in job.result()], block)
+            for key, job in jobs.items()
+        }
+    lines = [
+        f"| confidence | reduction factor | {' | '.join(names)} |",
+        "|---:|---:|" + "---|" * len(names),
+    ]
+    for c, f in SETTINGS:
+        row = []
+        for n in names:
+            sp = cells[(c, f, n)]
+            q1, q3 = sp["quartiles"]
+            row.append(
+                f"{sp['median']:.3f} ({q1:.3f}-{q3:.3f}), {sp['share_at_least_0.95']:.0%} / "
+                f"{sp['share_at_least_0.8']:.0%}; " + " / ".join(f"{b:.3f}" for b in sp["blocks"])
+            )
+        lines.append(f"| {c:g} | {f:g} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=TABLES, help="tables (default all)")
@@ -237,6 +292,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "(default: the synthetic presets) as one markdown table; writes no summary",
     )
     ap.add_argument(
+        "--spread",
+        action="store_true",
+        help="print how moasha's hypervolume fraction spreads over --replays replays at each "
+        "(confidence, reduction factor) of SETTINGS: median (quartiles), shares >= 0.95 / "
+        ">= 0.8, and the median of each block of 50 replays; writes no summary",
+    )
+    ap.add_argument(
         "--render",
         action="store_true",
         help="rewrite figures.md from the tables' committed summaries; replays nothing",
@@ -245,6 +307,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.settings:
         print(settings_markdown(args.only or list(PRESETS), args))
+        return 0
+    if args.spread:
+        print(spread_markdown(args.only or list(PRESETS), args))
         return 0
     if args.render:
         names = list(TABLES)

@@ -468,3 +468,14 @@ def test_grid_signal_oracle_floor_matches_a_hand_computation(tmp_path):
     floor = bench_module("grid_signal").oracle_stopping(table, [("a", "max"), ("b", "max")])
     assert floor["seeds together"] == pytest.approx((2 / 14, 14 / 18))
     assert floor["lead seed first"] == pytest.approx((1 / 13, 13 / 18))
+
+
+def test_search_figures_spread_matches_a_hand_computation():
+    """benchmarks/search_figures.py --spread: replays 0.5, 1.0, 0.9, 0.8 in blocks of 2:
+    median 0.85, quartiles 0.725 and 0.925 (linear), 1 of 4 >= 0.95, 3 of 4 >= 0.8, and the
+    blocks' medians 0.75 and 0.85."""
+    sp = bench_module("search_figures").spread([0.5, 1.0, 0.9, 0.8], block=2)
+    assert sp["median"] == pytest.approx(0.85)
+    assert sp["quartiles"] == pytest.approx((0.725, 0.925))
+    assert (sp["share_at_least_0.95"], sp["share_at_least_0.8"]) == (0.25, 0.75)
+    assert sp["blocks"] == pytest.approx([0.75, 0.85])
