@@ -241,7 +241,7 @@ def spread_markdown(names: Sequence[str], args: argparse.Namespace, block: int =
                 args.workers,
                 confidence=c,
                 reduction_factor=f,
-            )  # fmt: skip
+            )
             for c, f in SETTINGS
             for n in names
         }

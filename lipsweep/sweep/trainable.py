@@ -52,8 +52,6 @@ from lipsweep.trial.checkpoint_files import (
 _log = logging.getLogger(__name__)
 FINAL_KEY = "lipsweep_final"
 ERROR_KEY = "lipsweep_error"
-"""The file that makes a Tune checkpoint a trial's final one: its final metrics (beside
-``config.json``, the trial's config)."""
 
 
 class _EvaluationLines(logging.StreamHandler):

@@ -29,7 +29,13 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from lipsweep.core.paths import WriteError, removing
-from lipsweep.trial.checkpoint_files import MODEL_FILE, STATE_FILE, WEIGHT_FILES
+from lipsweep.trial.checkpoint_files import (
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    REGULARIZER_FILE,
+    STATE_FILE,
+    WEIGHT_FILES,
+)
 
 _log = logging.getLogger(__name__)
 _NAME = re.compile(r"^epoch_(\d{4,})$")
@@ -162,10 +168,8 @@ def _write_folder(
     opt_tensors, opt_meta = flatten_optimizer(optimizer)
     files = {
         MODEL_FILE: {k: v.detach().cpu().contiguous() for k, v in model.items()},
-        "optimizer.safetensors": opt_tensors,
-        "regularizer.safetensors": {
-            k: v.detach().cpu().contiguous() for k, v in regularizer.items()
-        },
+        OPTIMIZER_FILE: opt_tensors,
+        REGULARIZER_FILE: {k: v.detach().cpu().contiguous() for k, v in regularizer.items()},
     }
     digests = {}
     for name, tensors in files.items():
@@ -305,13 +309,13 @@ def load_checkpoint(path: Path) -> Checkpoint:
                 )
             blobs[name] = blob
         tensors = {name: load_bytes(blobs.pop(name)) for name in WEIGHT_FILES}
-        unflatten_optimizer(tensors["optimizer.safetensors"], meta["optimizer_meta"])
+        unflatten_optimizer(tensors[OPTIMIZER_FILE], meta["optimizer_meta"])
         return Checkpoint(
             path=path,
             epoch=meta["epoch"],
             model=tensors[MODEL_FILE],
-            optimizer=tensors["optimizer.safetensors"],
-            regularizer=tensors["regularizer.safetensors"],
+            optimizer=tensors[OPTIMIZER_FILE],
+            regularizer=tensors[REGULARIZER_FILE],
             state=meta,
         )
     except CheckpointError:

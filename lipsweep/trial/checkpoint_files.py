@@ -9,9 +9,12 @@ Lipschitz arrays under :data:`ARTIFACTS`."""
 STATE_FILE = "state.json"
 """Epoch, per-epoch history, trial config and the weights' checksums."""
 MODEL_FILE = "model.safetensors"
-WEIGHT_FILES = (MODEL_FILE, "optimizer.safetensors", "regularizer.safetensors")
+OPTIMIZER_FILE = "optimizer.safetensors"
+REGULARIZER_FILE = "regularizer.safetensors"
+WEIGHT_FILES = (MODEL_FILE, OPTIMIZER_FILE, REGULARIZER_FILE)
 FINAL_METRICS = "metrics.json"
-"""A final checkpoint's final metrics: what the trial reported, to report again on resume."""
+"""The file that makes a checkpoint a trial's final one: its final metrics, reported again
+on resume instead of evaluating twice."""
 FINAL_CONFIG = "config.json"
 """A final checkpoint's trial config, to tell whether it is this trial's."""
 ARTIFACTS = "artifacts"
