@@ -186,9 +186,9 @@ SETTINGS = ((0.8, 2.0), (0.9, 2.0), (0.95, 2.0), (0.8, 3.0), (0.8, 4.0))
 """moasha's (confidence, reduction_factor) pairs ``--settings`` compares; (0.8, 2) the default."""
 
 
-def settings_markdown(names: Sequence[str], args: argparse.Namespace) -> str:
-    """One row per :data:`SETTINGS` pair, one cell per table: ``moasha``'s four figures
-    (:func:`_figures`) at ``args.budget``."""
+def settings_runs(names: Sequence[str], args: argparse.Namespace) -> dict[tuple, list[Any]]:
+    """``moasha``'s replays at each :data:`SETTINGS` pair on each table: ``(confidence,
+    reduction_factor, table) -> replays`` (``args.replays`` each, ``args.processes`` at once)."""
     with ProcessPoolExecutor(args.processes) as pool:
         jobs = {
             (c, f, n): pool.submit(
@@ -203,15 +203,26 @@ def settings_markdown(names: Sequence[str], args: argparse.Namespace) -> str:
             for c, f in SETTINGS
             for n in names
         }
-        scores = {key: _entry(job.result(), args.budget) for key, job in jobs.items()}
+        return {key: job.result() for key, job in jobs.items()}
+
+
+def settings_table(names: Sequence[str], cells: dict[tuple, str]) -> str:
+    """A markdown table: one row per :data:`SETTINGS` pair, one column per table."""
     lines = [
         "| confidence | reduction factor | " + " | ".join(names) + " |",
         "|---:|---:|" + "---|" * len(names),
     ]
     for c, f in SETTINGS:
-        cells = [", ".join(_figures(scores[(c, f, n)])) for n in names]
-        lines.append(f"| {c:g} | {f:g} | " + " | ".join(cells) + " |")
+        lines.append(f"| {c:g} | {f:g} | " + " | ".join(cells[(c, f, n)] for n in names) + " |")
     return "\n".join(lines) + "\n"
+
+
+def settings_markdown(names: Sequence[str], args: argparse.Namespace) -> str:
+    """``moasha``'s four figures (:func:`_figures`) at ``args.budget`` per setting and table."""
+    runs = settings_runs(names, args)
+    return settings_table(
+        names, {key: ", ".join(_figures(_entry(rs, args.budget))) for key, rs in runs.items()}
+    )
 
 
 def spread(hv: Sequence[float], block: int = 50) -> dict[str, Any]:
@@ -228,42 +239,25 @@ def spread(hv: Sequence[float], block: int = 50) -> dict[str, Any]:
     }
 
 
+def _spread_cell(sp: dict[str, Any]) -> str:
+    q1, q3 = sp["quartiles"]
+    return (
+        f"{sp['median']:.3f} ({q1:.3f}-{q3:.3f}), {sp['share_at_least_0.95']:.0%} / "
+        f"{sp['share_at_least_0.8']:.0%}; " + " / ".join(f"{b:.3f}" for b in sp["blocks"])
+    )
+
+
 def spread_markdown(names: Sequence[str], args: argparse.Namespace, block: int = 50) -> str:
-    """One row per :data:`SETTINGS` pair, one cell per table: :func:`spread` of ``moasha``'s
-    hypervolume fraction at ``args.budget`` over ``args.replays`` replays."""
-    with ProcessPoolExecutor(args.processes) as pool:
-        jobs = {
-            (c, f, n): pool.submit(
-                run_method,
-                n,
-                "moasha",
-                args.replays,
-                args.workers,
-                confidence=c,
-                reduction_factor=f,
-            )
-            for c, f in SETTINGS
-            for n in names
-        }
-        cells = {
-            key: spread([r.hv_at(args.budget) for r in job.result()], block)
-            for key, job in jobs.items()
-        }
-    lines = [
-        f"| confidence | reduction factor | {' | '.join(names)} |",
-        "|---:|---:|" + "---|" * len(names),
-    ]
-    for c, f in SETTINGS:
-        row = []
-        for n in names:
-            sp = cells[(c, f, n)]
-            q1, q3 = sp["quartiles"]
-            row.append(
-                f"{sp['median']:.3f} ({q1:.3f}-{q3:.3f}), {sp['share_at_least_0.95']:.0%} / "
-                f"{sp['share_at_least_0.8']:.0%}; " + " / ".join(f"{b:.3f}" for b in sp["blocks"])
-            )
-        lines.append(f"| {c:g} | {f:g} | " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    """:func:`spread` of ``moasha``'s hypervolume fraction at ``args.budget`` over
+    ``args.replays`` replays, per setting and table."""
+    runs = settings_runs(names, args)
+    return settings_table(
+        names,
+        {
+            key: _spread_cell(spread([r.hv_at(args.budget) for r in rs], block))
+            for key, rs in runs.items()
+        },
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
