@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from lipsweep.tracking import READ_RETRIES, Tracker, check_tracking_uri
+from lipsweep.trial.checkpoint_files import FINAL_CONFIG, MODEL_FILE
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.decide.front import Front
@@ -131,7 +132,7 @@ def download_checkpoint(tracker: Tracker, run_id: str) -> tuple[dict[str, Any], 
     a missing file is a UsageError naming it."""
     with tempfile.TemporaryDirectory() as tmp:
         local = tracker.download_artifacts(run_id, "checkpoint", tmp)
-        files = [local / "config.json", local / "model.safetensors"]
+        files = [local / FINAL_CONFIG, local / MODEL_FILE]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise _usage(f"run {run_id} has no checkpoint/{missing[0]} artifact")

@@ -31,6 +31,7 @@ from lipsweep.core.paths import (
     removing,
 )
 from lipsweep.regularizers import find_spec, shown_params
+from lipsweep.vit.export_format import CONFIG_FILE, WEIGHTS_FILE
 
 
 def _card_metadata(config: dict[str, Any], metrics: dict[str, float]) -> dict[str, Any]:
@@ -127,7 +128,8 @@ transform = timm.data.create_transform(**timm.data.resolve_model_data_config(net
 
 MARKER = ".lipsweep-export"
 """Written into every export; ``--force`` replaces only a folder that holds it."""
-EXPORT_FILES = frozenset({"model.safetensors", "config.json", "metrics.json", "README.md", MARKER})
+METRICS_FILE = "metrics.json"
+EXPORT_FILES = frozenset({WEIGHTS_FILE, CONFIG_FILE, METRICS_FILE, "README.md", MARKER})
 
 
 def check_out(out: str | os.PathLike, force: bool, make_parents: bool = True) -> None:
@@ -183,12 +185,12 @@ def write_export(
     with removing(tmp, str(out), errors=(OSError, SafetensorError)):
         save_file(
             {k: v.contiguous() for k, v in state_dict.items()},
-            str(tmp / "model.safetensors"),
+            str(tmp / WEIGHTS_FILE),
             metadata={"format": "pt"},
         )
-        os.chmod(tmp / "model.safetensors", 0o666 & ~_umask())  # safetensors writes 0600
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+        os.chmod(tmp / WEIGHTS_FILE, 0o666 & ~_umask())  # safetensors writes 0600
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True))
+        (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2, sort_keys=True))
         (tmp / "README.md").write_text(_model_card(config, metrics))
         (tmp / MARKER).write_text(json.dumps({"format": config.get("format")}) + "\n")
         if not out.exists():

@@ -101,6 +101,10 @@ TIMM_KWARGS = (
 
 
 MAX_JSON_BYTES = 16 * 2**20
+CONFIG_FILE = "config.json"
+"""An export's config: timm's keys and lipsweep's record (module docstring)."""
+WEIGHTS_FILE = "model.safetensors"
+"""An export's weights: the timm network's state dict."""
 
 
 class ExportError(ValueError):
@@ -137,7 +141,7 @@ def _open_inside(folder: Path, name: str) -> tuple[Path, Any]:
 
 
 def _read_config(folder: Path) -> tuple[Path, dict[str, Any]]:
-    path, fh = _open_inside(folder, "config.json")
+    path, fh = _open_inside(folder, CONFIG_FILE)
     with fh:
         raw = fh.read(MAX_JSON_BYTES + 1)
     if len(raw) > MAX_JSON_BYTES:
@@ -243,7 +247,7 @@ def _read_weights(folder: Path, expected: dict[str, tuple[int, ...]]) -> dict[st
     (names and shapes of the model config.json describes): nothing is allocated before."""
     from lipsweep.core.safetensors_header import HeaderError, read_header
 
-    path, fh = _open_inside(folder, "model.safetensors")
+    path, fh = _open_inside(folder, WEIGHTS_FILE)
     with fh:  # held open: the checked regular file is the one read
         try:
             header = read_header(path)
