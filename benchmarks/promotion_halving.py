@@ -70,12 +70,10 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
     where its compute went (:func:`breakdown`); ``pause`` False: the stopping form, which
     gives ``bench-search``'s ``moasha`` figures."""
     from lipsweep.search import replay
-    from lipsweep.search.protocol import CONTINUE, SEED_KEY
 
     table, method = bench.table, replay.parse_method("moasha")
     search, rule = bench.search(method, seed), bench.rule(method, seed)
     core, tally = rule.core, replay.Tally(table, search, bench.objectives)
-    by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
     rung_of = {int(round(r)): i for i, r in enumerate(core.rungs)}
     events: list[tuple[float, int, str]] = []
     running: dict[str, tuple[Any, str, str, int]] = {}  # trial -> (config, seed, group, epochs)
@@ -83,7 +81,7 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
     promoted: dict[str, set[int]] = {}  # group -> rungs it was promoted past
     group_of: dict[str, str] = {}  # config key -> the rule's group
     judged: dict[tuple[str, int], int] = {}  # (group, rung) -> core.changes when last judged
-    now, order, free, exhausted, n_trials = 0.0, 0, bench.workers, False, 0
+    now, order, free, exhausted = 0.0, 0, bench.workers, False
 
     def start(trial: str, config: Any, seed_: str, group: str, epochs: int) -> None:
         nonlocal order, free
@@ -121,20 +119,14 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
         while free > 0:
             trial = promotable(force=False)
             if trial is None and not exhausted:
-                trial = f"t{n_trials:05d}"
-                n_trials += 1
-                flat = search.suggest(trial)
-                if flat is None:
+                drawn = tally.draw(rule)
+                if drawn is None:
                     exhausted = True
                     continue
-                config = by_params[tuple(flat[p] for p in table.params)]
-                group = rule.group(trial, flat)
+                trial, config, seed_, group, may_start = drawn
                 group_of[config.key] = group
-                if rule.decide(trial, group, 0, {}) != CONTINUE:
-                    rule.report(trial)
-                    tally.end(trial, config, str(flat[SEED_KEY]), completed=False)
-                else:
-                    start(trial, config, str(flat[SEED_KEY]), group, 0)
+                if may_start:
+                    start(trial, config, seed_, group, 0)
                 continue
             if trial is None:
                 trial = promotable(force=not events)
@@ -149,14 +141,9 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
             break
         now, _, trial = heapq.heappop(events)
         config, seed_, group, epochs = running.pop(trial)
-        tally.spend(config, float(config.seconds[seed_][epochs]))
         epochs += 1
         free += 1
-        metrics = {n: float(config.metrics[seed_][n][epochs - 1]) for n in table.per_epoch}
-        go = rule.decide(trial, group, epochs, metrics) == CONTINUE
-        if epochs == table.epochs or not go:
-            rule.report(trial)
-            tally.end(trial, config, seed_, completed=go and epochs == table.epochs)
+        if not tally.epoch(trial, rule, config, seed_, group, epochs):
             continue
         i = rung_of.get(epochs)
         if pause and i is not None and i not in promoted.get(group, set()):

@@ -51,7 +51,7 @@ import numpy as np
 from lipsweep.core.config_base import ConfigError, show
 from lipsweep.core.hypervolume import hypervolume, reference_point, relative_hypervolume
 from lipsweep.core.metric_names import ACC_CLEAN, probe_metric
-from lipsweep.search.protocol import CONTINUE, STOP
+from lipsweep.search.protocol import CONTINUE, SEED_KEY, STOP
 
 _log = logging.getLogger(__name__)
 
@@ -519,7 +519,9 @@ class Replay:
 class Tally:
     """A replay's bookkeeping (:func:`simulate`'s, and any what-if simulator's): compute as it
     is spent, each trial's end told to the searcher (``search``; None: no searcher to tell),
-    and a configuration's outcome once all its seeds have ended, into :attr:`out`."""
+    and a configuration's outcome once all its seeds have ended, into :attr:`out`. With a
+    searcher, :meth:`draw` and :meth:`epoch` are a trial's start and per-epoch report, the same
+    for every simulator; the simulator keeps the clock and the workers."""
 
     def __init__(
         self, table: Table, search: Optional[Any], objectives: Sequence[tuple[str, str]]
@@ -528,6 +530,8 @@ class Tally:
         self.names = [n for n, _ in objectives]
         self.dirs = [d for _, d in objectives]
         self.grid_front = np.array([table.objectives(c, self.names) for c in table.configs])
+        self.by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
+        self.drawn = 0  # trials asked of the searcher: the next is named f"t{drawn:05d}"
         self.ended: dict[str, int] = {}  # config key -> seeds that ended (any way)
         self.full: dict[str, int] = {}  # config key -> seeds that ran every epoch
         self.cost: dict[str, float] = {}  # config key -> compute spent on it
@@ -561,6 +565,39 @@ class Tally:
             self.out.stopped += 1
             self.out.spent_on_stopped += self.cost.get(key, 0.0) / table.compute
 
+    def draw(self, rule: Any) -> Optional[tuple[str, Config, str, str, bool]]:
+        """The searcher's next trial: ``(trial, config, seed, group, may_start)``, or None when
+        it has none left. One whose configuration ``rule`` has stopped may not start; its end
+        (never started) is told here, as the live adapter ends it before it starts."""
+        trial = f"t{self.drawn:05d}"
+        self.drawn += 1
+        flat = self.search.suggest(trial)
+        if flat is None:
+            return None
+        config = self.by_params[tuple(flat[p] for p in self.table.params)]
+        seed, group = str(flat[SEED_KEY]), rule.group(trial, flat)
+        if rule.decide(trial, group, 0, {}) == CONTINUE:
+            return trial, config, seed, group, True
+        rule.report(trial)
+        self.end(trial, config, seed, completed=False)
+        return trial, config, seed, group, False
+
+    def epoch(
+        self, trial: str, rule: Any, config: Config, seed: str, group: str, done: int
+    ) -> bool:
+        """``trial`` ended its ``done``-th epoch: the epoch's compute is spent and its
+        per-epoch values go to ``rule``. False when the trial ends there (its last epoch, or
+        ``rule`` stopped it, its last epoch's report included: told as ended), True when it
+        runs on."""
+        self.spend(config, float(config.seconds[seed][done - 1]))
+        metrics = {n: float(config.metrics[seed][n][done - 1]) for n in self.table.per_epoch}
+        go = rule.decide(trial, group, done, metrics) == CONTINUE
+        if go and done < self.table.epochs:
+            return True
+        rule.report(trial)
+        self.end(trial, config, seed, completed=go)
+        return False
+
     def close(self) -> Replay:
         """The replay, once nothing is left to run."""
         self.out.spent = self.spent / self.table.compute
@@ -583,28 +620,19 @@ def simulate(
     configuration the rule has stopped is never started. A trial the rule stops at a report,
     its last epoch's included, is stopped there (as the live sweep kills it before its final
     report); compute counts each epoch when it ends."""
-    from lipsweep.search.protocol import SEED_KEY
-
-    by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
     tally = Tally(table, search, objectives)
     events: list[tuple[float, int, str]] = []
     running: dict[str, tuple[Config, str, str, int]] = {}  # trial -> (config, seed, group, done)
-    now, order, free, exhausted, n_trials = 0.0, 0, workers, False, 0
+    now, order, free, exhausted = 0.0, 0, workers, False
 
     while True:
         while free > 0 and not exhausted:
-            trial = f"t{n_trials:05d}"
-            n_trials += 1
-            flat = search.suggest(trial)
-            if flat is None:
+            drawn = tally.draw(rule)
+            if drawn is None:
                 exhausted = True
                 break
-            config = by_params[tuple(flat[p] for p in table.params)]
-            seed = str(flat[SEED_KEY])
-            group = rule.group(trial, flat)
-            if rule.decide(trial, group, 0, {}) != CONTINUE:  # its configuration was stopped
-                rule.report(trial)
-                tally.end(trial, config, seed, completed=False)
+            trial, config, seed, group, may_start = drawn
+            if not may_start:  # its configuration was stopped
                 continue
             running[trial] = (config, seed, group, 0)
             heapq.heappush(events, (now + float(config.seconds[seed][0]), order, trial))
@@ -614,14 +642,9 @@ def simulate(
             break
         now, _, trial = heapq.heappop(events)
         config, seed, group, done = running.pop(trial)
-        tally.spend(config, float(config.seconds[seed][done]))
         done += 1
-        metrics = {n: float(config.metrics[seed][n][done - 1]) for n in table.per_epoch}
-        go = rule.decide(trial, group, done, metrics) == CONTINUE
-        if done == table.epochs or not go:
-            rule.report(trial)
+        if not tally.epoch(trial, rule, config, seed, group, done):
             free += 1
-            tally.end(trial, config, seed, completed=go and done == table.epochs)
             continue
         running[trial] = (config, seed, group, done)
         heapq.heappush(events, (now + float(config.seconds[seed][done]), order, trial))
