@@ -131,10 +131,11 @@ def repair(trial: Trial) -> Optional[str]:
     fs = trial.storage.storage_filesystem
     recorded = {r.checkpoint.path for r in [*manager.best_checkpoint_results, latest]}
     gone = sorted(p for p in recorded if not _exists(fs, p))
-    names, found = _on_storage(trial, newer_than=None if gone else _index(latest.checkpoint.path))
+    at = _index(latest.checkpoint.path)
+    names, found = _on_storage(trial, newer_than=None if gone else at)
     if not gone and not (
         found
-        and _index(found[-1].checkpoint.path) > _index(latest.checkpoint.path)
+        and _index(found[-1].checkpoint.path) > at
         and _exists(fs, f"{found[-1].checkpoint.path}/{FINAL_METRICS}")
     ):
         return None
