@@ -593,3 +593,60 @@ def test_an_asha_sweeps_space_record_is_what_older_lipsweep_wrote(tmp_path):
     old = {"type": "asha", "metric": "loss", "mode": "max", "grace_period": 1}
     old.update({"reduction_factor": 2.0, "max_t": None})
     assert space_record(load_space(p))["settings"]["scheduler"] == old
+
+
+# --------------------------------------------------------------------------- saved state
+
+# A's seeds 10 and 12 (mean 11, SS 2), then C's first seed 10.5, all at rung 1. Quota alone:
+# 2 configurations, 1 kept, A ahead -> C stops. Noise: sd sqrt(2) at 1 df; z = 0.5 /
+# (sqrt(2) * sqrt(1/2 + 1)) = 0.5 / sqrt(3) = 0.28868; at 1 df t is Cauchy: P = 1/2 +
+# atan(0.28868) / pi = 0.5895 -> C continues at confidence 0.8 and stops at 0.55.
+NEAR = [("a0", 0.1, 0, 10.0), ("a1", 0.1, 1, 12.0)]
+NEAR_LAST = ("c0", 0.2, 0, 10.5)
+
+
+def _learning_moasha(tmp_path, confidence=0.8, resume=False):
+    s = scheduler_settings(
+        {"type": "moasha", "metrics": ["acc_clean"], "modes": ["max"], "confidence": confidence}
+    )
+    path = str(tmp_path / "state.json")
+    ctx = SchedulerContext(epochs=4, state_path=path, resume=resume, seeds=2)
+    return create_scheduler(s, ctx)  # no trials listed: a learning searcher's draws
+
+
+def _feed(sched, tid, lr, seed, acc):
+    trial = SimpleNamespace(trial_id=tid, config={"lr": lr, "seed": seed})
+    sched.on_trial_add(None, trial)
+    return sched.on_trial_result(None, trial, {"epoch": 1, "acc_clean": acc}), trial
+
+
+def test_a_learning_searchers_repeat_seeds_put_the_noise_test_on(tmp_path):
+    sched = _learning_moasha(tmp_path)
+    assert sched.core.repeats  # 2 seeds a draw, though no configuration is listed
+    for row in NEAR:
+        assert _feed(sched, *row)[0] == "CONTINUE"
+    assert _feed(sched, *NEAR_LAST)[0] == "CONTINUE"  # within seed noise (P 0.59 < 0.8)
+
+
+@pytest.mark.parametrize("confidence,decision", [(0.8, "CONTINUE"), (0.55, "STOP")])
+def test_a_resumed_moasha_keeps_its_confidence_and_seed_count(tmp_path, confidence, decision):
+    before = _learning_moasha(tmp_path, confidence)
+    for row in NEAR:
+        _feed(before, *row)
+    resumed = _learning_moasha(tmp_path, confidence, resume=True)
+    assert _feed(resumed, *NEAR_LAST)[0] == decision  # P 0.5895 against the saved confidence
+    assert (resumed.core.confidence, resumed.core.seeds) == (confidence, 2)
+
+
+def test_a_trials_end_is_saved_in_the_state_file(tmp_path):
+    sched = _learning_moasha(tmp_path)
+    _, done = _feed(sched, *NEAR[0])
+    _, failed = _feed(sched, *NEAR[1])
+    state = tmp_path / "state.json"
+    assert json.loads(state.read_text())["ended"] == []
+    sched.on_trial_complete(None, done, {})
+    assert json.loads(state.read_text())["ended"] == ["a0"]
+    sched.on_trial_error(None, failed)
+    assert json.loads(state.read_text())["ended"] == ["a0", "a1"]
+    resumed = _learning_moasha(tmp_path, resume=True)
+    assert resumed._ready().ended == {"a0", "a1"}
