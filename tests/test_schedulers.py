@@ -638,15 +638,21 @@ def test_a_resumed_moasha_keeps_its_confidence_and_seed_count(tmp_path, confiden
     assert (resumed.core.confidence, resumed.core.seeds) == (confidence, 2)
 
 
-def test_a_trials_end_is_saved_in_the_state_file(tmp_path):
+def test_every_way_a_trial_ends_is_saved_in_the_state_file(tmp_path):
+    """Finished, failed, and removed (Tune ends a queued seed of a stopped configuration
+    with ``on_trial_remove``): each is in the state file at once, and a resume reads it."""
     sched = _learning_moasha(tmp_path)
     _, done = _feed(sched, *NEAR[0])
     _, failed = _feed(sched, *NEAR[1])
+    queued = SimpleNamespace(trial_id="c1", config={"lr": 0.2, "seed": 1})
+    sched.on_trial_add(None, queued)
     state = tmp_path / "state.json"
     assert json.loads(state.read_text())["ended"] == []
     sched.on_trial_complete(None, done, {})
     assert json.loads(state.read_text())["ended"] == ["a0"]
     sched.on_trial_error(None, failed)
     assert json.loads(state.read_text())["ended"] == ["a0", "a1"]
+    sched.on_trial_remove(None, queued)
+    assert json.loads(state.read_text())["ended"] == ["a0", "a1", "c1"]
     resumed = _learning_moasha(tmp_path, resume=True)
-    assert resumed._ready().ended == {"a0", "a1"}
+    assert resumed._ready().ended == {"a0", "a1", "c1"}
