@@ -236,3 +236,14 @@ def test_a_committed_summary_row_regenerates_to_the_digit():
     for key in ("hv_fraction_at_budget", "compute_fraction_to_90", "stopped_compute_share"):
         got = summary["methods"]["optuna-moasha"][key]["per_replay"]
         assert got == committed["methods"]["optuna-moasha"][key]["per_replay"][:3], key
+
+
+def test_seed_mean_leaves_out_a_failed_seed_rather_than_counting_it_as_zero():
+    from lipsweep.search.protocol import seed_mean
+
+    # by hand: (0.8 + 0.6) / 2 = 0.7 over the two seeds that finished (not 1.4 / 3 = 0.467)
+    assert seed_mean([{"a": 0.8}, {"a": 0.6}, None], ["a"]) == {"a": pytest.approx(0.7)}
+    # a seed without a finite value of every objective is left out the same way
+    got = seed_mean([{"a": 0.8, "b": 2.0}, {"a": float("nan"), "b": 1.0}, {"a": 0.5}], ["a", "b"])
+    assert got == {"a": pytest.approx(0.8), "b": pytest.approx(2.0)}
+    assert seed_mean([None, None], ["a"]) is None

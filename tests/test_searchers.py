@@ -308,3 +308,41 @@ def test_a_new_sweep_does_not_adopt_an_earlier_study_of_its_name(tmp_path):
     (line,) = [ln for ln in proc.stderr.splitlines() if "already exists" in ln]
     assert "--experiment exp" in line and "optuna delete-study" in line and str(db) in line
     assert not (tmp_path / "ray" / "exp").exists()
+
+
+class _Inner:
+    """A Tune searcher that records what it is told."""
+
+    metric, mode = "acc_clean", "max"
+
+    def __init__(self) -> None:
+        self.told: list[tuple] = []
+
+    def suggest(self, trial_id):
+        return {"trial": {"lr": 0.1}}
+
+    def on_trial_result(self, trial_id, result):
+        pass
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self.told.append((trial_id, result, error))
+
+
+def test_a_repeat_searcher_tells_the_mean_of_the_finished_seeds_not_a_stopped_seeds_epoch():
+    """Tune completes a stopped trial with its last per-epoch result; only a final report
+    (``lipsweep_final``) counts. By hand: (0.8 + 0.6) / 2 = 0.7 (with t1's epoch value 0.1,
+    (0.8 + 0.1 + 0.6) / 3 = 0.5)."""
+    from lipsweep.sweep.searchers._optuna import RepeatSearcher
+
+    inner = _Inner()
+    searcher = RepeatSearcher(inner, [0, 1, 2], ["acc_clean"])
+    assert [searcher.suggest(f"t{i}")["trial"]["seed"] for i in range(3)] == [0, 1, 2]
+    searcher.on_trial_complete("t0", {"acc_clean": 0.8, "lipsweep_final": 1})
+    searcher.on_trial_complete("t1", {"acc_clean": 0.1, "epoch": 1})  # stopped at epoch 1
+    searcher.on_trial_complete("t2", {"acc_clean": 0.6, "lipsweep_final": 1})
+    assert inner.told == [("t0", {"acc_clean": pytest.approx(0.7)}, False)]
+    # every seed stopped: the draw is told as pruned (no result), not as failed
+    for i in range(3, 6):
+        searcher.suggest(f"t{i}")
+        searcher.on_trial_complete(f"t{i}", {"acc_clean": 0.9, "epoch": 2})
+    assert inner.told[-1] == ("t3", None, False)
