@@ -479,3 +479,39 @@ def test_search_figures_spread_matches_a_hand_computation():
     assert sp["quartiles"] == pytest.approx((0.725, 0.925))
     assert (sp["share_at_least_0.95"], sp["share_at_least_0.8"]) == (0.25, 0.75)
     assert sp["blocks"] == pytest.approx([0.75, 0.85])
+
+
+class _StopOneTrial(replay.NoStop):
+    def __init__(self, trial: str) -> None:
+        self.trial = trial
+
+    def decide(self, trial, group, t, metrics) -> str:
+        return "stop" if trial == self.trial and t >= 1 else "continue"
+
+
+def test_a_configuration_completes_only_when_every_seed_ran_its_budget(tmp_path):
+    """Configurations a and b, seeds 0 and 1, two epochs of 1 s each: the grid is 8 s. On
+    one worker the trials run a/0, a/1, b/0, b/1 (t00000..t00003); b/1 is stopped after its
+    first epoch. By hand: a completes at 4 s (0.5 of the grid); b, one seed short, counts as
+    stopped, with its 2 + 1 = 3 s (0.375) spent on it; 7 s (0.875) in all."""
+    from lipsweep.search.protocol import ListMember, Repeats
+
+    rows = ["config,seed,epoch,epoch_seconds,acc_clean,acc_pgd_4"]
+    for key, acc in (("a", 0.5), ("b", 0.6)):
+        rows += [f"{key},{s},{e},1,{acc},{acc if e == 2 else ''}" for s in (0, 1) for e in (1, 2)]
+    p = tmp_path / "t.csv"
+    p.write_text("\n".join(rows) + "\n")
+    table = replay.load_table(p)
+    objectives = [("acc_clean", "max"), ("acc_pgd_4", "max")]
+    order = ListMember([{"config": "a"}, {"config": "b"}])
+    search = Repeats(replay.TableMember(order, table), ["0", "1"], ["acc_clean", "acc_pgd_4"])
+    r = replay.simulate(table, search, _StopOneTrial("t00003"), objectives, 1)
+    assert r.compute == [pytest.approx(0.5)] and r.stopped == 1
+    assert r.spent == pytest.approx(0.875) and r.spent_on_stopped == pytest.approx(0.375)
+
+
+def test_the_budget_reached_by_summed_compute_counts_as_within_it():
+    """Compute is summed in floats: 0.1 + 0.2 is 0.30000000000000004, which is the budget
+    0.3 itself, so its hypervolume 0.6 is reached within 0.3."""
+    r = replay.Replay(compute=[0.1, 0.1 + 0.2], hv=[0.2, 0.6])
+    assert r.hv_at(0.3) == 0.6 and r.hv_at(0.1) == 0.2 and r.hv_at(0.05) == 0.0
