@@ -219,3 +219,52 @@ def test_confirm_task_decides_its_device_like_a_trial(monkeypatch):
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])
     confirm._evaluate_task({}, b"", [2], 16, None, label="run")
     assert seen == {"device": "cpu", "label": "run"}
+
+
+# three configurations on one front (none dominates another), first objective acc_clean (max)
+RANKED = {
+    "A": {"acc_clean": 30.0, "acc_pgd_4": 5.0, "acc_aa_2": 1.0, "lip_jacobian_median": 2.0},
+    "B": {"acc_clean": 25.0, "acc_pgd_4": 8.0, "acc_aa_2": 2.0, "lip_jacobian_median": 3.0},
+    "C": {"acc_clean": 20.0, "acc_pgd_4": 9.0, "acc_aa_2": 3.0, "lip_jacobian_median": 1.0},
+}
+LRS = {"A": "0.3", "B": "0.2", "C": "0.1"}  # id and lr orders are the reverse of acc_clean's
+
+
+class _Runs:
+    """The tracker ``confirm`` reads FINISHED trial runs from."""
+
+    experiment = "e"
+
+    def __init__(self, seeds):
+        from types import SimpleNamespace as NS
+
+        self.runs = [
+            NS(
+                info=NS(run_id=f"{'zyx'['ABC'.index(k)]}{s}", run_name=f"{k}{s}"),
+                data=NS(metrics=dict(m), params={"lr": LRS[k], "seed": str(s)}),
+            )
+            for k, m in RANKED.items()
+            for s in seeds
+        ]
+
+    def existing_experiment_id(self):
+        return "1"
+
+    def finished_trials(self, exp_id):
+        return self.runs
+
+    def sweep_parents(self, exp_id):
+        return []
+
+
+@pytest.mark.parametrize(
+    "seeds,top,chosen",
+    [
+        ((0,), 2, ["z0", "y0"]),  # runs: acc_clean 30 then 25 (20 left out)
+        ((0, 1), 1, ["z0", "z1"]),  # arms: every run of the arm with acc_clean 30
+    ],
+)
+def test_confirm_top_takes_the_better_first_objective_first_on_a_tied_front(seeds, top, chosen):
+    from lipsweep.decide.confirm import choose_runs
+
+    assert choose_runs(_Runs(seeds), "e", None, top) == chosen
