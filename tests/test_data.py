@@ -305,3 +305,34 @@ def test_bad_image_folder_is_refused_in_one_line(tmp_path, capsys, breakage, pro
     elif breakage == "missing":
         root = tmp_path / "data" / "nope"
     _cli_refuses(tmp_path, capsys, root, "imagefolder", problem)
+
+
+@pytest.mark.parametrize("dataset", ["cifar10", "cifar100"])
+def test_download_true_accepts_a_cifar_folder_that_does_not_exist_yet(tmp_path, dataset):
+    """The first download creates the folder: building the config must not refuse it."""
+    absent = tmp_path / "absent"
+    cfg = DataConfig(dataset=dataset, data_dir=str(absent), download=True)
+    assert cfg.download and cfg.data_dir == str(absent) and not absent.exists()
+    with pytest.raises(ConfigError) as exc:  # without download, the folder must be there
+        DataConfig(dataset=dataset, data_dir=str(absent))
+    assert exc.value.field == "data_dir"
+
+
+@pytest.mark.parametrize("dataset", ["cifar10", "cifar100", "npz"])
+def test_a_prepared_dataset_uri_with_download_true_is_refused(dataset):
+    uri = "s3://bucket/cifar.npz"
+    assert DataConfig(dataset=dataset, data_dir=uri).data_dir == uri  # read on the node
+    with pytest.raises(ConfigError, match="needs no download") as exc:
+        DataConfig(dataset=dataset, data_dir=uri, download=True)
+    assert exc.value.field == "download"
+
+
+def test_cifar100_normalization_is_the_published_cifar100_channel_mean_and_std():
+    """The CIFAR-100 training set's per-channel pixel mean and std (RGB, in [0, 1]), as
+    published with pytorch-cifar100 (weiaicunzai, conf/global_settings.py); CIFAR-10's mean
+    (0.4914, 0.4822, 0.4465) is 0.016 away in red."""
+    from lipsweep.vit.config import normalizations
+
+    mean, std = normalizations()["cifar100"]
+    assert mean == pytest.approx((0.50708, 0.48655, 0.44092), abs=5e-4)
+    assert std == pytest.approx((0.26733, 0.25644, 0.27615), abs=5e-4)
