@@ -131,3 +131,33 @@ def test_a_callback_that_raises_exits_or_hangs_never_stops_tunes_loop(
         monkeypatch.setenv("LIPSWEEP_CALLBACK_TIMEOUT_S", bad)
         with pytest.raises(UsageError, match="LIPSWEEP_CALLBACK_TIMEOUT_S: must be a positive"):
             create_callbacks(load_space(space).callbacks, str(space))
+
+
+def test_a_callback_with_the_older_setup_signature_has_its_setup_run_once():
+    """Tune's CallbackList calls ``setup(stop=..., num_samples=..., total_num_samples=...)``
+    and, for a ``setup(self)`` that takes none of them, ``setup()``: the guard does the same."""
+    from ray.tune import Callback
+    from ray.tune.callback import CallbackList
+
+    from lipsweep.sweep.callback_guard import GuardedCallback
+
+    class Older(Callback):
+        def __init__(self) -> None:
+            self.calls: list[dict] = []
+
+        def setup(self) -> None:  # no keywords: the older signature Tune still accepts
+            self.calls.append({})
+
+    class Newer(Callback):
+        def __init__(self) -> None:
+            self.calls: list[dict] = []
+
+        def setup(self, **info) -> None:
+            self.calls.append(info)
+
+    older, newer = Older(), Newer()
+    guards = [GuardedCallback(cb, f"callbacks[{i}]", 5.0) for i, cb in enumerate((older, newer))]
+    CallbackList(guards).setup(stop=None, num_samples=2, total_num_samples=2)
+    assert older.calls == [{}]
+    assert newer.calls == [{"stop": None, "num_samples": 2, "total_num_samples": 2}]
+    assert all(not g.errors for g in guards)
