@@ -215,3 +215,35 @@ def test_a_sweep_worker_shows_its_evaluation_lines_named_by_trial():
 
     for flat in ({"regularizer": "none", "seed": 1}, {"regularizer": "jasmin", "k": 0}, {}):
         assert trainable.trial_label(flat) == space.trial_label(flat), flat
+
+
+def test_compute_saved_counts_the_seeds_the_scheduler_never_started():
+    """Three trials of 4 epochs (12 in all): x_1 stopped after epoch 1, x_2 a queued seed of
+    the same configuration ended before it started (Tune's last result holds only its id),
+    x_3 finished. By hand: saved (4 - 1) + (4 - 0) = 7 of 12 epochs, 58%; the same after a
+    --resume that finds them ended."""
+    import io
+    from types import SimpleNamespace
+
+    from lipsweep.sweep.callbacks import ConsoleProgress
+    from lipsweep.sweep.trainable import FINAL_KEY
+
+    def trial(tid, last):
+        cfg = {"trial": {"epochs": 4, "lr": 0.1, "seed": int(tid[-1])}}
+        return SimpleNamespace(trial_id=tid, config=cfg, last_result={"trial_id": tid, **last})
+
+    stopped = trial("x_1", {"epoch": 1, "acc_clean": 10.0})
+    queued = trial("x_2", {})
+    done = trial("x_3", {"epoch": 4, FINAL_KEY: True, "acc_clean": 20.0})
+    live = ConsoleProgress(3, status_every=0, stream=io.StringIO(), total_epochs=12)
+    for t in (stopped, done):
+        live.on_trial_start(0, [], t)
+    for t in (stopped, queued, done):
+        live.on_trial_complete(0, [], t)
+    assert "finished 1 · stopped 2 · saved 7/12 epochs (58%)" in live.progress.counts_line(0.0)
+
+    resumed = ConsoleProgress(3, status_every=0, stream=io.StringIO(), total_epochs=12)
+    for t in (stopped, queued, done):
+        t.status = "TERMINATED"
+    resumed.on_step_end(0, [stopped, queued, done])
+    assert "finished 1 · stopped 2 · saved 7/12 epochs (58%)" in resumed.progress.counts_line(0.0)
