@@ -656,3 +656,18 @@ def test_every_way_a_trial_ends_is_saved_in_the_state_file(tmp_path):
     assert json.loads(state.read_text())["ended"] == ["a0", "a1", "c1"]
     resumed = _learning_moasha(tmp_path, resume=True)
     assert resumed._ready().ended == {"a0", "a1", "c1"}
+
+
+def test_a_sweep_with_a_learning_searcher_gives_moasha_its_repeat_seed_count(tmp_path):
+    from lipsweep.sweep.driver import _scheduler
+
+    space = tmp_path / "s.yaml"
+    space.write_text(
+        "fixed: {epochs: 4}\nrepeat: {seed: [0, 1, 2]}\n"
+        "search: {algorithm: optuna-tpe, num_samples: 2, metric: acc_clean, mode: max, "
+        "space: {lr: {loguniform: [1.0e-4, 1.0e-2]}}}\n"
+        "scheduler: {type: moasha, metrics: [acc_clean], modes: [max]}\n"
+    )
+    opts = SimpleNamespace(storage=str(tmp_path), experiment="e", resume=False)
+    core = _scheduler(load_space(space), opts).core
+    assert (core.seeds, core.expected, core.repeats) == (3, {}, True)
