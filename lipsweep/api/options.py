@@ -291,7 +291,7 @@ class BenchSearchOptions:
     """Folder for summary.json and hypervolume.png."""
 
     def __post_init__(self) -> None:
-        from lipsweep.decide.pareto import parse_objective
+        from lipsweep.decide.pareto import resolve_objectives
 
         check_text(self, "table", path=True)
         check_text(self, "out", path=True)
@@ -299,12 +299,11 @@ class BenchSearchOptions:
             check_texts(self, name)
         if not self.objective:
             raise ConfigError("objective", "give at least one, e.g. acc_clean:max")
-        for name in ("objective", "stop_on"):
-            for spec in getattr(self, name):
-                try:
-                    parse_objective(spec)
-                except ConfigError as err:
-                    raise ConfigError(name, err.message) from None
+        for name in ("objective", "stop_on"):  # pareto's rule: each spec valid, each metric once
+            try:
+                resolve_objectives(getattr(self, name))
+            except ConfigError as err:
+                raise ConfigError(name, err.message) from None
         b = self.budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b <= 1:
             raise ConfigError("budget", f"must be a fraction in (0, 1], got {show(b)}")
