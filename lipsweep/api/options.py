@@ -281,7 +281,7 @@ class BenchSearchOptions:
     syne-moasha) may stop it: the first rung, >= 1 and at most the table's epochs."""
     reduction_factor: float = 2.0
     """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it: a real
-    number >= 2, as in a space's ``scheduler:``."""
+    number >= 2 (the rule of a space's scheduler too)."""
     confidence: float = 0.8
     """``moasha``'s confidence that the configurations ahead are ahead beyond seed noise, in
     (0, 1)."""

@@ -23,7 +23,7 @@ def check_reduction_factor(value: Any, field: str) -> float:
     if not finite or value < REDUCTION_FACTOR_MIN:
         raise ConfigError(
             field,
-            f"must be a number >= {REDUCTION_FACTOR_MIN}, got {show(value)} (each rung "
-            "promotes its top 1/reduction_factor: at most half)",
+            f"must be a number >= {REDUCTION_FACTOR_MIN}, got {show(value)} (a rung "
+            "promotes at most half of what it records)",
         )
     return float(value)
