@@ -110,7 +110,7 @@ _BENCH = {"table": "t.csv", "objective": ["acc_clean:max"]}
         (api.ConfirmOptions, {"experiment": "e", "images": -1}, "images"),
         (api.DemoOptions, {"num_cpus": 0}, "num_cpus"),
         (api.BenchSearchOptions, _BENCH | {"reduction_factor": 1}, "reduction_factor"),
-        (api.BenchSearchOptions, _BENCH | {"reduction_factor": 2.5}, "reduction_factor"),
+        (api.BenchSearchOptions, _BENCH | {"reduction_factor": 1.5}, "reduction_factor"),
         (api.BenchSearchOptions, _BENCH | {"grace_period": 0}, "grace_period"),
     ],
 )

@@ -7,6 +7,7 @@ The sweep that proves Tune calls a space's callback is the family-members sweep
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -257,6 +258,43 @@ def test_a_broken_plugin_exits_2_naming_its_entry_point_and_distribution(tmp_pat
     assert "\n" not in line and "Traceback" not in line, line
     assert "plugin 'logit_l2'" in line and f"distribution {DIST} 0.1" in line
     assert "lipsweep_demo_plugin.declare" in line and "missing dependency foo" in line
+
+
+# Each command line in one process; its exit status on the last line of stderr.
+_COMMANDS = """
+import json, sys
+from lipsweep.__main__ import main
+codes = []
+for argv in json.loads(sys.argv[1]):
+    try:
+        codes.append(main(argv))
+    except SystemExit as exc:
+        codes.append(exc.code)
+sys.stderr.write(json.dumps(codes) + "\\n")
+"""
+
+
+def test_a_broken_dataset_plugin_fails_only_the_commands_that_read_datasets(tmp_path):
+    broken = "raise RuntimeError('missing dependency foo')\n"
+    entry = "[lipsweep.datasets]\nstripes = lipsweep_demo_plugin.declare\n"
+    site = install_plugin(tmp_path / "site", entry, {"declare": broken})
+    prepare = ["data", "prepare", "--dataset", "cifar10", "--source", ".", "--dest", "d"]
+    argvs = [["--version"], ["--help"], ["spaces"], ["data", "prepare", "--help"], prepare]
+    proc = subprocess.run(
+        [sys.executable, "-c", _COMMANDS, json.dumps(argvs)],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{site}:{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    *lines, codes = proc.stderr.strip().splitlines()
+    assert json.loads(codes) == [0, 0, 0, 0, 2], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "usage: lipsweep data prepare" in proc.stdout
+    assert "values unavailable: plugin 'stripes'" in " ".join(proc.stdout.split())
+    (line,) = [s for s in lines if s.startswith("lipsweep data: error:")]
+    assert "plugin 'stripes'" in line and "missing dependency foo" in line, line
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.fixture()

@@ -245,6 +245,64 @@ def test_a_dataset_defined_in_a_test_module_is_listed_validated_and_loaded(strip
         assert err.value.field == key, (bad, err.value)
 
 
+def _stripes_as(change: Any) -> type:
+    """Stripes whose ``arrays`` pass through ``change`` (a plugin handing bad arrays)."""
+    return type("Changed", (Stripes,), {"arrays": lambda self, cfg: change(Stripes().arrays(cfg))})
+
+
+def _nhwc(a: tuple) -> tuple:
+    return (a[0].transpose(0, 2, 3, 1), a[1], a[2].transpose(0, 2, 3, 1), a[3])
+
+
+BAD_ARRAYS = {
+    "float": (lambda a: (a[0] / 255.0, *a[1:]), "x_train is float64; expected uint8"),
+    "label": (lambda a: (*a[:3], a[3] + 1), "label 2 is out of range: the config has num_"),
+    "size": (lambda a: (a[0][:, :, :4, :4], a[1], a[2][:, :, :4, :4], a[3]), "images are 4x4"),
+    "count": (lambda a: a[:3], "must return the 4 arrays"),
+}
+
+
+@pytest.fixture()
+def plugin_arrays(request):
+    """Dataset 'stripes' whose ``arrays`` are changed by ``request.param``."""
+    register_dataset("stripes", files="nothing", num_classes=2, image_size=8)(
+        _stripes_as(request.param)
+    )
+    yield
+    unregister_dataset("stripes")
+
+
+@pytest.mark.parametrize(
+    "plugin_arrays,problem",
+    [(change, problem) for change, problem in BAD_ARRAYS.values()],
+    ids=list(BAD_ARRAYS),
+    indirect=["plugin_arrays"],
+)
+def test_a_plugins_bad_arrays_exit_2_naming_the_dataset_before_train_writes(
+    plugin_arrays, problem, tmp_path, capsys
+):
+    from lipsweep.__main__ import main
+
+    flat = {"dataset": "stripes", "img_size": 8, "patch_size": 4, "num_classes": 2}
+    flat.update(depth=1, embed_dim=16, num_heads=2, device="cpu", epochs=1)
+    sets = [arg for k, v in flat.items() for arg in ("--set", f"{k}={v}")]
+    out = tmp_path / "out"
+    assert main(["train", *sets, "--out", str(out)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and line.startswith("lipsweep train: error: dataset: 'stripes'"), line
+    assert problem in line and not out.exists(), line
+
+
+@pytest.mark.parametrize("plugin_arrays", [_nhwc], indirect=True)
+def test_a_plugins_nhwc_arrays_load_as_nchw(plugin_arrays):
+    from lipsweep.data.loading import DataConfig, load_splits
+
+    splits = load_splits(DataConfig(dataset="stripes", eval_size=0))
+    nchw = Stripes().arrays(None)
+    assert splits.x_train.shape == (16, 3, 8, 8)
+    assert (splits.x_train.numpy() == nchw[0]).all() and splits.y_train.dtype == torch.int64
+
+
 # ------------------------------------------------------------------ a searcher and a scheduler
 # They run in the sweep's driver (not in Tune's workers), so registering them here is enough
 # for a real sweep through lipsweep.api.

@@ -22,6 +22,7 @@ from lipsweep.regularizers import (
     jasmin_penalty,
     list_regularizers,
 )
+from lipsweep.regularizers.builtin import SPEC_LAMS
 from lipsweep.vit.attention import QKRecorder, attention_probs
 from lipsweep.vit.models import attention_modules, create_model
 from lipsweep.vit.precision import bf16_autocast
@@ -270,6 +271,25 @@ def test_bad_settings_name_the_field(kwargs, field):
     with pytest.raises(ConfigError) as err:
         create_regularizer(name, **kwargs)
     assert err.value.field == field
+
+
+OFF = [("jasmin", {"lam": 0.0}, "lam"), ("specformer", dict.fromkeys(SPEC_LAMS, 0.0), "lam_q")]
+
+
+@pytest.mark.parametrize("entry", ["settings", "create_regularizer", "constructor"])
+@pytest.mark.parametrize("name,kwargs,field", OFF, ids=[n for n, _, _ in OFF])
+def test_weights_that_turn_a_regularizer_off_are_refused_by_every_entry_point(
+    entry, name, kwargs, field
+):
+    """One rule: a weight of 0 is the baseline, which is ``regularizer: none``."""
+    build = {
+        "settings": lambda: RegularizerConfig(regularizer=name, **kwargs),
+        "create_regularizer": lambda: create_regularizer(name, **kwargs),
+        "constructor": lambda: get_regularizer_class(name)(**kwargs),
+    }[entry]
+    with pytest.raises(ConfigError) as err:
+        build()
+    assert err.value.field == field and "use regularizer: none" in err.value.message
 
 
 def test_wrong_types_and_unknown_keys():

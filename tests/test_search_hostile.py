@@ -196,6 +196,49 @@ def test_a_huge_reduction_factor_is_one_line_in_the_cli_and_the_api(tmp_path, ca
     assert exc.value.field == "reduction_factor"
 
 
+@pytest.mark.parametrize(
+    "flag,extra",
+    [
+        ("--objective", ["--objective", "acc_clean:min"]),
+        ("--stop-on", ["--stop-on", "acc_clean:max", "--stop-on", "acc_clean:max"]),
+    ],
+)
+def test_a_metric_given_twice_names_the_flag_the_user_typed(tmp_path, capsys, flag, extra):
+    from lipsweep import api
+
+    rc, err = _bench(capsys, _table(tmp_path, GOOD), tmp_path / "o", *extra)
+    assert rc == 2 and err.count("\n") == 1 and "scheduler" not in err, err
+    assert f"{flag}: metric 'acc_clean' is given more than once" in err, err
+    field = flag.removeprefix("--").replace("-", "_")
+    twice = {"objective": ("acc_clean:max",), field: ("acc_clean:max",) * 2}
+    with pytest.raises(ConfigError) as exc:
+        api.bench_search(table=str(_table(tmp_path, GOOD)), out=str(tmp_path / "o"), **twice)
+    assert exc.value.field == field and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value,ok", [(1.5, False), (2, True), (2.5, True)])
+@pytest.mark.parametrize("entry", ["asha", "moasha", "bench-search"])
+def test_every_entry_point_takes_the_same_reduction_factors(tmp_path, capsys, entry, value, ok):
+    """One rule (``search/schedulers/rules.py``): a real number >= 2."""
+    from lipsweep.search.schedulers import scheduler_settings
+
+    if entry == "bench-search":
+        table, flag = _table(tmp_path, GOOD), ["--reduction-factor", str(value)]
+        rc, err = _bench(capsys, table, tmp_path / "o", *flag)
+        assert rc == (0 if ok else 2), err
+        assert ok or "--reduction-factor: must be a number >= 2, got 1.5" in err, err
+        return
+    raw = {"type": entry, "reduction_factor": value}
+    raw.update({"metrics": ["loss"], "modes": ["min"]} if entry == "moasha" else {})
+    if ok:
+        assert scheduler_settings(raw).reduction_factor == value
+        return
+    with pytest.raises(ConfigError) as exc:
+        scheduler_settings(raw)
+    assert exc.value.field == "scheduler.reduction_factor"
+    assert "must be a number >= 2, got 1.5" in exc.value.message
+
+
 @pytest.mark.parametrize("value", ["1.5", "0", "-0.2", "nan"])
 def test_a_confidence_outside_0_1_is_one_line(tmp_path, capsys, value):
     rc, err = _bench(capsys, _table(tmp_path, GOOD), tmp_path / "o", "--confidence", value)

@@ -143,6 +143,21 @@ def test_each_optuna_searcher_keeps_its_study_in_sqlite(tmp_path, name, metric, 
     assert study.trials[1].values[0] == 41.0
 
 
+@pytest.mark.parametrize("name", ["optuna", "optuna-nsga2"])
+def test_one_repeat_seed_is_the_seed_every_optuna_draw_runs(tmp_path, name):
+    """``repeat: {seed: [7]}`` under Optuna: each draw runs seed 7, as grid and random do."""
+    spec = load_space(_space(tmp_path, f"algorithm: {name}, num_samples: 2, metric: acc_clean"))
+    request = SearchRequest(
+        fixed={**spec.fixed, "seed": 3},
+        space=spec.search.space,
+        study_db=tmp_path / "mlflow.optuna.db",
+        repeats=[{"seed": 7}],
+    )
+    plan = create_searcher(name, spec.search.settings, request)
+    assert plan.num_samples == 2
+    assert [plan.search_alg.suggest(f"t{i}")["trial"]["seed"] for i in range(2)] == [7, 7]
+
+
 def test_optuna_receives_the_per_epoch_values_and_the_final_metrics(tmp_path):
     """One objective: the per-epoch acc_clean goes to trial.report at each epoch; the final
     report is told, not reported. Several objectives: nothing is reported (Optuna forbids it),

@@ -226,3 +226,55 @@ def test_a_width_the_architectures_heads_do_not_divide_is_a_config_error(setting
     with pytest.raises(ConfigError, match="multiple of num_heads") as err:
         cfg.validate_name()
     assert err.value.field == field
+
+
+def _damage(text: bytes, name: str, how: str) -> bytes:
+    if name == "config.json":
+        return b"{not json" if how == "text" else b"[1, 2]"
+    return {"cut": text[: len(text) // 2], "empty": b"", "header": struct.pack("<Q", 2**62)}[how]
+
+
+@pytest.mark.parametrize(
+    "name,how,problem",
+    [
+        ("model.safetensors", "cut", "incomplete metadata"),
+        ("model.safetensors", "empty", "header too small"),
+        ("model.safetensors", "header", "header too large"),
+        ("config.json", "text", "not JSON"),
+        ("config.json", "list", "a JSON list, not a mapping"),
+    ],
+)
+def test_export_of_a_damaged_checkpoint_names_the_run_and_the_artifact(
+    tmp_path, capsys, name, how, problem
+):
+    """A run's checkpoint artifacts logged whole, then one damaged: exit 2, one line."""
+    import json
+
+    import torch
+    from _sweep_helpers import empty_store, mlflow_client
+    from safetensors.torch import save
+
+    from lipsweep.tracking.schema import TAG_KIND
+
+    uri = empty_store(tmp_path / "m.db")
+    c = mlflow_client(uri)
+    exp = c.create_experiment("e", artifact_location=str(tmp_path / "art"))
+    run = c.create_run(exp, tags={TAG_KIND: "trial"}).info.run_id
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    files = {
+        "config.json": json.dumps(TrialConfig.from_flat(SMALL).to_flat()).encode(),
+        "model.safetensors": save({"w": torch.zeros(64)}),
+    }
+    files[name] = _damage(files[name], name, how)
+    for file, data in files.items():
+        (ck / file).write_bytes(data)
+    c.log_artifacts(run, str(ck), "checkpoint")
+    c.set_terminated(run)
+    out = tmp_path / "out"
+    argv = ["export", "--experiment", "e", "--run-id", run, "--out", str(out)]
+    assert main([*argv, "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    (line,) = [s for s in err.splitlines() if s.startswith("lipsweep export:")]
+    assert "Traceback" not in err and f"run {run}: its checkpoint/{name} artifact" in line, err
+    assert problem in line and not out.exists(), line

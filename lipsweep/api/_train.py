@@ -45,8 +45,10 @@ def run(opts: TrainOptions) -> TrainResult:
     choose_device(cfg.run.device)  # device: cuda without CUDA is a ConfigError here; logged
     if remote:  # a missing remote dataset is refused before anything is written
         fetch_prepared(cfg.data.data_dir, cfg.data.dataset)
+    from lipsweep.data.loading import load_splits
     from lipsweep.trial.run import run_trial
 
+    splits = load_splits(cfg.data, cfg.model.num_classes)  # checked before anything is written
     _log.info(
         "training %s on %s, regularizer %s, %d epochs -> %s",
         cfg.model.model,
@@ -56,7 +58,7 @@ def run(opts: TrainOptions) -> TrainResult:
         shown_path(out),
     )
     prepare_out(out, cfg.to_json(), opts.overwrite)
-    result = run_trial(cfg, out)
+    result = run_trial(cfg, out, splits=splits)
     return TrainResult(out, dict(result.metrics), result.resumed_from_epoch)
 
 

@@ -279,8 +279,9 @@ class BenchSearchOptions:
     grace_period: int = 1
     """Epochs every trial runs before a scheduler (asha-clean, moasha, optuna-moasha,
     syne-moasha) may stop it: the first rung, >= 1 and at most the table's epochs."""
-    reduction_factor: int = 2
-    """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it, >= 2."""
+    reduction_factor: float = 2.0
+    """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it: a real
+    number >= 2 (the rule of a space's scheduler too)."""
     confidence: float = 0.8
     """``moasha``'s confidence that the configurations ahead are ahead beyond seed noise, in
     (0, 1)."""
@@ -291,7 +292,8 @@ class BenchSearchOptions:
     """Folder for summary.json and hypervolume.png."""
 
     def __post_init__(self) -> None:
-        from lipsweep.decide.pareto import parse_objective
+        from lipsweep.decide.pareto import resolve_objectives
+        from lipsweep.search.schedulers.rules import check_reduction_factor
 
         check_text(self, "table", path=True)
         check_text(self, "out", path=True)
@@ -299,23 +301,22 @@ class BenchSearchOptions:
             check_texts(self, name)
         if not self.objective:
             raise ConfigError("objective", "give at least one, e.g. acc_clean:max")
-        for name in ("objective", "stop_on"):
-            for spec in getattr(self, name):
-                try:
-                    parse_objective(spec)
-                except ConfigError as err:
-                    raise ConfigError(name, err.message) from None
+        for name in ("objective", "stop_on"):  # pareto's rule: each spec valid, each metric once
+            try:
+                resolve_objectives(getattr(self, name))
+            except ConfigError as err:
+                raise ConfigError(name, err.message) from None
         b = self.budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b <= 1:
             raise ConfigError("budget", f"must be a fraction in (0, 1], got {show(b)}")
         check_int(self, "replays", 1, optional=False)
         check_int(self, "workers", 1, optional=False)
         check_int(self, "grace_period", 1, optional=False)
-        check_int(self, "reduction_factor", 2, optional=False)
+        check_reduction_factor(self.reduction_factor, "reduction_factor")
         c = self.confidence
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < 1:
             raise ConfigError("confidence", f"must be a number in (0, 1), got {show(c)}")
-        for name in ("replays", "workers", "grace_period", "reduction_factor"):
+        for name in ("replays", "workers", "grace_period"):
             if getattr(self, name) > INT_LIMIT:
                 raise ConfigError(name, f"must be at most {INT_LIMIT}")
 

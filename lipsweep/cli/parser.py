@@ -11,9 +11,10 @@ import argparse
 import dataclasses
 import re
 import sys
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from lipsweep.api import options as api_options
+from lipsweep.core.config_base import UsageError
 from lipsweep.core.field_docs import field_docs
 from lipsweep.core.options import flag_of
 from lipsweep.core.version import __version__
@@ -178,8 +179,8 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
                 kwargs["required"] = True
             else:
                 kwargs["default"] = list(default) if isinstance(default, tuple) else default
-        if callable(spec.get("choices")):  # a family's members, read when the parser is built
-            spec["choices"] = spec["choices"]()
+        if callable(spec.get("choices")):  # a family's members: listed in the help when shown
+            kwargs.update(action=_Listed, listing=spec.pop("choices"))
         kwargs.update(spec)
         kwargs["help"] += _help_tail(kwargs, default)
         parser.add_argument(*names, **kwargs)
@@ -214,6 +215,28 @@ def cli_help(doc: str, spellings: dict[str, str]) -> str:
         doc = doc[:1].lower() + doc[1:]
     text = re.sub(r"``([^`]+)``", code, doc).replace("(None: ", "(default: ")
     return text.replace("%", "%%")  # argparse formats help with %
+
+
+class _Listed(argparse._StoreAction):
+    """A flag whose values are a family's members: read when its help is shown, not when
+    the parser is built, so a broken plugin fails only a command that needs the family (its
+    options check the value, exit 2)."""
+
+    def __init__(self, option_strings, dest, listing: Callable[[], list[str]], **kwargs) -> None:
+        self.listing = listing
+        super().__init__(option_strings, dest, **kwargs)
+
+    @property
+    def help(self) -> str:
+        try:
+            names = "one of " + ", ".join(self.listing())
+        except UsageError as err:  # a broken plugin: shown here, refused when run
+            names = f"values unavailable: {err}"
+        return f"{self._help} ({names.replace('%', '%%')})"
+
+    @help.setter
+    def help(self, text: str) -> None:
+        self._help = text
 
 
 class _DeprecatedAlias(argparse.Action):

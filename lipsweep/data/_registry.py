@@ -73,7 +73,8 @@ class DatasetSource(Protocol):
         ...
 
     def arrays(self, cfg: Any) -> tuple["np.ndarray", ...]:
-        """``(x_train, y_train, x_test, y_test)``: uint8 (N, 3, H, W) and integer labels."""
+        """``(x_train, y_train, x_test, y_test)``: uint8 (N, 3, H, W) or (N, H, W, 3) and
+        integer labels, checked when loaded (:func:`lipsweep.data.sources.checked_arrays`)."""
         ...
 
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -48,11 +47,19 @@ def eval_subset_indices(n_test: int, size: int, seed: int) -> torch.Tensor:
     return torch.randperm(n_test, generator=g)[:size].sort().values
 
 
-def load_splits(cfg: DataConfig) -> ImageSplits:
-    """Load the configured source into memory (its dataset member's ``arrays``) and cut the
-    evaluation subset."""
-    arrays = dataset_source(cfg.dataset).arrays(cfg)
-    x_tr, y_tr, x_te, y_te = (torch.from_numpy(np.asarray(a)) for a in arrays)
+def load_splits(cfg: DataConfig, num_classes: Optional[int] = None) -> ImageSplits:
+    """Load the configured source into memory (its dataset member's ``arrays``, checked by
+    :func:`~lipsweep.data.sources.checked_arrays` against ``num_classes``, the model's,
+    else the data's) and cut the evaluation subset."""
+    from lipsweep.data.sources import checked_arrays
+
+    arrays = checked_arrays(
+        cfg.dataset,
+        dataset_source(cfg.dataset).arrays(cfg),
+        num_classes or cfg.num_classes,
+        cfg.image_size,
+    )
+    x_tr, y_tr, x_te, y_te = (torch.from_numpy(a) for a in arrays)
     if cfg.train_size:
         x_tr, y_tr = x_tr[: cfg.train_size], y_tr[: cfg.train_size]
     idx = eval_subset_indices(len(x_te), cfg.eval_size, cfg.eval_seed)

@@ -61,24 +61,29 @@ class SourceInfo:
     classes_from: str = "the class folders"  # where num_classes comes from
 
 
-def _fail(path: Path | str, problem: str) -> ConfigError:
-    return ConfigError(FIELD, f"{path}: {problem}")
+def _fail(path: Path | str, problem: str, field: str = FIELD) -> ConfigError:
+    return ConfigError(field, f"{path}: {problem}")
 
 
-def _layout(name: str, x: np.ndarray, path: Path) -> str:
+def _layout(name: str, x: np.ndarray, path: Path | str, field: str) -> str:
     if x.ndim != 4 or 3 not in (x.shape[1], x.shape[3]):
         raise _fail(
             path,
             f"{name} has shape {x.shape}; expected RGB images as NCHW "
             "(N, 3, H, W) or NHWC (N, H, W, 3)",
+            field,
         )
     return "NCHW" if x.shape[1] == 3 else "NHWC"
 
 
 def check_npz_arrays(
-    path: Path, arrays: dict[str, np.ndarray], label_names: Optional[np.ndarray] = None
+    path: Path | str,
+    arrays: dict[str, np.ndarray],
+    label_names: Optional[np.ndarray] = None,
+    field: str = FIELD,
 ) -> SourceInfo:
-    """Check the four arrays of an npz source (dtype, layout, labels, lengths); see module doc."""
+    """Check the four arrays of a source (dtype, layout, labels, lengths; see module doc),
+    found at ``path``; a ConfigError names ``field``."""
     layouts = {}
     for split in SPLITS:
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
@@ -87,20 +92,22 @@ def check_npz_arrays(
                 path,
                 f"x_{split} is {x.dtype}; expected uint8 pixels 0-255 (e.g. "
                 "(x * 255).round().astype(np.uint8) for floats in [0, 1])",
+                field,
             )
-        layouts[split] = _layout(f"x_{split}", x, path)
+        layouts[split] = _layout(f"x_{split}", x, path, field)
         if len(x) == 0:
-            raise _fail(path, f"x_{split} holds no images")
+            raise _fail(path, f"x_{split} holds no images", field)
         if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
             raise _fail(
                 path,
                 f"y_{split} must be a 1-D integer array of labels, got "
                 f"{y.dtype} of shape {y.shape}",
+                field,
             )
         if len(y) != len(x):
-            raise _fail(path, f"x_{split} has {len(x)} images but y_{split} {len(y)} labels")
+            raise _fail(path, f"x_{split} has {len(x)} images but y_{split} {len(y)} labels", field)
     if layouts["train"] != layouts["test"]:
-        raise _fail(path, f"x_train is {layouts['train']} but x_test {layouts['test']}")
+        raise _fail(path, f"x_train is {layouts['train']} but x_test {layouts['test']}", field)
     hw = {
         s: (arrays[f"x_{s}"].shape[2:4] if layouts[s] == "NCHW" else arrays[f"x_{s}"].shape[1:3])
         for s in SPLITS
@@ -110,16 +117,17 @@ def check_npz_arrays(
             path,
             f"images must be square and the same size in both splits, got "
             f"{hw['train']} (train) and {hw['test']} (test)",
+            field,
         )
     y_tr, y_te = arrays["y_train"], arrays["y_test"]
     lo = min(int(y_tr.min()), int(y_te.min()))
     if lo < 0:
-        raise _fail(path, f"labels must be 0 .. C-1, found {lo}")
+        raise _fail(path, f"labels must be 0 .. C-1, found {lo}", field)
     hi = max(int(y_tr.max()), int(y_te.max()))
     if label_names is not None:
         num_classes, source = len(label_names), f"{len(label_names)} label_names"
         if hi >= num_classes:
-            raise _fail(path, label_range_problem(hi, num_classes, source))
+            raise _fail(path, label_range_problem(hi, num_classes, source), field)
     else:  # inferred; an explicit num_classes may be larger (TrialConfig checks the labels)
         num_classes, source = int(y_tr.max()) + 1, "the training labels"
     return SourceInfo(
@@ -166,13 +174,20 @@ def inspect_npz(path: str | Path) -> SourceInfo:
     return _inspect_npz_cached(str(path), st.st_mtime_ns, st.st_size)
 
 
+def _standard(arrays: dict[str, np.ndarray], layout: str) -> tuple[np.ndarray, ...]:
+    """Checked arrays as every source hands them on: images NCHW uint8, labels int64."""
+    if layout == "NHWC":
+        for s in SPLITS:
+            arrays[f"x_{s}"] = np.ascontiguousarray(arrays[f"x_{s}"].transpose(0, 3, 1, 2))
+    return tuple(
+        arrays[k].astype(np.int64) if k.startswith("y_") else arrays[k] for k in NPZ_ARRAYS
+    )
+
+
 def load_npz(path: str | Path) -> tuple[np.ndarray, ...]:
     """Checked arrays (x_train, y_train, x_test, y_test), images NCHW uint8, labels int64."""
     arrays, names = _read_npz(Path(path))
     info = check_npz_arrays(Path(path), arrays, names)
-    if info.layout == "NHWC":
-        for s in SPLITS:
-            arrays[f"x_{s}"] = np.ascontiguousarray(arrays[f"x_{s}"].transpose(0, 3, 1, 2))
     _log.info(
         "npz %s: %d classes, %dx%d images stored %s",
         path,
@@ -181,9 +196,36 @@ def load_npz(path: str | Path) -> tuple[np.ndarray, ...]:
         info.image_size,
         info.layout,
     )
-    return tuple(
-        arrays[k].astype(np.int64) if k.startswith("y_") else arrays[k] for k in NPZ_ARRAYS
-    )
+    return _standard(arrays, info.layout)
+
+
+def checked_arrays(
+    dataset: str, arrays: object, num_classes: int, image_size: int
+) -> tuple[np.ndarray, ...]:
+    """What a dataset's ``arrays()`` returned, through the npz checks (dtype, layout, shape,
+    labels) and against the config's ``num_classes`` and ``image_size``: NCHW uint8 images
+    and int64 labels, or a ConfigError naming ``dataset``."""
+    where = f"{dataset!r} arrays()"
+    if not isinstance(arrays, (tuple, list)) or len(arrays) != len(NPZ_ARRAYS):
+        got = len(arrays) if isinstance(arrays, (tuple, list)) else type(arrays).__name__
+        raise _fail(where, f"must return the 4 arrays {list(NPZ_ARRAYS)}, got {got}", "dataset")
+    named = dict(zip(NPZ_ARRAYS, (np.asarray(a) for a in arrays)))
+    info = check_npz_arrays(where, named, field="dataset")
+    if info.image_size != image_size:
+        raise _fail(
+            where,
+            f"images are {info.image_size}x{info.image_size} but the dataset declares "
+            f"{image_size}x{image_size}",
+            "dataset",
+        )
+    if info.max_label >= num_classes:
+        raise _fail(
+            where,
+            f"label {info.max_label} is out of range: the config has num_classes "
+            f"{num_classes} (labels 0 .. {num_classes - 1})",
+            "dataset",
+        )
+    return _standard(named, info.layout)
 
 
 def _image_files(folder: Path) -> list[Path]:

@@ -129,14 +129,33 @@ def write_pareto_table(tracker: Tracker, parent_id: str, out: Path, front: "Fron
 
 def download_checkpoint(tracker: Tracker, run_id: str) -> tuple[dict[str, Any], bytes]:
     """The run's final checkpoint artifacts: its flat trial config and its weights (bytes);
-    a missing file is a UsageError naming it."""
+    a missing or damaged file (config.json not a JSON mapping, weights not a whole
+    safetensors file) is a UsageError naming the run and the file."""
+    from lipsweep.core.safetensors_header import HeaderError, read_header
+
     with tempfile.TemporaryDirectory() as tmp:
         local = tracker.download_artifacts(run_id, "checkpoint", tmp)
-        files = [local / FINAL_CONFIG, local / MODEL_FILE]
-        missing = [f.name for f in files if not f.is_file()]
+        config, weights = local / FINAL_CONFIG, local / MODEL_FILE
+        missing = [f.name for f in (config, weights) if not f.is_file()]
         if missing:
             raise _usage(f"run {run_id} has no checkpoint/{missing[0]} artifact")
-        return json.loads(files[0].read_text()), files[1].read_bytes()
+        try:
+            flat = json.loads(config.read_bytes())
+        except ValueError as err:  # not JSON, not UTF-8
+            raise damaged_artifact(run_id, FINAL_CONFIG, f"not JSON ({err})") from None
+        if not isinstance(flat, dict):
+            kind = type(flat).__name__
+            raise damaged_artifact(run_id, FINAL_CONFIG, f"a JSON {kind}, not a mapping")
+        try:
+            read_header(weights)
+        except HeaderError as err:
+            raise damaged_artifact(run_id, MODEL_FILE, str(err)) from None
+        return flat, weights.read_bytes()
+
+
+def damaged_artifact(run_id: str, name: str, problem: str) -> Exception:
+    """The error of run ``run_id``'s damaged ``checkpoint/<name>`` artifact."""
+    return _usage(f"run {run_id}: its checkpoint/{name} artifact is damaged: {problem}")
 
 
 def export_run(
@@ -145,6 +164,7 @@ def export_run(
     """Download a run's checkpoint artifacts and write the export folder."""
     from safetensors.torch import load
 
+    from lipsweep.core.config_base import ConfigError
     from lipsweep.decide.export import SPEC_METRICS, write_export
     from lipsweep.settings.config import TrialConfig
     from lipsweep.vit.export_format import build_config_json
@@ -152,7 +172,13 @@ def export_run(
 
     run = tracker.get_run(run_id)
     flat, weights = download_checkpoint(tracker, run_id)
-    cfg = TrialConfig.from_flat(flat)
+    try:
+        cfg = TrialConfig.from_flat(flat)
+    except ConfigError as err:
+        raise _usage(
+            f"run {run_id}: its checkpoint/{FINAL_CONFIG} artifact is not a trial config "
+            f"this lipsweep reads: {err.format()}"
+        ) from None
     state = load(weights)
     metrics = {k: v for k, v in run.data.metrics.items()}
     source = {

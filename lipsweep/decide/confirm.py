@@ -128,7 +128,7 @@ def load_images(flat: dict[str, Any], images: int):
 
     cfg = _trial_config(flat)
     data = dataclasses.replace(cfg.data, eval_size=images, train_size=1)
-    splits = load_splits(data)
+    splits = load_splits(data, cfg.model.num_classes)
     return to_unit(splits.x_eval), splits.y_eval
 
 

@@ -65,10 +65,13 @@ def check_k_tokens(k: int, num_tokens: int) -> None:
         )
 
 
-def _jasmin_lam(lam: Any) -> None:
+def check_jasmin_lam(lam: Any) -> float:
+    """lam > 0, finite: lam = 0 is the baseline, which is ``regularizer: none`` (the settings
+    and :class:`~lipsweep.regularizers.jasmin.JasminRegularizer` both read this rule)."""
     check_positive("lam", lam, allow_zero=True)
     if lam == 0:
         raise ConfigError("lam", "lam=0 turns JaSMin off; use regularizer: none for the baseline")
+    return lam
 
 
 def _jasmin_table_label(p: Mapping[str, str]) -> str:
@@ -93,7 +96,7 @@ class JasminSettings:
 
     def __post_init__(self) -> None:
         check_jasmin_k(self.k)
-        _jasmin_lam(self.lam)
+        check_jasmin_lam(self.lam)
         check_choice("aggregation", self.aggregation, AGGREGATIONS)
 
     def check_tokens(self, num_tokens: int) -> None:
@@ -128,6 +131,19 @@ def check_power_iters(n: Any) -> int:
     return n
 
 
+def check_spec_lams(lams: Mapping[str, Any]) -> None:
+    """Each of lam_q/lam_k/lam_v >= 0 and finite, not all 0: that is the baseline, which is
+    ``regularizer: none`` (the settings and the regularizer built directly read this rule)."""
+    for n in SPEC_LAMS:
+        check_positive(n, lams[n], allow_zero=True)
+    if all(lams[n] == 0 for n in SPEC_LAMS):
+        raise ConfigError(
+            "lam_q",
+            "lam_q, lam_k and lam_v are all 0, which turns "
+            "Specformer off; use regularizer: none for the baseline",
+        )
+
+
 @dataclass(frozen=True)
 class SpecformerSettings:
     """Specformer's settings (Hu et al. 2024): None of lam_q/lam_k/lam_v given: all three 1e-2
@@ -144,20 +160,12 @@ class SpecformerSettings:
     """Specformer: power iterations per training step on persistent vectors (>= 1). Default 1."""
 
     def __post_init__(self) -> None:
-        for n in SPEC_LAMS:
-            if getattr(self, n) is not None:
-                check_positive(n, getattr(self, n), allow_zero=True)
-        check_power_iters(self.spec_power_iters)
         fill = SPEC_DEFAULT_LAM if all(getattr(self, n) is None for n in SPEC_LAMS) else 0.0
         for n in SPEC_LAMS:
             if getattr(self, n) is None:
                 object.__setattr__(self, n, fill)
-        if all(getattr(self, n) == 0 for n in SPEC_LAMS):
-            raise ConfigError(
-                "lam_q",
-                "lam_q, lam_k and lam_v are all 0, which turns "
-                "Specformer off; use regularizer: none for the baseline",
-            )
+        check_spec_lams({n: getattr(self, n) for n in SPEC_LAMS})
+        check_power_iters(self.spec_power_iters)
 
 
 SPECFORMER = RegularizerSpec(

@@ -35,7 +35,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import nn
 
-from lipsweep.core.config_base import check_choice, check_int, check_positive
+from lipsweep.core.config_base import check_choice, check_int
 from lipsweep.regularizers._ranked_softmax import Workspace, ranked_softmax_probs
 from lipsweep.regularizers._registry import register_regularizer
 from lipsweep.regularizers.base import Regularizer
@@ -46,6 +46,7 @@ from lipsweep.regularizers.builtin import (
     DEFAULT_LAM,
     JasminSettings,
     check_jasmin_k,
+    check_jasmin_lam,
     check_k_tokens,
 )
 
@@ -189,8 +190,8 @@ class JasminRegularizer(Regularizer):
     """JaSMin_k with weight ``lam`` (paper Sec. 4); term name ``'jasmin'``.
 
     Records q/k only in training forwards with grad enabled, so evaluation and attacks
-    run the plain fused model. Built directly, its arguments are checked by the ``k`` and
-    ``aggregation`` rules of the spec (:mod:`.builtin`); built from a config, not again.
+    run the plain fused model. Built directly, its arguments are checked by the ``k``, ``lam``
+    and ``aggregation`` rules of the spec (:mod:`.builtin`); built from a config, not again.
 
     Example::
 
@@ -207,7 +208,7 @@ class JasminRegularizer(Regularizer):
         eps: float = JASMIN_EPS,
     ) -> None:
         check_jasmin_k(k)
-        check_positive("lam", lam, allow_zero=True)
+        check_jasmin_lam(lam)
         _check_aggregation(aggregation)
         self._setup(k, lam, aggregation, eps)
 

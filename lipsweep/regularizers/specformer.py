@@ -23,11 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipsweep.core.config_base import check_positive
 from lipsweep.regularizers._registry import register_regularizer
 from lipsweep.regularizers.base import Regularizer
 from lipsweep.regularizers.builtin import SPEC_DEFAULT_LAM as DEFAULT_LAM
-from lipsweep.regularizers.builtin import SpecformerSettings, check_power_iters
+from lipsweep.regularizers.builtin import SpecformerSettings, check_power_iters, check_spec_lams
 
 TERMS = ("spec_q", "spec_k", "spec_v")
 
@@ -97,8 +96,7 @@ class SpecformerRegularizer(Regularizer):
         power_iters: int = 1,
         seed: int = 0,
     ) -> None:
-        for name, lam in (("lam_q", lam_q), ("lam_k", lam_k), ("lam_v", lam_v)):
-            check_positive(name, lam, allow_zero=True)
+        check_spec_lams({"lam_q": lam_q, "lam_k": lam_k, "lam_v": lam_v})
         check_power_iters(power_iters)
         self._setup(lam_q, lam_k, lam_v, power_iters, seed)
 

@@ -27,6 +27,7 @@ import torch
 from lipsweep.core.metric_names import ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG
 from lipsweep.core.paths import write_atomic
 from lipsweep.data.loading import (
+    ImageSplits,
     create_mixup,
     load_splits,
     num_train_batches,
@@ -135,6 +136,7 @@ def run_trial(
     callbacks: Optional[TrialCallbacks] = None,
     checkpoint_dir: Optional[Path] = None,
     progress: Optional[bool] = None,
+    splits: Optional[ImageSplits] = None,
 ) -> TrialResult:
     """Train ``cfg`` (resuming from the newest intact checkpoint) and evaluate it.
 
@@ -145,13 +147,14 @@ def run_trial(
         checkpoint_dir: resume from the checkpoints in this folder instead of
             ``out_dir/checkpoints`` (e.g. a restored Tune checkpoint).
         progress: show per-batch progress bars (default: when stderr is a terminal).
+        splits: the trial's data, loaded and checked already (default: loaded here).
     """
     callbacks = callbacks or TrialCallbacks()
     progress = sys.stderr.isatty() if progress is None else progress
     out_dir = Path(out_dir)
     ckpt_root = out_dir / "checkpoints"
     device = resolve_device(cfg.run.device)
-    splits = train_to_device(load_splits(cfg.data), device)
+    splits = train_to_device(splits or load_splits(cfg.data, cfg.model.num_classes), device)
 
     seed_everything(cfg.run.seed)
     model = create_model(cfg.model).to(device)

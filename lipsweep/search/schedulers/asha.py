@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Optional
 
 from lipsweep.core import metric_names
 from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
+from lipsweep.search.schedulers.rules import check_reduction_factor
 
 
 def _finite(val: Any) -> bool:
@@ -42,7 +43,8 @@ class AshaSettings:
     grace_period: float = 1
     """Epochs every trial runs before it can be stopped (the first rung)."""
     reduction_factor: float = 2.0
-    """Rung spacing and the fraction (1/reduction_factor) promoted from each rung."""
+    """Rung spacing and the fraction (1/reduction_factor) promoted from each rung: a real
+    number >= 2 (``rules.REDUCTION_FACTOR_MIN``)."""
     max_t: Optional[int] = None
     """Epochs of a full trial; unset: the space's ``fixed.epochs`` (default 40)."""
 
@@ -51,15 +53,10 @@ class AshaSettings:
             raise ConfigError("scheduler.mode", f"must be max or min, got {show(self.mode)}")
         if not isinstance(self.metric, str) or not self.metric:
             raise ConfigError("scheduler.metric", f"must be a metric name, got {show(self.metric)}")
-        for key in ("grace_period", "reduction_factor"):
-            val = getattr(self, key)
-            if not _finite(val) or val < 1:
-                raise ConfigError(f"scheduler.{key}", f"must be a number >= 1, got {show(val)}")
-        if self.reduction_factor <= 1:  # rungs grace * rf**k would never pass max_t
-            raise ConfigError(
-                "scheduler.reduction_factor",
-                f"must be a number > 1, got {show(self.reduction_factor)}",
-            )
+        g = self.grace_period
+        if not _finite(g) or g < 1:
+            raise ConfigError("scheduler.grace_period", f"must be a number >= 1, got {show(g)}")
+        check_reduction_factor(self.reduction_factor, "scheduler.reduction_factor")
         if self.max_t is not None and not _positive_int(self.max_t):
             raise ConfigError(
                 "scheduler.max_t", f"must be a positive integer, got {show(self.max_t)}"

@@ -89,6 +89,7 @@ import numpy as np
 
 from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
 from lipsweep.core.dominance import _dominance, crowding_distance, non_dominated_ranks
+from lipsweep.search.schedulers.rules import check_reduction_factor
 
 CONTINUE, STOP = "continue", "stop"
 SEED_KEY = "seed"
@@ -149,11 +150,7 @@ class MoashaSettings:
         g = self.grace_period
         if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= INT_LIMIT:
             raise ConfigError("scheduler.grace_period", f"must be an integer >= 1, got {show(g)}")
-        rf = self.reduction_factor
-        if not _finite(rf) or rf < 2:
-            raise ConfigError(
-                "scheduler.reduction_factor", f"must be a number >= 2, got {show(rf)}"
-            )
+        check_reduction_factor(self.reduction_factor, "scheduler.reduction_factor")
         c = self.confidence
         if not _finite(c) or not 0 < c < 1:
             raise ConfigError("scheduler.confidence", f"must be a number in (0, 1), got {show(c)}")

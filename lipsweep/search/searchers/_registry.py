@@ -105,7 +105,7 @@ class SearchRequest:
     """The Optuna study's name: the sweep's ``--experiment``."""
     repeats: list[dict[str, Any]] = field(default_factory=list)
     """``repeat:``'s points (``[{"seed": 0}, {"seed": 1}]``): a learning searcher runs each
-    draw once per seed and learns the seed-mean (none or one: each draw once)."""
+    draw once per seed and learns the seed-mean (one: each draw once, with that seed)."""
     normalise: bool = True
     """Draws are trial settings, checked and defaults filled in (False: a recorded table's
     settings, kept as they are, in the replay benchmark)."""

@@ -168,13 +168,17 @@ def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
 
     metric = list(settings.metric) if len(settings.metric) > 1 else settings.metric[0]
     mode = list(settings.mode) if len(settings.mode) > 1 else settings.mode[0]
+    seeds = [r[SEED_KEY] for r in request.repeats if SEED_KEY in r]
+    fixed = dict(request.fixed)
+    if len(seeds) == 1:  # one seed: every draw runs it, as grid and random trials do
+        fixed[SEED_KEY] = seeds[0]
     storage, url = None, None
     if request.study_db is not None:
         request.study_db.parent.mkdir(parents=True, exist_ok=True)
         url = study_url(request.study_db)
         storage = optuna.storages.RDBStorage(url)
     searcher = FinalResultOptuna(
-        space=OptunaSpace(dict(request.fixed), request.space, normalise=request.normalise),
+        space=OptunaSpace(fixed, request.space, normalise=request.normalise),
         metric=metric,
         mode=mode,
         sampler=sampler,
@@ -188,7 +192,6 @@ def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
             request.study_db,
             url,
         )
-    seeds = [r[SEED_KEY] for r in request.repeats if SEED_KEY in r]
     if len(seeds) > 1:  # every draw runs every seed, judged as one configuration
         names = list(settings.metric)
         searcher = RepeatSearcher(searcher, seeds, names)
