@@ -15,29 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import TINY_FLAT, client, empty_store
+from _sweep_helpers import TINY_FLAT, client, empty_store, stub_trial
 
 pytest.importorskip("ray")
 
 
 def _trial(tmp_path: Path):
-    from ray.train._internal.storage import StorageContext
-    from ray.tune import CheckpointConfig, PlacementGroupFactory
-    from ray.tune.experiment import Trial
-
-    storage = StorageContext(
-        storage_path=str(tmp_path / "ray_results"), experiment_dir_name="exp", trial_dir_name="t0"
-    )
-    trial = Trial(
-        "train_trial",
-        trial_id="abc_00000",
-        storage=storage,
-        checkpoint_config=CheckpointConfig(num_to_keep=2),
-        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
-        stub=True,  # no trainable registered: nothing runs
-    )
-    trial.create_placement_group_factory()  # as TuneController.add_trial does
-    return trial
+    return stub_trial(tmp_path)
 
 
 def _checkpoint_folder(path: Path, epoch: int) -> Path:

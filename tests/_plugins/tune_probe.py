@@ -61,3 +61,22 @@ class HostileCallback(Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self._misbehave("on_experiment_end")
+
+
+class FractionCallback(Callback):
+    """Turns a result's accuracies (percent) into fractions, in place, as a user converting
+    them for another tracker might."""
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
+        for key in [k for k in result if k.startswith("acc_")]:
+            result[key] /= 100
+
+
+class LockedCallback(Callback):
+    """Holds a lock, as a callback holding a tracker client or an HTTP session does: it cannot
+    be pickled."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
