@@ -138,9 +138,10 @@ def test_a_callback_that_rewrites_a_result_in_place_leaves_the_mlflow_record_alo
 ):
     """Tune hands every callback the very result dict it keeps as the trial's last result, which
     lipsweep logs to MLflow when the trial completes: a callback turning accuracies into
-    fractions in place made MLflow record ``acc_clean`` 0.125 for 12.5. Tune's own
-    CallbackList and Trial, driven as its controller does (results, then the last result
-    kept, then the trial's end), real MLflow on SQLite; no Ray cluster."""
+    fractions in place made MLflow record ``acc_clean`` 0.125 for 12.5; so did one changing
+    ``trial.last_result`` before the trial's end. Tune's own CallbackList and Trial, driven as
+    its controller does (results, then the last result kept, the final checkpoint, then the
+    trial's end), real MLflow on SQLite; no Ray cluster."""
     from _sweep_helpers import TINY_FLAT, client, empty_store, stub_trial
     from ray.tune.callback import CallbackList
 
@@ -166,11 +167,13 @@ def test_a_callback_that_rewrites_a_result_in_place_leaves_the_mlflow_record_alo
     ):
         callbacks.on_trial_result(iteration=1, trials=[trial], trial=trial, result=result)
         trial.update_last_result(result)
+    assert trial.last_result["acc_clean"] == 12.5  # what the searcher is told
+    # the final checkpoint registered: a hook given the trial changes Tune's own dict
+    callbacks.on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=None)
     callbacks.on_trial_complete(iteration=1, trials=[trial], trial=trial)
     tracker.flush()
     logged = client(uri).get_run(mlflow_cb.runs[trial.trial_id]).data.metrics
     assert (logged["acc_clean"], logged["acc_pgd"]) == (12.5, 6.25), logged
-    assert trial.last_result["acc_clean"] == 12.5  # what the searcher is told
 
 
 @pytest.mark.parametrize("raw", ["1e13", "inf"])

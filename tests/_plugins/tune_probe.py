@@ -64,12 +64,20 @@ class HostileCallback(Callback):
 
 
 class FractionCallback(Callback):
-    """Turns a result's accuracies (percent) into fractions, in place, as a user converting
-    them for another tracker might."""
+    """Turns accuracies (percent) into fractions, in place, as a user converting them for
+    another tracker might: in each result it is handed, and in the trial's last result when
+    the trial checkpoints."""
 
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
+    @staticmethod
+    def _fractions(result: dict) -> None:
         for key in [k for k in result if k.startswith("acc_")]:
             result[key] /= 100
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
+        self._fractions(result)
+
+    def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info):
+        self._fractions(trial.last_result)
 
 
 class LockedCallback(Callback):
