@@ -138,10 +138,10 @@ def test_a_callback_that_rewrites_a_result_in_place_leaves_the_mlflow_record_alo
 ):
     """Tune hands every callback the very result dict it keeps as the trial's last result, which
     lipsweep logs to MLflow when the trial completes: a callback turning accuracies into
-    fractions in place made MLflow record ``acc_clean`` 0.125 for 12.5; so did one changing
-    ``trial.last_result`` before the trial's end. Tune's own CallbackList and Trial, driven as
-    its controller does (results, then the last result kept, the final checkpoint, then the
-    trial's end), real MLflow on SQLite; no Ray cluster."""
+    fractions in place, in the result or in ``trial.last_result`` before the trial's end, must
+    not make MLflow record ``acc_clean`` 0.125 for 12.5. Tune's own CallbackList and Trial,
+    driven as its controller does (results, then the last result kept, the final checkpoint,
+    then the trial's end), real MLflow on SQLite; no Ray cluster."""
     from _sweep_helpers import TINY_FLAT, client, empty_store, stub_trial
     from ray.tune.callback import CallbackList
 
@@ -178,9 +178,8 @@ def test_a_callback_that_rewrites_a_result_in_place_leaves_the_mlflow_record_alo
 
 @pytest.mark.parametrize("raw", ["1e13", "inf"])
 def test_a_callback_bound_past_the_platforms_longest_wait_is_that_wait(monkeypatch, raw):
-    """``LIPSWEEP_CALLBACK_TIMEOUT_S=1e13`` (meaning "no limit") passed the check, then
-    ``Thread.join`` raised OverflowError: a traceback. The bound is the longest wait the
-    platform allows."""
+    """``LIPSWEEP_CALLBACK_TIMEOUT_S=1e13`` (meaning "no limit") is past what ``Thread.join``
+    accepts (OverflowError): the bound is the longest wait the platform allows."""
     import threading
 
     from lipsweep.sweep.callback_guard import bounded, callback_timeout_s
@@ -191,10 +190,10 @@ def test_a_callback_bound_past_the_platforms_longest_wait_is_that_wait(monkeypat
 
 
 def test_a_callback_that_cannot_be_pickled_exits_2_before_anything_starts(tmp_path, monkeypatch):
-    """A callback holding a lock passed the start-up checks, then killed the sweep when Tune
-    pickled its run config (a TypeError traceback, exit 1), leaving the MLflow parent run
-    RUNNING. It is refused with the other start-up checks: exit 2, one line naming
-    ``callbacks[0]``, no store, no storage, no Ray."""
+    """A callback holding a lock would kill the sweep when Tune pickles its run config (a
+    TypeError traceback, exit 1, the MLflow parent run left RUNNING). It is refused with the
+    other start-up checks: exit 2, one line naming ``callbacks[0]``, no store, no storage, no
+    Ray."""
     from lipsweep.core.config_base import ConfigError
     from lipsweep.search.space import load_space
     from lipsweep.sweep.user_callbacks import create_callbacks
