@@ -514,3 +514,27 @@ class _Block:
             raise ImportError("blocked import of " + name)
 sys.meta_path.insert(0, _Block())
 """
+
+
+def stub_trial(root: Path, config: Optional[dict[str, Any]] = None):
+    """A real Tune ``Trial`` with its ``StorageContext`` under ``root`` and a checkpoint
+    manager (``num_to_keep`` 2), as ``TuneController.add_trial`` leaves it; a stub (no
+    trainable registered): nothing runs."""
+    from ray.train._internal.storage import StorageContext
+    from ray.tune import CheckpointConfig, PlacementGroupFactory
+    from ray.tune.experiment import Trial
+
+    storage = StorageContext(
+        storage_path=str(root / "ray_results"), experiment_dir_name="exp", trial_dir_name="t0"
+    )
+    trial = Trial(
+        "train_trial",
+        config=dict(config or {}),
+        trial_id="abc_00000",
+        storage=storage,
+        checkpoint_config=CheckpointConfig(num_to_keep=2),
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+        stub=True,
+    )
+    trial.create_placement_group_factory()  # as TuneController.add_trial does
+    return trial

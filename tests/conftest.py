@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,14 @@ import numpy as np
 import pytest
 import torch
 from _amx_fault import install_if_asked
+from _signals import (
+    WATCHED,
+    changes,
+    python_defaults,
+    set_signal_state,
+    signal_state,
+    signals_kept,
+)
 from hypothesis import settings
 
 from lipsweep.vit.models import ModelConfig, PixelModel, create_model
@@ -49,6 +58,41 @@ def pytest_configure(config) -> None:
     global _RAY_TMPDIR
     _RAY_TMPDIR = tempfile.mkdtemp(prefix="lsr", dir="/tmp")
     os.environ["RAY_TMPDIR"] = _RAY_TMPDIR
+    _default_signals()
+
+
+def _default_signals() -> None:
+    """Signals as a foreground shell gives them: a suite started under ``nohup``, or as a
+    background job of a script (SIGINT and SIGQUIT ignored), would pass the ignored ones on to
+    every sweep subprocess, which then keeps them ignored as ``nohup lipsweep sweep`` asks
+    (lipsweep/sweep/signals.py), and the signal tests see a child that never stops. None is
+    blocked either."""
+    defaults = python_defaults()
+    for sig in WATCHED:
+        if signal.getsignal(sig) == signal.SIG_IGN and defaults[sig] != signal.SIG_IGN:
+            signal.signal(sig, defaults[sig])
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WATCHED)
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_they_were():
+    """A test that leaves a signal's disposition or the blocked mask changed fails (and the
+    state is put back): children inherit ignored and blocked signals (tests/_signals.py)."""
+    before = signal_state()
+    yield
+    after = signal_state()
+    if after != before:
+        set_signal_state(before)
+        pytest.fail("the test left the signal state changed: " + "; ".join(changes(before, after)))
+
+
+@pytest.fixture()
+def ray_in_this_process():
+    """For a test that calls ``ray.init`` or ``Tuner.fit`` in its own process, outside a
+    sweep's StopSignals: Ray's SIGTERM handler and Tune's SIGINT and SIGUSR1 ones, which they
+    never put back, are put back at its end."""
+    with signals_kept():
+        yield
 
 
 # Ray's auth mode and token, which a local sweep in the test process sets in os.environ itself

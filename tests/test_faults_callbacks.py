@@ -127,7 +127,7 @@ def test_a_callback_that_raises_exits_or_hangs_never_stops_tunes_loop(
         "broke; the sweep goes on (logged once per hook)",
     ], lines
     assert callbacks.get_state() is None  # no callback here keeps state: nothing to save
-    for bad in ("0", "-1", "nan", "inf", "soon"):  # the bound itself: a positive number
+    for bad in ("0", "-1", "nan", "-inf", "soon"):  # the bound itself: a positive number
         monkeypatch.setenv("LIPSWEEP_CALLBACK_TIMEOUT_S", bad)
         with pytest.raises(UsageError, match="LIPSWEEP_CALLBACK_TIMEOUT_S: must be a positive"):
             create_callbacks(load_space(space).callbacks, str(space))
@@ -161,3 +161,92 @@ def test_a_callback_with_the_older_setup_signature_has_its_setup_run_once():
     assert older.calls == [{}]
     assert newer.calls == [{"stop": None, "num_samples": 2, "total_num_samples": 2}]
     assert all(not g.errors for g in guards)
+
+
+def test_a_callback_that_rewrites_a_result_in_place_leaves_the_mlflow_record_alone(
+    tmp_path, monkeypatch
+):
+    """Tune hands every callback the very result dict it keeps as the trial's last result, which
+    lipsweep logs to MLflow when the trial completes: a callback turning accuracies into
+    fractions in place, in the result or in ``trial.last_result`` before the trial's end, must
+    not make MLflow record ``acc_clean`` 0.125 for 12.5. Tune's own CallbackList and Trial,
+    driven as its controller does (results, then the last result kept, the final checkpoint,
+    then the trial's end), real MLflow on SQLite; no Ray cluster."""
+    from _sweep_helpers import TINY_FLAT, client, empty_store, stub_trial
+    from ray.tune.callback import CallbackList
+
+    from lipsweep.search.space import load_space
+    from lipsweep.sweep.callbacks import MlflowSweepCallback
+    from lipsweep.sweep.trainable import FINAL_KEY
+    from lipsweep.sweep.user_callbacks import create_callbacks
+    from lipsweep.tracking import Tracker
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    space = write_space(
+        tmp_path, [NONE], epochs=1, callbacks=["_plugins.tune_probe.FractionCallback"]
+    )
+    uri = empty_store(tmp_path / "mlflow.db")
+    tracker = Tracker(uri, "exp")
+    mlflow_cb = MlflowSweepCallback(tracker, tracker.open_parent("s3://b/exp", "exp", {}))
+    callbacks = CallbackList([mlflow_cb, *create_callbacks(load_space(space).callbacks)])
+    trial = stub_trial(tmp_path, {**TINY_FLAT, "epochs": 1})
+    callbacks.on_trial_start(iteration=0, trials=[trial], trial=trial)
+    for result in (
+        {"epoch": 1, "acc_clean": 12.5, "loss": 2.0},
+        {"epoch": 1, "acc_clean": 12.5, "acc_pgd": 6.25, FINAL_KEY: 1},
+    ):
+        callbacks.on_trial_result(iteration=1, trials=[trial], trial=trial, result=result)
+        trial.update_last_result(result)
+    assert trial.last_result["acc_clean"] == 12.5  # what the searcher is told
+    # the final checkpoint registered: a hook given the trial changes Tune's own dict
+    callbacks.on_checkpoint(iteration=1, trials=[trial], trial=trial, checkpoint=None)
+    callbacks.on_trial_complete(iteration=1, trials=[trial], trial=trial)
+    tracker.flush()
+    logged = client(uri).get_run(mlflow_cb.runs[trial.trial_id]).data.metrics
+    assert (logged["acc_clean"], logged["acc_pgd"]) == (12.5, 6.25), logged
+
+
+@pytest.mark.parametrize("raw", ["1e13", "inf"])
+def test_a_callback_bound_past_the_platforms_longest_wait_is_that_wait(monkeypatch, raw):
+    """``LIPSWEEP_CALLBACK_TIMEOUT_S=1e13`` (meaning "no limit") is past what ``Thread.join``
+    accepts (OverflowError): the bound is the longest wait the platform allows."""
+    import threading
+
+    from lipsweep.sweep.callback_guard import bounded, callback_timeout_s
+
+    monkeypatch.setenv("LIPSWEEP_CALLBACK_TIMEOUT_S", raw)
+    assert callback_timeout_s() == threading.TIMEOUT_MAX
+    assert bounded(lambda: 7, callback_timeout_s(), "lipsweep-test").value == 7
+
+
+def test_a_callback_that_cannot_be_pickled_exits_2_before_anything_starts(tmp_path, monkeypatch):
+    """A callback holding a lock would kill the sweep when Tune pickles its run config (a
+    TypeError traceback, exit 1, the MLflow parent run left RUNNING). It is refused with the
+    other start-up checks: exit 2, one line naming ``callbacks[0]``, no store, no storage, no
+    Ray."""
+    from lipsweep.core.config_base import ConfigError
+    from lipsweep.search.space import load_space
+    from lipsweep.sweep.user_callbacks import create_callbacks
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    space = write_space(
+        tmp_path, [NONE], epochs=1, callbacks=["_plugins.tune_probe.LockedCallback"]
+    )
+    with pytest.raises(ConfigError, match=r"callbacks\[0\].*cannot pickle"):
+        create_callbacks(load_space(space).callbacks, str(space))
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = ["sweep", str(space), "--storage", str(work / "runs")]
+    argv += ["--tracking-uri", f"sqlite:///{work / 'mlflow.db'}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lipsweep", *argv],
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ": error: " in ln]
+    assert len(errors) == 1 and "callbacks[0]: pickling" in errors[0], proc.stderr[-3000:]
+    assert list(work.iterdir()) == []

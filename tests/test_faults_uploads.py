@@ -127,6 +127,7 @@ def toy_trial(config: dict[str, Any]) -> None:
     )
 
 
+@pytest.mark.usefixtures("ray_in_this_process")
 @pytest.mark.slow
 def test_slow_artifact_store_never_blocks_tunes_loop_and_every_artifact_arrives(
     tmp_path, monkeypatch, gated

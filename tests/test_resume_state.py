@@ -15,29 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from _sweep_helpers import TINY_FLAT, client, empty_store
+from _sweep_helpers import TINY_FLAT, client, empty_store, stub_trial
 
 pytest.importorskip("ray")
 
 
 def _trial(tmp_path: Path):
-    from ray.train._internal.storage import StorageContext
-    from ray.tune import CheckpointConfig, PlacementGroupFactory
-    from ray.tune.experiment import Trial
-
-    storage = StorageContext(
-        storage_path=str(tmp_path / "ray_results"), experiment_dir_name="exp", trial_dir_name="t0"
-    )
-    trial = Trial(
-        "train_trial",
-        trial_id="abc_00000",
-        storage=storage,
-        checkpoint_config=CheckpointConfig(num_to_keep=2),
-        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
-        stub=True,  # no trainable registered: nothing runs
-    )
-    trial.create_placement_group_factory()  # as TuneController.add_trial does
-    return trial
+    return stub_trial(tmp_path)
 
 
 def _checkpoint_folder(path: Path, epoch: int) -> Path:
@@ -174,6 +158,116 @@ def test_a_final_checkpoint_newer_than_the_snapshot_is_restored_not_trained_past
     assert resumed.storage.current_checkpoint_index == 3
     (line,) = [r.getMessage() for r in caplog.records]
     assert "final checkpoint checkpoint_000003" in line and "names checkpoint_000001" in line
+
+
+def _cut_short(path: Path, keep_size: bool = False) -> None:
+    """The bytes of ``path`` as an upload cut short leaves them: half of them, or (with
+    ``keep_size``) all of them but the last megabyte's worth unwritten (zeros)."""
+    data = path.read_bytes()
+    half = len(data) // 2
+    path.write_bytes(data[:half] + (b"\0" * (len(data) - half) if keep_size else b""))
+
+
+@pytest.mark.parametrize("keep_size", [False, True], ids=["shorter", "same-size"])
+def test_a_checkpoint_cut_short_is_not_resumed_from(tmp_path, caplog, keep_size):
+    """Every name present, bytes missing (Tune uploads a folder's files on several threads):
+    neither the newest folder, told by its size or else its checksum, nor a recorded one is
+    resumed from; the newest whole one is."""
+    trial, rows = _trial(tmp_path), []
+    _report(trial, 0, 1, rows)
+    _report(trial, 1, 2, rows)
+    snapshot = _snapshot(trial)  # names checkpoint_000000 and 000001
+    _report(trial, 2, 3, rows)  # deletes 000000
+    _report(trial, 3, 4, rows, synced=False)  # deletes 000001
+    trial_dir = Path(trial.storage.trial_fs_path)
+    _cut_short(trial_dir / "checkpoint_000003" / "optimizer.safetensors", keep_size)
+    resumed = _restored(snapshot)
+    with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+        _step(resumed)
+    assert resumed.checkpoint.path == str(trial_dir / "checkpoint_000002")
+    assert resumed.storage.current_checkpoint_index == 3  # past the damaged folder too
+
+    trial, rows = _trial(tmp_path / "b"), []  # the snapshot's own latest, cut short
+    _report(trial, 0, 1, rows)
+    _report(trial, 1, 2, rows)
+    resumed = _restored(_snapshot(trial))
+    trial_dir = Path(trial.storage.trial_fs_path)
+    _cut_short(trial_dir / "checkpoint_000001" / "model.safetensors", keep_size)
+    with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+        _step(resumed)
+    if keep_size:  # the listing looks whole: the recorded one is left to the loader
+        assert resumed.checkpoint.path.endswith("checkpoint_000001")
+    else:
+        assert resumed.checkpoint.path == str(trial_dir / "checkpoint_000000")
+        assert "names checkpoint_000001, deleted or cut short" in caplog.records[-1].getMessage()
+
+
+def test_a_final_checkpoint_cut_short_after_the_snapshot_is_not_restored(tmp_path, caplog):
+    """A final checkpoint newer than the snapshot whose weights are cut short: the trial
+    resumes from the recorded checkpoint, and its next checkpoint goes past that folder."""
+    trial, rows = _trial(tmp_path), []
+    _report(trial, 0, 1, rows)
+    snapshot = _snapshot(trial)
+    final = _checkpoint_folder(Path(trial.storage.trial_fs_path) / "checkpoint_000001", 2)
+    (final / "metrics.json").write_text(json.dumps({"acc_clean": 0.5}))
+    _cut_short(final / "model.safetensors")
+    resumed = _restored(snapshot)
+    manager = resumed.run_metadata.checkpoint_manager
+    with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+        _step(resumed)
+    assert resumed.run_metadata.checkpoint_manager is manager and not caplog.records
+    assert resumed.checkpoint.path.endswith("checkpoint_000000")
+    assert resumed.storage.current_checkpoint_index == 1
+
+
+def test_a_snapshot_without_checkpoints_restores_a_final_one_written_after_it(tmp_path, caplog):
+    """``epochs: 1`` (or ``checkpoint_every`` >= epochs): the trial's only checkpoint is its
+    final one. Written after the snapshot, it is restored (reported again, not trained
+    again); cut short, the trial starts over, its next checkpoint past that folder."""
+    trial = _trial(tmp_path)
+    snapshot = _snapshot(trial)
+    assert _restored(snapshot).checkpoint is None
+    final = _checkpoint_folder(Path(trial.storage.trial_fs_path) / "checkpoint_000000", 1)
+    (final / "metrics.json").write_text(json.dumps({"acc_clean": 0.5}))
+    resumed = _restored(snapshot)
+    with caplog.at_level(logging.WARNING, logger="lipsweep.sweep"):
+        _step(resumed)
+    assert resumed.checkpoint.path == str(final)
+    assert resumed.storage.current_checkpoint_index == 0  # the next is checkpoint_000001
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "records no checkpoint" in line and "checkpoint_000000" in line
+
+    _cut_short(final / "regularizer.safetensors")
+    resumed = _restored(snapshot)
+    _step(resumed)
+    assert resumed.checkpoint is None
+    assert resumed.storage.current_checkpoint_index == 0
+
+
+def test_a_checkpoint_holding_a_link_is_neither_copied_nor_resumed_from(tmp_path):
+    """A weights file that is a link (to ``/dev/zero`` it would fill the disk; here to a
+    file outside the folder): the trainable copies nothing and trains from epoch 1, and the
+    driver resumes the trial from the checkpoint before it."""
+    from lipsweep.settings.config import TrialConfig
+    from lipsweep.sweep.trainable import restore_checkpoint
+
+    trial, rows = _trial(tmp_path), []
+    _report(trial, 0, 1, rows)
+    _report(trial, 1, 2, rows)
+    snapshot = _snapshot(trial)
+    src = Path(trial.storage.trial_fs_path) / "checkpoint_000001"
+    outside = tmp_path / "elsewhere.safetensors"
+    (src / "regularizer.safetensors").rename(outside)
+    (src / "regularizer.safetensors").symlink_to(outside)
+
+    cfg = TrialConfig.from_flat({**TINY_FLAT, "epochs": 3})
+    work = tmp_path / "worker"
+    assert restore_checkpoint(src, work / "checkpoints", work / "final", cfg) is None
+    assert not (work / "checkpoints").exists() and not (work / "final").exists()
+
+    resumed = _restored(snapshot)
+    _step(resumed)
+    assert resumed.checkpoint.path.endswith("checkpoint_000000")
 
 
 def test_a_restored_final_checkpoint_is_reported_again_not_evaluated_again(tmp_path):

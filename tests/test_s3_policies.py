@@ -336,6 +336,7 @@ def ray_auth_disabled():
         refresh()
 
 
+@pytest.mark.usefixtures("ray_in_this_process")
 @pytest.mark.slow
 def test_a_real_tune_run_passes_the_policies(s3, tmp_path, monkeypatch, ray_auth_disabled):
     """Tuner.fit on S3 storage: the driver as the head, its trial actor as a worker (AWS

@@ -508,6 +508,7 @@ class _RunTracker(_Tracker):
         pass
 
 
+@pytest.mark.usefixtures("ray_in_this_process")
 @pytest.mark.slow
 def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_path, monkeypatch):
     """Local Ray, three configurations x 2 seeds, best first, one trial at a time: Tune calls

@@ -259,6 +259,7 @@ def test_the_sweep_driver_imports_no_torch():
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.usefixtures("ray_in_this_process")
 def test_a_ray_already_running_in_the_process_is_used_and_its_unapplied_options_are_named(
     tmp_path, caplog, monkeypatch
 ):

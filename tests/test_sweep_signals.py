@@ -258,9 +258,10 @@ def test_a_stop_signal_ignored_at_start_stays_ignored():
         signal.signal(signal.SIGHUP, old)
 
 
-def test_stop_signals_go_through_tunes_own_stop_request():
+def test_stop_signals_go_through_tunes_own_stop_request(monkeypatch):
     """The routing of StopSignals, against Tune's real handler (ray.tune's
-    _setup_signal_catching, which tune.run installs), without a Ray cluster."""
+    _setup_signal_catching, which tune.run installs), without a Ray cluster. On leaving, the
+    handlers and TUNE_DISABLE_SIGINT_HANDLER are as they were (a notebook runs on)."""
     import os
 
     from ray.tune.tune import _setup_signal_catching
@@ -272,6 +273,7 @@ def test_stop_signals_go_through_tunes_own_stop_request():
         143,
         129,
     ]
+    monkeypatch.delenv("TUNE_DISABLE_SIGINT_HANDLER", raising=False)
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
     with StopSignals() as stop:  # starting up: unwind at once
         with pytest.raises(KeyboardInterrupt):
@@ -293,6 +295,7 @@ def test_stop_signals_go_through_tunes_own_stop_request():
         signal.sigtimedwait([], 0)
         assert stop.received == signal.SIGINT
     assert {s: signal.getsignal(s) for s in before} == before
+    assert "TUNE_DISABLE_SIGINT_HANDLER" not in os.environ
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,17 @@ waits for it at most ``timeout_s`` (:func:`callback_timeout_s`). What the hook r
 a hook past the bound is logged once and the callback is not called again (its thread is left
 behind, a daemon). Hooks the user's class does not override are not called. Only one hook of a
 callback runs at a time, in Tune's order: the loop waits for each. The guard pickles with its
-callback (Tune keeps callbacks with the experiment), without its counters. :func:`bounded`
+callback (Tune keeps callbacks with the experiment), without its counters. A hook gets a copy
+of the ``result`` Tune hands it (Tune passes the very dict it keeps as the trial's last
+result, which lipsweep logs to MLflow and the searcher is told): what a callback changes in it
+never reaches the record. :func:`bounded`
 and :func:`failed` put the same bound on a callback's import and constructor at start.
 Imports Ray: only :func:`lipsweep.sweep.user_callbacks.create_callbacks` imports it.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -33,7 +37,8 @@ DEFAULT_TIMEOUT_S = 600.0
 def callback_timeout_s() -> float:
     """How long a callback's import, constructor or one hook may take (seconds):
     ``LIPSWEEP_CALLBACK_TIMEOUT_S``, default 600; a UsageError naming it if it is not a
-    positive number."""
+    positive number. A bound past the longest wait the platform allows (``inf``, ``1e13``:
+    "no limit") is that longest wait, ``threading.TIMEOUT_MAX`` (292 years on Linux)."""
     raw = os.environ.get(TIMEOUT_ENV)
     if raw is None:
         return DEFAULT_TIMEOUT_S
@@ -41,9 +46,9 @@ def callback_timeout_s() -> float:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    if not value > 0:  # nan, zero and negatives
         raise UsageError(f"{TIMEOUT_ENV}: must be a positive number of seconds, got {raw!r}")
-    return value
+    return min(value, threading.TIMEOUT_MAX)
 
 
 @dataclass
@@ -70,6 +75,15 @@ def bounded(fn: Callable[[], Any], timeout_s: float, name: str) -> _Outcome:
     thread.join(timeout_s)
     out.timed_out = thread.is_alive()
     return out
+
+
+def _copied(result: Any) -> Any:
+    """A deep copy of ``result`` for a user's hook; a shallow one where a value cannot be
+    copied (then a value changed in place inside it still reaches Tune's dict)."""
+    try:
+        return copy.deepcopy(result)
+    except Exception:  # noqa: BLE001 - any value a trainable reported
+        return dict(result) if isinstance(result, dict) else result
 
 
 def _one_line(err: BaseException) -> str:
@@ -111,6 +125,8 @@ class GuardedCallback(Callback):
         if self.stuck is not None or not self._overrides(hook):
             return None
         method = getattr(self.callback, hook)
+        if "result" in info:
+            info["result"] = _copied(info["result"])
 
         def run() -> Any:
             try:

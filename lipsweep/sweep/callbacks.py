@@ -14,6 +14,7 @@ for the status block (counts, ETA, best trial) on stdout.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import sys
@@ -132,6 +133,10 @@ class MlflowSweepCallback(Handoff, Callback):
         self.logged_before: dict[str, set[str]] = {}
         """Metric keys a resumed trial's still-open child run already holds: a driver killed
         between logging a trial's final metrics and ending its run must not log them twice."""
+        self.ends: dict[str, dict[str, Any]] = {}
+        """A copy of each trial's final (or error) result, taken when it arrives, before any
+        other callback runs: what is logged when the trial completes, whatever a user's
+        callback did to Tune's copy (``trial.last_result``) in between."""
 
     def _run_for(self, trial) -> Optional[str]:
         """The trial's child run, or None if MLflow already holds its completed run."""
@@ -178,6 +183,7 @@ class MlflowSweepCallback(Handoff, Callback):
         self, iteration: int, trials: list, trial, result: dict, **info: Any
     ) -> None:
         if result.get(FINAL_KEY) or ERROR_KEY in result:
+            self.ends[trial.trial_id] = copy.deepcopy(result)
             return
         run_id = self._run_for(trial)
         if run_id is None:
@@ -220,10 +226,11 @@ class MlflowSweepCallback(Handoff, Callback):
             )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        kept = self.ends.pop(trial.trial_id, None)
         run_id = self._run_for(trial)
         if run_id is None:
             return
-        result = trial.last_result or {}
+        result = kept or trial.last_result or {}
         label = trial_label(flat_config(trial.config))
         if ERROR_KEY in result:
             self.tracker.set_tags(run_id, {TAG_FAILURE: result[ERROR_KEY]})

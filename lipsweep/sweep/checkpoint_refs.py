@@ -5,13 +5,18 @@ registers a new one, and writes the experiment snapshot that ``--resume`` reads 
 later step of its loop. A driver killed in between leaves a snapshot that names a deleted
 checkpoint, and Tune fails that trial on resume ("Could not recover from checkpoint as it does
 not exist on storage anymore"). :class:`CheckpointRepair` runs at the start of each step of
-Tune's loop, before Tune starts a trial: a trial whose recorded checkpoints are not all on
-storage gets its checkpoint list rebuilt from the ones that are whole (a ``state.json`` and
-every file its checksums name; the trial restores from the newest, and its loader verifies the
-checksums), and its checkpoint index is moved past every checkpoint folder, so that a new
-checkpoint never lands in an old one's. Their metrics are those Tune's ``result.json`` on
-storage holds (empty for a checkpoint newer than its last sync). With no whole checkpoint left
-the trial starts over.
+Tune's loop, before Tune starts a trial: a trial whose recorded checkpoints are not all whole on
+storage gets its checkpoint list rebuilt from the ones that are, and restores from the newest.
+Whole means a ``state.json`` and every file its checksums name, each of the size and SHA-256
+it records: Tune's upload writes a folder's files on several threads, so a driver killed
+mid-upload leaves a folder with every name and some bytes missing. Deciding whether to
+repair reads only listings (names, sizes, links); the checksums are read, streamed, when a
+list is rebuilt. Their metrics are those Tune's ``result.json`` on storage holds (empty for a
+checkpoint newer than its last sync). With no whole checkpoint left the trial starts over.
+A trial whose snapshot records no checkpoint restores from the newest whole one on storage,
+if there is one (its only checkpoint was its final one, written after the snapshot). In every
+case its checkpoint index is moved past every checkpoint folder, so that a new checkpoint
+never lands in an old one's.
 
 The same window makes a finished trial run again: a trial whose final checkpoint (with its
 ``metrics.json``, :data:`lipsweep.trial.checkpoint_files.FINAL_METRICS`) reached storage after the
@@ -19,7 +24,8 @@ snapshot would train on from the snapshot's epoch and run its final evaluation t
 the newest whole checkpoint on storage is such a final one, newer than every recorded one,
 the list is rebuilt the same way; the trainable then reports that checkpoint again
 (:func:`lipsweep.sweep.trainable.restore_checkpoint`). A newer *epoch* checkpoint is left
-alone: the recorded one is intact, and a newer folder may be a copy cut short.
+alone: the recorded one is whole, and resuming from it repeats at most ``checkpoint_every``
+epochs.
 
 Tune has no public API for a trial's checkpoint list: this module is the one place that
 builds ``ray.train._internal``'s ``_CheckpointManager`` (Ray pinned by uv.lock; the test
@@ -28,6 +34,7 @@ drives the installed one).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -40,7 +47,7 @@ from ray.train._internal.session import _TrainingResult
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from lipsweep.trial.checkpoint_files import FINAL_METRICS, STATE_FILE
+from lipsweep.trial.checkpoint_files import FINAL_METRICS, STATE_FILE, WEIGHT_FILES, irregular
 
 _log = logging.getLogger("lipsweep.sweep")
 _CKPT_DIR = re.compile(r"checkpoint_\d{6}")
@@ -71,47 +78,84 @@ def _reported(trial: Trial) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def _whole(fs: pafs.FileSystem, path: str) -> bool:
-    """``path`` holds a ``state.json`` and every file its ``sha256`` record names (a
-    checkpoint copied only in part, by a worker killed with its driver, does not)."""
+def _sha256(fs: pafs.FileSystem, path: str) -> str:
+    """SHA-256 of the file at ``path``, streamed (a ViT-B optimizer state is ~700 MB)."""
+    digest = hashlib.sha256()
+    with fs.open_input_stream(path) as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _whole(fs: pafs.FileSystem, path: str, verify: bool = True) -> bool:
+    """``path`` holds a ``state.json`` and every file its ``sha256`` record names (the
+    weights files included), each a regular file of the size ``sizes`` records and, with
+    ``verify``, of the recorded checksum; on local storage nothing in it is a link. A
+    checkpoint copied only in part (a worker killed with its driver, an upload cut short:
+    Tune's upload writes a folder's files on several threads, so every name can exist before
+    the bytes do) is not whole. Without ``verify`` only the listing is read."""
     try:
         with fs.open_input_stream(f"{path}/{STATE_FILE}") as f:
-            names = json.loads(f.readall()).get("sha256", {})
-        present = {i.base_name for i in fs.get_file_info(pafs.FileSelector(path))}
-    except (OSError, ValueError, AttributeError):
+            state = json.loads(f.readall())
+        digests, sizes = state.get("sha256"), state.get("sizes", {})
+        if not (isinstance(digests, dict) and set(WEIGHT_FILES) <= set(digests)) or not isinstance(
+            sizes, dict
+        ):
+            return False
+        found = {i.base_name: i for i in fs.get_file_info(pafs.FileSelector(path))}
+        if isinstance(fs, pafs.LocalFileSystem) and irregular(path) is not None:
+            return False
+        for name, digest in digests.items():
+            info = found.get(name)
+            if info is None or info.type != pafs.FileType.File:
+                return False
+            if sizes.get(name) is not None and info.size != sizes[name]:
+                return False
+            if verify and _sha256(fs, f"{path}/{name}") != digest:
+                return False
+    except (OSError, ValueError, AttributeError, TypeError):
         return False
-    return isinstance(names, dict) and bool(names) and set(names) <= present
+    return True
 
 
-def _on_storage(
-    trial: Trial, newer_than: Optional[int] = None
-) -> tuple[list[str], list[_TrainingResult]]:
-    """The names of the trial's ``checkpoint_NNNNNN`` folders on storage, and the whole
-    ones as Tune results (with the metrics ``result.json`` has for them), oldest first.
-    ``newer_than``: nothing unless some folder's number is above it (nothing read but the
-    listing)."""
-    fs = trial.storage.storage_filesystem
-    root = trial.storage.trial_fs_path
+def _final(fs: pafs.FileSystem, path: str) -> bool:
+    """``path`` is a trial's final checkpoint: its ``metrics.json`` holds a JSON object."""
     try:
-        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        with fs.open_input_stream(f"{path}/{FINAL_METRICS}") as f:
+            return isinstance(json.loads(f.readall()), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def _folders(trial: Trial) -> list[str]:
+    """The names of the trial's ``checkpoint_NNNNNN`` folders on storage, oldest first."""
+    fs = trial.storage.storage_filesystem
+    try:
+        infos = fs.get_file_info(
+            pafs.FileSelector(trial.storage.trial_fs_path, allow_not_found=True)
+        )
     except OSError:
-        return [], []
-    names = sorted(
+        return []
+    return sorted(
         i.base_name
         for i in infos
         if i.type == pafs.FileType.Directory and _CKPT_DIR.fullmatch(i.base_name)
     )
-    if newer_than is not None and not (names and _index(names[-1]) > newer_than):
-        return [], []
+
+
+def _whole_ones(trial: Trial, names: list[str]) -> list[_TrainingResult]:
+    """The whole checkpoints among the folders ``names``, as Tune results (with the metrics
+    ``result.json`` has for them), oldest first."""
+    fs = trial.storage.storage_filesystem
+    root = trial.storage.trial_fs_path
     rows = _reported(trial) if names else {}
-    whole = [
+    return [
         _TrainingResult(
             checkpoint=Checkpoint(f"{root}/{n}", filesystem=fs), metrics=rows.get(n, {})
         )
         for n in names
         if _whole(fs, f"{root}/{n}")
     ]
-    return names, whole
 
 
 def _index(path: str) -> int:
@@ -119,51 +163,80 @@ def _index(path: str) -> int:
     return int(path.rstrip("/").rsplit("_", 1)[1])
 
 
-def repair(trial: Trial) -> Optional[str]:
-    """Rebuild ``trial``'s checkpoint list if a checkpoint it records is gone, or if a whole
-    final checkpoint newer than every recorded one is on storage (the trial ended after
-    Tune's last snapshot: it restores from that one and reports it again, instead of training
-    on from an older epoch); returns a line saying what changed, or None otherwise."""
-    manager = trial.run_metadata.checkpoint_manager
-    latest = manager.latest_checkpoint_result
-    if latest is None:
-        return None
-    fs = trial.storage.storage_filesystem
-    recorded = {r.checkpoint.path for r in [*manager.best_checkpoint_results, latest]}
-    gone = sorted(p for p in recorded if not _exists(fs, p))
-    at = _index(latest.checkpoint.path)
-    names, found = _on_storage(trial, newer_than=None if gone else at)
-    if not gone and not (
-        found
-        and _index(found[-1].checkpoint.path) > at
-        and _exists(fs, f"{found[-1].checkpoint.path}/{FINAL_METRICS}")
-    ):
-        return None
-    fresh = _CheckpointManager(manager.checkpoint_config)
-    for result in found:  # oldest first: Tune's own num_to_keep applies
+def _name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _past_every_folder(trial: Trial, names: list[str]) -> None:
+    """Move the trial's checkpoint index past every folder on storage: the snapshot's may be
+    stale, and a new checkpoint must never land in an old one's folder."""
+    if names and _index(names[-1]) > trial.storage.current_checkpoint_index:
+        trial.storage.current_checkpoint_index = _index(names[-1])
+        trial.invalidate_json_state()
+
+
+def _rebuild(trial: Trial, found: list[_TrainingResult]) -> None:
+    """Give ``trial`` a checkpoint list of ``found`` (oldest first: Tune's own num_to_keep
+    applies); it restores from the last."""
+    fresh = _CheckpointManager(trial.run_metadata.checkpoint_manager.checkpoint_config)
+    for result in found:
         fresh.register_checkpoint(result)
     trial.run_metadata.checkpoint_manager = fresh
     trial.run_metadata.invalidate_cache()
-    if names:  # the snapshot's index is stale too: new checkpoints go past every folder
-        last = _index(names[-1])
-        trial.storage.current_checkpoint_index = max(trial.storage.current_checkpoint_index, last)
-        trial.invalidate_json_state()
-    newest = found[-1].checkpoint.path.rsplit("/", 1)[-1] if found else None
-    if not gone:
-        was = latest.checkpoint.path.rsplit("/", 1)[-1]
+    trial.invalidate_json_state()
+
+
+def repair(trial: Trial) -> Optional[str]:
+    """Rebuild ``trial``'s checkpoint list if a checkpoint it records is gone or cut short,
+    if it records none and a whole one is on storage, or if a whole final checkpoint newer
+    than every recorded one is on storage (the trial ended after Tune's last snapshot: it
+    restores from that one and reports it again, instead of training on from an older
+    epoch); returns a line saying what changed, or None otherwise. The checkpoint index moves
+    past every folder on storage either way."""
+    manager = trial.run_metadata.checkpoint_manager
+    latest = manager.latest_checkpoint_result
+    fs = trial.storage.storage_filesystem
+    names = _folders(trial)
+    _past_every_folder(trial, names)
+    if latest is None:
+        found = _whole_ones(trial, names)
+        if not found:
+            return None
+        _rebuild(trial, found)
+        return (
+            f"trial {trial.trial_id}: Tune's last snapshot records no checkpoint, but "
+            f"{_name(found[-1].checkpoint.path)} reached storage after it; resuming from it"
+        )
+    recorded = {r.checkpoint.path for r in [*manager.best_checkpoint_results, latest]}
+    bad = sorted(p for p in recorded if not _exists(fs, p) or not _whole(fs, p, verify=False))
+    at = _index(latest.checkpoint.path)
+    if not bad and not (names and _index(names[-1]) > at):
+        return None
+    found = _whole_ones(trial, names)
+    newer_final = (
+        bool(found)
+        and _index(found[-1].checkpoint.path) > at
+        and _final(fs, found[-1].checkpoint.path)
+    )
+    if not bad and not newer_final:
+        return None
+    _rebuild(trial, found)
+    newest = _name(found[-1].checkpoint.path) if found else None
+    if not bad:
         return (
             f"trial {trial.trial_id}: its final checkpoint {newest} was written after Tune's "
-            f"last snapshot (which names {was}); it reports that one again, not training on"
+            f"last snapshot (which names {_name(latest.checkpoint.path)}); it reports that "
+            "one again, not training on"
         )
-    gone_names = ", ".join(p.rsplit("/", 1)[-1] for p in gone)
+    bad_names = ", ".join(_name(p) for p in bad)
     if newest is None:
         return (
-            f"trial {trial.trial_id}: its checkpoints ({gone_names}) were deleted after Tune's "
-            "last snapshot and no whole one is left; it starts again from epoch 1"
+            f"trial {trial.trial_id}: its checkpoints ({bad_names}) were deleted or cut short "
+            "after Tune's last snapshot and no whole one is left; it starts again from epoch 1"
         )
     return (
-        f"trial {trial.trial_id}: Tune's last snapshot names {gone_names}, deleted after it; "
-        f"resuming from {newest}, the newest whole one"
+        f"trial {trial.trial_id}: Tune's last snapshot names {bad_names}, deleted or cut "
+        f"short after it; resuming from {newest}, the newest whole one"
     )
 
 

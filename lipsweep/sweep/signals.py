@@ -18,7 +18,8 @@ with rc 134 and left runs RUNNING), and SIGHUP kills the process outright. While
   keeps running when the terminal hangs up (before, the hangup stopped the sweep).
 
 Tune's SIGINT handler is turned off (``TUNE_DISABLE_SIGINT_HANDLER=1``) so that SIGINT goes
-through the same path and the exit code can name the signal that arrived.
+through the same path and the exit code can name the signal that arrived. On leaving, the
+handlers and that variable are as they were (a notebook or a test process runs on with them).
 
 Inside Ray's workers (a trial, a ``confirm`` task), :func:`quiet_worker_exit` keeps Ray's
 SIGTERM from relaying a traceback into the driver's log when it lands where Python cannot
@@ -39,6 +40,7 @@ _log = logging.getLogger("lipsweep.sweep")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 START, TUNE, FINISH = "start", "tune", "finish"  # where the driver is
+_TUNE_SIGINT = "TUNE_DISABLE_SIGINT_HANDLER"
 
 
 def exit_code(signum: int) -> int:
@@ -58,10 +60,12 @@ class StopSignals:
         self.received: Optional[int] = None
         self.phase = START
         self._previous: dict[int, Any] = {}
+        self._tune_sigint: Optional[str] = None  # TUNE_DISABLE_SIGINT_HANDLER at entry
         self._held: tuple[int, ...] = ()  # the stop signals this holds (not ignored at entry)
 
     def __enter__(self) -> "StopSignals":
-        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+        self._tune_sigint = os.environ.get(_TUNE_SIGINT)
+        os.environ[_TUNE_SIGINT] = "1"
         if _main_thread():
             for sig in (*STOP_SIGNALS, signal.SIGUSR1):
                 previous = signal.getsignal(sig)
@@ -76,6 +80,10 @@ class StopSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        if self._tune_sigint is None:
+            os.environ.pop(_TUNE_SIGINT, None)
+        else:
+            os.environ[_TUNE_SIGINT] = self._tune_sigint
 
     def reinstall(self) -> None:
         """Take the stop signals back (``ray.init`` sets its own SIGTERM handler)."""

@@ -47,6 +47,7 @@ from lipsweep.trial.checkpoint_files import (
     FINAL_CONFIG,
     FINAL_METRICS,
     STATE_FILE,
+    irregular,
 )
 
 _log = logging.getLogger(__name__)
@@ -139,32 +140,57 @@ def restore_checkpoint(
     final report died before its snapshot said so) is copied to ``final`` instead and its
     metrics returned, to be reported again without a second evaluation, once its weights
     match their checksums; None otherwise (``run_trial``'s loader falls back from a damaged
-    checkpoint to epoch 1)."""
+    checkpoint to epoch 1). A folder holding a link or a special file anywhere is not copied
+    at all (copying follows links: one to ``/dev/zero`` fills the disk); the driver's
+    :mod:`~lipsweep.sweep.checkpoint_refs` does not count such a folder as whole and resumes
+    from the previous one."""
     from lipsweep.trial.checkpoint import CheckpointError, load_checkpoint
 
+    if (odd := irregular(str(src))) is not None:
+        _log.warning(
+            "checkpoint %s holds %s, a link or special file; not restored, training from epoch 1",
+            src,
+            odd,
+        )
+        return None
     metrics, config = src / FINAL_METRICS, src / FINAL_CONFIG
     if (
         metrics.is_file()
         and config.is_file()
-        and json.loads(config.read_text()) == json.loads(cfg.to_json())
+        and _json_or_none(config) == json.loads(cfg.to_json())
     ):
         try:
             load_checkpoint(src)  # the weights handed on again are verified
         except CheckpointError as err:
             _log.warning("final checkpoint %s is damaged (%s); not reported again", src, err)
         else:
-            shutil.rmtree(final, ignore_errors=True)
-            shutil.copytree(src, final, copy_function=_link_or_copy)
-            return json.loads(metrics.read_text())
-    epoch = int(json.loads((src / STATE_FILE).read_text())["epoch"])
+            reported = _json_or_none(metrics)
+            if isinstance(reported, dict):
+                shutil.rmtree(final, ignore_errors=True)
+                shutil.copytree(src, final, symlinks=True, copy_function=_link_or_copy)
+                return reported
+    state = _json_or_none(src / STATE_FILE)
+    if not (isinstance(state, dict) and isinstance(state.get("epoch"), int)):
+        _log.warning("checkpoint %s has no readable %s; training from epoch 1", src, STATE_FILE)
+        return None
+    epoch = state["epoch"]
     ckpt_root.mkdir(parents=True, exist_ok=True)
     shutil.copytree(
         src,
         ckpt_root / f"epoch_{epoch:04d}",
+        symlinks=True,  # a link made after the check stays a link, which the loader refuses
         ignore=shutil.ignore_patterns(ARTIFACTS, FINAL_METRICS, FINAL_CONFIG),
     )
     _log.info("restored Tune checkpoint of epoch %d", epoch)
     return None
+
+
+def _json_or_none(path: Path) -> Any:
+    """The JSON in ``path``, or None if it is unreadable or not JSON (a copy cut short)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _restore_from_tune(ckpt_root: Path, final: Path, cfg: TrialConfig) -> Optional[dict[str, Any]]:

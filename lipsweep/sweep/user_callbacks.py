@@ -9,7 +9,9 @@
   :func:`~lipsweep.sweep.callback_guard.callback_timeout_s` seconds each
   (``LIPSWEEP_CALLBACK_TIMEOUT_S``, default 600). One that raises, calls ``sys.exit()`` at
   import, or does not finish in time is a ConfigError naming ``callbacks[i]``: exit 2 with one
-  line, before Ray starts or anything is written.
+  line, before Ray starts or anything is written. So is a callback that cannot be pickled (it
+  holds a lock, a socket or a client): Tune pickles the callbacks with the experiment once
+  its loop starts, which would kill the sweep there.
 - *While the sweep runs*, each is wrapped in
   :class:`~lipsweep.sweep.callback_guard.GuardedCallback`: Tune calls the wrapper,
   which runs the callback's hook on a thread of its own and waits at most that long. A hook
@@ -39,9 +41,11 @@ def create_callbacks(
     order, each in a :class:`~lipsweep.sweep.callback_guard.GuardedCallback`. A ConfigError
     naming ``callbacks[i]`` if one cannot be imported or built (it raises, calls
     ``sys.exit()`` or takes longer than ``timeout_s``, default
-    :func:`~lipsweep.sweep.callback_guard.callback_timeout_s`), or is not a Tune callback."""
+    :func:`~lipsweep.sweep.callback_guard.callback_timeout_s`), is not a Tune callback, or
+    cannot be pickled."""
     if not refs:
         return []
+    from ray import cloudpickle
     from ray.tune import Callback
 
     from lipsweep.sweep.callback_guard import GuardedCallback, bounded, callback_timeout_s, failed
@@ -66,5 +70,13 @@ def create_callbacks(
         made = bounded(lambda obj=obj, ref=ref: obj(**ref.kwargs), timeout_s, where)
         if why := failed(f"{ref.path}(**{show(dict(ref.kwargs))})", made, timeout_s):
             raise ConfigError(where, why, source) from made.error
+        pickled = bounded(lambda v=made.value: cloudpickle.dumps(v), timeout_s, where)
+        if why := failed(f"pickling {ref.path}", pickled, timeout_s):
+            raise ConfigError(
+                where,
+                f"{why} (Tune saves callbacks with the experiment; keep a lock, socket or "
+                "client out of what it pickles, e.g. open it in setup())",
+                source,
+            ) from pickled.error
         built.append(GuardedCallback(made.value, f"{where} {ref.path}", timeout_s))
     return built

@@ -2,9 +2,10 @@
 
 A checkpoint is a folder ``epoch_NNNN`` holding ``model.safetensors``, ``optimizer.safetensors``
 (tensor state, flattened), ``regularizer.safetensors`` (e.g. a regularizer's power-iteration
-vectors) and ``state.json`` (epoch, step, non-tensor optimizer state, a SHA-256 of every
-file, and the trial's flat config with its SHA-256, ``config_sha256``: a checkpoint resumes
-only under the configuration it was trained with, see :func:`config_mismatch`). It is
+vectors) and ``state.json``: epoch, step, non-tensor optimizer state, a SHA-256 and the size in
+bytes of every file (``sha256``, ``sizes``: a copy on storage cut short shows in its listing),
+and the trial's flat config with its SHA-256, ``config_sha256`` (a checkpoint resumes only
+under the configuration it was trained with, see :func:`config_mismatch`). It is
 written to a hidden temporary folder, fsync'ed, then renamed into place, so a crash or a full
 disk never leaves a half-written checkpoint under a real name; the previous checkpoint is
 only pruned after the new one is in place. Loading verifies the checksums and
@@ -171,11 +172,12 @@ def _write_folder(
         OPTIMIZER_FILE: opt_tensors,
         REGULARIZER_FILE: {k: v.detach().cpu().contiguous() for k, v in regularizer.items()},
     }
-    digests = {}
+    digests, sizes = {}, {}
     for name, tensors in files.items():
         save_file(tensors, str(tmp / name))
         digests[name] = _sha256(tmp / name)
-    meta = dict(state, epoch=epoch, optimizer_meta=opt_meta, sha256=digests)
+        sizes[name] = (tmp / name).stat().st_size
+    meta = dict(state, epoch=epoch, optimizer_meta=opt_meta, sha256=digests, sizes=sizes)
     if isinstance(state.get(CONFIG_KEY), dict):
         meta[CONFIG_HASH_KEY] = config_digest(state[CONFIG_KEY])
     with open(tmp / STATE_FILE, "w") as fh:

@@ -61,3 +61,30 @@ class HostileCallback(Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self._misbehave("on_experiment_end")
+
+
+class FractionCallback(Callback):
+    """Turns accuracies (percent) into fractions, in place, as a user converting them for
+    another tracker might: in each result it is handed, and in the trial's last result when
+    the trial checkpoints."""
+
+    @staticmethod
+    def _fractions(result: dict) -> None:
+        for key in [k for k in result if k.startswith("acc_")]:
+            result[key] /= 100
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
+        self._fractions(result)
+
+    def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info):
+        self._fractions(trial.last_result)
+
+
+class LockedCallback(Callback):
+    """Holds a lock, as a callback holding a tracker client or an HTTP session does: it cannot
+    be pickled."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
