@@ -1,5 +1,6 @@
-"""The names of the files in a trial's checkpoint folder, in one place that imports nothing
-(the sweep driver reads checkpoints on storage without loading torch).
+"""The names of the files in a trial's checkpoint folder, and which epochs checkpoint, in one
+place that imports nothing (the sweep driver reads checkpoints on storage without loading
+torch).
 
 Every checkpoint (:mod:`lipsweep.trial.checkpoint`) holds :data:`STATE_FILE` and the
 safetensors of :data:`WEIGHT_FILES`; a finished trial's final checkpoint
@@ -19,3 +20,9 @@ FINAL_CONFIG = "config.json"
 """A final checkpoint's trial config, to tell whether it is this trial's."""
 ARTIFACTS = "artifacts"
 """A final checkpoint's folder of per-row Lipschitz arrays."""
+
+
+def checkpoint_due(epoch: int, epochs: int, every: int) -> bool:
+    """Whether epoch ``epoch`` (1-based) of ``epochs`` is checkpointed: every ``every``-th and
+    always the last."""
+    return epoch % every == 0 or epoch == epochs
