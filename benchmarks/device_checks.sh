@@ -10,7 +10,8 @@
 #   suite     gpu_suite.py with its smoke trial: deadline 20 s and budget 100 s short of what
 #             LIMIT_S leaves                                             -> gpu_suite.json/.log
 #   rayinstall  sweep call 1 of 2 (carry [".whl-ray"]): installs the stripped Ray wheel into
-#             /tmp/site-ray, which the warm machine keeps for the next call
+#             the git-ignored .site-ray/ of the checkout, which the warm machine keeps for the
+#             next call (ignored build outputs stay between calls)
 #   sweep     sweep call 2 of 2 (carry [".whl", ".whl-sweep"], right after call 1):
 #             gpu_sweep.py, the real `lipsweep sweep` + `pareto` + `export` through Ray and
 #             MLflow at resources.gpu 0.5 then 1.0, deadline 30 s short of what LIMIT_S
@@ -30,8 +31,8 @@ parts="${*:-tests lipbatch suite}"
 mkdir -p "$OUT"
 if [[ " $parts " == *" rayinstall "* ]]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site-ray .whl-ray/*.whl || exit 1
-    echo "== sweep call 1 of 2 done at ${SECONDS} s: Ray in /tmp/site-ray; now call 2 (part sweep)"
+        --target .site-ray .whl-ray/*.whl || exit 1
+    echo "== sweep call 1 of 2 done at ${SECONDS} s: Ray in .site-ray; now call 2 (part sweep)"
     parts="${parts//rayinstall/}"
     [ -z "${parts// /}" ] && exit 0
 fi
@@ -39,7 +40,7 @@ wheels=(.whl/*.whl)
 [ -d .whl-sweep ] && wheels+=(.whl-sweep/*.whl)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site "${wheels[@]}" || exit 1
-export PYTHONPATH="/tmp/site:/tmp/site-ray:$PWD" PYTHONUNBUFFERED=1
+export PYTHONPATH="/tmp/site:$PWD/.site-ray:$PWD" PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   grep -m1 "model name" /proc/cpuinfo; grep -c amx_tile /proc/cpuinfo
   python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__)"

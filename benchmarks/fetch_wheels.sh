@@ -12,8 +12,8 @@
 #   `sweep`, benchmarks/gpu_sweep.py), split over two device calls of one warm machine because
 #   the checkout and all the wheels pass 64 MiB:
 #   .whl-ray/    call 1 of 2: Ray 2.60.0 without ray/jars, ray/rllib, ray/serve, ray/llm and
-#                ray/dashboard/client (RECORD rewritten), installed into /tmp/site-ray, which the
-#                warm machine keeps for the next call.
+#                ray/dashboard/client (RECORD rewritten), installed into the checkout's
+#                git-ignored .site-ray/, which the warm machine keeps for the next call.
 #   .whl-sweep/  call 2 of 2 (with .whl): Ray's and Tune's missing needs (jsonschema,
 #                referencing, rpds-py, pydantic, tensorboardX, ...), MLflow (mlflow without its
 #                UI bundle, mlflow-skinny, mlflow-tracing, SQLAlchemy, Alembic, OpenTelemetry,
