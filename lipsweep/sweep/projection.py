@@ -419,7 +419,10 @@ def gpu_hours_lines(spec: Any) -> list[str]:
         return []
     gpus = measured_gpus()
     kind = spec.resources.accelerator_type
-    lines = ["projected GPU time (one trial per GPU; from figures measured without Ray):"]
+    lines = [
+        "projected GPU-hours (figures measured without Ray; a range: every trial at the "
+        "baseline's step to every trial at the slowest measured regularizer's):"
+    ]
     chosen = [g for g in gpus if kind is None or g["ray_accelerator_type"] == kind]
     if kind is not None and not chosen:
         names = ", ".join(g["ray_accelerator_type"] for g in gpus)
@@ -430,9 +433,8 @@ def gpu_hours_lines(spec: Any) -> list[str]:
         low, high, largest = grid_hours(spec, g)
         digits = 1 if low >= 1 else 3
         lines.append(
-            f"  {g['gpu']} (measured {g['measured_utc'][:10]}, unit costs measured for "
-            f"{Path(g['measured_for']).stem}): {low:.{digits}f}-{high:.{digits}f} GPU-h for "
-            f"{len(spec.trials)} trials (baseline step to the slowest measured regularizer's), "
-            f"{largest:.3f} h for the longest baseline trial"
+            f"  {g['gpu']} ({g['measured_utc'][:10]}, unit costs of "
+            f"{Path(g['measured_for']).stem}): {len(spec.trials)} trials "
+            f"{low:.{digits}f}-{high:.{digits}f} GPU-h, longest baseline trial {largest:.3f} h"
         )
     return lines
