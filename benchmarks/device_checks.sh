@@ -9,7 +9,15 @@
 #             profile (about 70 s)                                       -> lip_batch.json
 #   suite     gpu_suite.py with its smoke trial: deadline 20 s and budget 100 s short of what
 #             LIMIT_S leaves                                             -> gpu_suite.json/.log
-# Here, once: bash benchmarks/fetch_wheels.sh. Then one device `run`, carry [".whl"], e.g.
+#   rayinstall  sweep call 1 of 2 (carry [".whl-ray"]): installs the stripped Ray wheel into
+#             the git-ignored .site-ray/ of the checkout, which the warm machine keeps for the
+#             next call (ignored build outputs stay between calls)
+#   sweep     sweep call 2 of 2 (carry [".whl", ".whl-sweep"], right after call 1):
+#             gpu_sweep.py, the real `lipsweep sweep` + `pareto` + `export` through Ray and
+#             MLflow at resources.gpu 0.5 then 1.0, deadline 30 s short of what LIMIT_S
+#             leaves                                                     -> gpu_sweep.json/.log
+# Here, once: bash benchmarks/fetch_wheels.sh (--sweep for parts rayinstall and sweep: two
+# calls, docs/benchmarks.md "A sweep on the GPU"). Then one device `run`, carry [".whl"], e.g.
 # timeout_s 560 and `LIMIT_S=520 bash benchmarks/device_checks.sh tests lipbatch suite`
 # (about 8 minutes; no argument: tests lipbatch suite). Then here:
 #   python benchmarks/merge_lipschitz_batch.py <files_at>/gpu_suite.json \
@@ -21,9 +29,18 @@ OUT="${OUT:-/tmp/device_checks}"
 LIMIT_S="${LIMIT_S:-570}"  # the call's 600 s less the copy back
 parts="${*:-tests lipbatch suite}"
 mkdir -p "$OUT"
+if [[ " $parts " == *" rayinstall "* ]]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target .site-ray .whl-ray/*.whl || exit 1
+    echo "== sweep call 1 of 2 done at ${SECONDS} s: Ray in .site-ray; now call 2 (part sweep)"
+    parts="${parts//rayinstall/}"
+    [ -z "${parts// /}" ] && exit 0
+fi
+wheels=(.whl/*.whl)
+[ -d .whl-sweep ] && wheels+=(.whl-sweep/*.whl)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+    --target /tmp/site "${wheels[@]}" || exit 1
+export PYTHONPATH="/tmp/site:$PWD/.site-ray:$PWD" PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   grep -m1 "model name" /proc/cpuinfo; grep -c amx_tile /proc/cpuinfo
   python3 -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__)"
@@ -57,4 +74,15 @@ if [[ " $parts " == *" suite "* ]]; then
     python3 benchmarks/gpu_suite.py --device cuda --budget-s "$budget" --deadline-s "$deadline" \
         --smoke-trial --out "$OUT/gpu_suite.json" 2>&1 | tee "$OUT/gpu_suite.log"
     echo "== suite done at ${SECONDS} s"
+fi
+if [[ " $parts " == *" sweep "* ]]; then
+    if ! python3 -c "import ray, mlflow, optuna" 2>"$OUT/gpu_sweep.log"; then
+        echo "== sweep skipped: Ray/MLflow/Optuna missing (call 1, part rayinstall, first)" \
+            | tee -a "$OUT/gpu_sweep.log"
+        exit 1
+    fi
+    left=$((LIMIT_S - SECONDS - 30))
+    python3 benchmarks/gpu_sweep.py --deadline-s "$left" --work /tmp/gpu_sweep \
+        --out "$OUT/gpu_sweep.json" 2>&1 | tee "$OUT/gpu_sweep.log"
+    echo "== sweep done at ${SECONDS} s"
 fi

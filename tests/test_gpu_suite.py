@@ -267,6 +267,17 @@ def test_gpu_report_renders_the_kept_h100_run() -> None:
     assert "| c100 reference | 64 | 21.361 |" in text and "24.2 %" in text
 
 
+def test_gpu_report_renders_the_kept_h200_run() -> None:
+    """The kept H200 JSON (two calls merged) renders with the compiled figures docs quote."""
+    gpu_report = bench_module("gpu_report")
+    data = json.loads((ROOT / "benchmarks" / "gpu_suite_h200.json").read_text())
+    text = gpu_report.report(data)
+    assert "Device: **NVIDIA H200**" in text
+    assert "| bf16_compile (static graph) | 512 | 45.77 | 11,186 | 11.69 | 46.9 % |" in text
+    assert "| jasmin_k10_mean | 21.8 | 59.87 | 1.302 | 1.274 | 0 |" in text
+    assert "**0.145 h** (slowest regularizer: 0.160 h" in text and "29.0 %" in text
+
+
 @pytest.mark.parametrize(
     ("svd", "ritz", "words"),
     [
@@ -620,3 +631,60 @@ def test_a_bad_space_exits_2_with_one_line_naming_the_field(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--space" in err[0] and "epochs: must be > 0" in err[0]
     assert not out.exists()
+
+
+def test_merge_folds_a_second_calls_compiled_phases_as_one_call_would_have(
+    tmp_path: Path,
+) -> None:
+    """The kept H100 run measured every phase in one call, the suite's own speed-ups and MFUs
+    included: split its compiled phases off into a second call's JSON (without those derived
+    figures), merge them back, and the merged JSON gives the suite's figures and projection."""
+    merge = bench_module("merge_lipschitz_batch")
+    whole = json.loads((ROOT / "benchmarks" / "gpu_suite_h100.json").read_text())
+    compiled_names = ("regularizers_compiled", "compile")
+    first = json.loads(json.dumps(whole))
+    del first["regularizers"]["compiled"]
+    first["train"]["runs"] = {k: v for k, v in first["train"]["runs"].items() if "compile" not in k}
+    first["meta"]["phases"] = [
+        p for p in first["meta"]["phases"] if p["name"] not in compiled_names
+    ]
+    second = {
+        "meta": {
+            **whole["meta"],
+            "phases": [p for p in whole["meta"]["phases"] if p["name"] in compiled_names],
+        },
+        "errors": [],
+        "regularizers": {"compiled": json.loads(json.dumps(whole["regularizers"]["compiled"]))},
+        "train": {
+            "compile_backend": whole["train"]["compile_backend"],
+            "runs": {
+                k: {**v, "mfu_vs_bf16_matmul": None}
+                for k, v in whole["train"]["runs"].items()
+                if "compile" in k
+            },
+        },
+    }
+    for r in second["regularizers"]["compiled"].values():
+        if isinstance(r, dict):
+            r.pop("speedup_vs_eager")
+    merged = merge.merge_compiled(first, second)
+    regs = {k: r for k, r in whole["regularizers"]["compiled"].items() if isinstance(r, dict)}
+    assert len(regs) == 5
+    for name, r in regs.items():
+        assert merged["regularizers"]["compiled"][name]["speedup_vs_eager"] == pytest.approx(
+            r["speedup_vs_eager"], abs=1e-4
+        )
+    for key in ("bf16_compile_b512", "bf16_compile_b64"):
+        assert merged["train"]["runs"][key]["mfu_vs_bf16_matmul"] == pytest.approx(
+            whole["train"]["runs"][key]["mfu_vs_bf16_matmul"], abs=1e-4
+        )
+    assert [p["name"] for p in merged["meta"]["phases"]][-2:] == list(compiled_names)
+    assert merged["trial"]["projection_eager"] == first["trial"]["projection"]
+    assert merged["trial"]["projection"]["hours"] == merge._project(whole)["hours"]
+    assert merged["trial"]["projection"]["hours"] != first["trial"]["projection"]["hours"]
+    other = {**second, "meta": {**second["meta"], "gpu": "NVIDIA H200"}}
+    (tmp_path / "a.json").write_text(json.dumps(first))
+    (tmp_path / "c.json").write_text(json.dumps(other))
+    batch = ROOT / "benchmarks" / "lipschitz_batch_h100.json"
+    args = [str(tmp_path / "a.json"), str(batch), "--compiled", str(tmp_path / "c.json")]
+    assert merge.main([*args, "--out", str(tmp_path / "m.json")]) == 2

@@ -90,3 +90,54 @@ def test_unknown_timm_name_is_rejected_with_suggestions():
     cfg = ModelConfig(model="vit_tinyy_patch16_224")
     with pytest.raises(ConfigError, match="unknown timm model"):
         cfg.validate_name()
+
+
+def _stage_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "deploy" / "stage_weights.py"
+    spec = importlib.util.spec_from_file_location("stage_weights", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_staged_weights_load_offline_after_their_checksum(tmp_path, monkeypatch) -> None:
+    """A worker with no network builds its model from the staged file: the weights are the
+    staged ones, nothing is fetched, and a file that is not the staged one is refused."""
+    import huggingface_hub
+    import timm
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a download was attempted")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_network)
+    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", no_network)
+    kw = dict(img_size=32, patch_size=4, num_classes=10, depth=2, embed_dim=64, num_heads=2)
+    torch.manual_seed(1)
+    source = timm.create_model("vit_tiny_patch16_224", pretrained=False, qkv_bias=False, **kw)
+    path = tmp_path / "vit_tiny.safetensors"
+    sha = _stage_module().stage(source, path)
+    cfg = ModelConfig(
+        model="vit_tiny_patch16_224", pretrained=str(path), pretrained_sha256=sha, **kw
+    )
+    net = create_model(cfg).net
+    body = {k: v for k, v in source.state_dict().items() if not k.startswith("head.")}
+    assert len(body) > 20  # the head is the fine-tuned task's own: fresh, as from the hub
+    for name, value in body.items():
+        assert torch.equal(net.state_dict()[name], value), name
+    path.write_bytes(path.read_bytes()[:-1] + b" ")  # one byte off: a damaged copy on a node
+    with pytest.raises(ConfigError, match="pretrained_sha256.*stage it again"):
+        create_model(cfg)
+
+
+@pytest.mark.parametrize(
+    ("pretrained", "sha", "words"),
+    [("hub", "0" * 64, "checks a weights file"), ("", "0" * 64, "checks a weights file")],
+)
+def test_pretrained_sha256_needs_a_file(pretrained: str, sha: str, words: str) -> None:
+    with pytest.raises(ConfigError, match=f"pretrained_sha256.*{words}"):
+        tiny_model_config(pretrained=pretrained, pretrained_sha256=sha)
+    with pytest.raises(ConfigError, match="pretrained_sha256.*64 lowercase hex"):
+        tiny_model_config(pretrained=pretrained, pretrained_sha256="abc")

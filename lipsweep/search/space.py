@@ -27,7 +27,8 @@ A space file (``search_spaces/*.yaml``) has these top-level keys::
         <reg_b>: {<b_y>: {loguniform: [1.0e-4, 1.0e-2]}}
     scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 1, reduction_factor: 2}
                                      # or {type: moasha, metrics: [...], modes: [...], ...}
-    resources: {cpu: 1, gpu: 0.5}    # per trial; fractional GPUs pack trials on one GPU
+    resources: {cpu: 1, gpu: 0.5}    # per trial; fractional GPUs pack trials on one GPU;
+                                     # accelerator_type: H100 keeps trials on that GPU type
     max_concurrent_trials: 4
     max_failures: 2                  # retries of a trial whose worker died (from checkpoint)
     callbacks:                       # optional: more Ray Tune callbacks, by import path
@@ -61,6 +62,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +103,10 @@ class Resources:
 
     cpu: float = 1.0
     gpu: float = 0.0
+    accelerator_type: Optional[str] = None
+    """Ray's accelerator type of the GPU a trial runs on (``H100``, ``H200``, ``A10G``): Ray
+    places trials only on nodes of that type, and ``--dry-run`` projects the grid's GPU-hours
+    on it (:mod:`lipsweep.sweep.projection`). None: any GPU."""
 
 
 @dataclass
@@ -446,8 +452,15 @@ def _finite(val: Any) -> bool:
 
 
 def _parse_resources(raw: Any, path: str) -> Resources:
-    raw = _check_keys("resources", raw or {}, {"cpu", "gpu"}, path)
+    raw = _check_keys("resources", raw or {}, {"cpu", "gpu", "accelerator_type"}, path)
     res = Resources(**raw)
+    kind = res.accelerator_type
+    if kind is not None and not (isinstance(kind, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", kind)):
+        raise _err(
+            "resources.accelerator_type",
+            f"must be a Ray accelerator type such as H100, got {show(kind)}",
+            path,
+        )
     for key in ("cpu", "gpu"):
         val = getattr(res, key)
         if not _finite(val) or val < 0:

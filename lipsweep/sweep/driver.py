@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
-from lipsweep.search.space import SweepSpec, sample_space
+from lipsweep.search.space import Resources, SweepSpec, sample_space
 from lipsweep.search.space_record import save_record
 from lipsweep.sweep.local_ray import LocalRay
 from lipsweep.sweep.options import SweepOptions
+from lipsweep.sweep.projection import gpu_hours_lines
 from lipsweep.sweep.signals import FINISH, TUNE, StopSignals
 from lipsweep.sweep.user_callbacks import create_callbacks
 from lipsweep.tracking import (
@@ -512,9 +513,7 @@ def _run_on_ray(
         *extra_callbacks,  # the space's `callbacks:`, after lipsweep's own
         *_tune_loggers(),
     ]
-    trainable = tune.with_resources(
-        train_trial, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
-    )
+    trainable = tune.with_resources(train_trial, ray_resources(spec.resources))
     run_cfg = tune.RunConfig(
         name=opts.experiment,
         storage_path=opts.storage,
@@ -679,6 +678,16 @@ def _backfill_outcomes(cb, tracker: Tracker, parent: str) -> None:
             )
 
 
+def ray_resources(res: Resources) -> dict[str, float]:
+    """A trial's Ray resources; an ``accelerator_type`` is Ray's custom resource
+    ``accelerator_type:<type>`` (every GPU node offers 1 of its own type), asked for in the
+    small amount Ray's own ``accelerator_type`` option uses."""
+    out = {"cpu": res.cpu, "gpu": res.gpu}
+    if res.accelerator_type:
+        out[f"accelerator_type:{res.accelerator_type}"] = 0.001
+    return out
+
+
 def dry_run_lines(spec: SweepSpec) -> list[str]:
     """Human-readable list of the trials a sweep would run (no Ray)."""
     from lipsweep.regularizers import setting_names
@@ -689,7 +698,12 @@ def dry_run_lines(spec: SweepSpec) -> list[str]:
         f"sweep {spec.name!r} from {spec.path}: {spec.num_trials} trials ({kind}"
         + (f", {spec.scheduler.type} scheduler" if spec.scheduler else "")
         + ")",
-        f"resources per trial: cpu={spec.resources.cpu} gpu={spec.resources.gpu}",
+        f"resources per trial: cpu={spec.resources.cpu} gpu={spec.resources.gpu}"
+        + (
+            f" accelerator_type={spec.resources.accelerator_type}"
+            if spec.resources.accelerator_type
+            else ""
+        ),
     ]
     if spec.callbacks:
         lines.append("Tune callbacks: " + ", ".join(ref.path for ref in spec.callbacks))
@@ -707,4 +721,4 @@ def dry_run_lines(spec: SweepSpec) -> list[str]:
         lines.append(
             f"  {kind} samples lazily; e.g. {sample_space(spec.search.space, rng, spec.path)}"
         )
-    return lines
+    return lines + gpu_hours_lines(spec)

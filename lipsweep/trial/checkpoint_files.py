@@ -1,6 +1,6 @@
-"""The names of the files in a trial's checkpoint folder, and the rule that none of them is a
-link, in one place that imports only the standard library (the sweep driver reads checkpoints
-on storage without loading torch).
+"""The names of the files in a trial's checkpoint folder, which epochs checkpoint, and the rule
+that none of them is a link, in one place that imports only the standard library (the sweep
+driver reads checkpoints on storage without loading torch).
 
 Every checkpoint (:mod:`lipsweep.trial.checkpoint`) holds :data:`STATE_FILE` and the
 safetensors of :data:`WEIGHT_FILES`; a finished trial's final checkpoint
@@ -43,3 +43,9 @@ def irregular(folder: str) -> Optional[str]:
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 return os.path.relpath(path, folder)
     return None
+
+
+def checkpoint_due(epoch: int, epochs: int, every: int) -> bool:
+    """Whether epoch ``epoch`` (1-based) of ``epochs`` is checkpointed: every ``every``-th and
+    always the last."""
+    return epoch % every == 0 or epoch == epochs

@@ -46,6 +46,7 @@ from lipsweep.trial.checkpoint import (
     save_checkpoint,
     unflatten_optimizer,
 )
+from lipsweep.trial.checkpoint_files import checkpoint_due  # noqa: F401  (re-exported)
 from lipsweep.trial.engine import build_optimizer, evaluate_clean, resolve_device, train_one_epoch
 from lipsweep.trial.probes import probe_set, run_probes
 from lipsweep.vit.models import PixelModel, create_model
@@ -122,12 +123,6 @@ def final_evaluation(
     metrics["eval_lipschitz_seconds"] = time.perf_counter() - t0
     _eval_log.info("Lipschitz summary done in %.0f s", metrics["eval_lipschitz_seconds"])
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
-
-
-def checkpoint_due(epoch: int, epochs: int, every: int) -> bool:
-    """Whether epoch ``epoch`` (1-based) of ``epochs`` is checkpointed: every ``every``-th and
-    always the last."""
-    return epoch % every == 0 or epoch == epochs
 
 
 def run_trial(

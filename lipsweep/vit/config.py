@@ -6,6 +6,7 @@ validates without importing torch or timm; the paper's overrides are in Sec. 5.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -79,7 +80,12 @@ class ModelConfig:
     num_heads: Optional[int] = None
     """Override the number of heads (None keeps the architecture's)."""
     pretrained: str = ""
-    """'' for random init, 'hub' for timm's hub weights, or a path to a local weights file."""
+    """'' for random init, 'hub' for timm's hub weights (each trial downloads them from the
+    Hugging Face hub when it builds its model), or a path to a local weights file (on a
+    cluster: the same path on every node, staged once by ``deploy/stage_weights.py``)."""
+    pretrained_sha256: str = ""
+    """The sha256 of the ``pretrained`` file, checked when a trial loads it ('' checks
+    nothing); ``deploy/stage_weights.py`` prints it."""
     drop_path: float = 0.0
     """Stochastic depth rate."""
     normalization: str = "pretrained"
@@ -152,6 +158,16 @@ class ModelConfig:
                     "random init, or a path to a local .safetensors/.pth file",
                 )
             check_weights_file(self.pretrained)
+        if self.pretrained_sha256:
+            if not re.fullmatch(r"[0-9a-f]{64}", str(self.pretrained_sha256)):
+                raise ConfigError(
+                    "pretrained_sha256",
+                    f"must be 64 lowercase hex digits, got {show(self.pretrained_sha256)}",
+                )
+            if self.pretrained in ("", "hub"):
+                raise ConfigError(
+                    "pretrained_sha256", "checks a weights file: set pretrained to its path"
+                )
 
     def timm_kwargs(self) -> dict[str, Any]:
         """The ``timm.create_model`` keyword arguments these settings give (besides the name)."""
@@ -221,4 +237,21 @@ def check_weights_file(path: str) -> None:
             "pretrained",
             f"{show(path)} is neither a .safetensors file nor a "
             "torch.save archive (.pth/.pt/.bin); convert the weights to one",
+        )
+
+
+def verify_weights_sha256(path: str, expected: str) -> None:
+    """Refuse a ``pretrained`` file whose sha256 is not ``expected`` (a partial or stale copy
+    on a node) before it is loaded."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise ConfigError(
+            "pretrained_sha256",
+            f"{show(path)} has sha256 {digest.hexdigest()}, not {expected}: stage it again "
+            "(deploy/stage_weights.py)",
         )

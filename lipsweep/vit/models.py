@@ -46,6 +46,7 @@ from lipsweep.vit.config import (  # noqa: F401  (re-exported)
     check_weights_file,
     list_vit_models,
     normalizations,
+    verify_weights_sha256,
 )
 
 _log = logging.getLogger(__name__)
@@ -108,6 +109,8 @@ def _timm_net(cfg: ModelConfig, pretrained: bool, **kwargs) -> nn.Module:
         return timm.create_model(cfg.model, pretrained=False, **kwargs)
     if cfg.pretrained == "hub":
         return timm.create_model(cfg.model, pretrained=True, **kwargs)
+    if cfg.pretrained_sha256:
+        verify_weights_sha256(cfg.pretrained, cfg.pretrained_sha256)
     _log.info("loading pretrained weights from %s", cfg.pretrained)
     return timm.create_model(
         cfg.model, pretrained=True, pretrained_cfg_overlay=dict(file=str(cfg.pretrained)), **kwargs
