@@ -171,7 +171,7 @@ def test_confirm_usage_errors_exit_2_naming_the_flag(tmp_path, capsys, monkeypat
         assert main(["confirm", "--experiment", "e", *extra, "--tracking-uri", uri]) == 2
         err = capsys.readouterr().err
         assert flag in err and err.count("\n") == 1, err
-    # the old spelling (one flag name across commands) still works, and says so
+    # the deprecated --address works too, and says so
     assert (
         main(["confirm", "--experiment", "e", "--address", "127.0.0.1:1", "--tracking-uri", uri])
         == 2
