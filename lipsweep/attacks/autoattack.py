@@ -382,19 +382,15 @@ class AutoAttack(Attack):
     def _progress(self, x: torch.Tensor, y: torch.Tensor, n_classes: int) -> dict[str, Any]:
         """The clean-correct count and the timed step that the progress lines estimate from;
         logs the estimate of the whole run first."""
+        bs = self.batch_size
         with torch.no_grad():
-            left = sum(
-                int(
-                    (
-                        self.model(x[i : i + self.batch_size]).argmax(1)
-                        == y[i : i + self.batch_size]
-                    ).sum()
-                )
-                for i in range(0, x.shape[0], self.batch_size)
-            )
+            hits = [
+                self.logits(x[i : i + bs]).argmax(1) == y[i : i + bs] for i in range(0, len(x), bs)
+            ]
+        left = int(sum(int(h.sum()) for h in hits))
         step_s = self.step_seconds(x, y)
         first, most = self.estimate(left, n_classes, step_s)
-        order = list(self.stage_steps(n_classes))
+        steps = self.stage_steps(n_classes)
         _log.info(
             "autoattack eps %.4g: %d points, %d correct clean; estimated %.0f s for %s, at most "
             "%.0f s for all %d stages (%.3g s per point-step; later stages attack only the "
@@ -403,12 +399,11 @@ class AutoAttack(Attack):
             x.shape[0],
             left,
             first,
-            order[0],
+            next(iter(steps)),
             most,
-            len(order),
+            len(steps),
             step_s,
         )
-        steps = self.stage_steps(n_classes)
         return {"left": left, "step_s": step_s, "steps": steps, "fooled": {}, "stage_points": 0}
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
