@@ -128,7 +128,9 @@ optuna-dashboard: setup
 		sqlite:///$(abspath $(OPTUNA_DB))
 
 # Start over: everything setup, the demo, the study, `lipsweep report` (default --out
-# reports/), the Optuna studies beside the MLflow stores and the README's examples write.
+# reports/), `lipsweep bench-search` (default --out bench-search/), the Optuna studies beside
+# the MLflow stores and the README's examples write.
 clean:
 	rm -rf .venv .tools mlflow.db mlflow.db.lock mlflow.optuna.db study.db study.db.lock \
-		study.optuna.db mlruns mlartifacts ray_results runs exports reports nb-export my100.npz
+		study.optuna.db mlruns mlartifacts ray_results runs exports reports nb-export my100.npz \
+		bench-search

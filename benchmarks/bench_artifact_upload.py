@@ -1,16 +1,15 @@
-"""How long a finished trial's artifact logging holds Tune's control loop: inline uploads (the
-callback's earlier code, kept here) against the upload queue, side by side in one run.
+"""How long a finished trial's artifact logging holds Tune's control loop: inline uploads (a
+variant kept here for comparison) against the upload queue, side by side in one run.
 
-Tune schedules nothing while a callback runs. Before, ``MlflowSweepCallback._log_checkpoint``
-copied the final checkpoint's files into a temporary folder and uploaded them (and its
-Lipschitz artifacts) inside ``on_trial_complete``; now it queues the upload for the driver
+Tune schedules nothing while a callback runs. The inline variant copies the final checkpoint's
+files into a temporary folder and uploads them (and its Lipschitz artifacts) inside
+``on_trial_complete``; ``MlflowSweepCallback._log_checkpoint`` queues the upload for the driver
 tracker's background thread and returns. This script times, on a real SQLite MLflow store with
 its local artifact store and a real ``ray.tune.Checkpoint`` folder (no Ray cluster needed):
 
-* ``before``: the inline ``_log_checkpoint`` (kept verbatim below);
-* ``after``: today's ``MlflowSweepCallback._log_checkpoint`` (the time the loop is held), and
-  the time until the background upload has landed (``Tracker.flush``), which the loop no
-  longer waits for.
+* ``before``: the inline variant (below);
+* ``after``: ``MlflowSweepCallback._log_checkpoint`` (the time the loop is held), and the time
+  until the background upload has landed (``Tracker.flush``), which the loop does not wait for.
 
 Each repetition uses a fresh store and runs both, in alternating order; medians are reported,
 and the ratio before/after of the time the loop is held.

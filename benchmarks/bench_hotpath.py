@@ -1,15 +1,15 @@
-"""Cheap wins on the hot path: each change against the code it replaced, side
+"""Cheap wins on the hot path: each fast path against a slower reference variant, side
 by side (interleaved repetitions, medians of per-repetition ratios) in one run, on the tiny ViT
 and at ViT-B width (768 = 12 heads x 64, 65 tokens, fewer blocks and a small batch).
 
 - ``jasmin``: JaSMin term alone (forward + backward of ``jasmin_penalty_from_qk`` on one
-  recorded step's q/k), CPU selection keeping only the ranks it reads vs the old one keeping
+  recorded step's q/k), CPU selection keeping only the ranks it reads vs a reference keeping
   all k + 1; loss and gradients must be bit-identical. Also the share of the term spent in the
   float32 q/k operand copies, with q/k recorded in float32 and under bf16 autocast.
-- ``bounds``: ``head_bounds_at`` of one layer, norms through QR factors vs full SVDs (the old
-  code: an SVD of every (D, D) A_h); maximum relative difference of the four bounds.
+- ``bounds``: ``head_bounds_at`` of one layer, norms through QR factors vs full SVDs (the
+  reference: an SVD of every (D, D) A_h); maximum relative difference of the four bounds.
 - ``lipschitz``: ``jacobian_norm_result`` (exact route and Lanczos) with the parameters frozen
-  during the measurement vs not (the old ``measurement_mode``); bytes saved for backward.
+  during the measurement vs not (the reference ``measurement_mode``); bytes saved for backward.
 
 Usage::
 
@@ -17,7 +17,7 @@ Usage::
     python benchmarks/bench_hotpath.py --parts bounds --models vitb
     python benchmarks/bench_hotpath.py --parts --models --compile inductor aot_eager
 
-``--compile`` (item 9's fourth point): two train steps of a small ViT with JaSMin's hooks,
+``--compile``: two train steps of a small ViT with JaSMin's hooks,
 eager vs ``torch.compile`` with each backend named: compile time and the differences.
 """
 
@@ -77,7 +77,7 @@ def ratio(times: dict[str, list[float]], new: str, old: str) -> float:
     return statistics.median(a / b for a, b in zip(times[new], times[old]))
 
 
-# --- the old code, as it was at 6d23397 ----------------------------------------------------
+# --- the reference variants (the slower code each fast path is measured against) ------------
 
 
 def _old_top_positions(e: torch.Tensor, ranks: tuple[int, ...], ws) -> torch.Tensor:

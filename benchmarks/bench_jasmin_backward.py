@@ -2,14 +2,14 @@
 
 Two backwards of ``_RankedSoftmax`` on the same recorded q/k, interleaved:
 
-- ``lse`` (the earlier backward): saves the float32 log-sum-exp and rebuilds p = exp(s - lse);
-- ``max+sum`` (now): saves the row max m and sum Z and rebuilds p = exp(s - m) / Z with the
+- ``lse`` (a reference variant): saves the float32 log-sum-exp and rebuilds p = exp(s - lse);
+- ``max+sum`` (lipsweep's): saves the row max m and sum Z and rebuilds p = exp(s - m) / Z with the
   forward's rounding, forming each selected entry as own (1 - p) - p * others.
 
 Time: forward + backward of ``jasmin_penalty_from_qk`` over 4 layers at the tiny ViT's shapes
 (batch 64, 4 heads, 65 tokens, head dim 32), process CPU time, median over repetitions, in a
 rotating order; the ratio is taken per repetition. Accuracy: the relative error of the q/k
-gradient against float64 autograd, on the peaked rows of the issue (65 tokens, head dim 64,
+gradient against float64 autograd, on peaked rows (65 tokens, head dim 64,
 top score 12 above the rest, all shifted by an offset), beside plain float32 autograd.
 
 Usage::
@@ -115,7 +115,7 @@ def _rel(got, want) -> float:
 
 
 def accuracy_table() -> list[str]:
-    rows = ["| score offset, k | lse (before) | max+sum (now) | plain float32 autograd |"]
+    rows = ["| score offset, k | lse (reference) | max+sum (lipsweep) | plain float32 autograd |"]
     rows.append("|---|---|---|---|")
     for offset, k in ((0.0, 0), (30.0, 0), (30.0, 2), (100.0, 0), (100.0, 10)):
         q64, k64, scale = _peaked(offset)

@@ -23,7 +23,7 @@ order, each cap, its time and whether it was done, capped, skipped or failed):
 
 1. ``smoke_trial`` (with ``--smoke-trial SPACE``, default ``search_spaces/gpu_smoke.yaml``): the
    first trial of that space through ``python -m lipsweep train`` (no Ray, no MLflow).
-2. The mandatory phases, which the projection and the issue's figures need:
+2. The mandatory phases, which the projection and docs/benchmarks.md's figures need:
    ``train`` (the bf16 matmul rate and the space's train step at its batch), ``regularizers``
    (each regularizer's step-time ratio to the baseline at ViT-B bf16 batch 512, CUDA events,
    interleaved rounds, medians, and host syncs per step), ``checkpoint`` (per-epoch clean
@@ -1553,7 +1553,7 @@ PHASES = (
     Phase("run_trial", "trial", phase_run_trial, False),
     Phase("compile", "train", phase_compile, False),
 )
-"""The order after the smoke trial: the mandatory phases (what the projection and the issue's
+"""The order after the smoke trial: the mandatory phases (what the projection and the recorded
 figures need), then the optional ones, compiling last (its cold compile is the longest and
 least needed part)."""
 MIN_PHASE_S = 5.0

@@ -389,3 +389,24 @@ def test_pareto_and_report_build_the_front_once(store, monkeypatch, tmp_path):
         "paired_differences.png",
         "pareto_scatter.png",
     ]
+
+
+def test_an_interval_is_clipped_to_the_values_its_metric_can_take():
+    """Two seeds: t_{0.975, 1} = 12.7062, so the half-width is 12.7062 * std / sqrt 2 =
+    6.3531 * |a - b|. acc_pgd_4 10 and 20: mean 15, half 63.53, [-48.53, 78.53] -> [0, 78.53];
+    acc_clean 95 and 99: mean 97, half 25.41, [71.59, 122.41] -> [71.59, 100];
+    lip_jacobian_median 1 and 3: mean 2, half 12.71, [-10.71, 14.71] -> [0, 14.71]; a metric
+    of unknown range keeps the t-interval."""
+    from lipsweep.decide.arms import metric_bounds, metric_interval
+
+    acc = metric_interval([10.0, 20.0], "acc_pgd_4")
+    assert (acc.mean, acc.lo, acc.hi) == pytest.approx((15.0, 0.0, 78.531), abs=1e-3)
+    clean = metric_interval([95.0, 99.0], "acc_clean")
+    assert (clean.lo, clean.hi) == pytest.approx((71.588, 100.0), abs=1e-3)
+    lip = metric_interval([1.0, 3.0], "lip_jacobian_median")
+    assert (lip.lo, lip.hi) == pytest.approx((0.0, 14.706), abs=1e-3)
+    other = metric_interval([10.0, 20.0], "loss")
+    assert (other.lo, other.hi) == pytest.approx((-48.531, 78.531), abs=1e-3)
+    assert metric_bounds("probe_acc_pgd_4") == metric_bounds("epoch_acc_clean") == (0.0, 100.0)
+    assert metric_interval([10.0], "acc_pgd_4").n == 1  # one seed: no interval to clip
+    assert math.isnan(metric_interval([10.0], "acc_pgd_4").lo)

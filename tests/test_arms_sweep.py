@@ -52,7 +52,7 @@ def cli(d: Path, *argv: str) -> str:
 
 
 def test_pareto_ranks_the_two_arms_by_their_means(swept):
-    from lipsweep.decide.arms import t_interval
+    from lipsweep.decide.arms import metric_interval
 
     d, uri = swept
     out = cli(d, "pareto", "--experiment", "exp", "--tracking-uri", uri)
@@ -66,9 +66,11 @@ def test_pareto_ranks_the_two_arms_by_their_means(swept):
     for name, rs in by_arm.items():
         assert len({(r.data.tags["arm_rank"], r.data.tags["arm_front"]) for r in rs}) == 1
         assert all(r.data.tags["pareto"] == r.data.tags["arm_front"] for r in rs)
-        s = t_interval([r.data.metrics["acc_pgd_4"] for r in rs])  # n = 2: t_{0.975,1}=12.706
+        values = [r.data.metrics["acc_pgd_4"] for r in rs]
+        s = metric_interval(values, "acc_pgd_4")  # n = 2: t_{0.975,1}=12.706, within [0, 100]
         half = 12.706205 * s.std / math.sqrt(2)
-        assert s.hi - s.mean == pytest.approx(half, abs=1e-4)
+        assert s.hi == pytest.approx(min(s.mean + half, 100.0), abs=1e-4)
+        assert s.lo == pytest.approx(max(s.mean - half, 0.0), abs=1e-4)
         if rs[0].data.tags["arm_front"] == "true":
             row = next(line for line in out.splitlines() if line.split("  ")[1:2] and name in line)
             assert f"{s.mean:.2f} [{s.lo:.2f}, {s.hi:.2f}]" in row and " 2 " in row

@@ -149,3 +149,39 @@ def test_adapter_validates_its_settings(tiny):
         AutoAttack(tiny, EPS, version="plus")
     with pytest.raises(ValueError, match="eps"):
         AutoAttack(tiny, 8)
+
+
+def test_the_estimate_counts_each_stages_passes(tiny):
+    """Per point: APGD-CE iters x restarts passes, APGD-T and FAB-T that times the targets,
+    Square a third of a pass per query; the estimate multiplies by points and seconds."""
+    aa = AutoAttack(tiny, EPS, iters=10, restarts=2, n_target_classes=3)
+    # 10 x 2 = 20; 20 x 3 targets = 60; Square 10 queries / 3
+    assert aa.stage_steps(10) == {"apgd-ce": 20.0, "apgd-t": 60.0, "fab-t": 60.0, "square": 10 / 3}
+    first, most = aa.estimate(100, 10, 0.01)  # 100 points, 0.01 s per point-step
+    assert first == pytest.approx(100 * 20 * 0.01)  # 20 s
+    assert most == pytest.approx(100 * (20 + 60 + 60 + 10 / 3) * 0.01)  # 143.3 s
+    std = AutoAttack(tiny, EPS, version="standard")  # 100 iterations, 9 targets, 5000 queries
+    assert std.stage_steps(10) == {
+        "apgd-ce": 100.0,
+        "apgd-t": 900.0,
+        "fab-t": 900.0,
+        "square": 5000 / 3,
+    }
+
+
+def test_progress_logs_an_estimate_first_then_each_stage_and_batch(tiny, batch, caplog):
+    """``run(progress=True)``: the estimate before any attack, a line as each stage starts
+    (its points: those the earlier stages did not fool) and one per batch."""
+    x, y = batch
+    caplog.set_level(logging.INFO, logger="lipsweep.attacks.autoattack")
+    res = AutoAttack(tiny, EPS, iters=2, batch_size=4).run(x, y, progress=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "lipsweep.attacks.autoattack"]
+    assert lines[0].startswith("autoattack eps 0.007843: 8 points, 8 correct clean; estimated ")
+    assert lines[1].startswith("autoattack eps 0.007843, stage 1/4 apgd-ce: 8 points, estimated")
+    assert lines[2].startswith("autoattack apgd-ce: 4/8 points, ")
+    assert lines[3].startswith("autoattack apgd-ce: 8/8 points, ")
+    starts = [line for line in lines if ", stage " in line]
+    ran = [s for s in res.stages if s.n_attacked]
+    assert [f"{s.attack}: {s.n_attacked} points" for s in ran] == [
+        line.split("/4 ")[1].split(", estimated")[0] for line in starts
+    ]

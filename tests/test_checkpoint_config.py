@@ -30,8 +30,8 @@ def _trained(tmp_path):
 
 
 def test_train_refuses_another_configs_checkpoint_without_config_json(tmp_path, capsys):
-    """Before: with config.json gone, `train` resumed lr=1e-3's checkpoint under lr=2e-3 and
-    relabelled it (config.json rewritten, metrics written for the wrong config)."""
+    """With config.json gone, `train` must not resume lr=1e-3's checkpoint under lr=2e-3 and
+    relabel it (config.json rewritten, metrics written for the wrong config)."""
     out = _trained(tmp_path)
     state = json.loads((out / "checkpoints" / "epoch_0001" / "state.json").read_text())
     assert state[CONFIG_HASH_KEY] == config_digest(TrialConfig.from_flat(FLAT).to_flat())

@@ -81,7 +81,7 @@ def _run(uri: str, rid: str):
 
 
 @pytest.mark.slow
-def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, capsys):
+def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, capsys, caplog):
     from safetensors.torch import load_file
 
     from lipsweep.attacks.autoattack import STANDARD_ATTACKS, AutoAttack
@@ -90,6 +90,7 @@ def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, ca
 
     monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "2")
     uri, ids = _sweep(tmp_path, checkpoint)
+    caplog.set_level(logging.INFO)
     rc = main(
         [
             "confirm",
@@ -105,6 +106,15 @@ def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, ca
     )
     out = capsys.readouterr().out
     assert rc == 0, out
+    # what it loaded (the test images only), then an estimate before any attack, then stages
+    lines = [r.getMessage() for r in caplog.records]
+    data = [line for line in lines if line.startswith("data ")]
+    assert len(data) == 1 and data[0].endswith(": 16 eval images of 500 test images"), data
+    first = next(i for i, line in enumerate(lines) if "estimated" in line)
+    assert "AutoAttack custom on 16 images" in lines[first], lines[first]
+    assert "for apgd-ce" in lines[first] and lines.index(data[0]) < first, lines[first]
+    assert not any("acc_aa_std_2: " in line for line in lines[:first])  # no attack before
+    assert any(", stage 1/4 apgd-ce: " in line for line in lines)
     run = _run(uri, ids[0])
     value = run.data.metrics["acc_aa_std_2"]
     tags = run.data.tags
@@ -171,7 +181,7 @@ def test_confirm_usage_errors_exit_2_naming_the_flag(tmp_path, capsys, monkeypat
         assert main(["confirm", "--experiment", "e", *extra, "--tracking-uri", uri]) == 2
         err = capsys.readouterr().err
         assert flag in err and err.count("\n") == 1, err
-    # the old spelling (one flag name across commands) still works, and says so
+    # the deprecated --address works too, and says so
     assert (
         main(["confirm", "--experiment", "e", "--address", "127.0.0.1:1", "--tracking-uri", uri])
         == 2

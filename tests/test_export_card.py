@@ -33,7 +33,7 @@ def test_model_card_python_runs_as_written(tmp_path):
     model, folder = _export(tmp_path / "exp")
     card = (folder / "README.md").read_text()
     arch = re.search(r"- Architecture: `(timm\.create_model\(.*\))`", card).group(1)
-    ast.parse(arch, mode="eval")  # a SyntaxError or NameError before the fix: `false`
+    ast.parse(arch, mode="eval")  # a SyntaxError or NameError on a JSON `false`
     net = eval(arch, {"timm": timm})  # noqa: S307 - the card's own text, built above
     net.load_state_dict(load_file(folder / "model.safetensors"))  # strict: same architecture
     (snippet,) = re.findall(r"```python\n(.*?)```", card, re.S)

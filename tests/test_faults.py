@@ -1302,7 +1302,7 @@ def test_export_force_replaces_only_a_previous_export(tmp_path, monkeypatch, cap
     with pytest.raises(UsageError, match="notes.txt"):
         ex.write_export(prev, state, config, {}, force=True)
     (prev / "notes.txt").unlink()
-    # a failure while writing the new export leaves the old one whole (write beside, swap)
+    # a failure while writing the new export leaves the existing one whole (write beside, swap)
     old = _tree(prev)
     monkeypatch.setattr(ex, "_model_card", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
     with pytest.raises(OSError):
@@ -1375,7 +1375,7 @@ def test_show_never_walks_a_huge_shared_value():
 
 
 def test_duplicate_yaml_keys_are_refused(tmp_path, capsys):
-    """The last of two equal keys no longer wins silently."""
+    """Two equal keys are refused: the last one does not win silently."""
     from lipsweep.__main__ import main
 
     space, trial = tmp_path / "s.yaml", tmp_path / "t.yaml"

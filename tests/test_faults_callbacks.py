@@ -39,8 +39,8 @@ TESTS = Path(__file__).resolve().parent
     ids=["sys.exit", "hang"],
 )
 def test_a_callback_module_that_exits_or_hangs_at_import_exits_2_naming_it(tmp_path, body, needle):
-    """Before: ``sys.exit(3)`` at import ended ``lipsweep sweep`` with status 3 and no word;
-    a module that hangs at import hung the command for ever."""
+    """``sys.exit(3)`` at import must not end ``lipsweep sweep`` with status 3 and no word,
+    nor a module that hangs at import hang the command for ever."""
     mods = tmp_path / "mods"
     mods.mkdir()
     (mods / "at_import.py").write_text(
@@ -75,7 +75,7 @@ def test_a_callback_module_that_exits_or_hangs_at_import_exits_2_naming_it(tmp_p
 def test_a_callback_that_raises_exits_or_hangs_never_stops_tunes_loop(
     tmp_path, caplog, monkeypatch
 ):
-    """Before: a ``callbacks:`` entry whose ``on_trial_result`` raised ended the sweep with a
+    """A ``callbacks:`` entry whose ``on_trial_result`` raises must not end the sweep with a
     TuneError traceback and its runs left RUNNING. Tune's own CallbackList calls every hook
     as its controller does; the one after the hostile ones still sees every event."""
     from ray.tune.callback import CallbackList

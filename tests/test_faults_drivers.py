@@ -1,7 +1,7 @@
 """Adversarial drivers and URIs.
 
 Two drivers on one experiment, credentials in a tracking URI, a bind address that means "every
-interface", read commands on a bad store, options that used to write before they were checked.
+interface", read commands on a bad store, options checked before anything is written.
 Real MLflow (SQLite in the test folder), real Ray for the one sweep; nothing is mocked.
 """
 
@@ -76,7 +76,7 @@ def _store(tmp_path: Path, experiment: str | None = None) -> str:
     return uri
 
 
-# -- item 2: one driver per experiment ----------------------------------------------------------
+# -- one driver per experiment ---------------------------------------------------------------------
 @pytest.mark.slow
 def test_two_drivers_started_together_one_runs_the_other_exits_2(tmp_path):
     """Same --experiment, --storage and fresh SQLite store, started at once: exactly one runs,
@@ -196,8 +196,8 @@ def test_two_new_parents_for_one_sweep_the_later_one_backs_off(tmp_path):
 
 
 def test_sqlite_schema_is_created_under_a_file_lock(tmp_path):
-    """Two fresh drivers on one SQLite store raced on `duplicate column name`; the schema is
-    now made while holding ``<db>.lock``. With the test holding it, a driver's tracker must
+    """Two fresh drivers on one SQLite store would race on `duplicate column name`; the schema
+    is made while holding ``<db>.lock``. With the test holding it, a driver's tracker must
     queue for it (a waiter in /proc/locks) and create nothing until it is released."""
     from lipsweep.tracking import Tracker
 
@@ -228,7 +228,7 @@ def test_sqlite_schema_is_created_under_a_file_lock(tmp_path):
     assert not t.is_alive() and db.is_file()
 
 
-# -- item 5: no credential shown or stored -----------------------------------------------------
+# -- no credential shown or stored -----------------------------------------------------------------
 def test_credentials_in_the_tracking_uri_are_never_shown_or_stored(tmp_path):
     from lipsweep.decide.commands import export_run
     from lipsweep.tracking import Tracker, TrackingError, redact_uri
@@ -282,7 +282,7 @@ def test_credentials_in_the_tracking_uri_are_never_shown_or_stored(tmp_path):
     assert "mlflow.example" in text and SECRET not in text and "alice" not in text
 
 
-# -- item 6: the MLflow server's bind address --------------------------------------------------
+# -- the MLflow server's bind address --------------------------------------------------------------
 @pytest.mark.parametrize(
     "host",
     ["0", "::0", "0:0:0:0:0:0:0:0", "0.0.0.0", "::", "[::]", "0x0", "::ffff:0.0.0.0", "8.8.8.8"],
@@ -321,7 +321,7 @@ def test_start_mlflow_offers_basic_auth():
     assert "Trust boundary" in text
 
 
-# -- read commands on a bad store ----------------------------------
+# -- read commands on a bad store ------------------------------------------------------------------
 TIMED = (
     "import sys, time; from lipsweep.__main__ import main; t = time.monotonic(); "
     "rc = main(sys.argv[1:]); print(f'ELAPSED {time.monotonic() - t:.1f}'); sys.exit(rc)"
@@ -370,7 +370,7 @@ def test_read_commands_never_create_an_experiment(tmp_path):
     assert _files(tmp_path) == before
 
 
-# -- item 8: every option checked before any write ---------------------------------------------
+# -- every option checked before any write ---------------------------------------------------------
 @pytest.mark.parametrize(
     "extra,flag",
     [
@@ -408,7 +408,7 @@ def test_sweep_options_are_checked_before_any_write(tmp_path, extra, flag):
     assert _files(tmp_path) == before  # no mlflow.db (so no RUNNING parent), no storage
 
 
-# -- item 12: the storage trust boundary -------------------------------------------------------
+# -- the storage trust boundary --------------------------------------------------------------------
 def test_worker_policy_cannot_write_the_drivers_experiment_state():
     """The workers' IAM policy in deploy/README.md may write trial folders
     (<storage>/<experiment>/<trial>/...) but not the driver's state beside them

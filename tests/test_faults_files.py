@@ -30,14 +30,14 @@ SUBSET = ROOT.parent / "shared" / "data" / "cifar10_subset.npz"
 SECRET = "hunter2"
 
 
-# -- the table: every folder option of every command -------------------------------------------
+# -- the table: every folder option of every command -----------------------------------------------
 def _options(w: Path, space: Path) -> list[tuple[str, list[str], dict[str, str], str]]:
     """(name, argv with {p} for the path, env with {p}, the flag the error must name).
 
     The store holds a finished sweep of experiment ``e`` and the bucket a prepared dataset
     (both made by :func:`_workspace`), so that each command would get as far as its folder
-    option: with a missing store or dataset, 6d23397 refused those first (naming
-    ``--tracking-uri`` or ``data_dir``) and never reached the path under test."""
+    option: a missing store or dataset would be refused first (naming ``--tracking-uri`` or
+    ``data_dir``) and the path under test never reached."""
     uri = f"sqlite:///{w.parent / 'inputs' / 'store' / 'm.db'}"
     train = ["train", "--set", "epochs=1", "--set", "train_size=64", "--set", "eval_size=16"]
     cache_uri = f"file://{w.parent / 'inputs' / 'bucket'}/cifar10.npz"
@@ -301,7 +301,7 @@ def test_every_folder_option_refuses_a_read_only_filesystem(tmp_path):
     assert _tree(tmp_path) == before
 
 
-# -- item 7: train --overwrite ------------------------------------------------------------------
+# -- train --overwrite -----------------------------------------------------------------------------
 def _main(argv: list[str], capsys) -> tuple[int, list[str]]:
     from lipsweep.__main__ import main
 
@@ -341,7 +341,7 @@ def test_train_overwrite_deletes_only_a_folder_train_made(tmp_path, monkeypatch,
     assert not (w / "mine" / TRAIN_MARKER).exists()
 
 
-# -- item 8: data prepare never rewrites its source ---------------------------------------------
+# -- data prepare never rewrites its source --------------------------------------------------------
 
 
 def test_data_prepare_never_rewrites_its_source(tmp_path, capsys):
@@ -361,7 +361,7 @@ def test_data_prepare_never_rewrites_its_source(tmp_path, capsys):
     assert "label_names" in np.load(src, allow_pickle=False).files
 
 
-# -- item 9: a manifest names a plain file inside the cache -------------------------------------
+# -- a manifest names a plain file inside the cache ------------------------------------------------
 @pytest.mark.parametrize(
     "field, value",
     [
@@ -397,7 +397,7 @@ def test_a_manifest_cannot_name_a_path_outside_the_cache(tmp_path, monkeypatch, 
     assert _tree(tmp_path) == before and not Path("/tmp/lipsweep-escaped.npz").exists()
 
 
-# -- items 10, 11 and the all-zero histogram: report ---------------------------------------------
+# -- report: its files, an all-zero histogram, folder names ----------------------------------------
 def _sweep_store(tmp_path: Path, experiment: str) -> tuple[str, str]:
     """A real MLflow store holding one finished sweep of 2 seeds whose per-image Jacobians
     are all zero (a constant model); returns (uri, parent run id)."""
@@ -478,7 +478,7 @@ def test_safe_folder_name_stays_inside():
     assert safe_folder_name("a/b") != safe_folder_name("a_b")
 
 
-# -- item 12: credentials in a URI's query -------------------------------------------------------
+# -- credentials in a URI's query ------------------------------------------------------------------
 def test_credentials_in_a_uri_query_are_never_shown_or_stored(tmp_path, capsys):
 
     from lipsweep.core.redact import redact_uri
@@ -509,7 +509,7 @@ def test_credentials_in_a_uri_query_are_never_shown_or_stored(tmp_path, capsys):
     )
 
 
-# -- section 8: a newline in a file name ---------------------------------------------------------
+# -- a newline in a file name ----------------------------------------------------------------------
 def test_a_newline_in_an_image_name_stays_on_one_line(tmp_path, capsys):
     root = tmp_path / "imgs"
     for split in ("train", "test"):
@@ -522,7 +522,7 @@ def test_a_newline_in_an_image_name_stays_on_one_line(tmp_path, capsys):
     assert "x\\nlipsweep train: done.png" in err[0], err
 
 
-# -- section 7: half-written state under ulimit -f -----------------------------------------------
+# -- half-written state under ulimit -f ------------------------------------------------------------
 def _limited(
     cwd: Path, limit: int, *argv: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
@@ -608,7 +608,7 @@ def test_a_full_disk_during_export_names_the_file_not_the_tracking_uri(tmp_path)
         assert not isinstance(err, LocalIOError) and str(err).startswith("MLflow x failed at u")
 
 
-# -- section 8: the Ray token file of --dashboard ------------------------------------------------
+# -- the Ray token file of --dashboard -------------------------------------------------------------
 def test_the_dashboard_token_file_is_readable_by_its_owner_only(tmp_path, monkeypatch):
     """Ray writes ~/.ray/auth_token with the umask (0644 under 022); lipsweep writes it first."""
     from lipsweep.sweep.ray_token import private_token_file
@@ -632,7 +632,7 @@ def test_the_dashboard_token_file_is_readable_by_its_owner_only(tmp_path, monkey
 def test_sweep_dashboard_makes_the_token_file_private_before_ray_starts(tmp_path, monkeypatch):
     """The driver's side of the test above: ``sweep --dashboard`` starting a local Ray calls
     it first. ``ray.init`` is stood in for (it raises, as a Ray that cannot start does), so no
-    Ray runs; the file must already be 600 by then. Before (6d23397) nothing wrote it."""
+    Ray runs; the file must already be 600 by then."""
     import ray
 
     from lipsweep.api.options import SweepOptions

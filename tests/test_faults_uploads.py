@@ -1,11 +1,11 @@
 """Artifact uploads off Tune's control loop, on real Ray, MLflow and storage.
 
-A finished trial's checkpoint and Lipschitz artifacts used to be downloaded and uploaded inside
-``MlflowSweepCallback.on_trial_complete``, and Tune schedules nothing while a callback runs. The
-artifact store here is MLflow's own local store behind a registered ``gated://`` scheme whose
-writes wait on a gate the test opens: with the old code the hook waits for the gate; now the
-hooks return at once, the run ends FINISHED only once its artifacts are in, and what is still
-queued when the driver stops, or while the MLflow server is down, arrives afterwards.
+Tune schedules nothing while a callback runs, so ``MlflowSweepCallback.on_trial_complete`` only
+queues a finished trial's checkpoint and Lipschitz artifacts. The artifact store here is MLflow's
+own local store behind a registered ``gated://`` scheme whose writes wait on a gate the test opens:
+a hook that uploaded inline would wait for the gate; the hooks return at once, the run ends FINISHED
+only once its artifacts are in, and what is still queued when the driver stops, or while the MLflow
+server is down, arrives afterwards.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from _sweep_helpers import (
 from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
 
 pytestmark = [pytest.mark.faults, pytest.mark.ray]
-GATE_S = 60.0  # an unopened gate lets a write through after this long (the old code waits it)
+GATE_S = 60.0  # an unopened gate lets a write through after this long (an inline upload waits)
 
 
 class GatedArtifactRepository(LocalArtifactRepository):
@@ -192,7 +192,7 @@ def test_slow_artifact_store_never_blocks_tunes_loop_and_every_artifact_arrives(
     assert not results.errors, results.errors
     print(f"fit {fit_s:.1f}s; slowest hooks:", sorted(timings, key=lambda t: -t[2])[:3])
     assert {h for h, _, _ in timings} == {"result", "complete"}
-    assert max(s for _, _, s in timings) < 2.0, timings  # the old code waited >= GATE_S
+    assert max(s for _, _, s in timings) < 2.0, timings  # an inline upload waits >= GATE_S
     # the controller went on while an upload was stuck: the long trial's later epochs
     assert sum(h == "result" and t > gated.started_at for h, t, _ in timings) >= 3, timings
     assert not gated.gate.is_set(), "fit returned only after the gate opened by timeout"

@@ -384,9 +384,9 @@ MEASURED = {
 
 
 def test_projection_reads_every_assumption_from_the_paper_space() -> None:
-    """One paper_cifar100 trial, every count from the space. The old
-    projection took 500 Lipschitz images (the config default) and a checkpoint every epoch
-    from its own constants; the space says lip_images 0 (all 10,000) and checkpoint_every 10."""
+    """One paper_cifar100 trial, every count from the space, not from the config defaults
+    (500 Lipschitz images, a checkpoint every epoch): the space says lip_images 0 (all
+    10,000) and checkpoint_every 10."""
     gs = _suite_module()
     target = gs.load_target(ROOT / "search_spaces" / "paper_cifar100.yaml")
     proj = gs.project_trial(MEASURED, target, "cuda")

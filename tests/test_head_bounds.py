@@ -473,8 +473,8 @@ def test_r_factor_keeps_the_spectral_norm(shape, rank):
 @pytest.mark.parametrize("bias", [False, True])
 def test_bounds_take_no_svd_of_the_rank_d_matrices(bias):
     """W_Q W_K^T is (D, D) of rank <= d and X is (N, D): the bounds reduce them by QR and take
-    SVDs of at most max(d, N) + 1 square, and give the values of the full-SVD formulas (the old
-    code ran an SVD of every (D, D) A_h: 3 s per ViT-B layer on one CPU core)."""
+    SVDs of at most max(d, N) + 1 square, and give the values of the full-SVD formulas (an SVD
+    of every (D, D) A_h takes 3 s per ViT-B layer on one CPU core)."""
     dim, d, n = 96, 8, 9
     w, x = _random_head(5, dim=dim, d=d, bias=bias), _inputs("layernorm", seed=2, n=n, dim=dim)
     with torch.profiler.profile(record_shapes=True) as prof:

@@ -421,8 +421,8 @@ def test_fast_gradient_on_peaked_rows_is_as_accurate_as_float32_autograd(offset,
     """Peaked rows (top score 12 above the rest, all scores shifted by ``offset``),
     65 tokens, head dim 64 (N = 64 here: d >= N for the construction). Against float64
     autograd, the float32 fast gradient's relative error must be within 2x of that of plain
-    float32 autograd through softmax (the old backward, p = exp(s - lse) with a float32 lse,
-    was 10-40 times worse)."""
+    float32 autograd through softmax (a backward rebuilding p = exp(s - lse) from a float32
+    lse is 10-40 times worse; benchmarks/bench_jasmin_backward.py)."""
     scores = spaced_scores(2, 4, 64, step=0.3, top_gap=12.0, offset=offset, seed=2)
     assert rank_margin(scores, 3) > 0.3
     q, kk, scale = designed_qk(scores, d=64, seed=3)

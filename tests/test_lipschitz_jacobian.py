@@ -236,7 +236,7 @@ def test_bad_inputs_are_rejected():
 
 def test_power_route_flags_converged_only_within_tolerance_of_svdvals():
     """A linear 10-logit model with singular values 1, .99, .98, .97, .96 and five of
-    0.5. The old stopping rule (Rayleigh quotient changed < tol) returned sigma_1^2 = 0.9899
+    0.5. Stopping once the Rayleigh quotient changes < tol would return sigma_1^2 = 0.9899
     (2% low, 20 x tol) flagged converged after 26 steps. Every value flagged converged must be
     within tol of sigma_1^2 (svdvals), whatever the iteration cap; unflagged ones are lower
     bounds."""

@@ -56,8 +56,8 @@ def test_vit_b16_224_checkpoint_resamples_to_32px_patch4(tmp_path):
     assert net.blocks[0].attn.qkv.bias is None
     # the CLS position embedding is kept, the grid part is interpolated (not random init)
     assert torch.allclose(net.pos_embed[0, 0], src.pos_embed[0, 0])
-    # PI-resize (FlexiViT) keeps a patch's response: a constant 16x16 patch through the old
-    # kernel and the same constant 4x4 patch through the new one agree (bicubic antialiasing
+    # PI-resize (FlexiViT) keeps a patch's response: a constant 16x16 patch through the source
+    # kernel and the same constant 4x4 patch through the resized one agree (bicubic antialiasing
     # at the borders costs a few percent), and the new kernel is nearly constant as well.
     old = src.patch_embed.proj.weight.sum(dim=(2, 3))  # response to ones(16, 16)
     new = net.patch_embed.proj.weight.sum(dim=(2, 3))  # response to ones(4, 4)

@@ -57,6 +57,7 @@ def test_make_clean_removes_what_the_demo_and_the_report_write(tmp_path):
     are cleaned, and git ignores them."""
     made = ["mlflow.db", "mlflow.db.lock", "reports/e/report.md", "exports/x/a", "ray_results/s/a"]
     made += ["mlflow.optuna.db", "nb-export/model.safetensors", "my100.npz", "runs/my100/a"]
+    made += ["bench-search/summary.csv"]  # `lipsweep bench-search`'s default --out
     for name in made:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")

@@ -77,7 +77,7 @@ def _wait(pred, timeout_s: float) -> bool:
 @pytest.mark.parametrize("mode", ["pidfd", "poll"])
 def test_a_sigkilled_driver_leaves_no_marked_process(tmp_path, mode):
     """Kill the driver with SIGKILL: its marked processes die within seconds, an unmarked
-    one of the same driver survives, and the watchdog exits. Before: nothing killed them."""
+    one of the same driver survives, and the watchdog exits."""
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER, mode],
         cwd=tmp_path,

@@ -1,10 +1,9 @@
 """The paper spaces run the published recipe, each setting with its source.
 
-The paper (JaSMin paper, Sec. 5: L258, L267, L282 of its text) states batch 512, SGD, wd 1e-4,
-momentum 0.9,
+The paper (JaSMin paper, arXiv:2507.07814, Sec. 5) states batch 512, SGD, wd 1e-4, momentum 0.9,
 40 epochs, no q/k/v bias, cosine, flips, CutMix + MixUp, ImageNet-pretrained ViT-B, patch 4;
-where it is silent the values are Specformer's CIFAR recipe (its public code). The new
-settings keep today's defaults, so earlier runs keep their meaning.
+where it is silent the values are Specformer's CIFAR recipe (its public code). The recipe's
+settings default to the plain behaviour, so a space that does not set them runs without them.
 """
 
 from __future__ import annotations

@@ -318,10 +318,10 @@ def test_check_tokens():
 
 
 _COMPILED = {
-    "none": {},
     "jasmin": {"k": 3, "lam": 1e-2, "aggregation": "mean"},
     "specformer": {"lam_q": 1e-2, "lam_k": 1e-2, "lam_v": 1e-2},
 }
+"""Settings a member needs on the 2-block test ViT; any other member runs at its defaults."""
 
 
 @pytest.mark.slow  # Dynamo tracing takes ~10 s per regularizer on the 2-core box
@@ -332,7 +332,6 @@ def test_every_regularizer_under_torch_compile_matches_eager(name):
     give the eager loss, penalties and gradients. Backend 'aot_eager' (Dynamo +
     AOTAutograd: the parts the hooks meet); inductor takes tens of seconds on this CPU and
     agrees to 2e-8 (penalty) and 5e-7 (relative gradient): docs/benchmarks.md, "Hot path"."""
-    assert name in _COMPILED, f"add {name!r}'s test settings to _COMPILED"
     x = torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     y = torch.tensor([0, 1, 2, 3])
     out = {}
@@ -340,7 +339,7 @@ def test_every_regularizer_under_torch_compile_matches_eager(name):
         torch.manual_seed(0)
         model = create_model(tiny_model_config(img_size=16, depth=2, embed_dim=32, num_heads=2))
         model.train()
-        reg = create_regularizer(name, **_COMPILED[name])
+        reg = create_regularizer(name, **_COMPILED.get(name, {}))
         reg.attach(model)
         run = (
             torch.compile(model, backend="aot_eager", fullgraph=True)

@@ -32,7 +32,7 @@ def test_hypervolume_of_a_hand_computed_2d_front():
 
 
 def test_the_reference_point_is_the_fronts_nadir_pushed_out():
-    """Dominated junk does not move the reference point (the issue's nadir rule)."""
+    """Dominated junk does not move the reference point (the nadir rule)."""
     front = np.array([[3.0, 1.0], [1.0, 3.0]])
     junk = np.array([[-50.0, -50.0]])
     dirs = ["max", "max"]
@@ -105,7 +105,7 @@ def test_the_table_reads_back_with_its_per_epoch_and_final_columns(tmp_path):
     with pytest.raises(ConfigError, match="epoch_seconds") as err:
         replay.load_table(bad)
     assert err.value.field == "table"
-    # the issue's format: a `config` key and no settings columns reads as the same table
+    # the keyed format: a `config` key and no settings columns reads as the same table
     keyed = tmp_path / "keyed.csv"
     rows = [
         {"config": r["config"], **{k: v for k, v in r.items() if not k.startswith("param:")}}

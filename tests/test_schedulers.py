@@ -14,6 +14,7 @@ import json
 import math
 import pickle
 import random
+import re
 import subprocess
 import sys
 import time
@@ -313,7 +314,9 @@ def test_decisions_are_blind_to_epochs_not_yet_reached(seed):
 
 
 def test_the_family_lists_its_members_and_their_settings():
-    assert list_schedulers() == ["asha", "moasha"] and list_schedulers("mo*") == ["moasha"]
+    names = list_schedulers()  # from the registry: a new member needs no edit here
+    assert names == sorted(names) and {"asha", "moasha"} <= set(names)
+    assert list_schedulers("mo*") == [n for n in names if n.startswith("mo")]
     for member in SCHEDULERS.entries():
         assert member.settings.type == member.name
 
@@ -403,7 +406,9 @@ def test_moasha_takes_the_issues_probe_objectives_when_every_trial_probes(tmp_pa
 
 
 def test_unknown_type_lists_the_known_ones():
-    with pytest.raises(ConfigError, match=r"known schedulers are \['asha', 'moasha'\]"):
+    with pytest.raises(
+        ConfigError, match=f"known schedulers are {re.escape(str(list_schedulers()))}"
+    ):
         scheduler_settings({"type": "hyperband"})
 
 

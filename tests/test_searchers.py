@@ -191,7 +191,7 @@ def test_optuna_receives_the_per_epoch_values_and_the_final_metrics(tmp_path):
 def test_a_restored_searcher_continues_the_same_study(tmp_path):
     """Tune pickles the searcher into the experiment state and ``Tuner.restore`` unpickles it:
     the restored one writes to the same SQLite study (a trial left RUNNING by the interrupt
-    is finished there, and new trials are numbered after the old ones)."""
+    is finished there, and new trials are numbered after the existing ones)."""
     searcher = _plan(tmp_path, "optuna", "acc_clean", "max").search_alg
     searcher.suggest("t0")
     searcher.on_trial_complete("t0", {"acc_clean": 10.0})

@@ -187,6 +187,28 @@ def test_registered_version_is_a_logged_model_of_the_trial_run_with_its_metrics(
 
 
 @pytest.mark.slow
+def test_the_readmes_registry_snippet_runs_as_written(registered, monkeypatch):
+    """The README's ``models:/MODEL_NAME@champion`` snippet, with this test's model name and
+    store, predicts what :func:`lipsweep.load_exported` gives for its images."""
+    import re
+
+    import mlflow
+
+    import lipsweep
+
+    tracker, out, _, _ = registered
+    readme = (ROOT / "README.md").read_text()
+    (code,) = [c for c in re.findall(r"```python\n(.*?)```", readme, re.S) if "models:/" in c]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracker.tracking_uri)
+    mlflow.set_tracking_uri(tracker.tracking_uri)
+    scope: dict = {"__name__": "__main__"}
+    exec(compile(code.replace("MODEL_NAME", "tiny-vit"), "README.md", "exec"), scope)
+    with torch.no_grad():
+        want = lipsweep.load_exported(out)(torch.as_tensor(scope["images"])).numpy()
+    assert scope["logits"].shape == want.shape and np.allclose(scope["logits"], want, atol=1e-5)
+
+
+@pytest.mark.slow
 def test_registered_pyfunc_predicts_the_exported_logits(registered):
     import mlflow.artifacts
     import mlflow.pyfunc

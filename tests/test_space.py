@@ -250,8 +250,8 @@ def _optuna_trial(seed: int):
 @pytest.mark.parametrize("algorithm", ["random", "optuna"])
 @pytest.mark.parametrize("dist", ["{normal: [0, 1]}", "{loguniform: [1.0e-4, 1.0e-2], x: 1}", "{}"])
 def test_a_mapping_that_is_no_distribution_is_refused_by_both_searchers(tmp_path, algorithm, dist):
-    """Once, an unknown one-key mapping was a constant to the random sampler and a
-    suggest_int to Optuna; now one parser refuses it, naming the key."""
+    """An unknown one-key mapping is neither a constant to the random sampler nor a
+    suggest_int to Optuna: one parser refuses it for both, naming the key."""
     path = space_file(
         tmp_path,
         BASE + f"search: {{algorithm: {algorithm}, num_samples: 2, "

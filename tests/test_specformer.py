@@ -84,9 +84,9 @@ def test_sigma_per_head_matches_exact_norm_of_row_slice(model):
 
 
 def test_power_vectors_recover_after_a_zero_matrix(model):
-    """A head matrix that is exactly zero for one step used to normalise u and v to
-    zero for good (every sigma_1 of that block 0.0 after 200 more steps on re-drawn weights,
-    true values 0.25-0.28). Now the estimates reach the exact norms again."""
+    """A head matrix that is exactly zero for one step must not normalise u and v to zero
+    for good (every sigma_1 of that block 0.0 after 200 more steps on re-drawn weights, true
+    values 0.25-0.28): the estimates reach the exact norms again."""
     reg = SpecformerRegularizer(power_iters=1)
     reg.attach(model)
     block = next(iter(attention_modules(model)))

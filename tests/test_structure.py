@@ -346,16 +346,94 @@ def test_bf16_autocast_is_entered_through_the_precision_module_only(tmp_path):
     assert _bf16_autocasts([probe]) == ["probe.py:2", "probe.py:6"]
 
 
+# Each phrase is spelled so that this file does not match it (\s for a space, [:] for a colon).
 _HISTORY = re.compile(
-    r"\bissues? #?\d+\b|\bsessions? \d+\b|\bstop \d+\b|\bcommits? [0-9a-f]{7,40}\b", re.I
+    r"\bissues? #?\d+\b|\bsessions? \d+\b|\bstop \d+\b|\bcommits? [0-9a-f]{7,40}\b"
+    r"|(?<!\bis )(?<!\bare )(?<!\bbe )(?<!\bbeen )\bused\sto\b|\bprevious(?:ly)\b"
+    r"|\bthe\sold\b|\bthe\sissue's|(?-i:\bBefore[:])|\bfixed\safter\b",
+    re.I,
 )
+# A commit hash in prose: 7-40 lower-case hex digits with a digit and a letter among them
+# (a float's exponent, 1.798e308, is not one).
+# Prose only (a .py file's comments and docstrings, a .md file outside code), where run ids,
+# checksums and test data do not appear.
+_HASH = re.compile(r"(?<![.\w])(?!\d+e\d+\b)(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 _NOT_TEXT = {".csv", ".json", ".npz", ".png", ".db", ".lock", ".safetensors", ".txt"}
+# CHANGELOG.md is where history goes. docs/benchmarks.md is left out while it is rewritten.
+_HISTORY_EXEMPT = {"CHANGELOG.md", "docs/benchmarks.md"}
+
+
+def _py_prose(text: str) -> dict[int, str]:
+    """Line number -> the comments and docstrings on that line of a Python file."""
+    import io
+    import tokenize
+
+    prose: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            prose[tok.start[0]] = prose.get(tok.start[0], "") + " " + tok.string
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list) or not body:
+            continue
+        first = body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            if isinstance(first.value.value, str):
+                lines = ast.get_source_segment(text, first) or ""
+                for no, line in enumerate(lines.splitlines(), first.lineno):
+                    prose[no] = prose.get(no, "") + " " + line
+    return prose
+
+
+def _md_prose(text: str) -> dict[int, str]:
+    """Line number -> a Markdown line outside fenced code, with its `code spans` removed."""
+    prose: dict[int, str] = {}
+    fenced = False
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            prose[no] = re.sub(r"`[^`]*`", "", line)
+    return prose
+
+
+def _history_lines(name: str, text: str) -> list[str]:
+    """The lines of one file that tell history: a phrase anywhere, a hash in prose."""
+    found = [
+        f"{name}:{no}: {line.strip()[:100]}"
+        for no, line in enumerate(text.splitlines(), 1)
+        if _HISTORY.search(line)
+    ]
+    if name.endswith((".py", ".md")):
+        prose = _py_prose(text) if name.endswith(".py") else _md_prose(text)
+        found += [
+            f"{name}:{no}: hash in {line.strip()[:90]}"
+            for no, line in prose.items()
+            if _HASH.search(line)
+        ]
+    return found
+
+
+def test_the_history_check_finds_planted_lines():
+    planted = {  # phrases escaped (\x20 for a space) so this file does not match
+        "a.py": '"""Fixed at 6d23397."""\nx = "0123abcd"  # the\x20old rule\n',
+        "b.md": "It used\x20to fail.\n`39a15bef` is a run id.\n```\n6d23397\n```\nSee 6d23397.\n",
+        "c.py": 'def f():\n    """Previous\x6cy, 1.798e308."""\n    return "is used\x20to"\n',
+        "d.md": "Before\x3a it crashed. The\x20issue's rule. Fixed\x20after the study.\n",
+    }
+    found = {name: _history_lines(name, text) for name, text in planted.items()}
+    assert [f.split(":")[1] for f in found["a.py"]] == ["2", "1"]  # the phrase, then the hash
+    assert [f.split(":")[1] for f in found["b.md"]] == ["1", "6"]
+    assert [f.split(":")[1] for f in found["c.py"]] == ["2"]
+    assert len(found["d.md"]) == 1
+    assert _history_lines("e.py", "x = 'ed25519 is used to sign'\n") == []
 
 
 def test_no_file_but_the_changelog_tells_history():
-    """Code, tests and docs describe the present: which issue or session asked for something,
-    and at which commit, belongs in CHANGELOG.md and the commit messages. Every file git
-    tracks (data and transcripts aside) is searched; the pattern's own spelling is split."""
+    """Code, tests and docs describe the present: what changed, which issue or session asked
+    for it, and at which commit, belongs in CHANGELOG.md and the commit messages. Every file
+    git tracks (data and transcripts aside) is searched for the phrases, the prose of .py and
+    .md files for commit hashes; the pattern's own spelling is split."""
     import subprocess
 
     tracked = subprocess.run(
@@ -364,13 +442,11 @@ def test_no_file_but_the_changelog_tells_history():
     found = []
     for name in tracked:
         path = ROOT / name
-        if name == "CHANGELOG.md" or path.suffix in _NOT_TEXT or not path.is_file():
+        if name in _HISTORY_EXEMPT or path.suffix in _NOT_TEXT or not path.is_file():
             continue
         try:
             text = path.read_text()
         except UnicodeDecodeError:
             continue
-        for no, line in enumerate(text.splitlines(), 1):
-            if _HISTORY.search(line):
-                found.append(f"{name}:{no}: {line.strip()[:100]}")
+        found += _history_lines(name, text)
     assert not found, "history outside CHANGELOG.md:\n" + "\n".join(found)

@@ -66,9 +66,9 @@ def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
     """SIGTERM to the driver (``kill PID``); SIGHUP to the job's process group, as a terminal
     that hangs up sends it (and ``timeout`` its SIGTERM). When the command has returned, no
     process of the Ray it started is left (found by the test's RAY_TMPDIR in their
-    environment). Before: SIGTERM aborted the driver (rc 134) and SIGHUP killed it; runs stayed
-    RUNNING. Then, to the job: gcs_server and the raylet died of it, the driver waited 60 s for
-    the GCS and exited 1, and trial workers were still running when it had. The resumed sweep
+    environment). Neither may abort the driver (rc 134) or kill it with runs left RUNNING, nor,
+    sent to the job, kill gcs_server and the raylet so that the driver waits 60 s for the GCS,
+    exits 1 and leaves trial workers running. The resumed sweep
     runs ``moasha``, whose state must be saved at the signal and read back by ``--resume``."""
     epochs = 3
     space = write_space(tmp_path, [NONE], epochs=epochs, **(MOASHA if resume else {}))
@@ -108,8 +108,8 @@ def test_stop_signal_kills_runs_cleanly_exits_128_plus_n_and_resume_continues(
 
 @pytest.mark.slow
 def test_closed_stdout_does_not_stop_the_sweep(tmp_path):
-    """``lipsweep sweep ... | head -1``. Before: a BrokenPipeError traceback killed the driver
-    and its runs stayed RUNNING."""
+    """``lipsweep sweep ... | head -1``: no BrokenPipeError traceback kills the driver with its
+    runs left RUNNING."""
     space = write_space(tmp_path, [NONE], epochs=2)
     uri, err = empty_store(tmp_path / "mlflow.db"), tmp_path / "stderr.log"
     with ray_sandbox() as box, open(err, "wb") as fh:
@@ -196,7 +196,8 @@ K10_MAX = {"regularizer": "jasmin", "k": 10, "lam": 1e-2, "aggregation": "max"}
     ids=["edited-lr", "removed", "added", "edited-point", "setting"],
 )
 def test_resume_after_the_space_changed_exits_2_naming_the_change(tmp_path, capsys, edit, named):
-    """Before: an added point never ran (exit 130 on every retry), an edited lr was ignored."""
+    """An edited space is refused on --resume (exit 2): an added point would never run (exit
+    130 on every retry) and an edited lr would be ignored."""
     space, spec = _started(tmp_path, TWO)
     edit(spec)
     space_file(tmp_path, spec)
@@ -219,8 +220,8 @@ def test_resume_with_the_same_space_passes_the_check(tmp_path):
 
 
 def test_a_closed_stdout_is_dropped_not_fatal(tmp_path):
-    """Any command, no Ray: the reader is gone before the first write. Before: Python's
-    'Exception ignored ... BrokenPipeError' and exit 120."""
+    """Any command, no Ray: the reader is gone before the first write: no Python
+    'Exception ignored ... BrokenPipeError' and no exit 120."""
     import sys
 
     from _sweep_helpers import ROOT
@@ -240,8 +241,8 @@ def test_a_closed_stdout_is_dropped_not_fatal(tmp_path):
 
 def test_a_stop_signal_ignored_at_start_stays_ignored():
     """``nohup lipsweep sweep ... &``: nohup asked for hangups to be ignored, and they are (the
-    Ray processes inherit that). Before: StopSignals took SIGHUP over, so the hangup at logout
-    stopped the sweep."""
+    Ray processes inherit that): StopSignals does not take SIGHUP over, so the hangup at logout
+    does not stop the sweep."""
     from lipsweep.sweep.signals import StopSignals
 
     old = signal.signal(signal.SIGHUP, signal.SIG_IGN)

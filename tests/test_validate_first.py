@@ -40,8 +40,8 @@ def _cfg(path: Path, **extra) -> TrialConfig:
 
 
 def test_explicit_num_classes_wins_when_every_label_is_below_it(tmp_path):
-    """Before: `num_classes: 100` was refused because the training split lacks label 99
-    ('the training labels give 99 classes')."""
+    """`num_classes: 100` is accepted though the training split lacks label 99 (no 'the
+    training labels give 99 classes')."""
     path = _npz(tmp_path / "d.npz", np.arange(198) % 99, np.array([0, 99]))
     assert _cfg(path, num_classes=100).model.num_classes == 100
     with pytest.raises(ConfigError) as info:  # not given: inferred, and the test label is out
@@ -53,7 +53,7 @@ def test_explicit_num_classes_wins_when_every_label_is_below_it(tmp_path):
 
 
 def test_one_class_data_is_refused_before_training(tmp_path):
-    """Before: a one-class npz trained fully, then the evaluation raised 'C >= 2'."""
+    """A one-class npz is refused before training, not by the evaluation's 'C >= 2'."""
     path = _npz(tmp_path / "one.npz", np.zeros(20, np.int64), np.zeros(4, np.int64))
     with pytest.raises(ConfigError) as info:
         _cfg(path)
@@ -81,7 +81,8 @@ def _rgb(seed: int):
 
 
 def test_16_bit_pngs_are_scaled_not_clipped(tmp_path):
-    """Before: Pillow's convert('RGB') clipped 16-bit grey at 255 (99% of these pixels)."""
+    """16-bit grey is scaled, not clipped at 255 as Pillow's convert('RGB') does (99% of
+    these pixels)."""
     from PIL import Image
 
     wide = (np.arange(64, dtype=np.uint32).reshape(8, 8) * 1040).astype(np.uint16)  # 0..65520
@@ -129,9 +130,9 @@ def _claims_size(png: bytes, w: int, h: int) -> bytes:
 def test_a_damaged_png_is_refused_naming_it_before_anything_is_written(
     tmp_path, capsys, damage, problem
 ):
-    """Before: a truncated PNG passed the header-only check, then `OSError: image file is
-    truncated` came after config.json was written; a 100000x100000 header gave a
-    DecompressionBombError traceback."""
+    """A truncated PNG is refused up front, not by `OSError: image file is truncated` after
+    config.json is written (a header-only check passes it); a 100000x100000 header is
+    refused without a DecompressionBombError traceback."""
     big = _rgb(0).resize((32, 32))
     root = _tree(
         tmp_path / "data" / "pets",
@@ -162,8 +163,8 @@ def test_a_damaged_png_is_refused_naming_it_before_anything_is_written(
     ids=["empty", "slash", "long"],
 )
 def test_export_register_name_is_checked_first(tmp_path, capsys, name, problem):
-    """Before: '' registered nothing and exited 0; a refused name was found only after the
-    export was written, and the error blamed --tracking-uri."""
+    """'' is refused (it would register nothing and exit 0), and a refused name is found
+    before the export is written, by an error naming --register, not --tracking-uri."""
     out = tmp_path / "export"
     uri = f"sqlite:///{tmp_path / 'absent' / 'mlflow.db'}"
     argv = ["export", "--experiment", "x", "--out", str(out), "--tracking-uri", uri]
@@ -174,7 +175,7 @@ def test_export_register_name_is_checked_first(tmp_path, capsys, name, problem):
 
 
 def test_data_prepare_with_a_bad_source_creates_no_dest(tmp_path, capsys):
-    """Before: exit 2 for an unreadable --source, but --dest had already been created."""
+    """Exit 2 for an unreadable --source, and --dest not created."""
     bad = tmp_path / "bad.npz"
     bad.write_text("not a zip")
     dest = tmp_path / "prefix"  # its parent exists: the folder-option rule lets it through
@@ -186,8 +187,8 @@ def test_data_prepare_with_a_bad_source_creates_no_dest(tmp_path, capsys):
 
 
 def test_a_modified_cached_dataset_is_checked_and_copied_again(tmp_path, monkeypatch, caplog):
-    """Before: a prepared dataset's cached copy was used again without its sha256 being
-    checked, even after it was modified."""
+    """A prepared dataset's cached copy is used again only after its sha256 is checked, so a
+    modified copy is not."""
     from lipsweep.data.remote import fetch_prepared, read_manifest
 
     monkeypatch.setenv("LIPSWEEP_DATA_CACHE", str(tmp_path / "cache"))
@@ -214,8 +215,8 @@ def test_a_modified_cached_dataset_is_checked_and_copied_again(tmp_path, monkeyp
     [({"embed_dim": 64}, "embed_dim"), ({"num_heads": 5}, "num_heads"), ({}, None)],
 )
 def test_a_width_the_architectures_heads_do_not_divide_is_a_config_error(settings, field):
-    """`train --set embed_dim=64` on vit_tiny (3 heads) passed validation, then timm's
-    assertion crashed the trial: the architecture is now built on the meta device first."""
+    """`train --set embed_dim=64` on vit_tiny (3 heads) is refused at validation, not by
+    timm's assertion inside the trial: the architecture is built on the meta device first."""
     from lipsweep.core.config_base import ConfigError
     from lipsweep.vit.config import ModelConfig
 

@@ -39,8 +39,8 @@ def _store(tmp_path, runs):
 
 @pytest.mark.parametrize("bad", [math.inf, -math.inf])
 def test_an_infinite_metric_is_never_ranked_nor_tagged_pareto(tmp_path, caplog, bad):
-    """MLflow stores inf as 1.798e308. Before: that run ranked first and was tagged
-    pareto=true, and the scatter plot crashed on acc_clean = inf."""
+    """MLflow stores inf as 1.798e308. Such a run is neither ranked first nor tagged
+    pareto=true, and pareto (scatter plot included) finishes with acc_clean = inf."""
     runs = [
         ({"regularizer": "none", "seed": "0"}, {"acc_clean": 80.0, "acc_pgd_4": 10.0}),
         ({"regularizer": "jasmin", "k": "0", "seed": "0"}, {"acc_clean": 70.0, "acc_pgd_4": 20.0}),
@@ -71,8 +71,8 @@ def _rec(rid, seed, clean):
 
 
 def test_a_repeated_seed_counts_once_and_the_run_used_is_named(caplog):
-    """Before: two runs of one arm with seed 0 (10 and 30): the arm's 'mean' was whichever
-    came last (30), the other run silently dropped."""
+    """Two runs of one arm with seed 0 (10 and 30): the arm's 'mean' is not whichever comes
+    last (30) with the other run silently dropped; one run is used, and named."""
     caplog.set_level(logging.WARNING)
     (arm,) = group_arms([_rec("b-run", 0, 30.0), _rec("a-run", 0, 10.0), _rec("c-run", 1, 20.0)])
     s = arm_stats(arm, "acc_clean")
@@ -81,8 +81,8 @@ def test_a_repeated_seed_counts_once_and_the_run_used_is_named(caplog):
 
 
 def test_an_arms_n_counts_the_runs_its_statistics_use(caplog):
-    """Two runs of one arm with seed 0: pareto's table showed ``n 2`` beside a "mean" that was
-    one run's value. n now counts one run per seed, as the statistics do, wherever an arm's n
+    """Two runs of one arm with seed 0: pareto's table does not show ``n 2`` beside a "mean"
+    that is one run's value. n counts one run per seed, as the statistics do, wherever an arm's n
     is shown (the table, the figures' labels, the report, the export pick); an arm with one
     seed run twice is not an arm of two seeds, so such a sweep ranks runs."""
     from lipsweep.decide.arms import arm_records, arm_table, max_seeds

@@ -236,21 +236,62 @@ class AutoAttack(Attack):
         aa.fab.n_target_classes = n_targets
         return aa
 
-    def _instrument(self, aa, stages: dict[str, AttackStage], device: torch.device) -> None:
-        """Wrap each attack object's ``perturb`` to count points and time per attack."""
+    def stage_steps(self, n_classes: int) -> dict[str, float]:
+        """Forward-backward passes one point costs in each stage, in running order (for time
+        estimates): APGD ``iters`` per restart, times the target classes when targeted; FAB one
+        per iteration and target (every class when untargeted); Square a forward, about a
+        third of a pass, per query."""
+        targets = max(1, min(self.n_target_classes, n_classes - 1))
+        runs = self.iters * self.restarts
+        per = {"apgd-ce": runs, "apgd-dlr": runs, "apgd-t": runs * targets}
+        per |= {"fab-t": runs * targets, "fab": runs * n_classes}
+        per["square"] = self.describe()["square_queries"] / 3
+        order = STANDARD_ATTACKS if self.version == "standard" else self.attacks
+        return {a: float(per[a]) for a in order}
+
+    def step_seconds(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """Seconds per point of one forward-backward pass through the model, timed on up to
+        ``batch_size`` points of ``x`` (after one untimed pass)."""
+        xb, yb = x[: self.batch_size].detach(), y[: self.batch_size]
+        sync = torch.cuda.synchronize if xb.device.type == "cuda" else (lambda: None)
+        with attack_mode(self.model):
+            for _ in range(2):  # the first pass warms up, the second is timed
+                sync()
+                t0 = time.perf_counter()
+                xr = xb.clone().requires_grad_(True)
+                nn.functional.cross_entropy(self.logits(xr), yb).backward()
+                sync()
+        return (time.perf_counter() - t0) / max(1, xb.shape[0])
+
+    def _instrument(
+        self,
+        aa,
+        stages: dict[str, AttackStage],
+        device: torch.device,
+        progress: Optional[dict[str, Any]] = None,
+    ) -> None:
+        """Wrap each attack object's ``perturb`` to count points and time per attack; with
+        ``progress`` (the clean-correct count and the seconds per point-step), log each stage's
+        start with its estimate and each of its batches."""
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        order = list(stages)
 
         def wrap(obj, name_of):
             perturb = obj.perturb
 
             def timed(x, y, *args, **kwargs):
-                stage = stages[name_of()]
+                name = name_of()
+                stage = stages[name]
+                if progress is not None and stage.n_attacked == 0:
+                    self._log_stage_start(name, order, progress)
                 sync()
                 t0 = time.perf_counter()
                 out = perturb(x, y, *args, **kwargs)
                 sync()
                 stage.seconds += time.perf_counter() - t0
                 stage.n_attacked += x.shape[0]
+                if progress is not None:
+                    self._log_batch(name, stage, out, y, progress)
                 return out
 
             obj.perturb = timed
@@ -260,8 +301,49 @@ class AutoAttack(Attack):
         wrap(aa.fab, lambda: "fab-t" if aa.fab.targeted else "fab")
         wrap(aa.square, lambda: "square")
 
-    def run(self, x: torch.Tensor, y: torch.Tensor) -> AutoAttackResult:
-        """Run the cascade; robust accuracy recomputed from the returned images."""
+    def _log_stage_start(self, name: str, order: list[str], progress: dict[str, Any]) -> None:
+        """One line as a stage starts: its points (those no earlier stage fooled), estimate."""
+        points = progress["left"]
+        progress["stage_points"] = points
+        estimate = points * progress["steps"][name] * progress["step_s"]
+        _log.info(
+            "autoattack eps %.4g, stage %d/%d %s: %d points, estimated %.0f s",
+            self.eps,
+            order.index(name) + 1,
+            len(order),
+            name,
+            points,
+            estimate,
+        )
+
+    def _log_batch(
+        self, name: str, stage: AttackStage, x_adv: Any, y: torch.Tensor, progress: dict[str, Any]
+    ) -> None:
+        """One line per batch of a stage: points done of the stage's, fooled so far, time."""
+        if isinstance(x_adv, torch.Tensor) and x_adv.shape[0] == y.shape[0]:
+            with torch.no_grad():
+                fooled = int((self.logits(x_adv).argmax(1) != y).sum())
+            progress["left"] -= fooled
+            progress["fooled"][name] = progress["fooled"].get(name, 0) + fooled
+        _log.info(
+            "autoattack %s: %d/%d points, %d fooled, %.0f s",
+            name,
+            stage.n_attacked,
+            progress["stage_points"],
+            progress["fooled"].get(name, 0),
+            stage.seconds,
+        )
+
+    def estimate(self, n_points: int, n_classes: int, step_s: float) -> tuple[float, float]:
+        """(seconds of the first stage, seconds of all stages if no point were fooled) for
+        ``n_points`` clean-correct points at ``step_s`` seconds per point-step."""
+        per = list(self.stage_steps(n_classes).values())
+        return n_points * per[0] * step_s, n_points * sum(per) * step_s
+
+    def run(self, x: torch.Tensor, y: torch.Tensor, progress: bool = False) -> AutoAttackResult:
+        """Run the cascade; robust accuracy recomputed from the returned images. ``progress``:
+        log an estimate first (one timed forward-backward pass), then each stage's start and
+        batches (``lipsweep confirm``, where a stage takes minutes)."""
         check_images(x, y)
         x, y = x.detach(), y.detach()
         device = x.device
@@ -276,7 +358,8 @@ class AutoAttack(Attack):
             with torch.no_grad():
                 n_classes = self.model(x[:1]).shape[-1]
             aa = self.build(n_classes, device)
-            self._instrument(aa, stages, device)
+            watch = self._progress(x, y, n_classes) if progress else None
+            self._instrument(aa, stages, device, watch)
             aa_logger.addHandler(collector)
             try:
                 x_adv, _ = aa.run_standard_evaluation(x, y, batch_size=self.batch_size)
@@ -295,6 +378,33 @@ class AutoAttack(Attack):
         for msg in collector.messages:
             _log.warning("%s", msg)
         return AutoAttackResult(x_adv.detach(), robust.cpu(), ordered, collector.messages)
+
+    def _progress(self, x: torch.Tensor, y: torch.Tensor, n_classes: int) -> dict[str, Any]:
+        """The clean-correct count and the timed step that the progress lines estimate from;
+        logs the estimate of the whole run first."""
+        bs = self.batch_size
+        with torch.no_grad():
+            hits = [
+                self.logits(x[i : i + bs]).argmax(1) == y[i : i + bs] for i in range(0, len(x), bs)
+            ]
+        left = int(sum(int(h.sum()) for h in hits))
+        step_s = self.step_seconds(x, y)
+        first, most = self.estimate(left, n_classes, step_s)
+        steps = self.stage_steps(n_classes)
+        _log.info(
+            "autoattack eps %.4g: %d points, %d correct clean; estimated %.0f s for %s, at most "
+            "%.0f s for all %d stages (%.3g s per point-step; later stages attack only the "
+            "points the earlier ones did not fool)",
+            self.eps,
+            x.shape[0],
+            left,
+            first,
+            next(iter(steps)),
+            most,
+            len(steps),
+            step_s,
+        )
+        return {"left": left, "step_s": step_s, "steps": steps, "fooled": {}, "stage_points": 0}
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.run(x, y).x_adv

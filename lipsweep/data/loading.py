@@ -69,6 +69,26 @@ def load_splits(cfg: DataConfig, num_classes: Optional[int] = None) -> ImageSpli
     )
 
 
+def load_eval(
+    cfg: DataConfig, num_classes: Optional[int] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The evaluation subset alone (uint8 images, int64 labels), for a command that attacks a
+    trained model and needs no training split (``lipsweep confirm``); checked as
+    :func:`load_splits` checks them."""
+    from lipsweep.data.sources import checked_arrays
+
+    arrays = checked_arrays(
+        cfg.dataset,
+        dataset_source(cfg.dataset).arrays(cfg),
+        num_classes or cfg.num_classes,
+        cfg.image_size,
+    )
+    x_te, y_te = (torch.from_numpy(a) for a in arrays[2:])
+    idx = eval_subset_indices(len(x_te), cfg.eval_size, cfg.eval_seed)
+    _log.info("data %s: %d eval images of %d test images", cfg.dataset, len(idx), len(x_te))
+    return x_te[idx].to(torch.uint8), y_te[idx].long()
+
+
 def to_unit(x: torch.Tensor) -> torch.Tensor:
     """uint8 images to float pixels in [0, 1]."""
     return x.float().div_(255.0)

@@ -7,7 +7,11 @@ floats, ``None``/``null``/empty as one value), so ``lam=0.01`` and ``lam=1e-2`` 
 Statistics (Student 1908; any statistics text, e.g. Wasserman, *All of Statistics*, §10.3):
 
 - per arm and metric: n (runs with a finite value), mean, sample std (ddof = 1) and the 95%
-  t-interval ``mean +- t_{0.975, n-1} * std / sqrt(n)`` (undefined, NaN, for n < 2);
+  t-interval ``mean +- t_{0.975, n-1} * std / sqrt(n)`` (undefined, NaN, for n < 2), its ends
+  clipped to the values the metric can take (:func:`metric_bounds`: an accuracy lies in
+  [0, 100], a Lipschitz estimate is >= 0). With 2 seeds t_{0.975, 1} = 12.7, so an accuracy
+  interval reaches below 0 whenever the two runs differ by more than mean / 6.35; the true
+  mean lies within the bounds, so the clipped interval keeps its 95% coverage;
 - paired difference of an arm to the baseline arm, matched by seed (same seed = same
   initialisation, batch order and augmentation): ``d_s = arm_s - base_s`` over the seeds both
   have, its mean, std, 95% t-interval, and the two-sided paired t-test p-value
@@ -30,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from lipsweep.core.metric_names import ACC_PREFIX, LIP_PREFIX, PROBE_PREFIX
 from lipsweep.decide.pareto import Objective, Trial, _as_float, as_trials, config_label, fmt_value
 
 _log = logging.getLogger("lipsweep.decide")
@@ -210,6 +215,32 @@ def t_interval(values: Sequence[float]) -> Stats:
     return Stats(n, mean, std, mean - half, mean + half)
 
 
+EPOCH_PREFIX = "epoch_"
+"""Per-epoch copies of a final metric (``epoch_acc_clean``) keep its range."""
+
+
+def metric_bounds(metric: str) -> tuple[float, float]:
+    """The values ``metric`` can take: an accuracy (``acc_*``, also as ``probe_``/``epoch_``
+    copy) is a percentage in [0, 100]; a Lipschitz estimate (``lip_*``: norms, ratios of
+    norms, fractions) is >= 0; any other metric is unbounded."""
+    name = metric.removeprefix(PROBE_PREFIX).removeprefix(EPOCH_PREFIX)
+    if name.startswith(ACC_PREFIX):
+        return 0.0, 100.0
+    if name.startswith(LIP_PREFIX):
+        return 0.0, math.inf
+    return -math.inf, math.inf
+
+
+def metric_interval(values: Sequence[float], metric: str) -> Stats:
+    """:func:`t_interval` of one metric's values over seeds, its ends clipped to
+    :func:`metric_bounds` (the true mean lies within them, so coverage is kept)."""
+    s = t_interval(values)
+    if s.n < 2:
+        return s
+    low, high = metric_bounds(metric)
+    return Stats(s.n, s.mean, s.std, min(max(s.lo, low), high), max(min(s.hi, high), low))
+
+
 SPREAD_RTOL = 1e-9
 """A spread of paired differences below this fraction of their largest magnitude is rounding,
 not spread: differences of float64 values of size M carry errors ~1e-16 M, so "the arm is 3
@@ -292,7 +323,8 @@ def seeds_for_power(
 
 
 def arm_stats(arm: Arm, metric: str) -> Stats:
-    return t_interval(list(arm.values(metric).values()))
+    """The arm's statistics on ``metric`` over its seeds (:func:`metric_interval`)."""
+    return metric_interval(list(arm.values(metric).values()), metric)
 
 
 def paired_values(arm: Arm, base: Arm, metric: str, relative: bool = False) -> list[float]:

@@ -50,7 +50,8 @@ TAG_REQUEST = "aa_std.request"
 ITERS_ENV = "LIPSWEEP_CONFIRM_ITERS"
 """Test-only: iterations/queries of a reduced-budget confirm (see the module docstring)."""
 CHUNK_IMAGES = 1000
-"""Images per AutoAttack call; progress (images done, ETA) is logged after each."""
+"""Images per AutoAttack call; progress (images done, ETA) is logged after each, and inside
+each call per attack stage and batch (:meth:`AutoAttack.run` with ``progress``)."""
 
 
 def confirm_metric(eps: int) -> str:
@@ -124,12 +125,11 @@ def build_model(flat: dict[str, Any], weights: bytes):
 def load_images(flat: dict[str, Any], images: int):
     """(x in [0, 1], y) of the run's test split: all of it (``images`` 0) or its seeded,
     sorted subset of ``images`` images (:func:`lipsweep.data.loading.eval_subset_indices`)."""
-    from lipsweep.data.loading import load_splits, to_unit
+    from lipsweep.data.loading import load_eval, to_unit
 
     cfg = _trial_config(flat)
-    data = dataclasses.replace(cfg.data, eval_size=images, train_size=1)
-    splits = load_splits(data, cfg.model.num_classes)
-    return to_unit(splits.x_eval), splits.y_eval
+    x, y = load_eval(dataclasses.replace(cfg.data, eval_size=images), cfg.model.num_classes)
+    return to_unit(x), y
 
 
 def _attack(model, eps: float, robustness, iters: Optional[int]):
@@ -148,6 +148,38 @@ def _attack(model, eps: float, robustness, iters: Optional[int]):
         iters=iters,
         restarts=1,
         **common,
+    )
+
+
+def _log_estimate(
+    model, x, y, eps: list[int], correct: int, n_classes: int, robustness, iters, label: str
+) -> None:
+    """Before any attack: how long the whole confirmation may take, from one timed
+    forward-backward pass (the first stage attacks every clean-correct image; each later one
+    only the images the earlier ones did not fool, so "at most" is the bound with none
+    fooled)."""
+    from lipsweep.vit.precision import tf32_matmuls
+
+    attack = _attack(model, eps[0] / 255, robustness, iters)
+    dev = next(model.parameters()).device
+    batch = slice(0, robustness.attack_batch_size)
+    with tf32_matmuls(False):
+        step_s = attack.step_seconds(x[batch].to(dev), y[batch].to(dev))
+    first, most = attack.estimate(correct, n_classes, step_s)
+    stages = list(attack.stage_steps(n_classes))
+    _log.info(
+        "%s: AutoAttack %s on %d images (%d correct clean) at eps %s/255: estimated %.0f s "
+        "for %s, at most %.0f s for all %d stages (each later stage attacks only the images "
+        "the earlier ones did not fool); progress per stage follows",
+        label,
+        attack.version,
+        x.shape[0],
+        correct,
+        ",".join(map(str, eps)),
+        first * len(eps),
+        stages[0],
+        most * len(eps),
+        len(stages),
     )
 
 
@@ -188,20 +220,17 @@ def evaluate_standard(
     metrics: dict[str, float] = {}
     tags = {TAG_REQUEST: request_key(images, iters)}
     with torch.no_grad(), tf32_matmuls(False):
-        clean = torch.cat(
-            [
-                (model(x[i : i + chunk].to(dev)).argmax(1).cpu() == y[i : i + chunk])
-                for i in range(0, n, chunk)
-            ]
-        )
+        logits = [model(x[i : i + chunk].to(dev)).cpu() for i in range(0, n, chunk)]
+        clean = torch.cat([z.argmax(1) for z in logits]) == y
     tags[f"{TAG_PREFIX}.acc_clean"] = f"{100.0 * float(clean.float().mean()):.2f}"
+    _log_estimate(model, x, y, eps, int(clean.sum()), logits[0].shape[-1], robustness, iters, label)
     for e in eps:
         name, attack = confirm_metric(e), _attack(model, e / 255, robustness, iters)
         robust = torch.zeros(n, dtype=torch.bool)
         for i in range(0, n, chunk):
             xb, yb = x[i : i + chunk].to(dev), y[i : i + chunk].to(dev)
             with tf32_matmuls(False):  # the confirmation is strict fp32 throughout
-                res = attack.run(xb, yb)
+                res = attack.run(xb, yb, progress=True)
             for msg in check_perturbation(res.x_adv, xb, e / 255, name) + res.warnings:
                 _log.warning("%s %s: %s", label, name, msg)
             robust[i : i + xb.shape[0]] = res.robust

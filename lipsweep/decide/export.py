@@ -197,7 +197,7 @@ def write_export(
             os.rename(tmp, out)
             return out
         shutil.rmtree(old, ignore_errors=True)
-        os.rename(out, old)  # swap: the old export stays whole until the new one is in place
+        os.rename(out, old)  # swap: the existing export stays whole until the new one is in place
         try:
             os.rename(tmp, out)
         except OSError:

@@ -31,7 +31,7 @@ from lipsweep.decide.arms import (
     arm_table,
     group_arms,
     max_seeds,
-    t_interval,
+    metric_interval,
 )
 from lipsweep.decide.pareto import (
     DEFAULT_OBJECTIVES,
@@ -224,7 +224,7 @@ class Front:
 
 def _all_arm_stats(arms: Sequence[Arm], trials: Sequence[Trial]) -> tuple[dict[str, Stats], ...]:
     names = sorted({m for t in trials for m in t.metrics})
-    return tuple({m: t_interval(list(a.values(m).values())) for m in names} for a in arms)
+    return tuple({m: metric_interval(list(a.values(m).values()), m) for m in names} for a in arms)
 
 
 def build_front(

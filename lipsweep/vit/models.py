@@ -12,7 +12,7 @@ size overrides (``depth``, ``embed_dim``, ``num_heads``). Pretrained weights com
 on the name (``vit_base_patch16_224.orig_in21k_ft_in1k``, the original ViT-B/16). The 16x16 patch
 kernel is brought to the new patch size by timm's resampling (``patch_resample="timm"``:
 PI-resize kernel, bicubic position embedding) or as Hu et al. 2024 do (``"sum_pool"``: each new
-kernel entry is the sum of its 4x4 block of the old one, the position grid resized bilinearly;
+kernel entry is the sum of its 4x4 block of the source one, the position grid resized bilinearly;
 Hu et al.'s code, ``model_for_cifar_sn/vit.py``). The pixel normalisation is the checkpoint's
 (``normalization="pretrained"``) or the CIFAR mean/std (``"cifar10"``, ``"cifar100"``).
 
