@@ -48,7 +48,8 @@ def table_path(name: str, folder: Path) -> Path:
     import synth_table
 
     path = folder / f"{name}.csv"
-    synth_table.write(synth_table.generate(synth_table.PRESETS[name]), path)
+    spec = synth_table.PRESETS[name]
+    synth_table.write(synth_table.with_measurement_se(synth_table.generate(spec), spec), path)
     return path
 
 

@@ -66,7 +66,10 @@ def test_a_dominated_trial_stops_at_its_rung_and_a_front_member_continues():
     assert (why.epoch, why.dominated_by, why.front, why.ahead, why.kept, why.of) == (
         1.0, ("t1",), 2, 1, 1, 2,
     )  # fmt: skip
-    assert why.text() == "rung at epoch 1: dominated by t1 (1 ahead; 1 of 2 promoted)"
+    assert why.text() == (
+        "rung at epoch 1: dominated by t1, exactly: no noise estimate (no seed repeats, no "
+        "<metric>_se) (1 ahead; 1 of 2 promoted)"
+    )
     # t3 trades a for b with t1: both on front 1, two boundary points -> neither is ahead
     assert core.on_result("t3", "t3", 1, {"a": 6.0, "b": 3.0}) == CONTINUE
     assert core.reason("t3") is None
@@ -86,11 +89,15 @@ FRONT = {  # five points on one front (both objectives max); crowding by hand, r
 
 @pytest.mark.parametrize("last,decision", [("p5", STOP), ("p3", CONTINUE)])
 def test_crowding_distance_breaks_the_tie_inside_a_front(last, decision):
-    """n = 5 at the rung, ceil(5/2) = 3 promoted; all on front 1. The last arrival p5 has
-    four less crowded points ahead of it and stops; p3, arriving last instead, has two."""
-    core = _core(modes=("max", "max"))
+    """MO-ASHA's quota alone (confidence None, as ``asha``): n = 5 at the rung, ceil(5/2) = 3
+    promoted; all on front 1. The last arrival p5 has four less crowded points ahead of it
+    and stops; p3, arriving last instead, has two. ``moasha`` itself never stops a
+    configuration on the rung's front: nothing dominates it."""
+    core = _core(modes=("max", "max"), confidence=None)
+    noisy = _core(modes=("max", "max"))
     for name in [n for n in FRONT if n != last] + [last]:
         d = core.on_result(name, name, 1, dict(zip("ab", FRONT[name])))
+        assert noisy.on_result(name, name, 1, dict(zip("ab", FRONT[name]))) == CONTINUE
     assert d == decision
     if decision == STOP:
         why = core.reason(last)
@@ -185,10 +192,10 @@ def test_dominance_probability_is_booles_bound_over_the_metrics():
     confidence of 0.65 where Bonferroni (each metric at 1 - 0.35 / 2 = 0.825) would not. A
     metric behind (gaps 1 and -1) gives 1 - 0.30409 - 0.69591 = 0."""
     cauchy = lambda z: 0.5 + math.atan(z) / math.pi  # noqa: E731
+    se = 2**0.5  # sd 1 over one seed each side: sqrt(1/1 + 1/1)
     got = dominance_probability(
-        np.array([[1.0, 2.0], [1.0, 200.0], [1.0, -1.0]]), np.array([1.0, 1.0]), 1.0,
-        np.array([1, 1, 1]), 1,
-    )  # fmt: skip
+        np.array([[1.0, 2.0], [1.0, 200.0], [1.0, -1.0]]), np.array([se, se]), 1.0
+    )
     r2 = 2**0.5
     assert got[0] == pytest.approx(cauchy(1 / r2) + cauchy(r2) - 1) == pytest.approx(0.5)
     assert got[1] == pytest.approx(cauchy(1 / r2) + cauchy(200 / r2) - 1)
@@ -202,8 +209,8 @@ def test_dominance_probability_is_booles_bound_over_the_metrics():
     z = 1 / (0.5**0.5 * 1.5**0.5)
     assert core.reason("c0").probabilities == (pytest.approx(cauchy(z) + cauchy(200 * z) - 1),)
     # unknown noise (0 df, or infinite sd): never beyond it
-    inf = dominance_probability(np.array([[5.0]]), np.array([np.inf]), 1.0, np.array([2]), 1)
-    none = dominance_probability(np.array([[5.0]]), np.array([1.0]), 0.0, np.array([2]), 1)
+    inf = dominance_probability(np.array([[5.0]]), np.array([np.inf]), 1.0)
+    none = dominance_probability(np.array([[5.0]]), np.array([1.0]), 0.0)
     assert list(inf) == list(none) == [0.0]
 
 
