@@ -154,7 +154,9 @@ def test_configurations_within_seed_noise_are_left_alone():
     2 kept), but sd = sqrt(32 / 1) = 5.657, z = 2 / (5.657 * sqrt(1/2 + 1)) = 0.2887 and
     P = 1/2 + atan(0.2887) / pi = 0.589 < 0.8 (t at 1 df): E continues. E's second seed -2
     (mean 3, SS 50): sd = sqrt(82 / 2) = 6.403, z = 7 / (6.403 * sqrt(1/2 + 1/2)) = 1.0932, and
-    t at 2 df, P = 1/2 + z / (2 sqrt(2 + z^2)) = 0.8058 >= 0.8: more evidence, and it stops."""
+    t at 2 df, P = 1/2 + z / (2 sqrt(2 + z^2)) = 0.8058: more evidence, but E is looked at
+    twice at the rung (two seeds), so a look needs 1 - 0.2 / 2 = 0.9, and E continues. At
+    confidence 0.6 (a look needs 0.8) it stops."""
     core = _seeded()
     core.decide("a0", "A", 1, {"m": 6.0})
     core.decide("a1", "A", 1, {"m": 14.0})
@@ -162,10 +164,17 @@ def test_configurations_within_seed_noise_are_left_alone():
     names, means, counts, ss = core.rung_table(0)
     sd, df = core.noise(means, counts, ss)
     assert names == ["A", "E"] and sd[0] == pytest.approx(32**0.5) and df == 1
-    assert core.decide("e1", "E", 1, {"m": -2.0}) == STOP
+    assert core.decide("e1", "E", 1, {"m": -2.0}) == CONTINUE
+    assert core.threshold("E") == pytest.approx(0.9)
+    loose = _core(
+        metrics=("m",), modes=("max",), max_t=4, expected={"A": 2, "E": 2}, confidence=0.6
+    )
+    for trial, group, value in (("a0", "A", 6.0), ("a1", "A", 14.0), ("e0", "E", 8.0)):
+        loose.decide(trial, group, 1, {"m": value})
+    assert loose.decide("e1", "E", 1, {"m": -2.0}) == STOP
     z = 7 / 41**0.5
     p = 0.5 + z / (2 * (2 + z * z) ** 0.5)
-    assert core.reason("e1").probabilities == (pytest.approx(p),)
+    assert loose.reason("e1").probabilities == (pytest.approx(p),)
     assert p == pytest.approx(0.8058, abs=1e-4)
 
 
@@ -202,7 +211,7 @@ def test_dominance_probability_is_booles_bound_over_the_metrics():
     assert got[1] == pytest.approx(0.69366, abs=1e-5) and cauchy(1 / r2) < 0.825
     assert got[2] == 0.0
     # the rule stops on it: C is 1 behind in m and 200 in n against A, at confidence 0.65
-    core = MoAsha(("m", "n"), ("max", "max"), 1, 2.0, 4, {"A": 2, "C": 2}, 0.65)
+    core = MoAsha(("m", "n"), ("max", "max"), 1, 2.0, 4, {"A": 2, "C": 1}, 0.65)  # C: one look
     core.decide("a0", "A", 1, {"m": 10.5, "n": 300.5})
     core.decide("a1", "A", 1, {"m": 9.5, "n": 299.5})  # SS 0.5 each: sd 1/sqrt(2) at 1 df
     assert core.decide("c0", "C", 1, {"m": 9.0, "n": 100.0}) == STOP

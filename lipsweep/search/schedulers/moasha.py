@@ -42,6 +42,10 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
    makes up for one that is only probably ahead (the doubt is spent where it is: Bonferroni
    would ask each metric for ``1 - (1 - confidence) / m``); one behind keeps the bound below
    1/2, so a configuration on the rung's front never stops (at a confidence above 1/2).
+   Repeated looks: a configuration of ``S`` seeds is judged up to ``S`` times at a rung, so
+   each look asks ``1 - (1 - confidence) / S`` (Bonferroni over the looks,
+   :meth:`MoAsha.threshold`): wrongly stopped at a rung with probability at most ``1 -
+   confidence`` per rival.
 4. The noise of a configuration's mean, per metric, is the first of:
 
    - **seeds** (the sweep repeats seeds and some configuration has two at the rung): the
@@ -76,11 +80,10 @@ noise of one seed's value around its configuration's (a probe's image sample; no
 epoch-to-epoch wobble of training, which the seeds see); nothing about how the metrics'
 errors depend on each other (the bound holds for any dependence); the per-epoch metrics at a
 rung rank configurations as their final objectives will (ASHA's assumption; a misleading
-early metric misleads it too). The probability is per pair of configurations and per look:
-the rule takes the most probable dominator and makes no correction for how many rivals it
-compared against or how often it looked (a configuration is judged at each seed's arrival);
-the replay measures what that costs (docs/benchmarks.md: front kept, front configurations
-stopped).
+early metric misleads it too). The error bound is per rival and per rung: the rule takes
+the most probable dominator with no correction for how many rivals it compared against, nor
+across rungs; the replay measures what that costs (docs/benchmarks.md: front kept, front
+configurations stopped).
 
 A report whose values are missing or not finite is not recorded (the trial continues; its
 next report at or past the rung may be): a failed measurement is not a worst case.
@@ -510,6 +513,16 @@ class MoAsha:
                 out[j] = float(np.min(np.diff(distinct))) / math.sqrt(12.0)
         return out
 
+    def looks(self, group: str) -> int:
+        """How often ``group`` is judged at a rung: once per seed's arrival there."""
+        return max(1, int(self.expected.get(group, self.seeds)))
+
+    def threshold(self, group: str) -> float:
+        """The probability of dominance a stop of ``group`` needs at one look (module
+        docstring, step 3): ``1 - (1 - confidence) / looks``, Bonferroni over its looks at a
+        rung, so the chance that one of them stops it wrongly is at most ``1 - confidence``."""
+        return 1.0 - (1.0 - float(self.confidence or 0.0)) / self.looks(group)
+
     def measurement_variance(self, i: int, names: Sequence[str]) -> np.ndarray:
         """Per configuration of ``names`` at rung ``i`` and metric, the mean over its seeds of
         their reported measurement variance (``<metric>_se`` squared), (n, m); NaN where a
@@ -585,7 +598,7 @@ class MoAsha:
         pair = np.sqrt(se**2 + se[me] ** 2)  # (n, m): the standard error of each gap
         prob = dominance_probability(gaps, pair, dfs, ignore=np.asarray(kinds) == TIED)
         prob[me] = 0.0
-        beyond = np.flatnonzero(prob >= self.confidence)
+        beyond = np.flatnonzero(prob >= self.threshold(group))
         if not len(beyond):
             return None
         beyond = beyond[np.argsort(-prob[beyond], kind="stable")]
