@@ -117,3 +117,23 @@ def test_first_seeds_keeps_each_configurations_first_seeds_and_refuses_others(tm
                    "--out", str(tmp_path / "o"), "--seeds", bad])  # fmt: skip
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1 and "--seeds" in err, (bad, err)
+
+
+def test_the_outcome_figures_match_a_hand_computation():
+    """benchmarks/search_figures.py --outcomes: two replays, HV 0.5 then 1.0 at compute 0.3
+    and 0.6 (spent 0.6, no front configuration stopped) and 0.8 at 0.5 (spent 0.5, two
+    stopped); oracle 0.4, budget 0.4: HV at 40% 0.5 and 0 (median 0.25), final 1.0 and 0.8
+    (median 0.9), half keep the front and half lose a front configuration, 1.0 stopped on
+    average, compute median 0.55, 1.375x the oracle."""
+    from conftest import bench_module
+
+    runs = [
+        replay.Replay(compute=[0.3, 0.6], hv=[0.5, 1.0], spent=0.6),
+        replay.Replay(compute=[0.5], hv=[0.8], stopped=2, spent=0.5, front_stopped=2),
+    ]
+    row = bench_module("search_figures").outcome_row(runs, oracle=0.4, budget=0.4)
+    assert row == pytest.approx({
+        "replays": 2, "hv_at_budget": 0.25, "final_hv": 0.9, "front_kept": 0.5,
+        "lost_a_front_configuration": 0.5, "front_stopped_mean": 1.0, "total_compute": 0.55,
+        "x_oracle": 1.375,
+    })  # fmt: skip
