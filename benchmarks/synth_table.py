@@ -508,6 +508,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--preset", choices=sorted(PRESETS), help="start from these settings")
     ap.add_argument("--out", type=Path, required=True, help="CSV to write")
     ap.add_argument("--truth", type=Path, help="ground truth JSON (default: <out stem>.truth.json)")
+    ap.add_argument(
+        "--measurement-se",
+        action="store_true",
+        help="add a <metric>_se column beside each probe and acc_clean: the per-epoch jitter, "
+        "as a probe logs its standard error (what moasha reads with one seed)",
+    )
     helps = {
         "configs": "number of configurations (>= 2; the first is the unregularized baseline)",
         "seeds": "seeds per configuration",
@@ -537,6 +543,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     spec = dataclasses.replace(spec, **{k: v for k, v in given.items() if v is not None})
     try:
         synth = generate(spec)
+        if args.measurement_se:
+            synth = with_measurement_se(synth, spec)
     except ValueError as exc:
         print(f"synth_table: {exc}", file=sys.stderr)
         return 2
