@@ -30,15 +30,17 @@ def test_an_exact_tie_without_noise_is_no_worse_but_never_ahead_alone():
 
 
 def test_a_configuration_tied_in_one_metric_and_behind_in_another_stops():
-    """One seed, no noise estimate, a max and b min: A (a 5, b 1), C (4, 0) and B (5, 2): A
-    ties B in a and is better in b, so it dominates B, which stops (A and C on the front
-    ahead of it, 2 of 3 kept)."""
-    core = _one_seed(("a", "b"), ("max", "min"))
-    assert core.decide("a0", "A", 1, {"a": 5.0, "b": 1.0}) == CONTINUE
-    assert core.decide("c0", "C", 1, {"a": 4.0, "b": 0.0}) == CONTINUE
-    assert core.decide("b0", "B", 1, {"a": 5.0, "b": 2.0}) == STOP
-    assert core.reason("b0").dominated_by == ("a0",)
-    assert "no noise estimate" in core.reason("b0").text()
+    """One seed, each value measured exactly (se 0), a max and b min: A (a 5, b 1), C (4, 0)
+    and B (5, 2): A ties B in a and is better in b, so it dominates B, which stops (A and C on
+    the front ahead of it, 2 of 3 kept). Without any ``_se`` nothing says how exact the
+    values are, and B continues."""
+    exact = {"a_se": 0.0, "b_se": 0.0}
+    for known, decision in ((exact, STOP), ({}, CONTINUE)):
+        core = _one_seed(("a", "b"), ("max", "min"))
+        assert core.decide("a0", "A", 1, {"a": 5.0, "b": 1.0, **known}) == CONTINUE
+        assert core.decide("c0", "C", 1, {"a": 4.0, "b": 0.0, **known}) == CONTINUE
+        assert core.decide("b0", "B", 1, {"a": 5.0, "b": 2.0, **known}) == decision
+    assert core.reason("b0") is None
 
 
 def test_one_seed_stops_only_beyond_the_measurement_noise():
@@ -49,6 +51,7 @@ def test_one_seed_stops_only_beyond_the_measurement_noise():
         core.decide("a0", "A", 1, {"m": a, "m_se": 1.0})
         assert core.decide("c0", "C", 1, {"m": 10.0, "m_se": 1.0}) == decision
     why = core.reason("c0")
+    assert why is not None
     assert why.probabilities == (pytest.approx(PHI[1.414], abs=1e-6),)
     assert why.noise_kinds == ("measurement",) and why.noise == (pytest.approx(1.0),)
     assert "beyond measurement noise at 80% confidence" in why.text()

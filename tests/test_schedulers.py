@@ -59,17 +59,20 @@ def test_rungs_are_below_max_t():
 
 
 def test_a_dominated_trial_stops_at_its_rung_and_a_front_member_continues():
-    core = _core()
+    """MO-ASHA's quota alone (confidence None, as ``asha``); ``moasha`` itself, one seed and
+    no ``<metric>_se``, has no noise estimate and stops nothing."""
+    assert _core().on_result("t1", "t1", 1, {"a": 5.0, "b": 1.0}) == CONTINUE
+    blind = _core()
+    blind.on_result("t1", "t1", 1, {"a": 5.0, "b": 1.0})
+    assert blind.on_result("t2", "t2", 1, {"a": 4.0, "b": 2.0}) == CONTINUE
+    core = _core(confidence=None)
     assert core.on_result("t1", "t1", 1, {"a": 5.0, "b": 1.0}) == CONTINUE  # first at the rung
     assert core.on_result("t2", "t2", 1, {"a": 4.0, "b": 2.0}) == STOP  # t1 dominates it
     why = core.reason("t2")
     assert (why.epoch, why.dominated_by, why.front, why.ahead, why.kept, why.of) == (
         1.0, ("t1",), 2, 1, 1, 2,
     )  # fmt: skip
-    assert why.text() == (
-        "rung at epoch 1: dominated by t1, exactly: no noise estimate (no seed repeats, no "
-        "<metric>_se) (1 ahead; 1 of 2 promoted)"
-    )
+    assert why.text() == "rung at epoch 1: dominated by t1 (1 ahead; 1 of 2 promoted)"
     # t3 trades a for b with t1: both on front 1, two boundary points -> neither is ahead
     assert core.on_result("t3", "t3", 1, {"a": 6.0, "b": 3.0}) == CONTINUE
     assert core.reason("t3") is None
@@ -267,7 +270,7 @@ def _events(seed: int, n_configs: int = 6, seeds: int = 2, epochs: int = 8):
 def test_pickle_and_state_round_trips_decide_as_the_original():
     events = _events(0)
     half = len(events) // 2
-    core = _core()  # no seed repeats declared: the quota rule, which stops often
+    core = _core(confidence=None)  # MO-ASHA's quota alone, which stops often
     _replay(core, events[:half])
     twins = [
         pickle.loads(pickle.dumps(core)),

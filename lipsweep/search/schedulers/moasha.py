@@ -61,9 +61,10 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
      one, a median over ``m`` images its order-statistic one, :mod:`lipsweep.core.measurement`):
      the mean of its seeds' ``se^2`` over their count, read as normal. This is what a sweep
      with one seed per configuration knows.
-   - otherwise, in a sweep that repeats seeds, unknown until the rung has a repeat (nothing
-     stops on it); in one that does not, **none**: the values are compared as exact, so only a
-     configuration some other dominates outright stops (never one on the rung's front).
+   - otherwise **none**: unknown (in a sweep that repeats seeds, until the rung has a repeat),
+     and nothing stops on it: a stop needs a noise estimate in every metric that orders the
+     rung (comparing values as exact lost a front configuration in 90-100% of one-seed
+     replays of the recorded grids, docs/benchmarks.md).
 5. A stopped configuration stops every seed: running ones at their next report, ones not
    started yet before they start. Its reason names the configurations ahead beyond noise,
    the most probable first, by how much per metric and with what probability of dominance,
@@ -117,7 +118,6 @@ SHOWN_DOMINATORS = 10  # trial ids a stop reason lists; more are counted
 SHOWN_MARGINS = 3  # configurations whose margins a noise-aware stop reason spells out
 SEEDS, MEASUREMENT, NONE, TIED = "seeds", "measurement", "none", "tied"
 """Where a metric's noise at a rung comes from (:meth:`MoAsha.rung_noise`)."""
-NO_ESTIMATE = "no noise estimate (no seed repeats, no <metric>_se)"
 
 
 def _finite(val: Any) -> bool:
@@ -258,8 +258,8 @@ class StopReason:
     that it dominates (module docstring, step 3); empty: not estimated."""
     noise_kinds: tuple[str, ...] = ()
     """Per metric, where its noise came from: ``seeds``, ``measurement`` (the probe's own
-    ``<metric>_se``), ``none`` (no estimate: compared as exact) or ``tied`` (every
-    configuration at the rung the same: left out); empty: seeds throughout."""
+    ``<metric>_se``) or ``tied`` (every configuration at the rung the same: left out); empty:
+    seeds throughout."""
 
     def text(self) -> str:
         """One line for the ``lipsweep.stopped_by`` tag and the log."""
@@ -270,8 +270,7 @@ class StopReason:
                 ids = list(self.dominated_by[:SHOWN_DOMINATORS])
                 more = len(self.dominated_by) - len(ids)
                 shown = ", ".join(ids) + (f" and {more} more" if more > 0 else "")
-                why = f", exactly: {NO_ESTIMATE}" if self.noise_kinds else ""
-                return f"{head}dominated by {shown}{why}{tail}"
+                return f"{head}dominated by {shown}{tail}"
             return f"{head}front {self.front}, crowded out{tail}"
         parts = []
         probs = self.probabilities or (None,) * len(self.margins)
@@ -293,8 +292,6 @@ class StopReason:
         for m, v, k in zip(self.metrics, self.noise, kinds):
             if k == TIED:
                 per.append(f"{m} tied at the rung (left out)")
-            elif k == NONE:
-                per.append(f"{m} none (compared as exact)")
             else:
                 per.append(f"{m} {v:.4g}" + ("" if label else f" ({k})"))
         head_noise = f"{what} ({'sd' if label == 'seed' else 'se' if label else 'sd/se'}) "
@@ -563,11 +560,9 @@ class MoAsha:
             elif measured:
                 se[:, j], shown[j] = np.sqrt(mv / counts), float(np.sqrt(mv.mean()))
                 kinds.append(MEASUREMENT)
-            elif self.repeats:  # seeds will come: wait for them rather than guess
+            else:  # unknown: seeds will come, or nothing tells it; nothing stops on it
                 se[:, j], shown[j] = np.inf, np.inf
-                kinds.append(SEEDS)
-            else:
-                kinds.append(NONE)
+                kinds.append(SEEDS if self.repeats else NONE)
         return se, dfs, shown, tuple(kinds), df
 
     def _decide(self, i: int, group: str) -> Optional[StopReason]:
@@ -602,9 +597,6 @@ class MoAsha:
         if not len(beyond):
             return None
         beyond = beyond[np.argsort(-prob[beyond], kind="stable")]
-        if set(kinds) <= {NONE, TIED}:  # no estimate: dominated in the values themselves
-            by = tuple(self.members[names[k]][0] for k in beyond)
-            return StopReason(dominated_by=by, noise_kinds=kinds, **base)
         return StopReason(
             dominated_by=tuple(self.members[names[k]][0] for k in beyond),
             margins=tuple(tuple(float(v) for v in gaps[k]) for k in beyond),
