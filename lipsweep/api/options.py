@@ -282,8 +282,8 @@ class BenchSearchOptions:
     reduction_factor: int = 2
     """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it, >= 2."""
     confidence: float = 0.8
-    """``moasha``'s confidence that the configurations ahead are ahead beyond seed noise, in
-    (0, 1)."""
+    """``moasha``'s confidence that a configuration ahead dominates beyond noise (seed or
+    measurement), in (0, 1)."""
     seeds: Optional[int] = field(default=None, metadata=cli(metavar="N"))
     """Replay with the first N seeds of every configuration (what the same sweep would have
     seen with N seeds; 1: the paper spaces' ``seeds: [0]``); default: every seed."""
