@@ -21,8 +21,10 @@ holding little alone mean a method must finish most of them.
 Last, what the best a stopping rule can do costs: the **oracle** that stops every configuration
 off the front at the first rung and runs the front in full, with a configuration's seeds started
 together (as ``bench-search`` runs them: a stop costs every seed's epochs up to the rung) or its
-lead seed alone judged first. Its share of compute on stopped configurations is a floor for a
-rule that spends no more: a rule below it finishes configurations off the front.
+lead seed alone judged first (:func:`lipsweep.search.replay.oracle_stopping`, which
+``bench-search`` reports as ``oracle_compute_fraction``). Its share of compute on stopped
+configurations is a floor for a rule that spends no more: a rule below it finishes
+configurations off the front.
 
     .venv/bin/python benchmarks/grid_signal.py --table benchmarks/data/wide_grid.csv \\
         --objective acc_clean:max --objective acc_pgd_4:max --objective lip_jacobian_median:min
@@ -45,7 +47,13 @@ from lipsweep.core.config_base import ConfigError  # noqa: E402
 from lipsweep.core.dominance import non_dominated_ranks  # noqa: E402
 from lipsweep.core.hypervolume import relative_hypervolume  # noqa: E402
 from lipsweep.decide.pareto import parse_objective  # noqa: E402
-from lipsweep.search.replay import Table, check_objectives, load_table, stop_metrics  # noqa: E402
+from lipsweep.search.replay import (  # noqa: E402
+    Table,
+    check_objectives,
+    load_table,
+    oracle_stopping,
+    stop_metrics,
+)
 
 
 def separation(table: Table, name: str) -> float:
@@ -91,28 +99,6 @@ def front_shares(
         )
         for i in front
     ]
-
-
-def oracle_stopping(
-    table: Table, objectives: list[tuple[str, str]], rung: int = 1
-) -> dict[str, tuple[float, float]]:
-    """The oracle that stops every configuration off the grid's front at epoch ``rung`` and
-    runs the front in full. Per way of starting a configuration's seeds (``seeds together``:
-    every seed of a stopped configuration pays its first ``rung`` epochs; ``lead seed
-    first``: its first seed alone): the share of the oracle's compute spent on stopped
-    configurations, and the oracle's compute as a fraction of the grid's."""
-    names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
-    values = np.array([table.objectives(c, names) for c in table.configs])
-    on_front = non_dominated_ranks(values, dirs) == 1
-    front = sum(
-        float(np.sum(c.seconds[s])) for c, f in zip(table.configs, on_front) if f for s in c.seeds
-    )
-    off = [c for c, f in zip(table.configs, on_front) if not f]
-    stops = {
-        "seeds together": sum(float(np.sum(c.seconds[s][:rung])) for c in off for s in c.seeds),
-        "lead seed first": sum(float(np.sum(c.seconds[c.seeds[0]][:rung])) for c in off),
-    }
-    return {k: (v / (v + front), (v + front) / table.compute) for k, v in stops.items()}
 
 
 def main() -> int:

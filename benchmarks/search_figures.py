@@ -11,6 +11,7 @@ table of figures in ``docs/bench_search_figures/figures.md``. Every method and r
     .venv/bin/python benchmarks/search_figures.py --settings        # moasha's settings
     .venv/bin/python benchmarks/search_figures.py --spread --replays 200   # how far 50 move
     .venv/bin/python benchmarks/search_figures.py --render          # figures.md only
+    .venv/bin/python benchmarks/search_figures.py --outcomes --replays 20   # kept and paid
 
 The same code, tables and flags give the same files to the digit (each replay is seeded by its
 index; the presets are generated from their fixed seeds).
@@ -48,27 +49,38 @@ def table_path(name: str, folder: Path) -> Path:
     import synth_table
 
     path = folder / f"{name}.csv"
-    synth_table.write(synth_table.generate(synth_table.PRESETS[name]), path)
+    spec = synth_table.PRESETS[name]
+    synth_table.write(synth_table.with_measurement_se(synth_table.generate(spec), spec), path)
     return path
 
 
-def _bench(name: str, workers: int, **settings: float) -> Any:
-    """The bench of table ``name``; ``settings``: ``confidence``, ``reduction_factor``, as
-    ``make_bench`` takes them (default: its defaults)."""
+def _bench(name: str, workers: int, seeds: Optional[int] = None, **settings: float) -> Any:
+    """The bench of table ``name``, with its first ``seeds`` seeds (default all); ``settings``:
+    ``confidence``, ``reduction_factor``, as ``make_bench`` takes them (default: its
+    defaults)."""
     from lipsweep.search import replay
 
     with tempfile.TemporaryDirectory() as tmp:
         table = replay.load_table(table_path(name, Path(tmp)))
+    if seeds is not None:
+        table = replay.first_seeds(table, seeds)
     replay._quiet_optuna()
     return replay.make_bench(table, OBJECTIVES, workers=workers, **settings)
 
 
-def run_method(name: str, method: str, replays: int, workers: int, **settings: float) -> list[Any]:
-    """``replays`` replays of ``method`` on table ``name`` (or of a reference), the
-    schedulers at ``settings`` (:func:`_bench`)."""
+def run_method(
+    name: str,
+    method: str,
+    replays: int,
+    workers: int,
+    seeds: Optional[int] = None,
+    **settings: float,
+) -> list[Any]:
+    """``replays`` replays of ``method`` on table ``name`` (or of a reference), its first
+    ``seeds`` seeds, the schedulers at ``settings`` (:func:`_bench`)."""
     from lipsweep.search import replay
 
-    bench = _bench(name, workers, **settings)
+    bench = _bench(name, workers, seeds, **settings)
     if method in replay.REFERENCES:
         return replay.references(bench, replays, workers)[method]
     return [bench.replay(replay.parse_method(method), seed) for seed in range(replays)]
@@ -260,6 +272,71 @@ def spread_markdown(names: Sequence[str], args: argparse.Namespace, block: int =
     )
 
 
+OUTCOME_METHODS = ("moasha", "grid", "random", "asha-clean")
+"""What ``--outcomes`` replays by default: ``moasha`` and the methods that are cheap to replay."""
+
+
+def outcome_row(runs: Sequence[Any], oracle: float, budget: float) -> dict[str, Any]:
+    """What a researcher keeps and pays over ``runs`` (one method's replays on one table):
+    the median hypervolume at ``budget`` and at the end, the share of replays keeping the
+    front (final hypervolume >= 0.99) and of replays that stopped a front configuration, the
+    median total compute and its ratio to the ``oracle``'s, and the mean number of front
+    configurations stopped."""
+    from lipsweep.search import replay
+
+    entry = replay._scores(runs, budget)
+    total = entry["total_compute_fraction"]["median"]
+    stopped = entry["front_configurations_stopped"]["per_replay"]
+    return {
+        "replays": len(runs),
+        "hv_at_budget": entry["hv_fraction_at_budget"]["median"],
+        "final_hv": entry["final_hv_fraction"]["median"],
+        "front_kept": replay.front_kept(entry),
+        "lost_a_front_configuration": float(np.mean([n > 0 for n in stopped])),
+        "front_stopped_mean": float(np.mean(stopped)),
+        "total_compute": total,
+        "x_oracle": total / oracle,
+    }
+
+
+def outcomes(names: Sequence[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each (table, seeds: all or 1, method of ``args.method`` or :data:`OUTCOME_METHODS`):
+    :func:`outcome_row`, ``args.replays`` replays, ``args.processes`` at once."""
+    from lipsweep.search import replay
+
+    methods = args.method or list(OUTCOME_METHODS)
+    keys = [(n, sd, m) for n in names for sd in (None, 1) for m in methods]
+    with ProcessPoolExecutor(args.processes) as pool:
+        jobs = {
+            k: pool.submit(run_method, k[0], k[2], args.replays, args.workers, k[1]) for k in keys
+        }
+        runs = {k: job.result() for k, job in jobs.items()}
+    rows = []
+    for n, sd, m in keys:
+        bench = _bench(n, args.workers, sd)
+        oracle = replay.oracle_stopping(bench.table, OBJECTIVES, bench.grace_period)
+        row = outcome_row(runs[(n, sd, m)], oracle["seeds together"][1], args.budget)
+        rows.append({"table": n, "seeds": len(bench.seeds), "method": m, **row})
+    return rows
+
+
+def outcomes_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """:func:`outcomes`' rows as one markdown table."""
+    lines = [
+        "| table | seeds | method | replays | HV at 40% | final HV | front kept | replays "
+        "losing a front config | front configs stopped (mean) | total compute | x oracle |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['table']} | {r['seeds']} | {r['method']} | {r['replays']} | "
+            f"{r['hv_at_budget']:.3f} | {r['final_hv']:.3f} | {r['front_kept']:.0%} | "
+            f"{r['lost_a_front_configuration']:.0%} | {r['front_stopped_mean']:.2f} | "
+            f"{r['total_compute']:.1%} | {r['x_oracle']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=TABLES, help="tables (default all)")
@@ -293,6 +370,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ">= 0.8, and the median of each block of 50 replays; writes no summary",
     )
     ap.add_argument(
+        "--outcomes",
+        action="store_true",
+        help="what moasha and the cheap methods (or --method) keep and pay on the tables, with "
+        "every seed and with one: docs/bench_search_figures/outcomes.{md,json}",
+    )
+    ap.add_argument(
         "--render",
         action="store_true",
         help="rewrite figures.md from the tables' committed summaries; replays nothing",
@@ -304,6 +387,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if args.spread:
         print(spread_markdown(args.only or list(PRESETS), args))
+        return 0
+    if args.outcomes:
+        rows = outcomes(args.only or list(TABLES), args)
+        text = outcomes_markdown(rows)
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "outcomes.md").write_text(text)
+        (OUT / "outcomes.json").write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+        print(text)
         return 0
     if args.render:
         names = list(TABLES)

@@ -456,13 +456,36 @@ def true_hypervolume_fraction(truth: dict[str, Any], keys: Sequence[str]) -> flo
     return relative_hypervolume(chosen, every, dirs)
 
 
+MEASURED = ("acc_clean", "probe_acc_pgd_2", "probe_acc_pgd_4", "probe_lip_jacobian_median")
+"""The per-epoch metrics :func:`with_measurement_se` gives a ``<metric>_se`` column."""
+
+
+def with_measurement_se(synth: Synth, spec: Spec) -> Synth:
+    """``synth`` with a ``<metric>_se`` column beside each of :data:`MEASURED`: the
+    generator's own per-epoch jitter, the noise one epoch's value carries around its curve
+    (``epoch_noise`` points for the accuracies; ``LIP_REL * epoch_noise`` of the value, the
+    log-scale jitter's, for ||J_f||), as a probe logs its measurement's standard error. The
+    seed offset is not in it: it stays for a seed's whole run, final value included."""
+    from lipsweep.core.metric_names import se_metric
+
+    rows = []
+    for row in synth.rows:
+        extra = {
+            se_metric(m): spec.epoch_noise * (LIP_REL * float(row[m]) if "lip" in m else 1.0)
+            for m in MEASURED
+        }
+        rows.append(row | extra)
+    return Synth(rows, synth.truth)
+
+
 def write(synth: Synth, out: Path, truth: Optional[Path] = None) -> tuple[Path, Path]:
     """The CSV at ``out`` and the ground truth at ``truth`` (default ``<out stem>.truth.json``)."""
     out = Path(out)
     truth = Path(truth) if truth else out.with_suffix(".truth.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+        extra = [c for c in synth.rows[0] if c not in COLUMNS] if synth.rows else []
+        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS) + extra)
         writer.writeheader()
         writer.writerows(synth.rows)
     truth.write_text(json.dumps(synth.truth, indent=1) + "\n")
@@ -485,6 +508,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--preset", choices=sorted(PRESETS), help="start from these settings")
     ap.add_argument("--out", type=Path, required=True, help="CSV to write")
     ap.add_argument("--truth", type=Path, help="ground truth JSON (default: <out stem>.truth.json)")
+    ap.add_argument(
+        "--measurement-se",
+        action="store_true",
+        help="add a <metric>_se column beside each probe and acc_clean: the per-epoch jitter, "
+        "as a probe logs its standard error (what moasha reads with one seed)",
+    )
     helps = {
         "configs": "number of configurations (>= 2; the first is the unregularized baseline)",
         "seeds": "seeds per configuration",
@@ -514,6 +543,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     spec = dataclasses.replace(spec, **{k: v for k, v in given.items() if v is not None})
     try:
         synth = generate(spec)
+        if args.measurement_se:
+            synth = with_measurement_se(synth, spec)
     except ValueError as exc:
         print(f"synth_table: {exc}", file=sys.stderr)
         return 2

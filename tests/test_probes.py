@@ -186,8 +186,13 @@ def test_probe_cost_counts_the_passes_the_probes_make():
     passes = {"n": 0}
     model.register_forward_hook(lambda m, i, o: passes.update(n=passes["n"] + len(i[0])))
     model.register_full_backward_hook(lambda m, gi, go: passes.update(n=passes["n"] + len(go[0])))
-    run_probes(model, probes, cfg, torch.device("cpu"))
+    out = run_probes(model, probes, cfg, torch.device("cpu"))
     cost = probe_cost(cfg, train_images=1000, correct_fraction=correct / 20)
+    # each probe carries its measurement's standard error: PGD on 20 images, ||J_f|| on 6
+    from lipsweep.core.measurement import accuracy_se
+
+    assert out["probe_acc_pgd_4_se"] == pytest.approx(accuracy_se(out["probe_acc_pgd_4"], 20))
+    assert out["probe_lip_jacobian_median_se"] > 0
     assert 0 < correct < 20
     assert passes["n"] == pytest.approx(cost.pgd_passes + cost.jacobian_passes, abs=1e-9)
     assert cost.jacobian_passes == 6 * (1 + 10)

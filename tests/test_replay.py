@@ -453,7 +453,7 @@ def test_promotion_what_if_stopping_form_is_the_replay_and_its_promotion_form_pa
     assert len({g for g, t in rungs[:first_past] if t == 1}) >= 2
 
 
-def test_grid_signal_oracle_floor_matches_a_hand_computation(tmp_path):
+def test_the_oracle_floor_matches_a_hand_computation(tmp_path):
     """Maximise a and b, 2 seeds, epochs of 1 s and 2 s: A and B on the front cost 2 x 2 x 3 =
     12 s in full; the oracle stops C at epoch 1 for 2 s (both seeds) or 1 s (its lead seed):
     2/14 and 1/13 of its compute, 14/18 and 13/18 of the grid's 18 s."""
@@ -465,7 +465,7 @@ def test_grid_signal_oracle_floor_matches_a_hand_computation(tmp_path):
         for e in (1, 2)
     ]  # fmt: skip
     table = replay.load_table(_write_rows(tmp_path / "t.csv", rows))
-    floor = bench_module("grid_signal").oracle_stopping(table, [("a", "max"), ("b", "max")])
+    floor = replay.oracle_stopping(table, [("a", "max"), ("b", "max")])
     assert floor["seeds together"] == pytest.approx((2 / 14, 14 / 18))
     assert floor["lead seed first"] == pytest.approx((1 / 13, 13 / 18))
 

@@ -77,3 +77,20 @@ def test_a_tiny_table_reads_back_with_its_true_front_and_noise_free_seeds(tmp_pa
     assert [c["final"] for c in truth["configs"]] == [
         c["final"] for c in json.loads((tmp_path / "t.truth.json").read_text())["configs"]
     ]
+
+
+def test_measurement_se_columns_are_the_generators_own_jitter(tmp_path):
+    """--measurement-se: ``<metric>_se`` is ``epoch_noise`` points for the accuracies and
+    ``LIP_REL * epoch_noise`` of the value for ||J_f|| (its jitter is on the log scale); the
+    other columns are the plain table's."""
+    synth = bench_module("synth_table")
+    spec = synth.Spec(configs=12, seeds=2, epochs=3, front=3, epoch_noise=2.0, seed=1)
+    plain = synth.generate(spec)
+    rows = synth.with_measurement_se(plain, spec).rows
+    row = rows[5]
+    assert row["acc_clean_se"] == row["probe_acc_pgd_4_se"] == 2.0
+    lip = row["probe_lip_jacobian_median"]
+    assert row["probe_lip_jacobian_median_se"] == pytest.approx(0.025 * 2.0 * lip)
+    assert {k: v for k, v in row.items() if not k.endswith("_se")} == plain.rows[5]
+    table = replay.load_table(synth.write(synth.Synth(rows, plain.truth), tmp_path / "t.csv")[0])
+    assert "probe_acc_pgd_4_se" in table.per_epoch

@@ -33,6 +33,7 @@ def run(opts: BenchSearchOptions) -> BenchSearchResult:
         grace_period=opts.grace_period,
         reduction_factor=opts.reduction_factor,
         confidence=opts.confidence,
+        seeds=opts.seeds,
     )
     summary["table"] = str(opts.table)
     path = replay.write(summary, runs, Path(opts.out))

@@ -283,8 +283,11 @@ class BenchSearchOptions:
     """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it: a real
     number >= 2 (the rule of a space's scheduler too)."""
     confidence: float = 0.8
-    """``moasha``'s confidence that the configurations ahead are ahead beyond seed noise, in
-    (0, 1)."""
+    """``moasha``'s confidence that a configuration ahead dominates beyond noise (seed or
+    measurement), in (0, 1)."""
+    seeds: Optional[int] = field(default=None, metadata=cli(metavar="N"))
+    """Replay with the first N seeds of every configuration (what the same sweep would have
+    seen with N seeds; 1: the paper spaces' ``seeds: [0]``); default: every seed."""
     method: tuple[str, ...] = ()
     """Methods to replay: a registered searcher, ``SEARCHER+SCHEDULER`` (plugins included) or
     a short name (``asha-clean``, ``moasha``, ``optuna-moasha``); default: the usual set."""
@@ -313,11 +316,12 @@ class BenchSearchOptions:
         check_int(self, "workers", 1, optional=False)
         check_int(self, "grace_period", 1, optional=False)
         check_reduction_factor(self.reduction_factor, "reduction_factor")
+        check_int(self, "seeds", 1)
         c = self.confidence
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < 1:
             raise ConfigError("confidence", f"must be a number in (0, 1), got {show(c)}")
-        for name in ("replays", "workers", "grace_period"):
-            if getattr(self, name) > INT_LIMIT:
+        for name in ("replays", "workers", "grace_period", "seeds"):
+            if (getattr(self, name) or 0) > INT_LIMIT:
                 raise ConfigError(name, f"must be at most {INT_LIMIT}")
 
 

@@ -188,14 +188,20 @@ reruns:     the same seeds give these numbers again on this machine; another CPU
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
     from lipsweep import api
+    from lipsweep.search.replay import front_kept
 
     result = api.bench_search(_options(api.BenchSearchOptions, args))
     s = result.summary
+    oracle = s["oracle_compute_fraction"]
     _out(
-        f"{s['grid']['configurations']} configurations, {s['replays']} replays, "
-        f"{s['workers']} workers; hypervolume fraction at {s['budget']:.0%} of the grid's "
-        "compute, the share of replays >= 0.8 there, the compute to reach 90% and the share "
-        "of compute spent on configurations the method stopped (medians)"
+        f"{s['grid']['configurations']} configurations x {s['seeds']} seeds, {s['replays']} "
+        f"replays, {s['workers']} workers, budget {s['budget']:.0%}; medians over replays; the "
+        f"oracle (every configuration off the grid's front stopped at the first rung) spends "
+        f"{oracle:.1%} of the grid's compute"
+    )
+    _out(
+        f"  {'method':<18} {'HV@budget':>9} {'>=0.8':>5} {'to 90%':>6} {'final HV':>8} "
+        f"{'front kept':>10} {'compute':>7} {'x oracle':>8} {'front stopped':>13}"
     )
     for section in ("methods", "references"):
         if section == "references":
@@ -204,9 +210,14 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
             hv = m["hv_fraction_at_budget"]["median"]
             share = m["hv_fraction_at_budget"]["share_at_least_0.8"]
             to90 = m["compute_fraction_to_90"]["median"]
-            wasted = m["stopped_compute_share"]["median"]
             reach = "never" if to90 is None else f"{to90:6.1%}"
-            _out(f"  {name:<18} {hv:6.3f} {share:5.0%}  {reach:>6}  {wasted:6.1%}")
+            spent = m["total_compute_fraction"]["median"]
+            kept = front_kept(m)
+            _out(
+                f"  {name:<18} {hv:9.3f} {share:5.0%} {reach:>6} "
+                f"{m['final_hv_fraction']['median']:8.3f} {kept:10.0%} {spent:7.1%} "
+                f"{spent / oracle:8.2f} {m['front_configurations_stopped']['median']:13g}"
+            )
     _out(f"wrote {result.summary_path} and {result.plot}")
     return 0
 

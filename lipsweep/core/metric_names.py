@@ -18,6 +18,15 @@ LOSS, LOSS_CE, LOSS_REG = "loss", "loss_ce", "loss_reg"
 EPOCH_METRICS = (ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG)
 """Reported after every epoch; with probes on (``probe_every``), the trial's
 :func:`probe_metrics` too (``TrialConfig.epoch_metric_names``): what a scheduler compares by."""
+SE_SUFFIX = "_se"
+
+
+def se_metric(name: str) -> str:
+    """The standard error of ``name``'s measurement, reported beside it (lipsweep.core.
+    measurement): ``probe_acc_pgd_4`` -> ``probe_acc_pgd_4_se``."""
+    return name + SE_SUFFIX
+
+
 EPOCH_ACC_CLEAN = "epoch_acc_clean"
 """MLflow name of the per-epoch held-out accuracy (not the final ``acc_clean``)."""
 

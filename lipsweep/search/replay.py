@@ -49,6 +49,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from lipsweep.core.config_base import ConfigError, show
+from lipsweep.core.dominance import non_dominated_ranks
 from lipsweep.core.hypervolume import hypervolume, reference_point, relative_hypervolume
 from lipsweep.core.metric_names import ACC_CLEAN, probe_metric
 from lipsweep.search.protocol import CONTINUE, SEED_KEY, STOP
@@ -63,6 +64,8 @@ from their values); without them a configuration's one setting is its ``config``
 SEED, EPOCH, SECONDS = "seed", "epoch", "epoch_seconds"
 TARGET = 0.9
 """``compute_fraction_to_90``: the compute at which a replay first reaches this fraction."""
+KEPT = 0.99
+"""A replay keeps the front when its ``final_hv_fraction`` is at least this ("front kept")."""
 
 
 # -- the table -------------------------------------------------------------------------------
@@ -320,6 +323,56 @@ def told_finals(table: Table, names: Sequence[str]) -> Table:
     return dataclasses.replace(table, configs=configs, per_epoch=per_epoch)
 
 
+def front_keys(table: Table, objectives: Sequence[tuple[str, str]]) -> list[str]:
+    """The configurations on the grid's front: non-dominated in seed-mean final objectives."""
+    names, dirs = [n for n, _ in objectives], [d for _, d in objectives]
+    values = np.array([table.objectives(c, names) for c in table.configs])
+    ranks = non_dominated_ranks(values, dirs)
+    return [c.key for c, r in zip(table.configs, ranks) if r == 1]
+
+
+def oracle_stopping(
+    table: Table, objectives: Sequence[tuple[str, str]], rung: int = 1
+) -> dict[str, tuple[float, float]]:
+    """The oracle that stops every configuration off the grid's front at epoch ``rung`` and
+    runs the front in full. Per way of starting a configuration's seeds (``seeds together``:
+    every seed of a stopped configuration pays its first ``rung`` epochs, as the replay
+    starts them; ``lead seed first``: its first seed alone): the share of the oracle's compute
+    spent on stopped configurations, and the oracle's compute as a fraction of the grid's."""
+    front = set(front_keys(table, objectives))
+    kept = sum(
+        float(np.sum(c.seconds[s])) for c in table.configs if c.key in front for s in c.seeds
+    )
+    off = [c for c in table.configs if c.key not in front]
+    stops = {
+        "seeds together": sum(float(np.sum(c.seconds[s][:rung])) for c in off for s in c.seeds),
+        "lead seed first": sum(float(np.sum(c.seconds[c.seeds[0]][:rung])) for c in off),
+    }
+    return {k: (v / (v + kept), (v + kept) / table.compute) for k, v in stops.items()}
+
+
+def first_seeds(table: Table, n: int) -> Table:
+    """``table`` with the first ``n`` seeds of every configuration: what the same sweep would
+    have seen with ``n`` seeds. ConfigError naming ``--seeds`` unless 1 <= n <= the fewest
+    seeds a configuration has."""
+    most = min(len(c.seeds) for c in table.configs)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= most:
+        raise ConfigError(
+            "seeds", f"must be an integer from 1 to {most} (the table's seeds per "
+            f"configuration), got {show(n)}"
+        )  # fmt: skip
+    configs = tuple(
+        dataclasses.replace(
+            c,
+            seeds=c.seeds[:n],
+            seconds={s: c.seconds[s] for s in c.seeds[:n]},
+            metrics={s: c.metrics[s] for s in c.seeds[:n]},
+        )
+        for c in table.configs
+    )
+    return dataclasses.replace(table, configs=configs)
+
+
 # -- the registered members on a table -------------------------------------------------------
 def table_space(table: Table) -> Any:
     """The table's settings as a ``search.space`` (:class:`lipsweep.search.space.SearchSpace`):
@@ -500,6 +553,13 @@ class Replay:
     stopped: int = 0
     spent: float = 0.0
     spent_on_stopped: float = 0.0
+    front_stopped: int = 0
+    """Configurations on the grid's front (seed-mean final objectives) that were stopped."""
+
+    @property
+    def final_hv(self) -> float:
+        """The hypervolume fraction of the run's own front once it has ended."""
+        return max(self.hv, default=0.0)
 
     def hv_at(self, budget: float) -> float:
         """The hypervolume fraction reached within ``budget`` of the grid's compute."""
@@ -530,6 +590,7 @@ class Tally:
         self.names = [n for n, _ in objectives]
         self.dirs = [d for _, d in objectives]
         self.grid_front = np.array([table.objectives(c, self.names) for c in table.configs])
+        self.on_front = set(front_keys(table, objectives))
         self.by_params = {tuple(c.params[p] for p in table.params): c for c in table.configs}
         self.drawn = 0  # trials asked of the searcher: the next is named f"t{drawn:05d}"
         self.ended: dict[str, int] = {}  # config key -> seeds that ended (any way)
@@ -563,6 +624,7 @@ class Tally:
             )
         else:
             self.out.stopped += 1
+            self.out.front_stopped += key in self.on_front
             self.out.spent_on_stopped += self.cost.get(key, 0.0) / table.compute
 
     def draw(self, rule: Any) -> Optional[tuple[str, Config, str, str, bool]]:
@@ -928,12 +990,16 @@ def bench_search(
     stop_on: Sequence[tuple[str, str]] = (),
     only: Sequence[str] = (),
     grace_period: int = 1,
-    reduction_factor: int = 2,
+    reduction_factor: float = 2,
     confidence: float = 0.8,
+    seeds: Optional[int] = None,
 ) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
     """Replay every method ``replays`` times, and the :data:`REFERENCES`; the summary dict
-    and the trajectories (the references' too, by their names). Everything is checked
+    and the trajectories (the references' too, by their names). ``seeds``: replay with the
+    first ``seeds`` seeds of every configuration (:func:`first_seeds`). Everything is checked
     against the table before the first replay."""
+    if seeds is not None:
+        table = first_seeds(table, seeds)
     check_objectives(table, objectives)
     _quiet_optuna()  # a study per replay: no banner each
     if grace_period > table.epochs:
@@ -977,7 +1043,11 @@ def bench_search(
         "grace_period": grace_period,
         "reduction_factor": reduction_factor,
         "confidence": confidence,
+        "seeds": len(bench.seeds),
         "grid": {"configurations": len(table.configs), "compute_s": table.compute},
+        "oracle_compute_fraction": oracle_stopping(table, objectives, grace_period)[
+            "seeds together"
+        ][1],
         "methods": {name: _scores(rs, budget) for name, rs in runs.items()},
         "references": {name: _scores(rs, budget) for name, rs in refs.items()},
     }
@@ -1003,7 +1073,26 @@ def _scores(rs: Sequence[Replay], budget: float) -> dict[str, Any]:
             "median": _median([r.stopped_share for r in rs]),
             "per_replay": [r.stopped_share for r in rs],
         },
+        "final_hv_fraction": {
+            "median": _median([r.final_hv for r in rs]),
+            "per_replay": [r.final_hv for r in rs],
+        },
+        "total_compute_fraction": {
+            "median": _median([r.spent for r in rs]),
+            "per_replay": [r.spent for r in rs],
+        },
+        "front_configurations_stopped": {
+            "median": _median([float(r.front_stopped) for r in rs]),
+            "per_replay": [r.front_stopped for r in rs],
+        },
     }
+
+
+def front_kept(entry: Mapping[str, Any]) -> float:
+    """The share of a method's replays (its summary entry) whose ``final_hv_fraction`` is at
+    least :data:`KEPT`."""
+    per = entry["final_hv_fraction"]["per_replay"]
+    return sum(h >= KEPT - 1e-12 for h in per) / len(per)
 
 
 def plot(runs: Mapping[str, Sequence[Replay]], budget: float, path: Path) -> Path:

@@ -11,6 +11,10 @@ held-out evaluation images:
   Fig. 4) over the first ``probe_lip_images`` probe images, by the registered estimator of the
   trial's ``lip_route`` (the one ``lipschitz_summary`` uses).
 
+Beside each, ``<metric>_se``: the standard error the probe's image sample alone puts into it
+(:mod:`lipsweep.core.measurement`: Agresti-Coull for an accuracy on ``n`` images, the
+order-statistic one for the median), which ``moasha`` reads as its measurement noise.
+
 The probe subset is :func:`probe_indices`: a sorted subset of the evaluation subset drawn with
 the fixed :data:`PROBE_SEED`, never the trial seed, so every trial and epoch of a sweep probes
 the same images. The evaluation subset is itself drawn from the test split by ``eval_seed``
@@ -30,11 +34,13 @@ import torch
 from torch import nn
 
 from lipsweep.attacks._registry import attack_vocab
+from lipsweep.core.measurement import accuracy_se, median_se
 from lipsweep.core.metric_names import (
     PROBE_LIP_JACOBIAN_MEDIAN,
     PROBE_SECONDS,
     attack_metric,
     probe_attack_metric,
+    se_metric,
 )
 from lipsweep.data.loading import ImageSplits, eval_subset_indices, to_unit
 from lipsweep.settings.config import TrialConfig
@@ -92,6 +98,11 @@ def probe_pgd(
 def probe_jacobian_median(model: nn.Module, x: torch.Tensor, cfg: TrialConfig) -> float:
     """Median of ||J_f(x)||_2 over ``x`` ([0, 1] pixels, on the model's device), by the
     estimator ``lipschitz_summary`` uses (``lip_route``, ``lip_iters``, ``lip_tol``)."""
+    return float(np.median(probe_jacobian_norms(model, x, cfg)))
+
+
+def probe_jacobian_norms(model: nn.Module, x: torch.Tensor, cfg: TrialConfig) -> np.ndarray:
+    """||J_f(x)||_2 per image of ``x`` (:func:`probe_jacobian_median`'s values)."""
     from lipsweep.lipschitz import create_estimator, resolve_route
 
     lip = cfg.lipschitz
@@ -104,7 +115,7 @@ def probe_jacobian_median(model: nn.Module, x: torch.Tensor, cfg: TrialConfig) -
         est(model, x[i : i + bs])["jacobian_norm"].detach().cpu().numpy()
         for i in range(0, x.shape[0], bs)
     ]
-    return float(np.median(np.concatenate(norms)))
+    return np.concatenate(norms)
 
 
 def run_probes(
@@ -117,9 +128,13 @@ def run_probes(
     out: dict[str, float] = {}
     n_pgd, n_lip = cfg.probe.probe_images, cfg.probe.probe_lip_images
     if n_pgd:
-        out.update(probe_pgd(model, x[:n_pgd], probes.y[:n_pgd], cfg, device))
+        accs = probe_pgd(model, x[:n_pgd], probes.y[:n_pgd], cfg, device)
+        n = len(x[:n_pgd])
+        out.update(accs | {se_metric(k): accuracy_se(v, n) for k, v in accs.items()})
     if n_lip:
-        out[PROBE_LIP_JACOBIAN_MEDIAN] = probe_jacobian_median(model, x[:n_lip].to(device), cfg)
+        norms = probe_jacobian_norms(model, x[:n_lip].to(device), cfg)
+        out[PROBE_LIP_JACOBIAN_MEDIAN] = float(np.median(norms))
+        out[se_metric(PROBE_LIP_JACOBIAN_MEDIAN)] = median_se(norms)
     out[PROBE_SECONDS] = time.perf_counter() - t0
     _log.info("probes: %s", "  ".join(f"{k} {v:.4g}" for k, v in out.items()))
     return out

@@ -24,7 +24,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from lipsweep.core.metric_names import ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG
+from lipsweep.core.measurement import accuracy_se
+from lipsweep.core.metric_names import ACC_CLEAN, LOSS, LOSS_CE, LOSS_REG, se_metric
 from lipsweep.core.paths import write_atomic
 from lipsweep.data.loading import (
     ImageSplits,
@@ -218,6 +219,7 @@ def run_trial(
             device,
             precision="auto",
         )
+        stats[se_metric(ACC_CLEAN)] = accuracy_se(stats[ACC_CLEAN], len(splits.y_eval))
         if probes is not None and cfg.probe.due(epoch):
             stats.update(run_probes(model, probes, cfg, device))
         stats["epoch"] = float(epoch)

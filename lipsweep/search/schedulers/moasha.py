@@ -29,42 +29,62 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
    queued seed.
 2. Quota (MO-ASHA): with ``n`` configurations recorded at the rung, it may stop only when at
    least ``ceil(n / reduction_factor)`` configurations are ordered strictly ahead of it.
-3. Noise (where the sweep repeats seeds): it stops only if some configuration ``h`` dominates
-   it beyond seed noise: ``P(h dominates g) >= 1 - sum_j (1 - T_df(gap_j / (s_j * sqrt(1/n_h
-   + 1/n_g)))) >= confidence``, with ``gap_j`` how far ``h``'s seed mean is ahead of ``g``'s
-   in metric ``j`` (its better direction positive), ``s_j`` the metric's seed noise at the
-   rung, ``n`` the seeds each has there and ``T_df`` Student's t distribution function at the
-   noise estimate's degrees of freedom (:func:`dominance_probability`). A metric far ahead
+3. Noise: it stops only if some configuration ``h`` dominates it beyond noise: ``P(h
+   dominates g) >= 1 - sum_j (1 - T_df(gap_j / se_j)) >= confidence``, with ``gap_j`` how far
+   ``h``'s seed mean is ahead of ``g``'s in metric ``j`` (its better direction positive),
+   ``se_j`` the gap's standard error (``sqrt(se_h^2 + se_g^2)``, step 4) and ``T_df`` Student's
+   t distribution function at the noise estimate's degrees of freedom (the normal one for
+   measurement noise; :func:`dominance_probability`). Dominance is "no worse in every metric
+   and better in at least one": an exact tie with no noise (gap 0, se 0) is no worse for
+   certain but not better, and leaves the sum; a metric that is the same for every
+   configuration at the rung (early PGD accuracy at 0 for every trial) orders nothing and is
+   left out; with no metric left to be better in the probability is 0. A metric far ahead
    makes up for one that is only probably ahead (the doubt is spent where it is: Bonferroni
    would ask each metric for ``1 - (1 - confidence) / m``); one behind keeps the bound below
-   1/2.
-4. Seed noise ``s_j`` is estimated from the sweep itself: the within-configuration variance of
-   every configuration's seeds at the rung, pooled (``SS / df``, ``df`` = seeds minus
-   configurations). The prior is the reference prior above, with no pseudo-observations: until
-   some configuration has two seeds at the rung (``df`` = 0) the noise is unknown and nothing
-   stops on it; with few seeds the t distribution's heavy tails are the caution (at ``df`` = 1
-   it is Cauchy), and they thin as the sweep adds seeds. A metric measured in steps (an
-   accuracy on 200 images moves by 0.5) can show seeds that tie exactly; its noise is then at
-   least the rounding's, ``step / sqrt(12)`` (:meth:`MoAsha.rounding_noise`), so a tie is not
-   read as certainty.
+   1/2, so a configuration on the rung's front never stops (at a confidence above 1/2).
+   Repeated looks: a configuration of ``S`` seeds is judged up to ``S`` times at a rung, so
+   each look asks ``1 - (1 - confidence) / S`` (Bonferroni over the looks,
+   :meth:`MoAsha.threshold`): wrongly stopped at a rung with probability at most ``1 -
+   confidence`` per rival.
+4. The noise of a configuration's mean, per metric, is the first of:
+
+   - **seeds** (the sweep repeats seeds and some configuration has two at the rung): the
+     within-configuration variance of every configuration's seeds at the rung, pooled (``SS /
+     df``, ``df`` = seeds minus configurations), at least the seeds' own measurement variance
+     (below) and the rounding's (``step / sqrt(12)``, :meth:`MoAsha.rounding_noise`: an
+     accuracy on 200 images moves by 0.5, and seeds that tie exactly are not certainty), over
+     the configuration's seed count. The prior is the reference prior above, with no
+     pseudo-observations; with few seeds the t distribution's heavy tails are the caution (at
+     ``df`` = 1 it is Cauchy), and they thin as the sweep adds seeds.
+   - **measurement** (every configuration at the rung reported ``<metric>_se``, the standard
+     error the probe itself carries: an accuracy on ``n`` images its Agresti-Coull binomial
+     one, a median over ``m`` images its order-statistic one, :mod:`lipsweep.core.measurement`):
+     the mean of its seeds' ``se^2`` over their count, read as normal. This is what a sweep
+     with one seed per configuration knows.
+   - otherwise **none**: unknown (in a sweep that repeats seeds, until the rung has a repeat),
+     and nothing stops on it: a stop needs a noise estimate in every metric that orders the
+     rung (comparing values as exact lost a front configuration in 90-100% of one-seed
+     replays of the recorded grids, docs/benchmarks.md).
 5. A stopped configuration stops every seed: running ones at their next report, ones not
-   started yet before they start. Its reason names the configurations ahead beyond noise, by
-   how much per metric and with what probability of dominance, the noise (and from how many
-   seeds), the confidence and the quota.
+   started yet before they start. Its reason names the configurations ahead beyond noise,
+   the most probable first, by how much per metric and with what probability of dominance,
+   the noise and where it came from (seeds, measurement, none), the confidence and the quota.
 
 Where evidence is strong (noise small against the gaps) the rule is MO-ASHA's quota with the
 dominated configurations stopped; where configurations overlap in noise it keeps its hands
-off them. A sweep without seed repeats (each configuration one seed) cannot see seed noise:
-there the rule is MO-ASHA's (step 3 skipped), as for ``asha``, which is this core on one metric
-with each trial its own configuration.
+off them. ``confidence`` None is MO-ASHA's quota alone (crowded-out front members stop too),
+as for ``asha``, which is this core on one metric with each trial its own configuration.
 
 Assumptions: a metric's seed noise at a rung is about the same for every configuration
-(pooled), and roughly normal (the t distribution); nothing about how the metrics' errors depend
-on each other (the bound holds for any dependence); the per-epoch metrics at a rung rank
-configurations as their final objectives will (ASHA's assumption; a misleading early metric
-misleads it too). The probability is per pair of configurations: the rule takes the most
-probable dominator and makes no correction for how many configurations it compared against (the
-quota bounds how many a rung may stop).
+(pooled), and roughly normal (the t distribution); a logged ``<metric>_se`` is the whole
+noise of one seed's value around its configuration's (a probe's image sample; not the
+epoch-to-epoch wobble of training, which the seeds see); nothing about how the metrics'
+errors depend on each other (the bound holds for any dependence); the per-epoch metrics at a
+rung rank configurations as their final objectives will (ASHA's assumption; a misleading
+early metric misleads it too). The error bound is per rival and per rung: the rule takes
+the most probable dominator with no correction for how many rivals it compared against, nor
+across rungs; the replay measures what that costs (docs/benchmarks.md: front kept, front
+configurations stopped).
 
 A report whose values are missing or not finite is not recorded (the trial continues; its
 next report at or past the rung may be): a failed measurement is not a worst case.
@@ -88,7 +108,8 @@ from typing import Any, ClassVar, Mapping, Optional, Sequence
 import numpy as np
 
 from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
-from lipsweep.core.dominance import _dominance, crowding_distance, non_dominated_ranks
+from lipsweep.core.dominance import crowding_distance, non_dominated_ranks
+from lipsweep.core.metric_names import se_metric
 from lipsweep.search.schedulers.rules import check_reduction_factor
 
 CONTINUE, STOP = "continue", "stop"
@@ -96,6 +117,8 @@ SEED_KEY = "seed"
 """The setting that tells the repeats of one configuration apart (``repeat: {seed: [...]}``)."""
 SHOWN_DOMINATORS = 10  # trial ids a stop reason lists; more are counted
 SHOWN_MARGINS = 3  # configurations whose margins a noise-aware stop reason spells out
+SEEDS, MEASUREMENT, NONE, TIED = "seeds", "measurement", "none", "tied"
+"""Where a metric's noise at a rung comes from (:meth:`MoAsha.rung_noise`)."""
 
 
 def _finite(val: Any) -> bool:
@@ -120,8 +143,9 @@ class MoashaSettings:
     max_t: Optional[int] = None
     """Epochs of a full trial; unset: every trial's epochs."""
     confidence: float = 0.8
-    """How sure a stop must be that a configuration ahead of it dominates it beyond seed noise
-    (its probability of dominance), in (0, 1) (module docstring, step 3)."""
+    """How sure a stop must be that a configuration ahead of it dominates it beyond noise
+    (seed or measurement noise; its probability of dominance), in (0, 1) (module docstring,
+    step 3)."""
 
     def __post_init__(self) -> None:
         metrics, modes = self.metrics, self.modes
@@ -228,7 +252,11 @@ class StopReason:
     confidence: float = 0.0
     probabilities: tuple[float, ...] = ()
     """Per dominating configuration (as ``dominated_by``), a lower bound on the probability
-    that it is ahead in every metric (module docstring, step 3); empty: not estimated."""
+    that it dominates (module docstring, step 3); empty: not estimated."""
+    noise_kinds: tuple[str, ...] = ()
+    """Per metric, where its noise came from: ``seeds``, ``measurement`` (the probe's own
+    ``<metric>_se``) or ``tied`` (every configuration at the rung the same: left out); empty:
+    seeds throughout."""
 
     def text(self) -> str:
         """One line for the ``lipsweep.stopped_by`` tag and the log."""
@@ -249,11 +277,27 @@ class StopReason:
             parts.append(f"{tid} ({by}{sure})")
         more = len(self.dominated_by) - len(parts)
         shown = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
-        noise = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, self.noise))
+        kinds = self.noise_kinds or (SEEDS,) * len(self.metrics)
+        used = {k for k in kinds if k != TIED}
+        label = (
+            {SEEDS: "seed", MEASUREMENT: "measurement"}.get(next(iter(used)), "")
+            if len(used) == 1
+            else ""
+        )
+        what = f"{label} noise" if label else "noise"
+        per = []
+        for m, v, k in zip(self.metrics, self.noise, kinds):
+            if k == TIED:
+                per.append(f"{m} tied at the rung (left out)")
+            else:
+                per.append(f"{m} {v:.4g}" + ("" if label else f" ({k})"))
+        head_noise = f"{what} ({'sd' if label == 'seed' else 'se' if label else 'sd/se'}) "
+        src = f" from {self.noise_seeds} seeds (df {self.noise_df})" if SEEDS in used else ""
+        beyond = f"beyond {what}"
         return (
-            f"{head}{self.seeds} seed{'s' if self.seeds != 1 else ''} behind, beyond seed "
-            f"noise at {self.confidence:.0%} confidence, {shown}; seed noise (sd) {noise} from "
-            f"{self.noise_seeds} seeds (df {self.noise_df}){tail}"
+            f"{head}{self.seeds} seed{'s' if self.seeds != 1 else ''} behind, {beyond} at "
+            f"{self.confidence:.0%} confidence, {shown}; {head_noise}"
+            f"{', '.join(per)}{src}{tail}"
         )
 
 
@@ -265,20 +309,34 @@ def t_cdf(x: np.ndarray, df: float) -> np.ndarray:
 
 
 def dominance_probability(
-    gaps: np.ndarray, sd: np.ndarray, df: float, n_ahead: np.ndarray, n_me: float
+    gaps: np.ndarray,
+    se: np.ndarray,
+    df: float | np.ndarray,
+    ignore: Optional[np.ndarray] = None,
 ) -> np.ndarray:
-    """A lower bound on the probability that each configuration is ahead of one in every
-    metric (module docstring, step 3): ``1 - sum_j (1 - T_df(gap_j / (s_j * sqrt(1/n_h +
-    1/n_g))))``, at least 0 (Boole's inequality: valid whatever the dependence between the
-    metrics). ``gaps`` (k, m): how far each of k configurations is ahead, per metric (its
-    better direction positive); ``sd`` (m,): seed noise; ``n_ahead`` (k,): their seeds;
-    ``n_me``: the judged configuration's seeds. Infinite noise (no repeats yet): 0."""
-    se = np.asarray(sd, dtype=float) * np.sqrt(1 / np.asarray(n_ahead, float)[:, None] + 1 / n_me)
-    if not np.all(np.isfinite(se)) or df <= 0:
-        return np.zeros(len(gaps))
+    """A lower bound on the probability that each configuration dominates one (module
+    docstring, step 3): no worse in every metric and better in at least one. ``gaps`` (k, m):
+    how far each of k configurations is ahead, per metric (its better direction positive);
+    ``se`` (k, m) or (m,): each gap's standard error; ``df``: Student's t degrees of freedom
+    (per metric, (m,), or one; inf: normal); ``ignore`` (m,): metrics left out (they order
+    nothing at the rung). Per metric, ``P_j = T_df(gap_j / se_j)`` that it is ahead; an exact
+    tie with no noise (gap 0, se 0) is no worse for certain but not better, and leaves the
+    sum. The bound is ``1 - sum_j (1 - P_j)`` over the other metrics, at least 0 (Boole's
+    inequality: valid whatever the dependence between the metrics), and 0 when no metric is
+    left to be better in. Infinite noise or 0 degrees of freedom: 0."""
+    gaps = np.asarray(gaps, dtype=float)
+    se = np.broadcast_to(np.asarray(se, dtype=float), gaps.shape)
+    dfs = np.broadcast_to(np.asarray(df, dtype=float), gaps.shape[1:])
+    skip = np.zeros(gaps.shape[1], bool) if ignore is None else np.asarray(ignore, bool)
+    tie = (se == 0) & (gaps == 0)  # (k, m): no worse, not better
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(se > 0, gaps / se, np.where(gaps > 0, np.inf, -np.inf))
-    return np.maximum(0.0, 1.0 - np.sum(1.0 - t_cdf(z, df), axis=1))
+    safe_df = np.where(dfs > 0, dfs, 1.0)
+    p = t_cdf(z, safe_df)
+    p = np.where(np.isinf(se) | (dfs <= 0)[None, :], 0.0, p)
+    counted = ~tie & ~skip[None, :]
+    bound = 1.0 - np.sum(np.where(counted, 1.0 - p, 0.0), axis=1)
+    return np.where(counted.any(axis=1), np.maximum(0.0, bound), 0.0)
 
 
 class MoAsha:
@@ -319,6 +377,7 @@ class MoAsha:
         self.members: dict[str, list[str]] = {}
         self.ended: set[str] = set()
         self.reported: dict[str, dict[int, list[float]]] = {}  # trial -> rung -> values
+        self.measured: dict[str, dict[int, list[float]]] = {}  # trial -> rung -> SEs (NaN: none)
         self.stopped: dict[str, StopReason] = {}  # group -> why
         self.told_stop: set[str] = set()
         self.changes = 0
@@ -364,6 +423,10 @@ class MoAsha:
             values = [metrics.get(m) for m in self.metrics]
             if rung is not None and all(_finite(v) for v in values):
                 self.reported[trial][rung] = [float(v) for v in values]
+                ses = [metrics.get(se_metric(m)) for m in self.metrics]
+                self.measured.setdefault(trial, {})[rung] = [
+                    float(v) if _finite(v) and v >= 0 else math.nan for v in ses
+                ]
                 self.changes += 1
                 reason = self._decide(rung, group)
                 if reason is not None:
@@ -444,6 +507,61 @@ class MoAsha:
                 out[j] = float(np.min(np.diff(distinct))) / math.sqrt(12.0)
         return out
 
+    def looks(self, group: str) -> int:
+        """How often ``group`` is judged at a rung: once per seed's arrival there."""
+        return max(1, int(self.expected.get(group, self.seeds)))
+
+    def threshold(self, group: str) -> float:
+        """The probability of dominance a stop of ``group`` needs at one look (module
+        docstring, step 3): ``1 - (1 - confidence) / looks``, Bonferroni over its looks at a
+        rung, so the chance that one of them stops it wrongly is at most ``1 - confidence``."""
+        return 1.0 - (1.0 - float(self.confidence or 0.0)) / self.looks(group)
+
+    def measurement_variance(self, i: int, names: Sequence[str]) -> np.ndarray:
+        """Per configuration of ``names`` at rung ``i`` and metric, the mean over its seeds of
+        their reported measurement variance (``<metric>_se`` squared), (n, m); NaN where a
+        seed reported no standard error."""
+        out = np.zeros((len(names), len(self.metrics)))
+        row = {g: k for k, g in enumerate(names)}
+        seen = np.zeros(len(names))
+        for trial, rungs in self.reported.items():
+            k = row.get(self.group_of[trial])
+            if i in rungs and k is not None:
+                se = self.measured.get(trial, {}).get(i, [math.nan] * len(self.metrics))
+                out[k] += np.square(np.asarray(se, dtype=float))
+                seen[k] += 1
+        return out / np.maximum(seen, 1)[:, None]
+
+    def rung_noise(
+        self, i: int, names: Sequence[str], means: np.ndarray, counts: np.ndarray, ss: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...], float]:
+        """The noise of each configuration's mean at rung ``i`` (module docstring, step 4):
+        its standard error (n, m), the degrees of freedom per metric (m,; inf: normal), the
+        per-metric noise sd shown in a stop reason (m,), where each metric's noise comes from
+        (:data:`SEEDS`, :data:`MEASUREMENT`, :data:`NONE`, :data:`TIED`) and the seed noise's
+        degrees of freedom."""
+        n, m = means.shape
+        sd_seed, df = self.noise(means, counts, ss)
+        floor = self.rounding_noise(i)
+        mvar = self.measurement_variance(i, names)  # (n, m)
+        se, dfs, shown, kinds = np.zeros((n, m)), np.full(m, np.inf), np.zeros(m), []
+        for j in range(m):
+            measured = bool(np.all(np.isfinite(mvar[:, j])))
+            mv = np.where(np.isfinite(mvar[:, j]), mvar[:, j], 0.0)
+            if np.ptp(means[:, j]) == 0:  # every configuration the same: it orders nothing
+                kinds.append(TIED)
+            elif df > 0 and self.repeats:
+                var = np.maximum(max(sd_seed[j], floor[j]) ** 2, mv)
+                se[:, j], dfs[j], shown[j] = np.sqrt(var / counts), df, np.sqrt(var.max())
+                kinds.append(SEEDS)
+            elif measured:
+                se[:, j], shown[j] = np.sqrt(mv / counts), float(np.sqrt(mv.mean()))
+                kinds.append(MEASUREMENT)
+            else:  # unknown: seeds will come, or nothing tells it; nothing stops on it
+                se[:, j], shown[j] = np.inf, np.inf
+                kinds.append(SEEDS if self.repeats else NONE)
+        return se, dfs, shown, tuple(kinds), df
+
     def _decide(self, i: int, group: str) -> Optional[StopReason]:
         """None (continue) or why ``group`` stops at rung ``i`` (module docstring)."""
         names, means, counts, ss = self.rung_table(i)
@@ -464,26 +582,27 @@ class MoAsha:
             epoch=self.rungs[i], front=int(ranks[me]), ahead=ahead, kept=kept, of=n,
             seeds=int(counts[me]), metrics=self.metrics,
         )  # fmt: skip
-        if self.confidence is None or not self.repeats:  # MO-ASHA's quota alone
-            dom = _dominance(means * sign)[:, me]  # (n,): row g dominates me
-            by = tuple(self.members[g][0] for g, d in zip(names, dom) if d)
+        if self.confidence is None:  # MO-ASHA's quota alone
+            dom = dominance_probability(gaps, np.zeros_like(gaps), np.inf) >= 1.0
+            by = tuple(self.members[g][0] for g, d in zip(names, dom) if d and g != group)
             return StopReason(dominated_by=by, **base)
-        sd, df = self.noise(means, counts, ss)
-        sd = np.maximum(sd, self.rounding_noise(i))
-        prob = dominance_probability(gaps, sd, df, counts, counts[me])  # (n,)
+        se, dfs, shown, kinds, df = self.rung_noise(i, names, means, counts, ss)
+        pair = np.sqrt(se**2 + se[me] ** 2)  # (n, m): the standard error of each gap
+        prob = dominance_probability(gaps, pair, dfs, ignore=np.asarray(kinds) == TIED)
         prob[me] = 0.0
-        beyond = np.flatnonzero(prob >= self.confidence)
+        beyond = np.flatnonzero(prob >= self.threshold(group))
         if not len(beyond):
             return None
         beyond = beyond[np.argsort(-prob[beyond], kind="stable")]
         return StopReason(
             dominated_by=tuple(self.members[names[k]][0] for k in beyond),
             margins=tuple(tuple(float(v) for v in gaps[k]) for k in beyond),
-            noise=tuple(float(v) for v in sd),
+            noise=tuple(float(v) for v in shown),
             noise_seeds=int(counts.sum()),
             noise_df=int(round(df)),
             confidence=float(self.confidence),
             probabilities=tuple(float(prob[k]) for k in beyond),
+            noise_kinds=kinds,
             **base,
         )
 
@@ -491,7 +610,7 @@ class MoAsha:
     def state(self) -> dict[str, Any]:
         """Everything decided and recorded so far, JSON-able (:meth:`from_state`)."""
         return {
-            "version": 2,
+            "version": 3,
             "metrics": list(self.metrics),
             "modes": list(self.modes),
             "reduction_factor": self.reduction_factor,
@@ -503,6 +622,10 @@ class MoAsha:
             "members": self.members,
             "ended": sorted(self.ended),
             "reported": {t: {str(i): v for i, v in r.items()} for t, r in self.reported.items()},
+            "measured": {
+                t: {str(i): [None if math.isnan(x) else x for x in v] for i, v in r.items()}
+                for t, r in self.measured.items()
+            },
             "stopped": {g: _reason_state(r) for g, r in self.stopped.items()},
             "told_stop": sorted(self.told_stop),
         }
@@ -527,6 +650,10 @@ class MoAsha:
         core.reported = {
             t: {int(i): list(v) for i, v in r.items()} for t, r in state["reported"].items()
         }
+        core.measured = {
+            t: {int(i): [math.nan if x is None else float(x) for x in v] for i, v in r.items()}
+            for t, r in state.get("measured", {}).items()
+        }
         core.stopped = {g: _reason_from(r) for g, r in state["stopped"].items()}
         core.told_stop = set(state["told_stop"])
         return core
@@ -539,7 +666,7 @@ def _reason_state(r: StopReason) -> dict[str, Any]:
 
 def _reason_from(d: Mapping[str, Any]) -> StopReason:
     fields_ = {k: v for k, v in d.items()}
-    for k in ("dominated_by", "metrics", "noise", "probabilities"):
+    for k in ("dominated_by", "metrics", "noise", "probabilities", "noise_kinds"):
         fields_[k] = tuple(fields_.get(k, ()))
     fields_["margins"] = tuple(tuple(m) for m in fields_.get("margins", ()))
     return StopReason(**fields_)
