@@ -183,7 +183,7 @@ def store(tmp_path_factory):
 
 
 def _records(uri: str):
-    from lipsweep.decide.commands import load_sweep_runs, read_tracker
+    from lipsweep.decide.sweep_runs import load_sweep_runs, read_tracker
 
     return load_sweep_runs(read_tracker(uri, "arms")).records
 

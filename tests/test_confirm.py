@@ -304,8 +304,8 @@ def test_confirm_top_breaks_ties_in_a_rank_towards_the_better_first_objective(tm
     over arms alike."""
     from _sweep_helpers import finished_trials_store
 
-    from lipsweep.decide.commands import read_tracker
     from lipsweep.decide.confirm import choose_runs
+    from lipsweep.decide.sweep_runs import read_tracker
 
     def params(lr: str, seed: int) -> dict[str, str]:
         return {"regularizer": "none", "lr": lr, "seed": str(seed)}
