@@ -504,6 +504,12 @@ class RecipeSquares(Regularizer):
 '''
 
 _RECIPE_INDEX = '''
+from dataclasses import dataclass
+
+from lipsweep.core.config_base import check_positive
+from lipsweep.regularizers._registry import declare_regularizer
+from lipsweep.regularizers.spec import RegularizerSpec
+
 
 @dataclass(frozen=True)
 class RecipeSettings:
