@@ -276,8 +276,8 @@ def export_check(work: Path, uri: str, experiment: str, cpu_smoke: bool) -> dict
     run's first evaluation images, both on the device the sweep trained on."""
     import torch
 
-    from lipsweep.decide.commands import download_checkpoint, read_tracker
     from lipsweep.decide.confirm import build_model, load_images
+    from lipsweep.decide.sweep_runs import download_checkpoint, read_tracker
     from lipsweep.vit.export_format import load_exported
 
     folder = work / "export"

@@ -538,3 +538,40 @@ def stub_trial(root: Path, config: Optional[dict[str, Any]] = None):
     )
     trial.create_placement_group_factory()  # as TuneController.add_trial does
     return trial
+
+
+def finished_trials_store(folder: Path, trials: list[tuple[dict, dict]]) -> tuple[str, list[str]]:
+    """A real MLflow SQLite store in ``folder``, experiment ``x``: a parent sweep run and
+    ``trials`` (params, metrics) as FINISHED trial runs; returns (uri, [run ids])."""
+    from mlflow.tracking import MlflowClient
+
+    uri = empty_store(folder / "mlflow.db")
+    c = MlflowClient(uri)
+    exp = c.create_experiment("x", artifact_location=(folder / "artifacts").as_uri())
+    parent = c.create_run(exp, tags={"lipsweep.kind": "sweep"}).info.run_id
+    ids = []
+    for i, (params, metrics) in enumerate(trials):
+        rid = c.create_run(
+            exp, run_name=f"t{i}", tags={"lipsweep.kind": "trial", "mlflow.parentRunId": parent}
+        ).info.run_id
+        for k, v in params.items():
+            c.log_param(rid, k, v)
+        for k, v in metrics.items():
+            c.log_metric(rid, k, v)
+        c.set_terminated(rid, "FINISHED")
+        ids.append(rid)
+    return uri, ids
+
+
+def lipsweep_cli(cwd: Path, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``python -m lipsweep ARGV`` in ``cwd``; with ``check``, exit status 0 is asserted."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "lipsweep", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    return proc

@@ -268,11 +268,46 @@ def four_trial_sweep(tmp_path_factory) -> tuple[Path, subprocess.CompletedProces
     """One real sweep of the grid ``_sweep_helpers.FOUR`` (2 epochs each; `lipsweep sweep` on
     local Ray, SQLite MLflow in the folder, experiment ``exp``), run once for the session: (its
     folder, the finished CLI process). tests/test_sweep.py checks the sweep itself;
-    tests/test_review.py runs pareto and export on it (they add tags and artifacts, never
-    remove any)."""
+    tests/test_pareto.py and tests/test_export.py run pareto and export on it (they add tags
+    and artifacts, never remove any)."""
     from _sweep_helpers import FOUR, sweep_cmd, write_space
 
     d = tmp_path_factory.mktemp("four_trial_sweep")
     space = write_space(d, FOUR)
     proc = subprocess.run(sweep_cmd(d, space), cwd=d, capture_output=True, text=True, timeout=900)
     return d, proc
+
+
+@pytest.fixture(scope="session")
+def swept(four_trial_sweep) -> Path:
+    """The folder of the finished four-trial sweep whose store is its ``mlflow.db``, the
+    default ``--tracking-uri`` there (experiment ``exp``)."""
+    d, proc = four_trial_sweep
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    return d
+
+
+@pytest.fixture(scope="module")
+def three_trial_store(tmp_path_factory):
+    """A real SQLite MLflow store with one sweep, experiment ``pins``: a parent and three trial
+    runs (t0 finished, t1 failed, t2 finished and confirmed at a reduced budget); returns
+    (uri, tracker, parent run id)."""
+    from _sweep_helpers import empty_store
+
+    from lipsweep.decide.confirm import TAG_REQUEST, confirm_metric, request_key
+    from lipsweep.tracking import FAILED, FINISHED, TAG_FAILURE, Tracker
+
+    uri = empty_store(tmp_path_factory.mktemp("pins") / "mlflow.db")
+    tracker = Tracker(uri, "pins")
+    parent = tracker.open_parent("/nonexistent/ray", "pins", {"space": "test"})
+    for tid, status in (("t0", FINISHED), ("t1", FAILED), ("t2", FINISHED)):
+        rid = tracker.open_child(parent, tid, f"{tid} [none seed=0]", {"regularizer": "none"})
+        if status == FAILED:
+            tracker.set_tags(rid, {TAG_FAILURE: "loss is nan at epoch 1"})
+        else:
+            tracker.log_metrics(rid, {"acc_clean": 20.0}, step=0)
+        if tid == "t2":
+            tracker.log_metrics(rid, {confirm_metric(2): 12.0}, step=0)
+            tracker.set_tags(rid, {TAG_REQUEST: request_key(64, 2)})
+        tracker.end(rid, status)
+    return uri, tracker, parent

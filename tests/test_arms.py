@@ -4,7 +4,9 @@ directly, so this stays fast)."""
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 
 import pytest
 from _sweep_helpers import empty_store
@@ -181,7 +183,7 @@ def store(tmp_path_factory):
 
 
 def _records(uri: str):
-    from lipsweep.decide.commands import load_sweep_runs, read_tracker
+    from lipsweep.decide.sweep_runs import load_sweep_runs, read_tracker
 
     return load_sweep_runs(read_tracker(uri, "arms")).records
 
@@ -410,3 +412,86 @@ def test_an_interval_is_clipped_to_the_values_its_metric_can_take():
     assert metric_bounds("probe_acc_pgd_4") == metric_bounds("epoch_acc_clean") == (0.0, 100.0)
     assert metric_interval([10.0], "acc_pgd_4").n == 1  # one seed: no interval to clip
     assert math.isnan(metric_interval([10.0], "acc_pgd_4").lo)
+
+
+# ---------------------------------------------------------------- the baseline and seed pairs
+def _recs(rows: list[tuple[dict, int, dict]]) -> list[dict]:
+    return [
+        {"run_id": f"r{i}", "params": {**p, "seed": s}, "metrics": m}
+        for i, (p, s, m) in enumerate(rows)
+    ]
+
+
+def test_baseline_is_the_unregularized_arm_with_the_most_runs():
+    """Catches: ``baseline_arm`` taking the baseline arm with the fewest runs. The arm with
+    fewer runs also sorts first by name, so neither order by name alone passes."""
+    from lipsweep.decide.arms import baseline_arm
+
+    rows = [({**BASE, "lr": "0.0001"}, 0, {"acc_clean": 1.0})]  # 'baseline (lr=0.0001)'
+    rows += [(BASE, s, {"acc_clean": 2.0}) for s in (0, 1, 2)]  # 'baseline (lr=0.001)'
+    rows += [(JAS, s, {"acc_clean": 3.0}) for s in (0, 1, 2, 3)]  # most runs, not a baseline
+    arms = group_arms(_recs(rows))
+    base = baseline_arm(arms)
+    assert base.params["lr"] == "0.001" and base.seeds == [0, 1, 2]
+    few = next(a for a in arms if len(a.runs) == 1)
+    assert few.name < base.name  # so the name tie-break alone would pick `few`
+
+
+def test_paired_table_counts_the_seeds_shared_with_the_baseline():
+    """Catches: the 'pairs' column counting the arm's seeds (3) instead of the seeds it
+    shares with the baseline (2)."""
+    from lipsweep.decide.report import paired_markdown
+
+    rows = [(BASE, s, {"acc_clean": 30.0 + s}) for s in (0, 1)]
+    rows += [(JAS, s, {"acc_clean": 31.0 + 2 * s}) for s in (0, 1, 2)]
+    base, jas = group_arms(_recs(rows))
+    table = paired_markdown([base, jas], base)
+    # seeds 0, 1: d = (1, 2), mean 1.5; seed 2 has no baseline and pairs with nothing
+    row = next(line for line in table.splitlines() if line.startswith(f"| {jas.name} |"))
+    assert row.split("|")[2].strip() == "2", table
+    assert "+1.50" in row
+
+
+# ---------------------------------------------------------------- one run per seed
+def _rec(rid, seed, clean):
+    return {
+        "run_id": rid,
+        "metrics": {"acc_clean": clean},
+        "params": {"regularizer": "none", "lr": "0.001", "seed": str(seed)},
+    }
+
+
+def test_a_repeated_seed_counts_once_and_the_run_used_is_named(caplog):
+    """Two runs of one arm with seed 0 (10 and 30): the arm's 'mean' is not whichever comes
+    last (30) with the other run silently dropped; one run is used, and named."""
+    caplog.set_level(logging.WARNING)
+    (arm,) = group_arms([_rec("b-run", 0, 30.0), _rec("a-run", 0, 10.0), _rec("c-run", 1, 20.0)])
+    s = arm_stats(arm, "acc_clean")
+    assert (s.n, s.mean) == (2, 15.0)  # seed 0 -> a-run (10), seed 1 -> 20
+    assert "seed 0 has 2 runs (a-run, b-run); its statistics use run a-run only" in caplog.text
+
+
+def test_an_arms_n_counts_the_runs_its_statistics_use(caplog):
+    """Two runs of one arm with seed 0: pareto's table does not show ``n 2`` beside a "mean"
+    that is one run's value. n counts one run per seed, as the statistics do, wherever an arm's n
+    is shown (the table, the figures' labels, the report, the export pick); an arm with one
+    seed run twice is not an arm of two seeds, so such a sweep ranks runs."""
+    from lipsweep.decide.arms import arm_records, arm_table, max_seeds
+    from lipsweep.decide.pareto import Objective
+    from lipsweep.decide.report import arm_markdown
+
+    caplog.set_level(logging.WARNING)
+    twice = [_rec("a-run", 0, 10.0), _rec("b-run", 0, 30.0)]
+    other = [{**_rec(f"o{s}", s, 20.0), "params": {**_rec("", s, 0)["params"], "lr": "0.01"}}
+             for s in (0, 1)]  # fmt: skip
+    arms = group_arms(twice + other)
+    rows = arm_table(arms, [1, 1], [Objective("acc_clean", "max")]).splitlines()[2:4]
+    cells = [re.split(r"\s{2,}", row.strip())[1:] for row in rows]  # arm, n, mean [95% CI]
+    assert cells == [
+        ["baseline (lr=0.01)", "2", "20.00 [20.00, 20.00]"],
+        ["baseline (lr=0.001)", "1", "10.00"],
+    ], rows
+    assert [r["run_name"] for r in arm_records(arms, ["acc_clean"])] == ["n=1", "n=2"]
+    assert "| 1 | 0 (2 runs, first used) |" in arm_markdown(arms, [1, 1])
+    (arm,) = group_arms(twice)
+    assert (arm.n, arm_stats(arm, "acc_clean").n, max_seeds([arm])) == (1, 1, 1)

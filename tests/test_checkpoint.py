@@ -85,3 +85,22 @@ def test_pickle_payload_is_never_executed(tmp_path):
     with pytest.raises(CheckpointError):
         load_checkpoint(path)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "name", ["model.safetensors", "optimizer.safetensors", "regularizer.safetensors"]
+)
+def test_every_checkpoint_weights_file_is_verified_on_load(tmp_path, name):
+    """Catches: a weights file (``regularizer.safetensors`` among them) loaded without its
+    checksum being checked. The replacement is a valid safetensors file, so only the checksum
+    can tell."""
+    from safetensors.torch import save as save_bytes
+
+    opt = {"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]}
+    path = save_checkpoint(
+        tmp_path, 1, {"w": torch.zeros(3)}, opt, {"u": torch.arange(3.0)}, {"history": []}
+    )
+    load_checkpoint(path)  # intact: loads
+    (path / name).write_bytes(save_bytes({"u": torch.arange(3.0) + 1}))
+    with pytest.raises(CheckpointError, match=f"{name} does not match its checksum"):
+        load_checkpoint(path)

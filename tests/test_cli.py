@@ -173,3 +173,17 @@ def test_same_config_resumes_and_overwrite_starts_over(tmp_path):
     (out / "config.json").write_text("{not json")
     with pytest.raises(UsageError, match="--overwrite"):
         check_out_config(out, TrialConfig.from_flat({"epochs": 3}).to_flat(), overwrite=False)
+
+
+def _help(command: str) -> str:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if hasattr(a, "choices") and a.choices)
+    return sub.choices[command].format_help()
+
+
+def test_confirm_top_help_says_what_the_readme_says():
+    """``--top N`` counts arms when pareto ranks arms (README, docs/contract.md), not the N
+    best runs."""
+    text = " ".join(_help("confirm").split())
+    assert "the N best by Pareto rank: arms (every run of each) when an arm has 2 or more" in text
+    assert "`--top N`: the N best arms" in (ROOT / "README.md").read_text()

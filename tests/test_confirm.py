@@ -278,3 +278,42 @@ def test_confirm_top_takes_the_better_first_objective_first_on_a_tied_front(seed
     from lipsweep.decide.confirm import choose_runs
 
     assert choose_runs(_Runs(seeds), "e", None, top) == chosen
+
+
+def test_confirm_at_reduced_budget_does_not_block_the_standard_one(three_trial_store):
+    """Catches: ``is_confirmed`` ignoring the ``aa_std.request`` tag, so a run confirmed with
+    the test-only budget (or on fewer images) is skipped by the standard confirm."""
+    from lipsweep.decide.confirm import is_confirmed, request_key
+
+    uri, tracker, parent = three_trial_store
+    run = next(r for r in tracker.children(parent) if r.info.run_name.startswith("t2"))
+    run = TrackingReader(uri, "pins").get_run(run.info.run_id)
+    assert is_confirmed(run, [2], request_key(64, 2))  # the same request: skipped
+    assert not is_confirmed(run, [2], request_key(64, None))  # standard budget: redone
+    assert not is_confirmed(run, [2], request_key(0, 2))  # the whole split: redone
+    assert not is_confirmed(run, [2, 8], request_key(64, 2))  # an eps it lacks: redone
+
+
+def _objectives(clean: float, pgd: float) -> dict[str, float]:
+    return {"acc_clean": clean, "acc_pgd_4": pgd, "acc_aa_2": 1.0, "lip_jacobian_median": 1.0}
+
+
+def test_confirm_top_breaks_ties_in_a_rank_towards_the_better_first_objective(tmp_path):
+    """``confirm --top 1`` with two runs (then two arms) on the front, neither dominating:
+    the one with the better first objective (acc_clean, max) is confirmed, over runs and
+    over arms alike."""
+    from _sweep_helpers import finished_trials_store
+
+    from lipsweep.decide.confirm import choose_runs
+    from lipsweep.decide.sweep_runs import read_tracker
+
+    def params(lr: str, seed: int) -> dict[str, str]:
+        return {"regularizer": "none", "lr": lr, "seed": str(seed)}
+
+    worse_first, better_first = _objectives(25.0, 8.0), _objectives(30.0, 5.0)
+    runs = [(params("0.002", 0), worse_first), (params("0.001", 0), better_first)]
+    uri, ids = finished_trials_store(tmp_path / "runs", runs)
+    assert choose_runs(read_tracker(uri, "x"), "x", None, 1) == [ids[1]]
+    arms = [(params(lr, s), m) for lr, m in runs for s in (0, 1)]
+    uri, ids = finished_trials_store(tmp_path / "arms", arms)
+    assert choose_runs(read_tracker(uri, "x"), "x", None, 1) == ids[2:]

@@ -336,3 +336,149 @@ def test_cifar100_normalization_is_the_published_cifar100_channel_mean_and_std()
     mean, std = normalizations()["cifar100"]
     assert mean == pytest.approx((0.50708, 0.48655, 0.44092), abs=5e-4)
     assert std == pytest.approx((0.26733, 0.25644, 0.27615), abs=5e-4)
+
+
+# --- labels and images checked by value before anything is spent or written ---
+_SMALL_MODEL = {"model": "vit_tiny_patch16_224", "depth": 1, "embed_dim": 32, "num_heads": 2}
+
+
+def _labelled_npz(path: Path, y_train: np.ndarray, y_test: np.ndarray) -> Path:
+    rng = np.random.default_rng(0)
+    np.savez(
+        path,
+        x_train=rng.integers(0, 256, (len(y_train), 3, 8, 8), dtype=np.uint8),
+        y_train=y_train,
+        x_test=rng.integers(0, 256, (len(y_test), 3, 8, 8), dtype=np.uint8),
+        y_test=y_test,
+    )
+    return path
+
+
+def _npz_trial(path: Path, **extra):
+    from lipsweep.settings.config import TrialConfig
+
+    return TrialConfig.from_flat(
+        {**_SMALL_MODEL, "dataset": "npz", "data_dir": str(path), "img_size": 8, **extra}
+    )
+
+
+def test_explicit_num_classes_wins_when_every_label_is_below_it(tmp_path):
+    """`num_classes: 100` is accepted though the training split lacks label 99 (no 'the
+    training labels give 99 classes')."""
+    path = _labelled_npz(tmp_path / "d.npz", np.arange(198) % 99, np.array([0, 99]))
+    assert _npz_trial(path, num_classes=100).model.num_classes == 100
+    with pytest.raises(ConfigError) as info:  # not given: inferred, and the test label is out
+        _npz_trial(path)
+    assert info.value.field == "data_dir" and "label 99 is out of range" in str(info.value)
+    with pytest.raises(ConfigError) as info:  # given, but a label is at or above it
+        _npz_trial(path, num_classes=50)
+    assert info.value.field == "num_classes" and "has label 99" in str(info.value)
+
+
+def test_one_class_data_is_refused_before_training(tmp_path):
+    """A one-class npz is refused before training, not by the evaluation's 'C >= 2'."""
+    path = _labelled_npz(tmp_path / "one.npz", np.zeros(20, np.int64), np.zeros(4, np.int64))
+    with pytest.raises(ConfigError) as info:
+        _npz_trial(path)
+    assert info.value.field == "data_dir" and "give 1 class" in str(info.value)
+    assert "at least 2" in str(info.value)
+
+
+def _tree(root: Path, images: dict[str, "object"]) -> Path:
+    """An ImageFolder tree: {'train/a/0.png': PIL image or bytes, ...}."""
+    for rel, im in images.items():
+        f = root / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(im, bytes):
+            f.write_bytes(im)
+        else:
+            im.save(f)
+    return root
+
+
+def _rgb(seed: int):
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
+
+
+def test_16_bit_pngs_are_scaled_not_clipped(tmp_path):
+    """16-bit grey is scaled, not clipped at 255 as Pillow's convert('RGB') does (99% of
+    these pixels)."""
+    from PIL import Image
+
+    from lipsweep.data.sources import load_image_folder
+
+    wide = (np.arange(64, dtype=np.uint32).reshape(8, 8) * 1040).astype(np.uint16)  # 0..65520
+    root = _tree(
+        tmp_path / "pets",
+        {
+            "train/a/0.png": Image.fromarray(wide),
+            "train/b/0.png": _rgb(1),
+            "test/a/0.png": _rgb(2),
+            "test/b/0.png": _rgb(3),
+        },
+    )
+    assert Image.open(root / "train/a/0.png").mode == "I;16"
+    x_train = load_image_folder(root)[0]
+    expected = np.floor(wide.astype(np.float64) * 255 / 65535 + 0.5).astype(np.uint8)
+    for c in range(3):
+        np.testing.assert_array_equal(x_train[0, c], expected)
+    assert (x_train[0] == 255).mean() < 0.05
+
+
+def _png_bytes(im) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _claims_size(png: bytes, w: int, h: int) -> bytes:
+    """The PNG with its IHDR width/height replaced (and its CRC recomputed)."""
+    import struct
+    import zlib
+
+    ihdr = png[12:29]  # b'IHDR' + 13 bytes of data
+    data = struct.pack(">II", w, h) + ihdr[12:]
+    chunk = b"IHDR" + data
+    return png[:12] + chunk + struct.pack(">I", zlib.crc32(chunk)) + png[33:]
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda b: b[: len(b) // 2], "cannot read image train/a/0.png"),
+        (lambda b: _claims_size(b, 100000, 100000), "decompression bomb"),
+    ],
+    ids=["truncated", "bomb-header"],
+)
+def test_a_damaged_png_is_refused_naming_it_before_anything_is_written(
+    tmp_path, capsys, damage, problem
+):
+    """A truncated PNG is refused up front, not by `OSError: image file is truncated` after
+    config.json is written (a header-only check passes it); a 100000x100000 header is
+    refused without a DecompressionBombError traceback."""
+    from lipsweep.__main__ import main
+    from lipsweep.data.sources import inspect_image_folder
+
+    big = _rgb(0).resize((32, 32))
+    root = _tree(
+        tmp_path / "data" / "pets",
+        {
+            "train/a/0.png": damage(_png_bytes(big)),
+            "train/b/0.png": big,
+            "test/a/0.png": big,
+            "test/b/0.png": big,
+        },
+    )
+    with pytest.raises(ConfigError) as info:
+        inspect_image_folder(root)
+    assert info.value.field == "data_dir" and problem in str(info.value), str(info.value)
+    out = tmp_path / "out"
+    argv = ["train", "--set", "dataset=imagefolder", "--set", f"data_dir={root}"]
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "data_dir:" in err and not out.exists(), err

@@ -189,3 +189,43 @@ def test_download_in_a_sweep_of_several_trials_is_refused():
     check_sweep_download(2, [{"download": False}, {}])
     with pytest.raises(ConfigError, match="lipsweep data prepare"):
         check_sweep_download(31, [{"download": True}])
+
+
+def test_data_prepare_with_a_bad_source_creates_no_dest(tmp_path, capsys):
+    """Exit 2 for an unreadable --source, and --dest not created."""
+    bad = tmp_path / "bad.npz"
+    bad.write_text("not a zip")
+    dest = tmp_path / "prefix"  # its parent exists: the folder-option rule lets it through
+    argv = ["data", "prepare", "--dataset", "cifar10", "--source", str(bad), "--dest", str(dest)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--source:" in err, err
+    assert not dest.exists()
+
+
+def test_a_modified_cached_dataset_is_checked_and_copied_again(tmp_path, monkeypatch, caplog):
+    """A prepared dataset's cached copy is used again only after its sha256 is checked, so a
+    modified copy is not."""
+    import logging
+
+    from conftest import small_npz
+
+    from lipsweep.data.remote import read_manifest
+
+    monkeypatch.setenv("LIPSWEEP_DATA_CACHE", str(tmp_path / "cache"))
+    src = small_npz(tmp_path / "src.npz")
+    dest = f"file://{tmp_path}/bucket"
+    assert (
+        main(["data", "prepare", "--dataset", "cifar10", "--source", str(src), "--dest", dest]) == 0
+    )
+    uri = f"{dest}/cifar10.npz"
+    sha = read_manifest(uri).sha256
+    cached = fetch_prepared(uri, "cifar10")
+    assert fetch_prepared(uri, "cifar10") == cached  # unchanged: used as it is
+    data = bytearray(cached.read_bytes())
+    data[-100] ^= 0xFF  # same size: only the sha256 can tell
+    cached.write_bytes(bytes(data))
+    caplog.set_level(logging.WARNING)
+    again = fetch_prepared(uri, "cifar10")
+    assert hashlib.sha256(again.read_bytes()).hexdigest() == sha
+    assert "does not match its sha256" in caplog.text

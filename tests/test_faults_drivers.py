@@ -230,7 +230,7 @@ def test_sqlite_schema_is_created_under_a_file_lock(tmp_path):
 
 # -- no credential shown or stored -----------------------------------------------------------------
 def test_credentials_in_the_tracking_uri_are_never_shown_or_stored(tmp_path):
-    from lipsweep.decide.commands import export_run
+    from lipsweep.decide.sweep_runs import export_run
     from lipsweep.tracking import Tracker, TrackingError, redact_uri
 
     assert redact_uri(f"http://alice:{SECRET}@h:5000/x") == "http://***@h:5000/x"

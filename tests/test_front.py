@@ -136,3 +136,16 @@ def test_no_pick_is_said_and_a_bad_rule_is_an_error():
         front.selected_by  # noqa: B018
     with pytest.raises(ConfigError, match="select"):
         build_front(RECORDS, rule="most:robust")
+
+
+def test_report_header_with_one_seed_per_arm_reads_as_english(tmp_path):
+    from lipsweep.decide.report import write_front_report
+
+    params = [{"regularizer": "none"}, {"regularizer": "jasmin", "k": "0", "lam": "0.01"}]
+    recs = [
+        {"run_id": f"r{i}", "params": {**p, "seed": 0}, "metrics": {"acc_clean": 20.0 + i}}
+        for i, p in enumerate(params)
+    ]
+    front = build_front(recs, ["acc_clean:max"])
+    md = write_front_report(front, {}, tmp_path, "e", "test").read_text()
+    assert "at most 1 seeds" not in md and "2 arms (configs that differ only in seed; one" in md

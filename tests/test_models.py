@@ -141,3 +141,19 @@ def test_pretrained_sha256_needs_a_file(pretrained: str, sha: str, words: str) -
         tiny_model_config(pretrained=pretrained, pretrained_sha256=sha)
     with pytest.raises(ConfigError, match="pretrained_sha256.*64 lowercase hex"):
         tiny_model_config(pretrained=pretrained, pretrained_sha256="abc")
+
+
+@pytest.mark.parametrize(
+    "settings, field",
+    [({"embed_dim": 64}, "embed_dim"), ({"num_heads": 5}, "num_heads"), ({}, None)],
+)
+def test_a_width_the_architectures_heads_do_not_divide_is_a_config_error(settings, field):
+    """`train --set embed_dim=64` on vit_tiny (3 heads) is refused at validation, not by
+    timm's assertion inside the trial: the architecture is built on the meta device first."""
+    cfg = ModelConfig(model="vit_tiny_patch16_224", **settings)
+    if field is None:
+        cfg.validate_name()
+        return
+    with pytest.raises(ConfigError, match="multiple of num_heads") as err:
+        cfg.validate_name()
+    assert err.value.field == field

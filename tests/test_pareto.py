@@ -559,3 +559,115 @@ def test_figures_for_degenerate_sweeps(tmp_path, case):
     _png(parallel_coordinates(records, res.ranks, res.objectives, tmp_path / "p.png"))
     objs = [Objective("acc_clean", "max")]
     _png(parallel_coordinates(records, pareto_rank(records, objs).ranks, objs, tmp_path / "1.png"))
+
+
+# ---------------------------------------------------------------- pareto on a real store
+@pytest.mark.parametrize("bad", [math.inf, -math.inf])
+def test_an_infinite_metric_is_never_ranked_nor_tagged_pareto(tmp_path, caplog, bad):
+    """MLflow stores inf as 1.798e308. Such a run is neither ranked first nor tagged
+    pareto=true, and pareto (scatter plot included) finishes with acc_clean = inf."""
+    import logging
+
+    from _sweep_helpers import finished_trials_store
+
+    from lipsweep.__main__ import main
+    from lipsweep.tracking import TrackingReader
+
+    runs = [
+        ({"regularizer": "none", "seed": "0"}, {"acc_clean": 80.0, "acc_pgd_4": 10.0}),
+        ({"regularizer": "jasmin", "k": "0", "seed": "0"}, {"acc_clean": 70.0, "acc_pgd_4": 20.0}),
+        ({"regularizer": "jasmin", "k": "10", "seed": "0"}, {"acc_clean": bad, "acc_pgd_4": 30.0}),
+    ]
+    uri, ids = finished_trials_store(tmp_path, runs)
+    caplog.set_level(logging.WARNING)
+    argv = ["pareto", "--experiment", "x", "--tracking-uri", uri]
+    assert main([*argv, "--objective", "acc_clean:max", "--objective", "acc_pgd_4:max"]) == 0
+    reader = TrackingReader(uri, "x")
+    tags = {rid: reader.get_run(rid).data.tags for rid in ids}
+    assert [tags[r]["pareto"] for r in ids] == ["true", "true", "false"]
+    assert tags[ids[2]]["pareto_rank"] == "0"
+    shown = "inf" if bad > 0 else "-inf"
+    assert f"run {ids[2]} is left out of the ranking and the front: acc_clean is {shown}" in (
+        caplog.text
+    )
+
+
+# ------------------------------------------- `lipsweep pareto` on the session's four-trial sweep
+# (conftest.four_trial_sweep: a real sweep on Ray, so these are slow and in the "ray" group)
+def _sweep_state(d):
+    from pathlib import Path
+
+    from lipsweep.tracking import TrackingReader
+
+    c = TrackingReader(f"sqlite:///{d / 'mlflow.db'}", "exp")
+    rs = c.runs()
+    kids = sorted(
+        (r for r in rs if r.data.tags.get("lipsweep.kind") == "trial"), key=lambda r: r.info.run_id
+    )
+    parent = next(r for r in rs if r.data.tags.get("lipsweep.kind") == "sweep")
+    tags = [
+        (r.info.run_id, r.data.tags.get("pareto"), r.data.tags.get("pareto_rank")) for r in kids
+    ]
+    arts = sorted(a.path for a in c.list_artifacts(parent.info.run_id, "pareto"))
+    doc = json.loads(
+        Path(
+            c.download_artifacts(parent.info.run_id, "pareto/pareto.json", str(d / "dl"))
+        ).read_text()
+    )
+    return tags, arts, doc
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_pareto_tags_runs_logs_artifacts_and_is_idempotent(swept):
+    from _sweep_helpers import lipsweep_cli as cli
+
+    out1 = cli(swept, "pareto", "--experiment", "exp").stdout
+    first = _sweep_state(swept)
+    out2 = cli(swept, "pareto", "--experiment", "exp").stdout
+    second = _sweep_state(swept)
+    assert first == second and out1 == out2
+    tags, arts, doc = first
+    assert all(t[1] in ("true", "false") for t in tags) and any(t[1] == "true" for t in tags)
+    assert {"pareto/pareto.json", "pareto/pareto_scatter.png", "pareto/pareto_parallel.png"} <= set(
+        arts
+    )
+    assert doc["counts"]["runs"] == 4
+    assert "rank" in out1 and "acc_pgd_4" in out1
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_bad_review_input_exits_2(swept):
+    from _sweep_helpers import lipsweep_cli as cli
+
+    p = cli(swept, "pareto", "--experiment", "nope", check=False)
+    assert p.returncode == 2 and "no experiment 'nope'" in p.stderr
+    objective = ["pareto", "--experiment", "exp", "--objective"]
+    p = cli(swept, *objective, "acc_bogus:max", check=False)
+    assert p.returncode == 2 and "available metrics" in p.stderr and "acc_pgd_4" in p.stderr
+    p = cli(swept, *objective, "acc_clean:up", check=False)
+    assert p.returncode == 2
+    p = cli(
+        swept,
+        "export",
+        "--experiment",
+        "exp",
+        "--out",
+        str(swept / "x"),
+        "--select",
+        "best:acc",
+        check=False,
+    )
+    assert p.returncode == 2 and not (swept / "x").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_experiment_without_finished_runs_exits_2(tmp_path):
+    from _sweep_helpers import lipsweep_cli as cli
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").create_experiment("empty")
+    p = cli(tmp_path, "pareto", "--experiment", "empty", check=False)
+    assert p.returncode == 2 and "no FINISHED trial runs" in p.stderr

@@ -366,3 +366,10 @@ def test_readme_gives_exactly_the_two_make_commands_ci_runs():
     assert "make demo" in README and "make test" in README
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     assert "PLACEHOLDER" not in README
+
+
+def test_readme_commands_after_setup_need_no_uv_on_path():
+    """``uv run ...`` exits 127 where uv is not on PATH (uv then lives in .tools/): the README
+    runs the tools from .venv/bin, which ``make setup`` always creates."""
+    assert not re.search(r"^\s*uv run ", README, re.M), "README runs `uv run` after setup"
+    assert ".venv/bin/lipsweep --help" in README

@@ -515,3 +515,180 @@ def test_the_budget_reached_by_summed_compute_counts_as_within_it():
     0.3 itself, so its hypervolume 0.6 is reached within 0.3."""
     r = replay.Replay(compute=[0.1, 0.1 + 0.2], hv=[0.2, 0.6])
     assert r.hv_at(0.3) == 0.6 and r.hv_at(0.1) == 0.2 and r.hv_at(0.05) == 0.0
+
+
+# ---------------------------------------------------------------- bench-search's tables
+BENCH_OBJECTIVES = ["--objective", "acc_clean:max", "--objective", "acc_pgd_4:max"]
+HEADER = "config,seed,epoch,epoch_seconds,acc_clean,acc_pgd_4,probe_acc_pgd_4\n"
+GOOD = [
+    "a,0,1,1.0,0.5,,0.2", "a,0,2,1.0,0.6,0.3,0.3",
+    "b,0,1,1.0,0.4,,0.1", "b,0,2,1.0,0.5,0.2,0.2",
+]  # fmt: skip
+
+
+def _table(tmp_path: Path, rows: list[str], raw: bytes = b"") -> Path:
+    p = tmp_path / "t.csv"
+    p.write_bytes(raw or (HEADER + "\n".join(rows) + "\n").encode())
+    return p
+
+
+def _bench(capsys, table: Path, out: Path, *extra: str) -> tuple[int, str]:
+    from lipsweep.__main__ import main
+
+    argv = ["bench-search", "--table", str(table), *BENCH_OBJECTIVES, "--replays", "1"]
+    rc = main([*argv, "--method", "grid", "--out", str(out), *extra])
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "rows,raw,words",
+    [
+        (GOOD[:1] + ["a,0,2,inf,0.6,0.3,0.3"] + GOOD[2:], b"", "epoch_seconds must be a positive"),
+        (GOOD[:1] + ["a,0,2,,0.6,0.3,0.3"] + GOOD[2:], b"", "epoch_seconds must be a positive"),
+        (GOOD[:1] + ["a,0,2,-3,0.6,0.3,0.3"] + GOOD[2:], b"", "epoch_seconds must be a positive"),
+        (GOOD[:1] + ["a,0,2,nan,0.6,0.3,0.3"] + GOOD[2:], b"", "epoch_seconds must be a positive"),
+        (GOOD + ["a,0,2,1.0,0.9,0.9,0.9"], b"", "a second row for a seed 0 epoch 2"),
+        (GOOD[:1] + ["a,0,2,1.0,high,0.3,0.3"] + GOOD[2:], b"", "acc_clean is not a number"),
+        (GOOD[:1] + ["a,0,2,1.0"] + GOOD[2:], b"", "4 fields, the header has 7"),
+        ([], (HEADER + "a,0,1,1.0,0.5,,\xe9\n").encode("latin-1"), "not UTF-8"),
+        ([], (HEADER + "a,0,1,1.0,0.5\x00,,0.1\n").encode(), "NUL byte"),
+    ],
+)  # fmt: skip
+def test_a_hostile_table_is_refused_with_one_line_naming_its_line(
+    tmp_path, capsys, rows, raw, words
+):
+    out = tmp_path / "out"
+    rc, err = _bench(capsys, _table(tmp_path, rows, raw), out)
+    assert rc == 2 and err.count("\n") == 1 and "--table" in err and words in err, err
+    assert "t.csv:2:" in err or "t.csv:3:" in err or "t.csv:6:" in err, err
+    assert not out.exists()
+
+
+def test_a_huge_reduction_factor_is_one_line_in_the_cli_and_the_api(tmp_path, capsys):
+    from lipsweep import api
+
+    table = _table(tmp_path, GOOD)
+    rc, err = _bench(capsys, table, tmp_path / "o", "--reduction-factor", "9" * 401)
+    assert rc == 2 and err.count("\n") == 1 and "--reduction-factor" in err, err
+    with pytest.raises(ConfigError) as exc:
+        api.bench_search(
+            table=str(table), objective=("acc_clean:max",), reduction_factor=10**400,
+            out=str(tmp_path / "o"),
+        )  # fmt: skip
+    assert exc.value.field == "reduction_factor"
+
+
+@pytest.mark.parametrize(
+    "flag,extra",
+    [
+        ("--objective", ["--objective", "acc_clean:min"]),
+        ("--stop-on", ["--stop-on", "acc_clean:max", "--stop-on", "acc_clean:max"]),
+    ],
+)
+def test_a_metric_given_twice_names_the_flag_the_user_typed(tmp_path, capsys, flag, extra):
+    from lipsweep import api
+
+    rc, err = _bench(capsys, _table(tmp_path, GOOD), tmp_path / "o", *extra)
+    assert rc == 2 and err.count("\n") == 1 and "scheduler" not in err, err
+    assert f"{flag}: metric 'acc_clean' is given more than once" in err, err
+    field = flag.removeprefix("--").replace("-", "_")
+    twice = {"objective": ("acc_clean:max",), field: ("acc_clean:max",) * 2}
+    with pytest.raises(ConfigError) as exc:
+        api.bench_search(table=str(_table(tmp_path, GOOD)), out=str(tmp_path / "o"), **twice)
+    assert exc.value.field == field and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value,ok", [(1.5, False), (2, True), (2.5, True)])
+@pytest.mark.parametrize("entry", ["asha", "moasha", "bench-search"])
+def test_every_entry_point_takes_the_same_reduction_factors(tmp_path, capsys, entry, value, ok):
+    """One rule (``search/schedulers/rules.py``): a real number >= 2."""
+    from lipsweep.search.schedulers import scheduler_settings
+
+    if entry == "bench-search":
+        table, flag = _table(tmp_path, GOOD), ["--reduction-factor", str(value)]
+        rc, err = _bench(capsys, table, tmp_path / "o", *flag)
+        assert rc == (0 if ok else 2), err
+        assert ok or "--reduction-factor: must be a number >= 2, got 1.5" in err, err
+        return
+    raw = {"type": entry, "reduction_factor": value}
+    raw.update({"metrics": ["loss"], "modes": ["min"]} if entry == "moasha" else {})
+    if ok:
+        assert scheduler_settings(raw).reduction_factor == value
+        return
+    with pytest.raises(ConfigError) as exc:
+        scheduler_settings(raw)
+    assert exc.value.field == "scheduler.reduction_factor"
+    assert "must be a number >= 2, got 1.5" in exc.value.message
+
+
+@pytest.mark.parametrize("value", ["1.5", "0", "-0.2", "nan"])
+def test_a_confidence_outside_0_1_is_one_line(tmp_path, capsys, value):
+    rc, err = _bench(capsys, _table(tmp_path, GOOD), tmp_path / "o", "--confidence", value)
+    assert rc == 2 and err.count("\n") == 1 and "--confidence" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_summary_json_is_strict_json_written_through_a_temporary(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    table = _table(tmp_path, GOOD)
+    assert _bench(capsys, table, out)[0] == 0
+    good = (out / "summary.json").read_text()
+    json.loads(good, parse_constant=lambda c: pytest.fail(f"summary.json holds {c}"))
+    from lipsweep.core import paths
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(paths.os, "fsync", full_disk)
+    rc, err = _bench(capsys, table, out, "--replays", "2")
+    assert rc == 1 and "summary.json" in err and err.count("\n") == 1, err
+    assert (out / "summary.json").read_text() == good  # the previous file is whole
+    assert sorted(p.name for p in out.iterdir()) == ["hypervolume.png", "summary.json"]
+    with pytest.raises(ValueError):  # NaN is not JSON: refused, never written
+        replay.write({"budget": 0.4, "x": float("nan")}, {}, out)
+    assert (out / "summary.json").read_text() == good
+
+
+# ---------------------------------------------------------------- the replay's scoring
+class _StopAtFirstEpoch(replay.NoStop):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def decide(self, trial, group, t, metrics) -> str:
+        return "stop" if self.key in group and t >= 1 else "continue"
+
+    def group(self, trial, flat):
+        return flat["config"]
+
+
+def test_a_stopped_trial_is_charged_the_epochs_it_ran_not_its_budget(tmp_path):
+    """b (epochs of 10, 20, 30 s) is stopped after its first epoch, then a (1, 2, 3 s) runs in
+    full on the one worker: a completes at 10 + 6 of the grid's 66 worker-seconds."""
+    p = tmp_path / "t.csv"
+    rows = ["config,seed,epoch,epoch_seconds,acc_clean,acc_pgd_4"]
+    for key, secs, acc in (("a", (1, 2, 3), 0.5), ("b", (10, 20, 30), 0.4)):
+        rows += [f"{key},0,{e},{s},{acc},{acc if e == 3 else ''}" for e, s in enumerate(secs, 1)]
+    p.write_text("\n".join(rows) + "\n")
+    table = replay.load_table(p)
+    from lipsweep.search.protocol import ListMember, Repeats
+
+    objectives = [("acc_clean", "max"), ("acc_pgd_4", "max")]
+    order = ListMember([{"config": "b"}, {"config": "a"}])
+    search = Repeats(replay.TableMember(order, table), ["0"], ["acc_clean", "acc_pgd_4"])
+    r = replay.simulate(table, search, _StopAtFirstEpoch("b"), objectives, 1)
+    assert r.compute == [pytest.approx(16 / 66)] and r.stopped == 1
+    assert r.spent == pytest.approx(16 / 66) and r.stopped_share == pytest.approx(10 / 16)
+
+
+def test_the_median_counts_never_as_worst_and_takes_the_middle_pair_mean():
+    median = replay._median
+    assert median([None, 0.2, 0.3]) == 0.3  # never reached sorts above every number
+    assert median([None, None, 0.5]) is None
+    assert median([0.1, 0.2, 0.3, 0.4]) == pytest.approx(0.25)  # not the upper 0.3
+    assert median([0.4, 0.1, 0.3]) == 0.3
+
+
+def test_the_budget_is_inclusive():
+    r = replay.Replay(compute=[0.2, 0.4, 0.6], hv=[0.3, 0.7, 0.9])
+    assert r.hv_at(0.4) == 0.7 and r.hv_at(0.39) == 0.3 and r.hv_at(0.1) == 0.0
+    assert r.compute_to(0.7) == 0.4

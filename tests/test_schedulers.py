@@ -697,3 +697,132 @@ def test_a_sweep_with_a_learning_searcher_gives_moasha_its_repeat_seed_count(tmp
     opts = SimpleNamespace(storage=str(tmp_path), experiment="e", resume=False)
     core = _scheduler(load_space(space), opts).core
     assert (core.seeds, core.expected, core.repeats) == (3, {}, True)
+
+
+# ---------------------------------------------------------------- the sweep's scheduler
+MOASHA_LINE = "scheduler: {type: moasha, metrics: [acc_clean], modes: [max]}\n"
+
+
+def _space_yaml(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_every_trials_own_epochs_set_the_rungs_not_a_default_of_40(tmp_path):
+    from lipsweep.sweep.driver import _scheduler
+
+    space = _space_yaml(
+        tmp_path, "grid: [{regularizer: none, epochs: 6}]\nrepeat: {seed: [0, 1]}\n" + MOASHA_LINE
+    )
+    spec = load_space(space)
+    assert spec.epochs == 6
+    opts = SimpleNamespace(storage=str(tmp_path), experiment="e", resume=False)
+    core = _scheduler(spec, opts).core
+    assert core.max_t == 6 and core.rungs[-1] < 6
+
+
+def test_the_scheduler_is_built_before_ray_or_mlflow_is_touched(tmp_path, monkeypatch):
+    """A scheduler that fails to build fails the sweep before Ray starts or a run opens."""
+    from lipsweep.search.schedulers import register_scheduler, unregister_scheduler
+    from lipsweep.search.schedulers.moasha import MoashaSettings
+    from lipsweep.sweep import driver
+
+    class Broken(MoashaSettings):
+        type = "broken"
+
+    @register_scheduler("broken", settings=Broken)
+    def create(settings, ctx):
+        raise ConfigError("scheduler.broken", "cannot be built")
+
+    try:
+        spec = load_space(
+            _space_yaml(tmp_path, "fixed: {epochs: 4}\ngrid: [{regularizer: none}]\n")
+        )
+        spec.scheduler = Broken(metrics=("acc_clean",), modes=("max",))
+        touched = []
+        monkeypatch.setattr(driver, "_init_ray", lambda opts: touched.append("ray"))
+        monkeypatch.setattr(driver, "Tracker", lambda *a, **k: touched.append("mlflow"))
+        opts = SimpleNamespace(storage=str(tmp_path), experiment="e", resume=False)
+        with pytest.raises(ConfigError, match="cannot be built"):
+            driver.run_sweep(spec, opts, extra_callbacks=[])
+        assert touched == []
+    finally:
+        unregister_scheduler("broken")
+        assert "broken" not in SCHEDULERS.names()
+
+
+# ---------------------------------------------------------------- the scheduler state
+def _seeded_core() -> MoAsha:
+    """Two configurations of two seeds each: c0's seed a ended before its first rung."""
+    core = MoAsha(["m"], ["max"], 1, 2, 8, {"c0": 2, "c1": 2})
+    core.add("a", "c0")
+    core.on_complete("a")
+    core.on_result("b", "c0", 1, {"m": 1.0})
+    core.on_result("c", "c1", 1, {"m": 2.0})
+    return core
+
+
+def test_the_state_round_trip_keeps_every_field_seeds_that_ended_included():
+    core = _seeded_core()
+    state = json.loads(json.dumps(core.state()))
+    assert state["ended"] == ["a"]
+    twin = MoAsha.from_state(state)
+    assert twin.state() == core.state()
+    assert twin.ended == {"a"}
+    # and it decides as the original does on what comes next
+    for c in (core, twin):
+        c.on_result("d", "c1", 1, {"m": 2.5})
+    assert twin.state() == core.state()
+
+
+def _adapter(tmp_path: Path, restore: bool = False):
+    """The Ray Tune adapter around a moasha core, driven by hand (no Ray starts)."""
+    from lipsweep.sweep.schedulers._tune import CoreScheduler
+
+    core = MoAsha(["acc_clean"], ["max"], 1, 2, 8, {group_key({"lr": 1}): 2})
+    return CoreScheduler(core, group_key, state_path=str(tmp_path / "s.json"), restore=restore)
+
+
+def _trial(tid: str, seed: int) -> SimpleNamespace:
+    return SimpleNamespace(trial_id=tid, config={"trial": {"lr": 1, "seed": seed}})
+
+
+def test_the_tune_adapter_saves_a_trials_end_to_the_state_file(tmp_path):
+    sched = _adapter(tmp_path)
+    t0, t1 = _trial("t0", 0), _trial("t1", 1)
+    sched.on_trial_add(None, t0)
+    sched.on_trial_add(None, t1)
+    sched.on_trial_result(None, t0, {"epoch": 1, "acc_clean": 0.5})
+    sched.on_trial_complete(None, t0, {})
+    assert json.loads((tmp_path / "s.json").read_text())["ended"] == ["t0"]
+    sched.on_trial_error(None, t1)
+    assert json.loads((tmp_path / "s.json").read_text())["ended"] == ["t0", "t1"]
+
+
+def test_resume_reads_the_saved_scheduler_state_and_a_fresh_start_does_not(tmp_path):
+    from lipsweep.search.schedulers import state_path
+    from lipsweep.sweep.driver import _scheduler
+
+    space = tmp_path / "s.yaml"
+    space.write_text(
+        "fixed: {epochs: 8}\ngrid: [{regularizer: none}]\nrepeat: {seed: [0, 1]}\n"
+        "scheduler: {type: moasha, metrics: [acc_clean], modes: [max]}\n"
+    )
+    spec = load_space(space)
+    opts = SimpleNamespace(storage=str(tmp_path), experiment="e", resume=False)
+    first = _scheduler(spec, opts)
+    t0 = _trial("t0", 0)
+    t0.config = {"trial": spec.trials[0]}
+    first.on_trial_add(None, t0)
+    assert first.on_trial_result(None, t0, {"epoch": 1, "acc_clean": 0.5}) == "CONTINUE"
+    first.on_trial_complete(None, t0, {})
+    saved = json.loads(Path(state_path(str(tmp_path), "e")).read_text())
+    assert saved["ended"] == ["t0"] and saved["reported"]["t0"]
+
+    resumed = _scheduler(spec, SimpleNamespace(**{**vars(opts), "resume": True}))
+    assert resumed.debug_string()  # its first use reads the saved state
+    assert resumed.core.state() == saved
+    fresh = _scheduler(spec, opts)
+    fresh.debug_string()
+    assert fresh.core.ended == set() and fresh.core.reported == {}

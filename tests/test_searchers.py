@@ -361,3 +361,17 @@ def test_a_repeat_searcher_tells_the_mean_of_the_finished_seeds_not_a_stopped_se
         searcher.suggest(f"t{i}")
         searcher.on_trial_complete(f"t{i}", {"acc_clean": 0.9, "epoch": 2})
     assert inner.told[-1] == ("t3", None, False)
+
+
+def test_optuna_with_several_objectives_samples_with_nsga2_and_tpe_for_one():
+    import optuna
+
+    from lipsweep.search.searchers import searcher_settings
+    from lipsweep.sweep.searchers._optuna import sampler_for
+
+    two = searcher_settings(
+        "optuna", {"num_samples": 4, "metric": ["acc_clean", "acc_pgd_4"], "mode": ["max", "max"]}
+    )
+    one = searcher_settings("optuna", {"num_samples": 4, "metric": "acc_clean", "mode": "max"})
+    assert isinstance(sampler_for("optuna", two), optuna.samplers.NSGAIISampler)
+    assert isinstance(sampler_for("optuna", one), optuna.samplers.TPESampler)

@@ -1,7 +1,8 @@
 """Exports MLflow can load and serve, on a real MLflow SQLite store.
 
 A run is made through the real writer (:class:`lipsweep.tracking.Tracker`), given a tiny
-model's checkpoint artifacts, and exported with ``lipsweep.decide.commands.export_run``: no sweep.
+model's checkpoint artifacts, and exported with ``lipsweep.decide.sweep_runs.export_run``: no
+sweep.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def test_export_keeps_a_non_default_normalization(tracked, tmp_path):
     import timm
 
     import lipsweep
-    from lipsweep.decide.commands import export_run
+    from lipsweep.decide.sweep_runs import export_run
 
     tracker, _, child, original, _ = tracked
     assert original.mean.flatten().tolist() != pytest.approx([0.5] * 3)
@@ -143,7 +144,7 @@ def test_writer_tags_kind_version_commit_and_dataset_input(tracked):
 
 @pytest.fixture(scope="module")
 def registered(tracked, tmp_path_factory):
-    from lipsweep.decide.commands import export_run, register_export
+    from lipsweep.decide.sweep_runs import export_run, register_export
 
     tracker, _, child, original, _ = tracked
     out = export_run(tracker, child, tmp_path_factory.mktemp("reg") / "export", "--run-id")

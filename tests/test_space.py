@@ -349,3 +349,76 @@ def test_optuna_mlflow_params_are_the_normalised_config(tmp_path):
     saved = json.loads(TrialConfig.from_flat(flat_config(config)).to_json())
     assert kid.data.params == {k: str(v) for k, v in saved.items()}
     assert kid.data.params["batch_size"] in ("32", "64") and kid.data.params["k"] == "0"
+
+
+# ---------------------------------------------------------------- spaces and their schedulers
+MOASHA_LINE = "scheduler: {type: moasha, metrics: [acc_clean], modes: [max]}\n"
+ASHA_LINE = "scheduler: {type: asha, metric: acc_clean, mode: max, grace_period: 6}\n"
+
+
+def _space_yaml(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize(
+    "body,field,words",
+    [
+        # epochs per trial: a rung at a short trial's last epoch would kill it
+        ("grid: [{regularizer: none, epochs: [4, 8]}]\n" + MOASHA_LINE, "scheduler",
+         "different epochs"),
+        (
+            "search: {algorithm: random, num_samples: 4, space: {epochs: {choice: [4, 8]}}}\n"
+            + MOASHA_LINE,
+            "scheduler",
+            "different epochs",
+        ),
+        (
+            "search: {algorithm: optuna-tpe, num_samples: 4, metric: acc_clean, mode: max, "
+            "space: {epochs: {choice: [4, 8]}, lr: 0.001}}\n" + MOASHA_LINE,
+            "scheduler",
+            "draws epochs",
+        ),
+        # a moasha that can never stop anything
+        (
+            "fixed: {epochs: 4, probe_every: 5}\ngrid: [{regularizer: none}]\n"
+            "scheduler: {type: moasha, metrics: [probe_acc_pgd_4], modes: [max]}\n",
+            "scheduler.metrics",
+            "could never compare",
+        ),
+        (
+            "fixed: {epochs: 4}\ngrid: [{regularizer: none}]\n"
+            "scheduler: {type: moasha, metrics: [acc_clean], modes: [max], grace_period: 6}\n",
+            "scheduler.grace_period",
+            "could never stop",
+        ),
+        # asha's grace period above the epochs
+        ("fixed: {epochs: 4}\ngrid: [{regularizer: none}]\n" + ASHA_LINE, "scheduler.grace_period",
+         "could never stop"),
+        (
+            "fixed: {epochs: 4}\ngrid: [{regularizer: none}]\n"
+            "scheduler: {type: asha, metric: acc_clean, grace_period: 6, max_t: 4}\n",
+            "scheduler.max_t",
+            "grace_period",
+        ),
+        # a max_t past the trials' epochs would put a rung at a trial's last epoch
+        (
+            "fixed: {epochs: 4}\ngrid: [{regularizer: none}]\n"
+            "scheduler: {type: moasha, metrics: [acc_clean], modes: [max], max_t: 40}\n",
+            "scheduler.max_t",
+            "at most the trials' 4 epochs",
+        ),
+    ],
+)  # fmt: skip
+def test_a_scheduler_that_cannot_work_is_refused_by_the_dry_run(
+    tmp_path, capsys, body, field, words
+):
+    from lipsweep.__main__ import main
+
+    space = _space_yaml(tmp_path, body)
+    with pytest.raises(ConfigError) as exc:
+        load_space(space)
+    assert exc.value.field == field and words in exc.value.message, exc.value
+    rc, err = main(["sweep", str(space), "--dry-run"]), capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and field in err, err

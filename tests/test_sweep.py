@@ -47,7 +47,8 @@ SPEC_METRICS = (
 
 
 def test_four_trial_sweep_logs_finished_children_under_one_parent(four_trial_sweep):
-    """The session's sweep (conftest.py; tests/test_review.py reads it too)."""
+    """The session's sweep (conftest.py; tests/test_pareto.py and tests/test_export.py read it
+    too)."""
     d, proc = four_trial_sweep
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     uri = sqlite_uri(d)

@@ -140,3 +140,28 @@ def test_transient_is_decided_by_type_and_code_not_message_text() -> None:
     ]
     assert [transient(e) for e in retried] == [True] * len(retried)
     assert [transient(e) for e in refused] == [False] * len(refused)
+
+
+def test_artifact_downloads_draw_no_progress_bars_into_a_log(tmp_path, capsys, monkeypatch):
+    """MLflow's tqdm bars ('Downloading artifacts: 100%|...') stay out of the logs of report
+    and export (both download through TrackingReader): with stderr not a terminal they are off,
+    as under `make` they always are."""
+    import numpy as np
+
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    monkeypatch.chdir(tmp_path)  # a SQLite store's artifacts go to ./mlruns (MLflow's default)
+    uri = empty_store(tmp_path / "m.db")
+    tracker = Tracker(uri, "e")
+    parent = tracker.open_parent(str(tmp_path / "ray"), "e", {"space": "test"})
+    lip = tmp_path / "lip"
+    lip.mkdir()
+    for name in ("a", "b"):
+        np.savez(lip / f"{name}.npz", x=np.linspace(1.0, 2.0, 8))
+    rid = tracker.open_child(parent, "t0", "t0", {"regularizer": "none", "seed": 0})
+    tracker.log_artifacts(rid, lip, "lipschitz")
+    tracker.end(rid, FINISHED)
+    capsys.readouterr()
+    got = TrackingReader(uri, "e").download_artifacts(rid, "lipschitz", tmp_path / "dl")
+    err = capsys.readouterr().err
+    assert sorted(p.name for p in Path(got).iterdir()) == ["a.npz", "b.npz"]
+    assert "Downloading artifacts" not in err and "%|" not in err, err

@@ -17,7 +17,6 @@ def confirm(opts: ConfirmOptions) -> ConfirmResult:
 
 
 def _confirm(opts: ConfirmOptions) -> ConfirmResult:
-    from lipsweep.decide.commands import read_tracker
     from lipsweep.decide.confirm import (
         ITERS_ENV,
         ConfirmJob,
@@ -31,6 +30,7 @@ def _confirm(opts: ConfirmOptions) -> ConfirmResult:
         run_eps,
         run_local,
     )
+    from lipsweep.decide.sweep_runs import read_tracker
     from lipsweep.sweep.ray_confirm import run_ray
 
     if opts.ray_address:

@@ -1,7 +1,7 @@
 """``pareto``, ``export`` and ``report``: decide on a finished sweep, in MLflow.
 
 Each reads the FINISHED child runs of the experiment's sweep through
-:mod:`lipsweep.decide.commands` (runs stopped early by ASHA end KILLED and are left out).
+:mod:`lipsweep.decide.sweep_runs` (runs stopped early by ASHA end KILLED and are left out).
 ``pareto`` ranks them once (:func:`lipsweep.decide.front.build_front`: over arms when an arm
 has two or more seeds, over runs otherwise or with ``per_run``) and, from that one front,
 tags every run ``pareto=true|false``, ``pareto_rank``, ``arm``, ``arm_id``, ``arm_rank`` and
@@ -51,9 +51,9 @@ def pareto(opts: ParetoOptions) -> ParetoResult:
 
 
 def _pareto(opts: ParetoOptions) -> ParetoResult:
-    from lipsweep.decide.commands import read_tracker, sweep_front, write_pareto_table
     from lipsweep.decide.plots import front_parallel, front_scatter
     from lipsweep.decide.selection import DEFAULT_SELECT_RULE
+    from lipsweep.decide.sweep_runs import read_tracker, sweep_front, write_pareto_table
 
     tracker = read_tracker(opts.tracking_uri, opts.experiment)
     sweep, front = sweep_front(tracker, opts.objective, DEFAULT_SELECT_RULE, opts.per_run)
@@ -86,14 +86,14 @@ def export(opts: ExportOptions) -> ExportResult:
 
 def _export(opts: ExportOptions, out: Path) -> ExportResult:
     from lipsweep.core.config_base import UsageError
-    from lipsweep.decide.commands import (
+    from lipsweep.decide.selection import DEFAULT_SELECT_RULE
+    from lipsweep.decide.sweep_runs import (
         export_run,
         load_sweep_runs,
         read_tracker,
         register_export,
         sweep_front,
     )
-    from lipsweep.decide.selection import DEFAULT_SELECT_RULE
 
     rule = opts.select or DEFAULT_SELECT_RULE
     tracker = read_tracker(opts.tracking_uri, opts.experiment)
@@ -133,8 +133,8 @@ def report(opts: ReportOptions) -> ReportResult:
 
 
 def _report(opts: ReportOptions, out: Path) -> ReportResult:
-    from lipsweep.decide.commands import read_tracker, sweep_front
     from lipsweep.decide.report import download_npz, write_front_report, written_files
+    from lipsweep.decide.sweep_runs import read_tracker, sweep_front
     from lipsweep.tracking import redact_uri
 
     tracker = read_tracker(opts.tracking_uri, opts.experiment)

@@ -114,7 +114,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def print_export(result: "ExportResult") -> None:
     from lipsweep.core.metric_names import ACC_CLEAN, LIP_JACOBIAN_MEDIAN, attack_metric
-    from lipsweep.decide.commands import CHAMPION
+    from lipsweep.decide.sweep_runs import CHAMPION
 
     keys = (ACC_CLEAN, attack_metric("pgd", 4), attack_metric("aa", 2), LIP_JACOBIAN_MEDIAN)
     m = result.metrics

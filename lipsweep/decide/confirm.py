@@ -284,7 +284,7 @@ def choose_runs(
     ranks them) N counts arms and every run of a chosen arm is confirmed; else N counts runs
     (ties: the first objective's value, then the id)."""
     from lipsweep.core.config_base import UsageError
-    from lipsweep.decide.commands import load_sweep_runs, sweep_front
+    from lipsweep.decide.sweep_runs import load_sweep_runs, sweep_front
 
     if run_ids:
         sweep = load_sweep_runs(tracker)
@@ -326,7 +326,7 @@ def run_local(
     tracker, jobs: list[ConfirmJob], images: int, iters: Optional[int]
 ) -> Iterator[tuple[ConfirmJob, Optional[ConfirmOutcome], Optional[BaseException]]]:
     """Evaluate the jobs one after the other in this process (checkpoints fetched lazily)."""
-    from lipsweep.decide.commands import download_checkpoint
+    from lipsweep.decide.sweep_runs import download_checkpoint
 
     for job in jobs:
         try:
@@ -353,7 +353,7 @@ def std_objectives():
 def reranked_table(tracker) -> str:
     """The front of the experiment (its arms, as ``pareto`` ranks them, or its runs) ranked
     with the standard AutoAttack accuracy."""
-    from lipsweep.decide.commands import load_sweep_runs
     from lipsweep.decide.front import build_front
+    from lipsweep.decide.sweep_runs import load_sweep_runs
 
     return build_front(load_sweep_runs(tracker).records, std_objectives()).table

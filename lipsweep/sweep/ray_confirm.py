@@ -50,7 +50,7 @@ def run_ray(
     import ray
 
     from lipsweep.core.config_base import UsageError
-    from lipsweep.decide.commands import download_checkpoint
+    from lipsweep.decide.sweep_runs import download_checkpoint
 
     try:
         ray.init(address=address, logging_level=logging.WARNING)

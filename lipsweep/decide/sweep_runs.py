@@ -25,7 +25,7 @@ from lipsweep.trial.checkpoint_files import FINAL_CONFIG, MODEL_FILE
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.decide.front import Front
 
-_log = logging.getLogger("lipsweep.decide.commands")
+_log = logging.getLogger("lipsweep.decide.sweep_runs")
 
 
 @dataclass
