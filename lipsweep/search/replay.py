@@ -453,7 +453,9 @@ class NoStop:
 
 class CoreRule(NoStop):
     """A scheduler member's core, driven as the Tune adapter drives it (its grouping
-    included): ``adapter`` is what the registered scheduler's ``create`` built."""
+    included): ``adapter`` is what the registered scheduler's ``create`` built (a
+    :class:`~lipsweep.search.schedulers.cores.Decider`, or a plugin's scheduler carrying
+    ``core`` and ``group``)."""
 
     def __init__(self, adapter: Any) -> None:
         self.adapter, self.core = adapter, adapter.core
@@ -856,7 +858,8 @@ class Bench:
         return Repeats(TableMember(member, table), self.seeds, names)
 
     def rule(self, method: Method, seed: int, table: Optional[Table] = None) -> Any:
-        """The registered scheduler of ``method`` (its core, as the Tune adapter drives it)."""
+        """The registered scheduler of ``method`` (its core, as the Tune adapter drives it;
+        no Ray imported for a built-in)."""
         import dataclasses as dc
 
         from lipsweep.search.schedulers import (
