@@ -9,7 +9,7 @@
   draw of the seeds, and no method can find it early.
 - **Spearman rho per epoch**: the rank correlation, over configurations, between the seed-mean
   per-epoch counterpart that ``moasha`` stops on (the column itself when it is per-epoch, else
-  ``probe_<name>``: lipsweep.search.replay.stop_metrics) at epoch e and the seed-mean final
+  ``probe_<name>``: lipsweep.search.replay.table.stop_metrics) at epoch e and the seed-mean final
   objective. A rung at epoch e can only keep the right configurations where rho is high.
 
 It also lists the grid's Pareto front (seed-mean final objectives) and how its hypervolume
@@ -21,7 +21,7 @@ holding little alone mean a method must finish most of them.
 Last, what the best a stopping rule can do costs: the **oracle** that stops every configuration
 off the front at the first rung and runs the front in full, with a configuration's seeds started
 together (as ``bench-search`` runs them: a stop costs every seed's epochs up to the rung) or its
-lead seed alone judged first (:func:`lipsweep.search.replay.oracle_stopping`, which
+lead seed alone judged first (:func:`lipsweep.search.replay.oracle.oracle_stopping`, which
 ``bench-search`` reports as ``oracle_compute_fraction``). Its share of compute on stopped
 configurations is a floor for a rule that spends no more: a rule below it finishes
 configurations off the front.
@@ -47,11 +47,11 @@ from lipsweep.core.config_base import ConfigError  # noqa: E402
 from lipsweep.core.dominance import non_dominated_ranks  # noqa: E402
 from lipsweep.core.hypervolume import relative_hypervolume  # noqa: E402
 from lipsweep.decide.pareto import parse_objective  # noqa: E402
-from lipsweep.search.replay import (  # noqa: E402
+from lipsweep.search.replay.oracle import oracle_stopping  # noqa: E402
+from lipsweep.search.replay.table import (  # noqa: E402
     Table,
     check_objectives,
     load_table,
-    oracle_stopping,
     stop_metrics,
 )
 

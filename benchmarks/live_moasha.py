@@ -101,7 +101,7 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     seeds = args.seed or [0]
-    from lipsweep.search.replay import load_table
+    from lipsweep.search.replay.table import load_table
 
     table = load_table(args.table)  # first: a missing table fails before hours of training
     wall = None

@@ -66,14 +66,15 @@ def promotion_order(core: Any, i: int) -> tuple[dict[str, int], int]:
 
 
 def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[str, float]]:
-    """One replay (a :class:`lipsweep.search.replay.Replay`) of promotion-based halving, and
-    where its compute went (:func:`breakdown`); ``pause`` False: the stopping form, which
-    gives ``bench-search``'s ``moasha`` figures."""
-    from lipsweep.search import replay
+    """One replay (a :class:`lipsweep.search.replay.simulation.Replay`) of promotion-based
+    halving, and where its compute went (:func:`breakdown`); ``pause`` False: the stopping
+    form, which gives ``bench-search``'s ``moasha`` figures."""
+    from lipsweep.search.replay.methods import parse_method
+    from lipsweep.search.replay.simulation import Tally
 
-    table, method = bench.table, replay.parse_method("moasha")
+    table, method = bench.table, parse_method("moasha")
     search, rule = bench.search(method, seed), bench.rule(method, seed)
-    core, tally = rule.core, replay.Tally(table, search, bench.objectives)
+    core, tally = rule.core, Tally(table, search, bench.objectives)
     rung_of = {int(round(r)): i for i, r in enumerate(core.rungs)}
     events: list[tuple[float, int, str]] = []
     running: dict[str, tuple[Any, str, str, int]] = {}  # trial -> (config, seed, group, epochs)
@@ -157,7 +158,7 @@ def replay_once(bench: Any, seed: int, pause: bool = True) -> tuple[Any, dict[st
 def breakdown(
     tally: Any, group_of: dict[str, str], stopped_at: dict[str, float]
 ) -> dict[str, float]:
-    """Shares of a replay's compute (``tally``, a :class:`lipsweep.search.replay.Tally`):
+    """Shares of a replay's compute (``tally``, a :class:`lipsweep.search.replay.simulation.Tally`):
     configurations on the grid's front or off it, run in full or stopped (at which rung's
     epoch)."""
     from lipsweep.core.dominance import non_dominated_ranks

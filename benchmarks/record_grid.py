@@ -2,7 +2,7 @@
 
 Runs the grid (benchmarks/data/tiny_grid.yaml by default) as an ordinary lipsweep sweep
 (local Ray, SQLite MLflow), then writes one CSV row per (configuration, seed, epoch) from
-MLflow, in the format lipsweep/search/replay.py reads:
+MLflow, in the format lipsweep/search/replay/table.py reads:
 
 - ``config``: the configuration's key (its settings, ``regularizer=jasmin|k=10|...``);
 - ``param:<setting>``: the configuration's regularizer settings ("" where not applicable);

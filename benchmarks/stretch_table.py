@@ -37,7 +37,7 @@ from record_grid import write_table  # noqa: E402
 
 from lipsweep.core.config_base import ConfigError  # noqa: E402
 from lipsweep.core.metric_names import ACC_CLEAN  # noqa: E402
-from lipsweep.search.replay import Table, iter_rows, load_table  # noqa: E402
+from lipsweep.search.replay.table import Table, iter_rows, load_table  # noqa: E402
 
 
 def stretch(table: Table, factor: int) -> Table:

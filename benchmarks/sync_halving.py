@@ -37,8 +37,9 @@ TABLES = ("clean-60x3x12", "clean-40x3x20", "seeds-100x5x9", "noisy-60x3x12")
 
 
 def replay_once(bench: Any, seed: int, bracket: int, confidence: float) -> Any:
-    """One replay (a :class:`lipsweep.search.replay.Replay`) of synchronous halving."""
-    from lipsweep.search import replay
+    """One replay (a :class:`lipsweep.search.replay.simulation.Replay`) of synchronous halving."""
+    from lipsweep.search.replay.members import grid_order
+    from lipsweep.search.replay.simulation import Tally
     from lipsweep.search.schedulers.moasha import MoAsha
 
     table = bench.table
@@ -48,8 +49,8 @@ def replay_once(bench: Any, seed: int, bracket: int, confidence: float) -> Any:
         table.epochs, {c.key: len(c.seeds) for c in table.configs}, confidence,
         len(bench.seeds),
     )  # fmt: skip
-    tally = replay.Tally(table, None, bench.objectives)
-    order = replay.grid_order(table, seed)
+    tally = Tally(table, None, bench.objectives)
+    order = grid_order(table, seed)
     size = bracket or len(order)
 
     def run(config: Any, upto: int, done: dict[str, int]) -> None:

@@ -23,7 +23,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 # Imported by lipsweep/ but deliberately not declared, each with its reason.
 UNDECLARED = {
-    # bench-search's syne-moasha peer (search/replay.py): the benchmark-only `bench` extra,
+    # bench-search's syne-moasha peer (search/replay/members.py): the benchmark-only `bench` extra,
     # which CI does not install; the import is guarded (replay.syne_tune_missing)
     "syne_tune": "declared in the bench extra only; the import is guarded",
 }

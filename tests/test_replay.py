@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -692,3 +695,33 @@ def test_the_budget_is_inclusive():
     r = replay.Replay(compute=[0.2, 0.4, 0.6], hv=[0.3, 0.7, 0.9])
     assert r.hv_at(0.4) == 0.7 and r.hv_at(0.39) == 0.3 and r.hv_at(0.1) == 0.0
     assert r.compute_to(0.7) == 0.4
+
+
+RAY_FREE_METHODS = ("grid", "random", "moasha", "asha-clean", "random+asha")
+
+
+def test_bench_search_without_a_learning_searcher_imports_no_ray(tmp_path):
+    """The schedulers' factories build their Ray-free cores and the grid and random
+    searchers' plans need no Ray, so a replay of them never imports it (Optuna's searchers
+    are Ray Tune searchers and do)."""
+    root = Path(__file__).resolve().parents[1]
+    argv = [
+        "bench-search", "--table", str(root / "benchmarks" / "data" / "tiny_grid.csv"),
+        "--objective", "acc_clean:max", "--replays", "1", "--out", str(tmp_path / "o"),
+        *[arg for m in RAY_FREE_METHODS for arg in ("--method", m)],
+    ]  # fmt: skip
+    code = (
+        "import sys\nfrom lipsweep.cli import main\n"
+        f"rc = main({argv!r})\n"
+        "ray = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
+        "print(rc, len(ray), ray[:5])"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[-2] == "0 0 []", proc.stdout[-2000:]
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["methods"].keys() == set(
+        RAY_FREE_METHODS
+    )

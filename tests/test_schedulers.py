@@ -47,6 +47,13 @@ pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def create_tune_scheduler(settings, ctx):
+    """The sweep's Tune scheduler of ``settings`` (imports Ray, so only where a test needs it)."""
+    from lipsweep.sweep.schedulers._tune import create_tune_scheduler as create
+
+    return create(settings, ctx)
+
+
 def _core(metrics=("a", "b"), modes=("max", "min"), rf=2.0, max_t=8, expected=None, confidence=0.8):
     return MoAsha(metrics, modes, 1, rf, max_t, expected, confidence)
 
@@ -365,7 +372,7 @@ def test_moasha_builds_a_tune_scheduler_around_the_core(tmp_path):
 
     s = scheduler_settings({"type": "moasha", "metrics": ["acc_clean"], "modes": ["max"]})
     state = tmp_path / "state.json"
-    sched = create_scheduler(s, SchedulerContext(epochs=4, state_path=str(state)))
+    sched = create_tune_scheduler(s, SchedulerContext(epochs=4, state_path=str(state)))
     assert isinstance(sched, TrialScheduler) and sched.core.rungs == (1.0, 2.0)
     trial = SimpleNamespace(trial_id="x_1", config={"trial": {"lr": 0.1, "seed": 0}})
     sched.on_trial_add(None, trial)
@@ -554,7 +561,7 @@ def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_
     )
     state = tmp_path / "sched.json"
     ctx = SchedulerContext(epochs=epochs, trials=trials, state_path=str(state))
-    sched = create_scheduler(settings, ctx)
+    sched = create_tune_scheduler(settings, ctx)
     tracker = _RunTracker()
     with ray_sandbox() as box:
         monkeypatch.setenv("RAY_TMPDIR", box.dir)
@@ -636,7 +643,7 @@ def _learning_moasha(tmp_path, confidence=0.8, resume=False):
     )
     path = str(tmp_path / "state.json")
     ctx = SchedulerContext(epochs=4, state_path=path, resume=resume, seeds=2)
-    return create_scheduler(s, ctx)  # no trials listed: a learning searcher's draws
+    return create_tune_scheduler(s, ctx)  # no trials listed: a learning searcher's draws
 
 
 def _feed(sched, tid, lr, seed, acc):

@@ -215,7 +215,7 @@ def bench_search(
     options: Optional[BenchSearchOptions] = None, /, **kwargs: Any
 ) -> BenchSearchResult:
     """Replay the search methods on a recorded table and score the hypervolume each reaches
-    within the compute budget (``lipsweep bench-search``; lipsweep/search/replay.py)."""
+    within the compute budget (``lipsweep bench-search``; lipsweep/search/replay/)."""
     show_info_lines()
     from lipsweep.api import _bench
 

@@ -1,4 +1,4 @@
-"""``lipsweep bench-search``: the replay benchmark of search methods (lipsweep/search/replay.py)."""
+"""``lipsweep bench-search``: the replay benchmark of search methods (lipsweep/search/replay/)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ A member implements, once:
   trial's report at ``t`` epochs (``group``: the configuration whose seeds it judges together;
   ``t`` = 0 asks whether a trial may start).
 
-Schedulers are plain cores (:class:`lipsweep.search.schedulers.moasha.MoAsha`), wrapped for Tune
+Schedulers are plain cores (:class:`lipsweep.search.schedulers.moasha.MoAsha`), built by the
+family's factories (:class:`lipsweep.search.schedulers.cores.Decider`) and wrapped for Tune
 by :class:`lipsweep.sweep.schedulers._tune.CoreScheduler`. A searcher's registered factory
 builds a Tune ``Searcher`` (or, for ``grid`` and ``random``, the list of trials it runs);
 :class:`TuneSearcherMember` and :class:`ListMember` give either the protocol, so the replay

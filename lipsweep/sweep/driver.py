@@ -206,7 +206,8 @@ def _scheduler(spec: SweepSpec, opts: SweepOptions):
     scheduler with state reads back what it had recorded (``schedulers.state_path``)."""
     if spec.scheduler is None:
         return None
-    from lipsweep.search.schedulers import SchedulerContext, create_scheduler, state_path
+    from lipsweep.search.schedulers import SchedulerContext, state_path
+    from lipsweep.sweep.schedulers._tune import create_tune_scheduler
 
     lazy = spec.search is not None and spec.search.lazy
     ctx = SchedulerContext(
@@ -216,7 +217,7 @@ def _scheduler(spec: SweepSpec, opts: SweepOptions):
         state_path=state_path(opts.storage, opts.experiment),
         resume=opts.resume,
     )
-    return create_scheduler(spec.scheduler, ctx)
+    return create_tune_scheduler(spec.scheduler, ctx)
 
 
 def _tune_config(spec: SweepSpec, opts: SweepOptions, scheduler: Any = None):

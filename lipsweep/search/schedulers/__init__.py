@@ -3,18 +3,20 @@
 The family's index (a :class:`~lipsweep.core.registry.Family`): each member is declared with
 its frozen settings dataclass (validated in ``__post_init__``, errors naming
 ``scheduler.<field>``) and the import path of its factory, so a space parses and
-``--dry-run`` checks ``scheduler: {type: NAME, ...}`` without torch, Ray or MLflow; Ray is
-imported when :func:`create_scheduler` builds the member. A member is its settings class (and
-its decision core, if any) in a file here, torch-, Ray- and MLflow-free, and its factory
-``create(settings, ctx) -> ray.tune TrialScheduler`` on the Ray side (the built-ins':
-:mod:`lipsweep.sweep.schedulers._tune`, declared below by import path, so this package imports
-no Ray); adding a scheduler is those two, one ``declare`` line below, and its tests.
+``--dry-run`` checks ``scheduler: {type: NAME, ...}`` without torch, Ray or MLflow. A member is
+its settings class and its decision core in a file here, and its factory ``create(settings,
+ctx)``, which returns a :class:`~lipsweep.search.schedulers.cores.Decider` (the core and how
+it groups trials; the built-ins': :mod:`lipsweep.search.schedulers.cores`). All of it is
+torch-, Ray- and MLflow-free: :func:`lipsweep.sweep.schedulers.create_tune_scheduler` wraps a
+Decider in the family's Ray Tune adapter, and the replay benchmark drives it directly. Adding a
+scheduler is its file, one ``declare`` line below, and its tests. A plugin's factory may
+instead return a Ray Tune ``TrialScheduler``: the sweep runs it as is, and the replay drives
+it if it carries ``core`` and ``group`` (the family's adapter, ``CoreScheduler``, does).
 
 Members: ``asha`` (ASHA on one metric, each trial alone) and ``moasha`` (multi-objective,
 seed-aware, noise-aware ASHA). Both decide with one plain-Python core,
 :class:`lipsweep.search.schedulers.moasha.MoAsha`, a member of the search protocol
-(:mod:`lipsweep.search.protocol`) that the Tune adapter and the replay benchmark drive alike; a
-plugin whose ``create`` returns the family's adapter (``CoreScheduler``) is replayable too.
+(:mod:`lipsweep.search.protocol`) that the Tune adapter and the replay benchmark drive alike.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ SCHEDULERS: Family[Any] = Family(
         "scheduler.type", f"unknown scheduler {show(name)}; known schedulers are {known}"
     ),
 )
-_TUNE = "lipsweep.sweep.schedulers._tune"  # the Tune adapters: Ray is imported on create
-SCHEDULERS.declare("asha", f"{_TUNE}:create_asha", settings=AshaSettings)
-SCHEDULERS.declare("moasha", f"{_TUNE}:create_moasha", settings=MoashaSettings)
+_CORES = "lipsweep.search.schedulers.cores"  # the built-ins' factories, Ray-free
+SCHEDULERS.declare("asha", f"{_CORES}:create_asha", settings=AshaSettings)
+SCHEDULERS.declare("moasha", f"{_CORES}:create_moasha", settings=MoashaSettings)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def state_path(storage: str, experiment: str) -> str:
 
 
 # The family's names (methods of the one family object): ``@register_scheduler(name,
-# settings=...)`` adds ``create(settings, ctx) -> TrialScheduler`` with its settings class.
+# settings=...)`` adds ``create(settings, ctx) -> Decider`` with its settings class.
 register_scheduler = SCHEDULERS.register
 unregister_scheduler = SCHEDULERS.unregister
 list_schedulers = SCHEDULERS.names
@@ -92,7 +94,9 @@ def scheduler_settings(raw: Any) -> Any:
 
 
 def create_scheduler(settings: Any, ctx: Optional[SchedulerContext] = None) -> Any:
-    """The Ray Tune ``TrialScheduler`` of validated ``settings`` (imports Ray)."""
+    """The member of validated ``settings`` as its factory builds it: a
+    :class:`~lipsweep.search.schedulers.cores.Decider` for the built-ins (no Ray imported), or
+    a plugin's Ray Tune ``TrialScheduler``."""
     return SCHEDULERS.create(settings.type, settings, ctx or SchedulerContext())
 
 

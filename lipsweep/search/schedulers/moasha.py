@@ -92,8 +92,8 @@ next report at or past the rung may be): a failed measurement is not a worst cas
 The decision logic is :class:`MoAsha`, plain Python and numpy with no Ray, a member of the
 search protocol (:mod:`lipsweep.search.protocol`: ``decide`` / ``report``), so the replay
 benchmark drives the same object as a live sweep; the member's factory
-(``lipsweep.sweep.schedulers._tune:create_moasha``) wraps it in the family's Ray Tune adapter.
-Its state is a JSON-able dict
+(``lipsweep.search.schedulers.cores:create_moasha``) returns it in a ``Decider``, which the
+sweep wraps in the family's Ray Tune adapter. Its state is a JSON-able dict
 (:meth:`MoAsha.state`, :meth:`MoAsha.from_state`), saved beside Tune's experiment so that
 ``--resume`` continues with every rung's records.
 """

@@ -1,3 +1,4 @@
-"""The scheduler family's Ray side: the Tune adapter that drives a decision core, and the
-built-in members' factories (:mod:`lipsweep.sweep.schedulers._tune`). The family's index, the
-settings and the cores are Ray-free, in :mod:`lipsweep.search.schedulers`."""
+"""The scheduler family's Ray side: the Tune adapter that drives a decision core and
+:func:`~lipsweep.sweep.schedulers._tune.create_tune_scheduler`, which wraps a member for Tune
+(:mod:`lipsweep.sweep.schedulers._tune`). The family's index, the settings, the cores and the
+built-ins' factories are Ray-free, in :mod:`lipsweep.search.schedulers`."""

@@ -1,4 +1,5 @@
-"""The family's Ray Tune adapter: a pure decision core as a real Tune ``TrialScheduler``.
+"""The family's Ray Tune adapter: a pure decision core as a real Tune ``TrialScheduler``
+(:func:`create_tune_scheduler`, what the sweep driver runs).
 
 A core is a scheduler member of the search protocol (:mod:`lipsweep.search.protocol`; for
 example :class:`lipsweep.search.schedulers.moasha.MoAsha`): ``add``,
@@ -6,8 +7,9 @@ example :class:`lipsweep.search.schedulers.moasha.MoAsha`): ``add``,
 ``metrics``, ``changes`` (a counter), ``state()`` and ``from_state``. :class:`CoreScheduler`
 feeds it Tune's trial events (trial id, the configuration of the trial's seeds, or the trial
 itself for a per-trial scheduler, the ``epoch`` of the report, the values) and returns its
-decisions; the replay benchmark (:mod:`lipsweep.search.replay`) drives the same core through
-:meth:`CoreScheduler.group`. The core sees only results, so it works under every searcher.
+decisions; the replay benchmark (:mod:`lipsweep.search.replay`) drives the same core, with
+the same grouping, without Ray (:class:`lipsweep.search.schedulers.cores.Decider`). The core
+sees only results, so it works under every searcher.
 
 Resume: Tune keeps no scheduler state in its experiment checkpoint (Ray 2.60 pickles the
 scheduler once, when the sweep starts), so after each change the core's state is written
@@ -26,9 +28,8 @@ from typing import Any, Callable, Mapping, Optional
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from lipsweep.core.storage import read_text, write_text
-from lipsweep.search.schedulers import SchedulerContext
-from lipsweep.search.schedulers.asha import AshaSettings
-from lipsweep.search.schedulers.moasha import MoAsha, MoashaSettings, expected_seeds, group_key
+from lipsweep.search.schedulers import SchedulerContext, create_scheduler
+from lipsweep.search.schedulers.cores import Decider
 from lipsweep.sweep.handoff import Handoff
 from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
 
@@ -160,25 +161,17 @@ class CoreScheduler(Handoff, FIFOScheduler):
         return f"{type(core).__name__}: {len(getattr(core, 'stopped', {}))} configurations stopped"
 
 
-def create_asha(settings: AshaSettings, ctx: SchedulerContext) -> CoreScheduler:
-    """``asha``: the adapter around the per-trial core (each trial its own configuration)."""
-    core = MoAsha(
-        [settings.metric], [settings.mode], settings.grace_period, settings.reduction_factor,
-        settings.max_t or ctx.epochs, confidence=None,
-    )  # fmt: skip
+def create_tune_scheduler(settings: Any, ctx: Optional[SchedulerContext] = None) -> Any:
+    """The Ray Tune ``TrialScheduler`` of validated scheduler ``settings``: the member's
+    :class:`Decider` in a :class:`CoreScheduler` (its state kept at ``ctx.state_path``), or
+    the ``TrialScheduler`` a plugin's factory returned, as is."""
+    ctx = ctx or SchedulerContext()
+    built = create_scheduler(settings, ctx)
+    if not isinstance(built, Decider):
+        return built
     return CoreScheduler(
-        core, None, state_path=ctx.state_path, skip_keys=(FINAL_KEY, ERROR_KEY), restore=ctx.resume
-    )
-
-
-def create_moasha(settings: MoashaSettings, ctx: SchedulerContext) -> CoreScheduler:
-    """``moasha``: the adapter around :class:`MoAsha`, a configuration's seeds judged together."""
-    core = MoAsha.from_settings(
-        settings, settings.max_t or ctx.epochs, expected_seeds(ctx.trials), ctx.seeds
-    )
-    return CoreScheduler(
-        core,
-        group_key,
+        built.core,
+        built.group_of,
         state_path=ctx.state_path,
         skip_keys=(FINAL_KEY, ERROR_KEY),
         restore=ctx.resume,

@@ -1,5 +1,7 @@
 """The ``grid`` and ``random`` searchers: the trials drawn when the space was loaded, run by
-Tune's BasicVariantGenerator as one ``grid_search`` axis (imports Ray)."""
+Tune's BasicVariantGenerator as one ``grid_search`` axis. The plan is Tune's spelling of that
+axis (what ``ray.tune.grid_search`` returns), built without importing Ray, so the replay
+benchmark runs these searchers without it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,4 @@ from lipsweep.search.searchers._registry import SearchRequest, TunePlan
 
 def grid_plan(settings: Any, request: SearchRequest) -> TunePlan:
     """Every trial of ``request.trials`` once, in order."""
-    from ray import tune
-
-    return TunePlan(param_space={"trial": tune.grid_search(list(request.trials))})
+    return TunePlan(param_space={"trial": {"grid_search": list(request.trials)}})
