@@ -50,12 +50,9 @@ class LogitPenalty(Regularizer):
 
     terms_taken = 0
 
-    def __init__(self, lam: float) -> None:
-        self.lam, self._out, self._hook = lam, None, None
-
-    @classmethod
-    def from_config(cls, cfg: LogitSettings) -> "LogitPenalty":
-        return cls(cfg.logit_lam)
+    def __init__(self, settings: LogitSettings) -> None:
+        super().__init__(settings)
+        self.lam, self._out, self._hook = settings.logit_lam, None, None
 
     def attach(self, model: nn.Module) -> None:
         self._hook = model.register_forward_hook(lambda m, i, out: setattr(self, "_out", out))
