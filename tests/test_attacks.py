@@ -227,3 +227,26 @@ def test_attacks_do_not_touch_parameter_grads_of_a_model_with_buffers():
     pgd(model, x, y, 2 / 255, 2)
     assert torch.equal(model[2].running_mean, stats)  # eval mode: BN statistics untouched
     assert model.training and all(p.grad is None for p in model.parameters())
+
+
+def test_titles_and_strength_order_are_read_from_the_attack_specs():
+    """A member's title and strength live on its spec only: presenters and the monotonicity
+    check read them from the family (a new member needs no table elsewhere)."""
+    from lipsweep.attacks import ATTACKS, AttackVocab, metric_title
+    from lipsweep.attacks._registry import strength_order
+    from lipsweep.attacks.checks import check_monotone
+
+    assert strength_order() == ("fgsm", "pgd", "aa")
+    assert metric_title("acc_aa_2") == "AutoAttack, ε = 2/255"
+
+    @ATTACKS.register("strongest", spec=AttackVocab("fgsm_eps", "zz", title="ZZ", strength=9))
+    class Strongest:
+        pass
+
+    try:
+        assert strength_order() == ("fgsm", "pgd", "aa", "zz")
+        assert metric_title("acc_zz_4") == "ZZ, ε = 4/255"
+        warned = check_monotone({"acc_aa_4": 10.0, "acc_zz_4": 50.0})
+        assert any("acc_zz_4" in w for w in warned)
+    finally:
+        ATTACKS.unregister("strongest")

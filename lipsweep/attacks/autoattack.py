@@ -38,10 +38,9 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import nn
 
-from lipsweep.attacks._registry import register_attack
+from lipsweep.attacks._registry import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS, register_attack
 from lipsweep.attacks.autoattack_tags import describe
 from lipsweep.attacks.base import Attack, attack_mode, check_images
-from lipsweep.attacks.builtin import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
 
 _log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import math
 import torch
 from torch import nn
 
-from lipsweep.attacks.builtin import PRECISIONS
+from lipsweep.attacks._registry import PRECISIONS
 from lipsweep.vit.models import frozen_eval
 from lipsweep.vit.precision import bf16_autocast
 
