@@ -11,7 +11,9 @@ names is checked by the suite, for every attack alike); the class's file adds it
 ``eps_field``, ``metric_prefix`` and ``settings`` to the decorator
 (:class:`~lipsweep.core.registry.Family`). The suite,
 :class:`~lipsweep.attacks.config.RobustnessConfig`, holds every member's settings;
-``cls.from_config(model, eps, suite)`` builds it (``suite.settings[name]`` is its own).
+``cls.from_config(model, eps, suite)`` builds it: ``cls(model, eps, suite.settings[name])``
+with the suite's precision, seed and batch size; the settings dataclass is the only home of
+an attack's parameters.
 
 Adding a built-in attack: its class in a new file of this folder with
 ``@register_attack("name")``, and here its settings dataclass and one ``ATTACKS.declare``
