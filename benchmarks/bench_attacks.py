@@ -36,6 +36,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lipsweep.attacks import PGD, AutoAttack  # noqa: E402
+from lipsweep.attacks._registry import AutoAttackSettings, PgdSettings  # noqa: E402
 from lipsweep.vit.models import ModelConfig, create_model  # noqa: E402
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "lipsweep" / "data" / "cifar10_sample.npz"
@@ -118,16 +119,15 @@ def bench_pgd(model, x, y, a) -> None:
 
     eps, steps = 4 / 255, 4
     alpha = 2.5 * eps / steps
+    pgd_settings = PgdSettings(pgd_steps=steps, pgd_step_size=alpha, pgd_random_start=False)
     variants = {
-        "lipsweep PGD fp32": PGD(model, eps, steps=steps, step_size=alpha, random_start=False),
+        "lipsweep PGD fp32": PGD(model, eps, pgd_settings),
         "torchattacks PGD fp32": torchattacks.PGD(
             model, eps=eps, alpha=alpha, steps=steps, random_start=False
         ),
     }
     if a.precision in ("bf16", "both"):
-        variants["lipsweep PGD bf16"] = PGD(
-            model, eps, steps=steps, step_size=alpha, random_start=False, precision="bf16"
-        )
+        variants["lipsweep PGD bf16"] = PGD(model, eps, pgd_settings, precision="bf16")
     if a.precision == "bf16":
         del variants["lipsweep PGD fp32"]
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -153,7 +153,9 @@ def bench_pgd(model, x, y, a) -> None:
 
 
 def bench_aa(model, x, y, a, precision: str) -> None:
-    attack = AutoAttack(model, 2 / 255, iters=10, batch_size=a.aa_batch, precision=precision)
+    attack = AutoAttack(
+        model, 2 / 255, AutoAttackSettings(aa_iters=10), batch_size=a.aa_batch, precision=precision
+    )
     sync(a.device)
     t0 = time.perf_counter()
     res = attack.run(x, y)

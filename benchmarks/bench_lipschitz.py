@@ -256,7 +256,7 @@ def part2(args: argparse.Namespace, data) -> None:
         f"||J|| exact, {n_jac} images": (create_estimator("jacobian_exact"), x[:n_jac]),
         f"softmax ratio, {n_soft} images": (create_estimator("softmax_jacobian"), x[:n_soft]),
         f"head exact + bounds, {n_head} images": (
-            create_estimator("head_bounds", iters=cfg.lip_head_iters, tol=cfg.lip_head_tol),
+            create_estimator("head_bounds", cfg),
             x[:n_head],
         ),
         f"||J|| exact, all {len(x)} images": (create_estimator("jacobian_exact"), x),

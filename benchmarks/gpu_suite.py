@@ -850,6 +850,7 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: i
 
 def section_attacks(s: Suite) -> None:
     from lipsweep.attacks import FGSM, PGD, AutoAttack
+    from lipsweep.attacks._registry import AutoAttackSettings
     from lipsweep.vit.precision import tf32_matmuls
 
     sec = s.data.setdefault("attacks", {})
@@ -919,9 +920,12 @@ def section_attacks(s: Suite) -> None:
     for stage in stages:
         with s.guard(aa, stage) as r:
             with tf32_matmuls(True):  # as evaluate_robustness runs it in a trial
-                res = AutoAttack(model, 2 / 255, attacks=[stage], iters=10, batch_size=batch).run(
-                    x[:n], own
-                )
+                res = AutoAttack(
+                    model,
+                    2 / 255,
+                    AutoAttackSettings(aa_attacks=[stage], aa_iters=10),
+                    batch_size=batch,
+                ).run(x[:n], own)
             st = res.stages[0]
             r.update(n_attacked=st.n_attacked, n_fooled=st.n_fooled, seconds=round(st.seconds, 3))
             r["s_per_1000"] = round(st.seconds * 1000 / st.n_attacked, 3) if st.n_attacked else None

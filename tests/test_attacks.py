@@ -17,13 +17,25 @@ from lipsweep.attacks import (
     list_attacks,
     pgd,
 )
+from lipsweep.attacks._registry import AutoAttackSettings, PgdSettings
 from lipsweep.vit.models import create_model
 
 # a shallower, narrower tiny ViT for the mechanics (same code path; keeps the file fast)
 SMALL = dict(depth=2, embed_dim=64, num_heads=4)
 
-# cheap constructor arguments per registered attack (AutoAttack: one APGD-CE iteration)
-FAST_KW = {"autoattack": dict(attacks=["apgd-ce"], iters=1)}
+# cheap settings per registered attack (AutoAttack: one APGD-CE iteration)
+FAST_KW = {"autoattack": dict(settings=AutoAttackSettings(aa_attacks=["apgd-ce"], aa_iters=1))}
+
+
+def pgd_settings(
+    steps: int, step_size: float | None = None, random_start: bool = True, restarts: int = 1
+) -> PgdSettings:
+    return PgdSettings(
+        pgd_steps=steps,
+        pgd_step_size=step_size,
+        pgd_random_start=random_start,
+        pgd_restarts=restarts,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -102,14 +114,14 @@ def test_pgd_is_stronger_than_fgsm_and_grows_with_eps(tiny, batch):
 def test_pgd_restarts_take_the_worst_case(tiny, batch):
     x, y = batch
     eps, alpha = 16 / 255, 4 / 255  # one short step in a large ball: the start matters
-    multi = PGD(tiny, eps, steps=1, step_size=alpha, restarts=3, seed=0)(x, y)
+    multi = PGD(tiny, eps, pgd_settings(1, alpha, restarts=3), seed=0)(x, y)
     assert (multi - x).abs().max() <= eps + 1e-6
     # an image is robust only if each restart fails; restart r alone = a seeded single run
     # drawing the same per-image starts (restart r of image i is the i-th image's r-th draw)
-    starts = PGD(tiny, eps, steps=1, restarts=3, seed=0)._starts(x)
+    starts = PGD(tiny, eps, pgd_settings(1, restarts=3), seed=0)._starts(x)
     robust_each = []
     for r in range(3):
-        single = PGD(tiny, eps, steps=1, step_size=alpha, random_start=False)
+        single = PGD(tiny, eps, pgd_settings(1, alpha, random_start=False))
         lo, hi = (x - eps).clamp(min=0), (x + eps).clamp(max=1)
         with attack_mode(tiny):
             adv = single._descend(x, y, lo, hi, starts[r])
@@ -123,8 +135,8 @@ def test_pgd_restarts_take_the_worst_case(tiny, batch):
 
 def test_seeded_pgd_start_does_not_depend_on_batching(tiny, batch):
     x, y = batch
-    whole = PGD(tiny, 2 / 255, steps=1, seed=7)._starts(x)
-    attack = PGD(tiny, 2 / 255, steps=1, seed=7)
+    whole = PGD(tiny, 2 / 255, pgd_settings(1), seed=7)._starts(x)
+    attack = PGD(tiny, 2 / 255, pgd_settings(1), seed=7)
     parts = torch.cat([attack._starts(x[:10]), attack._starts(x[10:])], dim=1)
     assert torch.equal(whole, parts)
 
@@ -212,7 +224,7 @@ def test_zero_eps_returns_clean_images(tiny, batch):
 
 def test_bf16_precision_stays_in_the_box(tiny, batch):
     x, y = batch[0][:8], batch[1][:8]
-    adv = PGD(tiny, 4 / 255, steps=2, precision="bf16", random_start=False)(x, y)
+    adv = PGD(tiny, 4 / 255, pgd_settings(2, random_start=False), precision="bf16")(x, y)
     assert adv.dtype == torch.float32
     assert (adv - x).abs().max() <= 4 / 255 + 1e-6
     with pytest.raises(ValueError, match="precision"):
@@ -227,3 +239,26 @@ def test_attacks_do_not_touch_parameter_grads_of_a_model_with_buffers():
     pgd(model, x, y, 2 / 255, 2)
     assert torch.equal(model[2].running_mean, stats)  # eval mode: BN statistics untouched
     assert model.training and all(p.grad is None for p in model.parameters())
+
+
+def test_titles_and_strength_order_are_read_from_the_attack_specs():
+    """A member's title and strength live on its spec only: presenters and the monotonicity
+    check read them from the family (a new member needs no table elsewhere)."""
+    from lipsweep.attacks import ATTACKS, AttackVocab, metric_title
+    from lipsweep.attacks._registry import strength_order
+    from lipsweep.attacks.checks import check_monotone
+
+    assert strength_order() == ("fgsm", "pgd", "aa")
+    assert metric_title("acc_aa_2") == "AutoAttack, ε = 2/255"
+
+    @ATTACKS.register("strongest", spec=AttackVocab("fgsm_eps", "zz", title="ZZ", strength=9))
+    class Strongest:
+        pass
+
+    try:
+        assert strength_order() == ("fgsm", "pgd", "aa", "zz")
+        assert metric_title("acc_zz_4") == "ZZ, ε = 4/255"
+        warned = check_monotone({"acc_aa_4": 10.0, "acc_zz_4": 50.0})
+        assert any("acc_zz_4" in w for w in warned)
+    finally:
+        ATTACKS.unregister("strongest")

@@ -13,9 +13,17 @@ from pyautoattack import AutoAttack as PackageAutoAttack
 from pyautoattack.autopgd_base import APGDAttack
 
 from lipsweep.attacks import AutoAttack, RobustnessConfig
+from lipsweep.attacks._registry import AutoAttackSettings
 from lipsweep.attacks.autoattack import STANDARD_ATTACKS
 from lipsweep.core.config_base import ConfigError
 from lipsweep.vit.models import create_model
+
+STANDARD = AutoAttackSettings(aa_version="standard", aa_iters=100)
+
+
+def custom(attacks: list[str], iters: int) -> AutoAttackSettings:
+    return AutoAttackSettings(aa_attacks=attacks, aa_iters=iters)
+
 
 # a shallower, narrower tiny ViT for the mechanics (same code path; keeps the file fast)
 SMALL = dict(depth=2, embed_dim=64, num_heads=4)
@@ -64,10 +72,10 @@ def test_adapter_builds_every_attack_with_the_iteration_count(tiny):
 
 
 def test_standard_version_is_the_package_standard(tiny):
-    aa = AutoAttack(tiny, EPS, version="standard").build(10, torch.device("cpu"))
+    aa = AutoAttack(tiny, EPS, STANDARD).build(10, torch.device("cpu"))
     assert aa.apgd.n_iter == 100 and aa.apgd.n_restarts == 1 and aa.square.n_queries == 5000
-    with pytest.raises(ValueError, match="version='standard'"):
-        AutoAttack(tiny, EPS, version="standard", iters=10)
+    with pytest.raises(ConfigError, match="aa_version='standard'"):
+        AutoAttackSettings(aa_version="standard", aa_iters=10)
     with pytest.raises(ConfigError, match="aa_iters"):
         RobustnessConfig(aa_version="standard")
     assert RobustnessConfig(aa_version="standard", aa_iters=100).aa_iters == 100
@@ -77,7 +85,7 @@ def test_apgd_ce_matches_torchattacks_apgd(tiny, batch):
     """Second implementation: torchattacks' APGD recomputes its schedule from `steps` on each
     call, so a 10-step run there equals ours only if our schedule is the 10-step one."""
     x, y = batch
-    res = AutoAttack(tiny, EPS, attacks=["apgd-ce"], iters=10, seed=0).run(x, y)
+    res = AutoAttack(tiny, EPS, custom(["apgd-ce"], 10), seed=0).run(x, y)
     ref = torchattacks.APGD(tiny, norm="Linf", eps=EPS, steps=10, n_restarts=1, seed=0, loss="ce")(
         x, y
     )
@@ -92,10 +100,8 @@ def test_apgd_ce_matches_torchattacks_apgd(tiny, batch):
 
 def test_cascade_runs_each_attack_on_the_survivors_only(tiny, batch):
     x, y = batch
-    first = AutoAttack(tiny, EPS, attacks=["apgd-ce"], iters=3).run(x, y)
-    both = AutoAttack(tiny, EPS, attacks=["apgd-ce", "apgd-t"], iters=3, n_target_classes=2).run(
-        x, y
-    )
+    first = AutoAttack(tiny, EPS, custom(["apgd-ce"], 3)).run(x, y)
+    both = AutoAttack(tiny, EPS, custom(["apgd-ce", "apgd-t"], 3), n_target_classes=2).run(x, y)
     s1, s2 = both.stages
     assert (s1.attack, s2.attack) == ("apgd-ce", "apgd-t")
     assert s1.n_attacked == len(y)  # every clean-correct image
@@ -112,7 +118,7 @@ def test_misclassified_images_are_not_attacked_and_not_robust(tiny, batch):
     x, y = batch
     y_wrong = y.clone()
     y_wrong[:3] = (y[:3] + 1) % 10
-    res = AutoAttack(tiny, EPS, attacks=["apgd-ce"], iters=1).run(x, y_wrong)
+    res = AutoAttack(tiny, EPS, custom(["apgd-ce"], 1)).run(x, y_wrong)
     assert res.stages[0].n_attacked == len(y) - 3
     assert not res.robust[:3].any()
 
@@ -123,7 +129,7 @@ def test_global_rng_and_model_state_are_restored(tiny, batch):
     expected = torch.rand(3)
     torch.manual_seed(42)
     tiny.train()
-    AutoAttack(tiny, EPS, attacks=["apgd-ce", "fab-t"], iters=2, n_target_classes=1)(x, y)
+    AutoAttack(tiny, EPS, custom(["apgd-ce", "fab-t"], 2), n_target_classes=1)(x, y)
     assert tiny.training and all(
         p.requires_grad and p.grad is None for p in tiny.parameters()
     )  # FAB calls .backward()
@@ -135,32 +141,36 @@ def test_package_check_warnings_are_returned_and_logged(tiny, batch, caplog):
     x, y = batch[0][:4], batch[1][:4]
     probs = torch.nn.Sequential(tiny, torch.nn.Softmax(dim=-1))
     with caplog.at_level(logging.WARNING, logger="lipsweep.attacks.autoattack"):
-        res = AutoAttack(probs, EPS, attacks=["apgd-ce"], iters=1).run(x, y)
+        res = AutoAttack(probs, EPS, custom(["apgd-ce"], 1)).run(x, y)
     assert any("probability distribution" in w for w in res.warnings)
     assert any("probability distribution" in r.getMessage() for r in caplog.records)
 
 
 def test_adapter_validates_its_settings(tiny):
-    with pytest.raises(ValueError, match="attacks"):
-        AutoAttack(tiny, EPS, attacks=["apgd-ce", "pgd"])
-    with pytest.raises(ValueError, match="iters"):
-        AutoAttack(tiny, EPS, iters=0)
-    with pytest.raises(ValueError, match="version"):
-        AutoAttack(tiny, EPS, version="plus")
+    with pytest.raises(ConfigError, match="aa_attacks"):
+        AutoAttackSettings(aa_attacks=["apgd-ce", "pgd"])
+    with pytest.raises(ConfigError, match="aa_iters"):
+        AutoAttackSettings(aa_iters=0)
+    with pytest.raises(ConfigError, match="aa_version"):
+        AutoAttackSettings(aa_version="plus")
     with pytest.raises(ValueError, match="eps"):
         AutoAttack(tiny, 8)
+    with pytest.raises(ConfigError, match="n_target_classes"):
+        AutoAttack(tiny, EPS, n_target_classes=0)
+    with pytest.raises(TypeError, match="AutoAttackSettings"):
+        AutoAttack(tiny, EPS, {"aa_iters": 10})
 
 
 def test_the_estimate_counts_each_stages_passes(tiny):
     """Per point: APGD-CE iters x restarts passes, APGD-T and FAB-T that times the targets,
     Square a third of a pass per query; the estimate multiplies by points and seconds."""
-    aa = AutoAttack(tiny, EPS, iters=10, restarts=2, n_target_classes=3)
+    aa = AutoAttack(tiny, EPS, AutoAttackSettings(aa_restarts=2), n_target_classes=3)
     # 10 x 2 = 20; 20 x 3 targets = 60; Square 10 queries / 3
     assert aa.stage_steps(10) == {"apgd-ce": 20.0, "apgd-t": 60.0, "fab-t": 60.0, "square": 10 / 3}
     first, most = aa.estimate(100, 10, 0.01)  # 100 points, 0.01 s per point-step
     assert first == pytest.approx(100 * 20 * 0.01)  # 20 s
     assert most == pytest.approx(100 * (20 + 60 + 60 + 10 / 3) * 0.01)  # 143.3 s
-    std = AutoAttack(tiny, EPS, version="standard")  # 100 iterations, 9 targets, 5000 queries
+    std = AutoAttack(tiny, EPS, STANDARD)  # 100 iterations, 9 targets, 5000 queries
     assert std.stage_steps(10) == {
         "apgd-ce": 100.0,
         "apgd-t": 900.0,
@@ -174,7 +184,9 @@ def test_progress_logs_an_estimate_first_then_each_stage_and_batch(tiny, batch, 
     (its points: those the earlier stages did not fool) and one per batch."""
     x, y = batch
     caplog.set_level(logging.INFO, logger="lipsweep.attacks.autoattack")
-    res = AutoAttack(tiny, EPS, iters=2, batch_size=4).run(x, y, progress=True)
+    res = AutoAttack(tiny, EPS, AutoAttackSettings(aa_iters=2), batch_size=4).run(
+        x, y, progress=True
+    )
     lines = [r.getMessage() for r in caplog.records if r.name == "lipsweep.attacks.autoattack"]
     assert lines[0].startswith("autoattack eps 0.007843: 8 points, 8 correct clean; estimated ")
     assert lines[1].startswith("autoattack eps 0.007843, stage 1/4 apgd-ce: 8 points, estimated")

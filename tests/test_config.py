@@ -113,3 +113,26 @@ def test_compile_is_auto_true_or_false(value, cuda, cpu):
 def test_compile_refuses_anything_else_naming_the_field(value, words):
     with pytest.raises(ConfigError, match=f"^compile: must be .*{words}"):
         TrialConfig.from_flat({"compile": value})
+
+
+def test_one_finite_rule_for_every_number_check():
+    from lipsweep.core.config_base import INT_LIMIT, check_max, check_positive, finite
+
+    assert finite(1) and finite(-2.5) and finite(INT_LIMIT)
+    for bad in (True, float("inf"), float("nan"), INT_LIMIT + 1, "1", None):
+        assert not finite(bad)
+    with pytest.raises(ConfigError, match="lam: must be a number"):
+        check_positive("lam", 2**64)
+    with pytest.raises(ConfigError, match=r"steps: must be <= 10 \(why\)"):
+        check_max("steps", 10**30, 10, "why")
+
+
+def test_one_check_int_for_settings_and_options():
+    from lipsweep.api.options import ConfirmOptions
+    from lipsweep.core.config_base import check_int
+
+    assert check_int("n", 3, 1) == 3
+    with pytest.raises(ConfigError, match=r"images: must be >= 0 \(0: the whole test split\)"):
+        ConfirmOptions(experiment="e", images=-1)
+    with pytest.raises(ConfigError, match="top: must be an integer, got True"):
+        ConfirmOptions(experiment="e", top=True)

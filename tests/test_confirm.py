@@ -84,6 +84,7 @@ def _run(uri: str, rid: str):
 def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, capsys, caplog):
     from safetensors.torch import load_file
 
+    from lipsweep.attacks._registry import AutoAttackSettings
     from lipsweep.attacks.autoattack import STANDARD_ATTACKS, AutoAttack
     from lipsweep.decide.confirm import load_images
     from lipsweep.vit.models import create_model
@@ -130,7 +131,9 @@ def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, ca
     model = create_model(TrialConfig.from_flat(FLAT).model)
     model.net.load_state_dict(load_file(str(checkpoint / "model.safetensors")))
     model.eval()
-    res = AutoAttack(model, 2 / 255, attacks=list(STANDARD_ATTACKS), iters=2).run(x, y)
+    res = AutoAttack(
+        model, 2 / 255, AutoAttackSettings(aa_attacks=list(STANDARD_ATTACKS), aa_iters=2)
+    ).run(x, y)
     assert value == pytest.approx(res.robust_accuracy)
     with torch.no_grad():
         clean = 100.0 * float((model(x).argmax(1) == y).float().mean())

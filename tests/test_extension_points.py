@@ -172,12 +172,9 @@ from lipsweep.regularizers import Regularizer, register_regularizer
 
 @register_regularizer("logit_l2")
 class LogitL2(Regularizer):
-    def __init__(self, lam):
-        self.lam, self._out, self._hook = lam, None, None
-
-    @classmethod
-    def from_config(cls, cfg):
-        return cls(cfg.logit_l2_lam)
+    def __init__(self, settings):
+        super().__init__(settings)
+        self.lam, self._out, self._hook = settings.logit_l2_lam, None, None
 
     def attach(self, model):
         self._hook = model.register_forward_hook(lambda m, i, out: setattr(self, "_out", out))

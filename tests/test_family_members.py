@@ -50,12 +50,9 @@ class LogitPenalty(Regularizer):
 
     terms_taken = 0
 
-    def __init__(self, lam: float) -> None:
-        self.lam, self._out, self._hook = lam, None, None
-
-    @classmethod
-    def from_config(cls, cfg: LogitSettings) -> "LogitPenalty":
-        return cls(cfg.logit_lam)
+    def __init__(self, settings: LogitSettings) -> None:
+        super().__init__(settings)
+        self.lam, self._out, self._hook = settings.logit_lam, None, None
 
     def attach(self, model: nn.Module) -> None:
         self._hook = model.register_forward_hook(lambda m, i, out: setattr(self, "_out", out))
@@ -480,13 +477,10 @@ from lipsweep.regularizers.base import Regularizer
 
 @register_regularizer("recipe_sq")
 class RecipeSquares(Regularizer):
-    def __init__(self, lam: float = 1e-3) -> None:
-        self.lam = lam
+    def __init__(self, settings: Any = None) -> None:
+        super().__init__(settings)
+        self.lam = self.settings.recipe_lam
         self._model: nn.Module | None = None
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> "RecipeSquares":
-        return cls(cfg.recipe_lam)
 
     def attach(self, model: nn.Module) -> None:
         self._model = model
@@ -516,7 +510,7 @@ class RecipeSettings:
     """The test's regularizer."""
 
     recipe_lam: float = 1e-3
-    """Recipe: weight of the mean square of the parameters (> 0). Default 1e-3."""
+    """Recipe: weight of the mean square of the parameters (> 0)."""
 
     def __post_init__(self) -> None:
         check_positive("recipe_lam", self.recipe_lam)
@@ -531,7 +525,7 @@ declare_regularizer(RECIPE, "lipsweep.regularizers.recipe_sq:RecipeSquares")
 def test_a_regularizer_is_the_two_files_the_docs_name(tmp_path):
     """docs/architecture.md's recipe, followed in a copy of the repository: a regularizer's
     class in a new file of lipsweep/regularizers/ and its settings, spec and declare line in
-    regularizers/builtin.py, and nothing else; the family's member tests (the vocabulary
+    regularizers/_registry.py, and nothing else; the family's member tests (the vocabulary
     rules, and every test of tests/test_regularizers.py parametrized over the members) take
     it without an edit."""
     import os
@@ -547,7 +541,7 @@ def test_a_regularizer_is_the_two_files_the_docs_name(tmp_path):
     shutil.copy(root / "pyproject.toml", tmp_path)
     regs = tmp_path / "lipsweep" / "regularizers"
     (regs / "recipe_sq.py").write_text(_RECIPE_CLASS)
-    with (regs / "builtin.py").open("a") as index:
+    with (regs / "_registry.py").open("a") as index:
         index.write(_RECIPE_INDEX)
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTEST_ADDOPTS": ""}
     env.pop("PYTEST_XDIST_WORKER", None)

@@ -33,7 +33,7 @@ SPEC_METRICS = (
 # iterative ones freeze each sample at its own convergence, so rounding can at most move a
 # sample by one check, within the solver tolerance.
 INVARIANCE_RTOL = {"jacobian_lanczos": 1e-3, "jacobian_power": 2e-3}
-SETTINGS = {"head_bounds": dict(route="lanczos")}  # 'full' is checked in test_head_bounds
+SETTINGS = {"head_bounds": LipschitzConfig(lip_head_route="lanczos")}  # 'full': test_head_bounds
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_registry_lists_the_estimators():
 @pytest.mark.parametrize("name", list_estimators())
 def test_estimator_is_invariant_to_batching(name, model, images):
     """Same per-sample results whole, in chunks, and next to other samples."""
-    est = create_estimator(name, **SETTINGS.get(name, {}))
+    est = create_estimator(name, SETTINGS.get(name))
     rtol = INVARIANCE_RTOL.get(name, 1e-9)
     whole = est(model, images)
     assert set(whole) == set(est.outputs)
@@ -104,7 +104,7 @@ def test_estimator_restores_mode_and_fused_flags(name, images):
     m = create_model(tiny_model_config(img_size=16, depth=1, embed_dim=32, num_heads=2))
     set_fused_attention(m, True)
     m.train()
-    create_estimator(name, **SETTINGS.get(name, {}))(m, images[:2].float())
+    create_estimator(name, SETTINGS.get(name))(m, images[:2].float())
     assert m.training and all(mod.training for mod in m.modules())
     assert all(a.fused_attn for a in attention_modules(m))
 
@@ -246,3 +246,14 @@ def test_a_summary_part_added_from_a_test_module_runs_in_every_summary(model, im
         want = float(model(images[:2]).norm(dim=1).max()) * 10
     assert on["lip_logit_size_max"] == pytest.approx(want, rel=1e-12)
     assert "lip_logit_size_max" not in off and "lip_jacobian_median" in off
+
+
+def test_an_estimator_reads_its_settings_from_the_lipschitz_config():
+    """One home per setting: a built-in estimator's iterations, tolerance, route and method
+    are the LipschitzConfig fields (its defaults when built without settings)."""
+    default, cfg = LipschitzConfig(), LipschitzConfig(lip_iters=7, lip_head_tol=1e-6)
+    assert create_estimator("jacobian_lanczos").iters == default.lip_iters
+    assert create_estimator("jacobian_lanczos", cfg).iters == 7
+    assert create_estimator("head_bounds", cfg).tol == 1e-6
+    assert create_estimator("softmax_jacobian").method == default.lip_softmax_method
+    assert create_estimator("token_jacobian").route == default.lip_route

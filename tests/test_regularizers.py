@@ -11,6 +11,7 @@ from conftest import tiny_model_config
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.regularizers import (
+    REGULARIZERS,
     JasminRegularizer,
     Regularizer,
     RegularizerConfig,
@@ -22,7 +23,7 @@ from lipsweep.regularizers import (
     jasmin_penalty,
     list_regularizers,
 )
-from lipsweep.regularizers.builtin import SPEC_LAMS
+from lipsweep.regularizers._registry import SPEC_LAMS
 from lipsweep.vit.attention import QKRecorder, attention_probs
 from lipsweep.vit.models import attention_modules, create_model
 from lipsweep.vit.precision import bf16_autocast
@@ -285,7 +286,9 @@ def test_weights_that_turn_a_regularizer_off_are_refused_by_every_entry_point(
     build = {
         "settings": lambda: RegularizerConfig(regularizer=name, **kwargs),
         "create_regularizer": lambda: create_regularizer(name, **kwargs),
-        "constructor": lambda: get_regularizer_class(name)(**kwargs),
+        "constructor": lambda: get_regularizer_class(name)(
+            REGULARIZERS.entry(name).settings(**kwargs)
+        ),
     }[entry]
     with pytest.raises(ConfigError) as err:
         build()

@@ -7,6 +7,7 @@ import torch
 from conftest import tiny_model_config
 
 from lipsweep.regularizers import SpecformerRegularizer, create_regularizer
+from lipsweep.regularizers._registry import SpecformerSettings
 from lipsweep.regularizers.specformer import head_weights
 from lipsweep.vit.models import attention_modules, create_model
 from lipsweep.vit.precision import bf16_autocast
@@ -72,7 +73,7 @@ def exact_sigmas(model, slicer) -> torch.Tensor:
 
 def test_sigma_per_head_matches_exact_norm_of_row_slice(model):
     set_structured_weights(model)
-    reg = SpecformerRegularizer(power_iters=60)
+    reg = SpecformerRegularizer(SpecformerSettings(spec_power_iters=60))
     reg.attach(model)
     est = reg.sigmas(iterate=True).detach()
     exact = exact_sigmas(model, row_slice)
@@ -87,7 +88,7 @@ def test_power_vectors_recover_after_a_zero_matrix(model):
     """A head matrix that is exactly zero for one step must not normalise u and v to zero
     for good (every sigma_1 of that block 0.0 after 200 more steps on re-drawn weights, true
     values 0.25-0.28): the estimates reach the exact norms again."""
-    reg = SpecformerRegularizer(power_iters=1)
+    reg = SpecformerRegularizer(SpecformerSettings(spec_power_iters=1))
     reg.attach(model)
     block = next(iter(attention_modules(model)))
     with torch.no_grad():
@@ -109,7 +110,7 @@ def test_row_slicing_not_column_slicing(model):
     attn = next(attention_modules(model))
     with torch.no_grad():
         row_slice(attn, 0, 1).mul_(20.0)
-    reg = SpecformerRegularizer(power_iters=60)
+    reg = SpecformerRegularizer(SpecformerSettings(spec_power_iters=60))
     reg.attach(model)
     est_q = reg.sigmas()[0, 0].detach()  # layer 0, W_Q of each head
     rows = exact_sigmas(model, row_slice)[0, 0]
@@ -122,7 +123,7 @@ def test_row_slicing_not_column_slicing(model):
 
 def test_gradient_touches_only_the_penalised_rows(model):
     set_structured_weights(model, seed=2)
-    reg = SpecformerRegularizer(lam_q=1e-2, lam_k=0.0, lam_v=0.0, power_iters=60)
+    reg = SpecformerRegularizer(SpecformerSettings(lam_q=1e-2, spec_power_iters=60))
     reg.attach(model)
     terms = reg.terms()
     assert not terms["spec_k"].requires_grad and not terms["spec_v"].requires_grad
@@ -178,7 +179,7 @@ def test_one_iteration_per_call_by_default(model):
 
 
 def test_bf16_autocast_is_computed_in_float32(model):
-    reg = SpecformerRegularizer(power_iters=5)
+    reg = SpecformerRegularizer(SpecformerSettings(spec_power_iters=5))
     reg.attach(model)
     with bf16_autocast("cpu"):
         terms = reg.terms()
@@ -189,6 +190,8 @@ def test_use_before_attach_raises():
     with pytest.raises(RuntimeError, match="attach"):
         SpecformerRegularizer().terms()
     with pytest.raises(ValueError, match="power_iters"):
-        SpecformerRegularizer(power_iters=0)
+        SpecformerRegularizer(SpecformerSettings(spec_power_iters=0))
     with pytest.raises(ValueError, match="lam_v"):
-        SpecformerRegularizer(lam_v=-1.0)
+        SpecformerRegularizer(SpecformerSettings(lam_v=-1.0))
+    with pytest.raises(TypeError, match="SpecformerSettings"):
+        SpecformerRegularizer({"lam_q": 1e-2})

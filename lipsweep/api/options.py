@@ -20,11 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
+from lipsweep.core.config_base import INT_LIMIT, ConfigError, check_int, show
 from lipsweep.core.options import (
     check_bool,
     check_experiment_name,
-    check_int,
     check_ray_address,
     check_text,
     check_texts,
@@ -223,8 +222,9 @@ class ConfirmOptions:
         check_texts(self, "run_id")
         if self.top is not None and self.run_id:
             raise ConfigError("top", "excludes run_id; give one of the two")
-        check_int(self, "top", 1)
-        check_int(self, "images", 0, optional=False, why=" (0: the whole test split)")
+        if self.top is not None:
+            check_int("top", self.top, 1)
+        check_int("images", self.images, 0, why=" (0: the whole test split)")
         check_ray_address(self)
         _tracking(self)
 
@@ -255,7 +255,8 @@ class DemoOptions:
         check_experiment_name(self.experiment)
         check_text(self, "out", optional=True, path=True)
         check_text(self, "storage", optional=True, path=True)
-        check_int(self, "num_cpus", 1)
+        if self.num_cpus is not None:
+            check_int("num_cpus", self.num_cpus, 1)
         _tracking(self)
 
 
@@ -312,9 +313,8 @@ class BenchSearchOptions:
         b = self.budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b <= 1:
             raise ConfigError("budget", f"must be a fraction in (0, 1], got {show(b)}")
-        check_int(self, "replays", 1, optional=False)
-        check_int(self, "workers", 1, optional=False)
-        check_int(self, "grace_period", 1, optional=False)
+        for name in ("replays", "workers", "grace_period"):
+            check_int(name, getattr(self, name), 1)
         check_reduction_factor(self.reduction_factor, "reduction_factor")
         check_int(self, "seeds", 1)
         c = self.confidence

@@ -16,15 +16,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import lipsweep.attacks.builtin  # noqa: F401  (declares the built-ins)
 from lipsweep.attacks._registry import (
     ATTACKS,
     AttackVocab,
+    attack_title,
     attack_vocab,
     create_attack,
     get_attack_class,
     is_attack,
     list_attacks,
+    metric_title,
     register_attack,
     unregister_attack,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "PGD",
     "RobustnessConfig",
     "attack_mode",
+    "attack_title",
     "attack_vocab",
     "create_attack",
     "evaluate_robustness",
@@ -76,6 +78,7 @@ __all__ = [
     "get_attack_class",
     "is_attack",
     "list_attacks",
+    "metric_title",
     "pgd",
     "register_attack",
     "unregister_attack",

@@ -23,6 +23,8 @@ class FGSM(Attack):
     Args:
         model: maps (B, C, H, W) pixels in [0, 1] to logits.
         eps: L-infinity radius in pixel units (the paper uses 2/255 and 4/255).
+        settings: its :class:`~lipsweep.attacks._registry.FgsmSettings` (only the eps list,
+            which the suite reads).
         precision: 'fp32' (default) or 'bf16' autocast for the forward/backward pass.
 
     Shape:
@@ -33,10 +35,6 @@ class FGSM(Attack):
 
         >>> adv = FGSM(model, eps=4/255)(x, y)
     """
-
-    @classmethod
-    def from_config(cls, model: nn.Module, eps: float, cfg) -> "FGSM":
-        return cls(model, eps, precision=cfg.attack_precision)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         xg = x.clone().requires_grad_(True)

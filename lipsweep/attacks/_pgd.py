@@ -28,9 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipsweep.attacks._registry import register_attack
-from lipsweep.attacks.base import Attack, check_eps
-from lipsweep.core.config_base import check_int
+from lipsweep.attacks._registry import PgdSettings, register_attack
+from lipsweep.attacks.base import Attack
 
 DEFAULT_STEP_FACTOR = 2.5
 """alpha = DEFAULT_STEP_FACTOR * eps / steps when no step size is given."""
@@ -43,10 +42,10 @@ class PGD(Attack):
     Args:
         model: maps (B, C, H, W) pixels in [0, 1] to logits.
         eps: L-infinity radius in pixel units (paper: 2/255 and 4/255).
-        steps: number of gradient steps (paper: 4).
-        step_size: alpha in pixel units; None gives 2.5 * eps / steps.
-        random_start: start from x + U(-eps, eps) (clipped to [0, 1]).
-        restarts: number of random starts; worst case per image over them.
+        settings: its :class:`~lipsweep.attacks._registry.PgdSettings`: ``pgd_steps``
+            gradient steps (paper: 4), ``pgd_step_size`` alpha in pixel units (None:
+            2.5 * eps / steps), ``pgd_random_start`` (start from x + U(-eps, eps), clipped to
+            [0, 1]) and ``pgd_restarts`` (worst case per image over them).
         seed: None draws the start from torch's global RNG on the images' device. An integer
             seeds a private CPU generator that draws each image's start in turn, so that the
             same images get the same starts however they are split into batches.
@@ -58,48 +57,32 @@ class PGD(Attack):
 
     Example::
 
-        >>> adv = PGD(model, eps=4/255, steps=4)(x, y)
+        >>> adv = PGD(model, eps=4/255, settings=PgdSettings(pgd_steps=4))(x, y)
     """
+
+    settings: PgdSettings
 
     def __init__(
         self,
         model: nn.Module,
         eps: float,
-        steps: int = 4,
-        step_size: Optional[float] = None,
-        random_start: bool = True,
-        restarts: int = 1,
-        seed: Optional[int] = None,
+        settings: Optional[PgdSettings] = None,
+        *,
         precision: str = "fp32",
+        seed: Optional[int] = None,
+        batch_size: int = 256,
     ) -> None:
-        super().__init__(model, eps, precision)
-        self.steps = check_int("steps", steps, 1)
-        self.restarts = check_int("restarts", restarts, 1)
+        super().__init__(
+            model, eps, settings, precision=precision, seed=seed, batch_size=batch_size
+        )
+        cfg = self.settings
+        self.steps, self.restarts = cfg.pgd_steps, cfg.pgd_restarts
+        step_size = cfg.pgd_step_size
         if step_size is None:
             step_size = DEFAULT_STEP_FACTOR * self.eps / self.steps
-        elif check_eps(step_size, "step_size") == 0:
-            raise ValueError("step_size must be > 0 (or None for 2.5 * eps / steps)")
         self.step_size = float(step_size)
-        self.random_start = bool(random_start)
-        if not self.random_start and self.restarts > 1:
-            raise ValueError(
-                f"restarts={restarts} needs random_start=True (without it "
-                "every restart is the same)"
-            )
+        self.random_start = cfg.pgd_random_start
         self._gen = None if seed is None else torch.Generator().manual_seed(int(seed))
-
-    @classmethod
-    def from_config(cls, model: nn.Module, eps: float, cfg) -> "PGD":
-        return cls(
-            model,
-            eps,
-            steps=cfg.pgd_steps,
-            step_size=cfg.pgd_step_size,
-            random_start=cfg.pgd_random_start,
-            restarts=cfg.pgd_restarts,
-            seed=cfg.attack_seed,
-            precision=cfg.attack_precision,
-        )
 
     def _starts(self, x: torch.Tensor) -> torch.Tensor:
         """Uniform noise in [-eps, eps], (restarts, B, C, H, W) (drawn as torchattacks does)."""
@@ -166,4 +149,5 @@ def pgd(
 
     The random start draws from torch's global RNG (seed it with ``torch.manual_seed``).
     """
-    return PGD(model, eps, steps=steps, step_size=step_size, random_start=random_start)(x, y)
+    settings = PgdSettings(pgd_steps=steps, pgd_step_size=step_size, pgd_random_start=random_start)
+    return PGD(model, eps, settings)(x, y)

@@ -33,20 +33,21 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
-from lipsweep.attacks._registry import register_attack
+from lipsweep.attacks._registry import (
+    STANDARD_ATTACKS,
+    AutoAttackSettings,
+    register_attack,
+)
 from lipsweep.attacks.autoattack_tags import describe
 from lipsweep.attacks.base import Attack, attack_mode, check_images
-from lipsweep.attacks.builtin import AA_ATTACKS, STANDARD_ATTACKS, STANDARD_ITERS
+from lipsweep.core.config_base import check_int
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_ITERS = 10
-"""The paper's iterations per attack (Sec. 5)."""
 
 
 @dataclass
@@ -93,15 +94,13 @@ class AutoAttack(Attack):
     Args:
         model: maps (B, C, H, W) pixels in [0, 1] to logits.
         eps: L-infinity radius in pixel units (paper: 2/255).
-        version: 'custom' (``attacks``, ``iters``, ``restarts`` below) or 'standard' (the
-            package's standard AutoAttack; then ``attacks``/``iters``/``restarts`` must be left
-            unset or equal to the standard ones).
-        attacks: pyautoattack attack names in running order (default: the standard four).
-        iters: iterations per attack (APGD/FAB iterations, Square queries); default 10 for
-            'custom', 100 for 'standard'.
-        restarts: restarts of APGD-CE, APGD-T and FAB (default 1).
+        settings: its :class:`~lipsweep.attacks._registry.AutoAttackSettings`:
+            ``aa_version`` 'custom' (``aa_attacks``, ``aa_iters``, ``aa_restarts``) or
+            'standard' (the package's standard AutoAttack: 100 iterations, the standard
+            four attacks, 1 restart); ``aa_iters`` iterations per attack (APGD/FAB
+            iterations, Square queries).
         n_target_classes: target classes of APGD-T and FAB-T (capped at num_classes - 1).
-        seed: the package's attack seed (fixed for reproducibility).
+        seed: the package's attack seed (fixed for reproducibility; None: 0).
         batch_size: the package's internal batch size.
         precision: 'fp32' or 'bf16' autocast for the attack's forward/backward passes.
 
@@ -116,63 +115,28 @@ class AutoAttack(Attack):
         >>> res.robust_accuracy, [(s.attack, s.n_attacked, s.seconds) for s in res.stages]
     """
 
+    settings: AutoAttackSettings
+
     def __init__(
         self,
         model: nn.Module,
         eps: float,
-        version: str = "custom",
-        attacks: Optional[Sequence[str]] = None,
-        iters: Optional[int] = None,
-        restarts: Optional[int] = None,
+        settings: Optional[AutoAttackSettings] = None,
+        *,
         n_target_classes: int = 9,
-        seed: int = 0,
-        batch_size: int = 256,
         precision: str = "fp32",
+        seed: Optional[int] = None,
+        batch_size: int = 256,
     ) -> None:
-        super().__init__(model, eps, precision)
-        if version not in ("custom", "standard"):
-            raise ValueError(f"version must be 'custom' or 'standard', got {version!r}")
-        standard = version == "standard"
-        attacks = list(STANDARD_ATTACKS if attacks is None else attacks)
-        bad = [a for a in attacks if a not in AA_ATTACKS]
-        if bad or not attacks or len(set(attacks)) != len(attacks):
-            raise ValueError(
-                f"attacks must be distinct names from {list(AA_ATTACKS)}, got {attacks!r}"
-            )
-        iters = (STANDARD_ITERS if standard else DEFAULT_ITERS) if iters is None else iters
-        restarts = 1 if restarts is None else restarts
-        for name, value in (
-            ("iters", iters),
-            ("restarts", restarts),
-            ("n_target_classes", n_target_classes),
-            ("batch_size", batch_size),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if standard and (
-            attacks != list(STANDARD_ATTACKS) or iters != STANDARD_ITERS or restarts != 1
-        ):
-            raise ValueError(
-                f"version='standard' runs {list(STANDARD_ATTACKS)} with "
-                f"{STANDARD_ITERS} iterations and 1 restart; leave attacks/iters/"
-                "restarts unset, or use version='custom'"
-            )
-        self.version, self.attacks, self.iters, self.restarts = version, attacks, iters, restarts
-        self.n_target_classes, self.seed, self.batch_size = n_target_classes, seed, batch_size
-
-    @classmethod
-    def from_config(cls, model: nn.Module, eps: float, cfg) -> "AutoAttack":
-        return cls(
-            model,
-            eps,
-            version=cfg.aa_version,
-            attacks=cfg.aa_attacks,
-            iters=cfg.aa_iters,
-            restarts=cfg.aa_restarts,
-            seed=cfg.attack_seed,
-            batch_size=cfg.attack_batch_size,
-            precision=cfg.attack_precision,
+        super().__init__(
+            model, eps, settings, precision=precision, seed=seed, batch_size=batch_size
         )
+        for name, value in (("n_target_classes", n_target_classes), ("batch_size", batch_size)):
+            check_int(name, value, 1)
+        cfg = self.settings
+        self.version, self.attacks = cfg.aa_version, list(cfg.aa_attacks)
+        self.iters, self.restarts = cfg.aa_iters, cfg.aa_restarts
+        self.n_target_classes, self.seed = n_target_classes, 0 if seed is None else seed
 
     def describe(self) -> dict[str, Any]:
         """What this attack runs, as recorded next to its metrics: version, attacks,

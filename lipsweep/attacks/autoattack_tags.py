@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from lipsweep.attacks.builtin import STANDARD_ATTACKS
+from lipsweep.attacks._registry import STANDARD_ATTACKS
 
 STANDARD_SQUARE_QUERIES = 5000
 """The standard version's Square budget (its APGD/FAB run ``STANDARD_ITERS`` iterations)."""

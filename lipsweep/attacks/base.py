@@ -17,11 +17,12 @@ to logits (:class:`lipsweep.vit.models.PixelModel`).
 from __future__ import annotations
 
 import math
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
-from lipsweep.attacks.builtin import PRECISIONS
+from lipsweep.attacks._registry import ATTACKS, PRECISIONS
 from lipsweep.vit.models import frozen_eval
 from lipsweep.vit.precision import bf16_autocast
 
@@ -96,8 +97,14 @@ class Attack:
     Args:
         model: maps (B, C, H, W) pixels in [0, 1] to (B, num_classes) logits.
         eps: L-infinity radius in pixel units, in [0, 1] (e.g. ``2/255``).
+        settings: the attack's own settings dataclass (its spec's ``settings``, validated
+            there; its defaults if None), e.g. ``PgdSettings(pgd_steps=10)``.
         precision: 'fp32' or 'bf16' (autocast for the attack's own forward/backward passes;
             the images themselves stay fp32).
+        seed: the seed of its random draws (None: torch's global RNG), the suite's
+            ``attack_seed``.
+        batch_size: images per batch where the attack batches itself, the suite's
+            ``attack_batch_size``.
 
     Subclasses implement :meth:`forward`; call the attack, not ``forward``.
     """
@@ -108,7 +115,24 @@ class Attack:
     eps_field: str = ""
     """The :class:`RobustnessConfig` field that lists this attack's eps numerators."""
 
-    def __init__(self, model: nn.Module, eps: float, precision: str = "fp32") -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        eps: float,
+        settings: Any = None,
+        *,
+        precision: str = "fp32",
+        seed: Optional[int] = None,
+        batch_size: int = 256,
+    ) -> None:
+        cls = ATTACKS.entry(self.name).settings if self.name in ATTACKS else None
+        if settings is None and cls is not None:
+            settings = cls()
+        if cls is not None and not isinstance(settings, cls):
+            raise TypeError(
+                f"{type(self).__name__} takes its {cls.__name__}, got {type(settings).__name__}"
+            )
+        self.settings, self.seed, self.batch_size = settings, seed, batch_size
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.model = model
@@ -117,6 +141,19 @@ class Attack:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self.precision = precision
         self.logits = logits_fn(model, precision)
+
+    @classmethod
+    def from_config(cls, model: nn.Module, eps: float, suite: Any) -> "Attack":
+        """Build from a :class:`~lipsweep.attacks.config.RobustnessConfig`: the attack's own
+        settings (``suite.settings[name]``) and the suite's precision, seed and batch size."""
+        return cls(
+            model,
+            eps,
+            suite.settings.get(cls.name),
+            precision=suite.attack_precision,
+            seed=suite.attack_seed,
+            batch_size=suite.attack_batch_size,
+        )
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

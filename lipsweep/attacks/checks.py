@@ -30,6 +30,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
+from lipsweep.attacks._registry import strength_order
 from lipsweep.attacks.base import attack_mode
 from lipsweep.core.metric_names import ACC_CLEAN, ACC_PREFIX, attack_metric
 
@@ -134,7 +135,6 @@ def run_model_checks(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list
 
 
 _METRIC = re.compile(rf"^{ACC_PREFIX}(?P<attack>[a-z0-9]+)_(?P<eps>\d+)$")
-_STRENGTH = ("fgsm", "pgd", "aa")
 
 
 def check_monotone(metrics: Mapping[str, float], slack: float = 1.0, images: int = 0) -> list[str]:
@@ -157,7 +157,8 @@ def check_monotone(metrics: Mapping[str, float], slack: float = 1.0, images: int
         pairs += [
             (attack_metric(a, e), attack_metric(a, e2)) for (a2, e2) in acc if a2 == a and e2 > e
         ]
-    for weak, strong in zip(_STRENGTH, _STRENGTH[1:]):
+    order = strength_order()
+    for weak, strong in zip(order, order[1:]):
         pairs += [
             (attack_metric(weak, e), attack_metric(strong, e))
             for (a, e) in acc

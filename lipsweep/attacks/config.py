@@ -1,5 +1,5 @@
 """The robustness-evaluation suite: which attacks, on how many images, and each attack's own
-settings (:mod:`lipsweep.attacks.builtin` for the built-ins).
+settings (:mod:`lipsweep.attacks._registry` for the built-ins).
 
 :class:`RobustnessConfig` is the suite's shared settings (``attacks``, ``attack_images``,
 ``attack_batch_size``, ``attack_precision``, ``attack_seed``) plus one settings dataclass per
@@ -15,8 +15,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from lipsweep.attacks._registry import ATTACKS, attack_vocab, list_attacks, setting_names
-from lipsweep.attacks.builtin import PRECISIONS, check_count, check_eps_list
+from lipsweep.attacks._registry import (
+    ATTACKS,
+    PRECISIONS,
+    attack_vocab,
+    check_count,
+    check_eps_list,
+    list_attacks,
+    setting_names,
+)
 from lipsweep.core.config_base import ConfigError, check_choice, from_mapping, show
 from lipsweep.core.field_docs import field_docs
 from lipsweep.core.metric_names import ACC_CLEAN, attack_metric

@@ -82,7 +82,7 @@ def show(value: Any, limit: int = 80) -> str:
 
 def check_max(field: str, value: Any, hi: int, why: str) -> None:
     """Refuse ``value > hi`` with the reason for the bound (``why``), naming ``field``."""
-    if _finite_number(value) and value > hi:
+    if _real(value) and value > hi:
         raise ConfigError(field, f"must be <= {hi:,} ({why}), got {show(value)}")
 
 
@@ -141,31 +141,38 @@ def load_yaml_text(text: str) -> Any:
         loader.dispose()
 
 
-def _finite_number(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finite(value: Any) -> bool:
+    """A real number (not a bool), finite, and not an int past :data:`INT_LIMIT` (one a float,
+    torch, Tune or MLflow could not hold)."""
+    if not _real(value):
         return False
-    return isinstance(value, int) or math.isfinite(value)  # isfinite overflows on huge ints
+    return abs(value) <= INT_LIMIT if isinstance(value, int) else math.isfinite(value)
 
 
 def check_positive(field: str, value: Any, allow_zero: bool = False) -> None:
-    if not _finite_number(value):
+    if not finite(value):
         raise ConfigError(field, f"must be a number, got {show(value)}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigError(field, f"must be {bound}, got {show(value)}")
 
 
-def check_int(field: str, value: Any, minimum: int | None = None) -> int:
-    """``value`` if it is an integer (not a bool) >= ``minimum``, else ConfigError(field)."""
+def check_int(field: str, value: Any, minimum: int | None = None, why: str = "") -> int:
+    """``value`` if it is an integer (not a bool) >= ``minimum``, else ConfigError(field);
+    ``why`` follows the bound in the error (`` (0: the whole test split)``)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(field, f"must be an integer, got {show(value)}")
     if minimum is not None and value < minimum:
-        raise ConfigError(field, f"must be >= {minimum}, got {show(value)}")
+        raise ConfigError(field, f"must be >= {minimum}{why}, got {show(value)}")
     return value
 
 
 def check_range(field: str, value: Any, lo: float, hi: float) -> None:
-    if not _finite_number(value):
+    if not finite(value):
         raise ConfigError(field, f"must be a number, got {show(value)}")
     if not lo <= value <= hi:
         raise ConfigError(field, f"must be in [{lo}, {hi}], got {show(value)}")

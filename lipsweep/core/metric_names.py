@@ -30,9 +30,6 @@ def se_metric(name: str) -> str:
 EPOCH_ACC_CLEAN = "epoch_acc_clean"
 """MLflow name of the per-epoch held-out accuracy (not the final ``acc_clean``)."""
 
-ATTACK_TITLES = {"fgsm": "FGSM", "pgd": "PGD", "aa": "AutoAttack"}
-"""Display name of each attack's ``metric_prefix``."""
-
 
 def attack_metric(prefix: str, eps_255: int) -> str:
     """Robust accuracy name of attack ``prefix`` at eps = ``eps_255``/255: ``acc_pgd_4``."""
@@ -135,13 +132,3 @@ HEADLINE_METRICS = (
     LIP_JACOBIAN_MEDIAN,
 )
 """The shorter line a sweep logs per finished trial."""
-
-
-def metric_title(name: str) -> str:
-    """Axis title of a metric: ``acc_pgd_4`` -> ``PGD, ε = 4/255``."""
-    if name == ACC_CLEAN:
-        return "clean accuracy (%)"
-    parts = name.split("_")
-    if len(parts) == 3 and parts[0] == "acc" and parts[2].isdigit():
-        return f"{ATTACK_TITLES.get(parts[1], parts[1])}, ε = {parts[2]}/255"
-    return name

@@ -75,16 +75,6 @@ def check_text(obj: Any, name: str, optional: bool = False, path: bool = False) 
         raise ConfigError(name, f"must be {what}, got {show(value)}")
 
 
-def check_int(obj: Any, name: str, lo: int, optional: bool = True, why: str = "") -> None:
-    value = getattr(obj, name)
-    if value is None and optional:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(name, f"must be an integer, got {show(value)}")
-    if value < lo:
-        raise ConfigError(name, f"must be >= {lo}{why}, got {value}")
-
-
 def check_texts(obj: Any, name: str) -> None:
     """None, or a sequence of non-empty strings (kept as a tuple; one string is one item)."""
     value = getattr(obj, name)

@@ -133,21 +133,20 @@ def load_images(flat: dict[str, Any], images: int):
 
 
 def _attack(model, eps: float, robustness, iters: Optional[int]):
-    from lipsweep.attacks.autoattack import STANDARD_ATTACKS, AutoAttack
+    from lipsweep.attacks._registry import STANDARD_ITERS, AutoAttackSettings
+    from lipsweep.attacks.autoattack import AutoAttack
 
-    common = dict(
-        seed=robustness.attack_seed, batch_size=robustness.attack_batch_size, precision="fp32"
-    )
     if iters is None:
-        return AutoAttack(model, eps, version="standard", **common)
+        settings = AutoAttackSettings(aa_version="standard", aa_iters=STANDARD_ITERS)
+    else:
+        settings = AutoAttackSettings(aa_version="custom", aa_iters=iters, aa_restarts=1)
     return AutoAttack(
         model,
         eps,
-        version="custom",
-        attacks=list(STANDARD_ATTACKS),
-        iters=iters,
-        restarts=1,
-        **common,
+        settings,
+        seed=robustness.attack_seed,
+        batch_size=robustness.attack_batch_size,
+        precision="fp32",
     )
 
 

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from lipsweep.attacks import metric_title
 from lipsweep.core.dominance import non_dominated_ranks
-from lipsweep.core.metric_names import ACC_CLEAN, ACC_PREFIX, ATTACK_METRICS, metric_title
+from lipsweep.core.metric_names import ACC_CLEAN, ACC_PREFIX, ATTACK_METRICS
 from lipsweep.decide.pareto import (
     DEFAULT_OBJECTIVES,
     Objective,

@@ -19,13 +19,15 @@ Adding a built-in estimator: its factory in a file of this folder with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
 from lipsweep.core.registry import Family
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
+
+    from lipsweep.lipschitz.config import LipschitzConfig
 
 
 class Estimator(Protocol):
@@ -104,8 +106,10 @@ def estimator_outputs(name: str) -> tuple[str, ...]:
     return ESTIMATORS.spec(name).outputs
 
 
-def create_estimator(name: str, **kwargs: Any) -> Estimator:
-    """Build estimator ``name`` with keyword settings (e.g. ``iters``, ``tol``)."""
-    est = ESTIMATORS.create(name, **kwargs)
+def create_estimator(name: str, settings: Optional["LipschitzConfig"] = None) -> Estimator:
+    """Build estimator ``name``; a built-in reads its settings (``lip_iters``, ``lip_tol``, ...)
+    from ``settings``, the trial's :class:`~lipsweep.lipschitz.config.LipschitzConfig` (its
+    defaults if None). A member without settings (a plugin) is built with no argument."""
+    est = ESTIMATORS.create(name) if settings is None else ESTIMATORS.create(name, settings)
     est.name = name
     return est

@@ -26,7 +26,7 @@ _MAX = {
 _MAX_IMAGES = (1_000_000, "more than any evaluation set (CIFAR test: 10,000)")
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
+def _check_count(name: str, value: object, minimum: int) -> None:
     check_int(name, value, minimum)
     check_max(name, value, *_MAX.get(name, _MAX_IMAGES))
 
@@ -97,9 +97,9 @@ class LipschitzConfig:
         check_choice("lip_head_route", self.lip_head_route, _HEAD_ROUTES)
         check_choice("lip_softmax_method", self.lip_softmax_method, _SOFTMAX_METHODS)
         for name in ("lip_iters", "lip_batch_size", "lip_head_iters"):
-            _check_int(name, getattr(self, name), 1)
+            _check_count(name, getattr(self, name), 1)
         for name in ("lip_images", "lip_softmax_images", "lip_head_images"):
-            _check_int(name, getattr(self, name), 0)
+            _check_count(name, getattr(self, name), 0)
         _check_tol("lip_tol", self.lip_tol)
         _check_tol("lip_head_tol", self.lip_head_tol)
         if self.lip_estimators is not None:

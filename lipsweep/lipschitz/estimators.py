@@ -2,15 +2,20 @@
 pixels and to the token embeddings, softmax Jacobian norms and bounds per attention row, and
 per-head Lipschitz bounds against the exact norm.
 
+Each built-in takes one argument, its settings: the trial's
+:class:`~lipsweep.lipschitz.config.LipschitzConfig` (its defaults when omitted), where each
+setting's default, bounds and help live once (``lip_iters``, ``lip_tol``, ...).
+
 Each is also a part of the trial's summary (:func:`~lipsweep.lipschitz.summary.
 lipschitz_summary` loops over them): ``for_summary(cfg, num_classes)`` builds it from the
-trial's :class:`~lipsweep.lipschitz.config.LipschitzConfig` (None where the config switches it
-off) with the number of images it takes, ``summarize(arrays)`` turns its arrays into the
-``lip_*`` metrics (and may add derived arrays), ``figures(arrays, out_dir)`` draws its PNGs.
+trial's settings (None where they switch it off) with the number of images it takes,
+``summarize(arrays)`` turns its arrays into the ``lip_*`` metrics (and may add derived
+arrays), ``figures(arrays, out_dir)`` draws its PNGs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Optional
@@ -32,7 +37,7 @@ from lipsweep.core.metric_names import (
 from lipsweep.lipschitz._registry import register_estimator
 from lipsweep.lipschitz.config import LipschitzConfig
 from lipsweep.lipschitz.head_bounds import measure_head_bounds
-from lipsweep.lipschitz.jacobian import DEFAULT_TOL, jacobian_norm_result, resolve_route
+from lipsweep.lipschitz.jacobian import jacobian_norm_result, resolve_route
 from lipsweep.lipschitz.margin import jacobian_per_margin, per_margin_metrics
 from lipsweep.lipschitz.softmax_jacobian import softmax_jacobian_stats, softmax_ratio
 from lipsweep.lipschitz.token_jacobian import token_jacobian_norm_result
@@ -66,8 +71,9 @@ class JacobianNorm:
     route = "exact"
     outputs = ("jacobian_norm", "jacobian_iterations", "jacobian_converged", "logit_margin")
 
-    def __init__(self, iters: int = 100, tol: float = DEFAULT_TOL, precision: str = "auto") -> None:
-        self.iters, self.tol, self.precision = iters, tol, precision
+    def __init__(self, settings: Optional[LipschitzConfig] = None) -> None:
+        cfg = settings or LipschitzConfig()
+        self.iters, self.tol, self.precision = cfg.lip_iters, cfg.lip_tol, cfg.lip_precision
 
     def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
         res = jacobian_norm_result(
@@ -86,7 +92,7 @@ class JacobianNorm:
     ) -> Optional[tuple["JacobianNorm", int]]:
         if resolve_route(cfg.lip_route, num_classes) != cls.route:
             return None
-        return cls(cfg.lip_iters, cfg.lip_tol, cfg.lip_precision), cfg.lip_images
+        return cls(cfg), cfg.lip_images
 
     def summarize(self, arrays: dict[str, np.ndarray]) -> dict[str, float]:
         norms = arrays["jacobian_norm"]
@@ -139,14 +145,10 @@ class TokenJacobianNorm:
     name = "token_jacobian"
     outputs = ("token_jacobian_norm", "token_jacobian_iterations", "token_jacobian_converged")
 
-    def __init__(
-        self,
-        route: str = "auto",
-        iters: int = 100,
-        tol: float = DEFAULT_TOL,
-        precision: str = "auto",
-    ) -> None:
-        self.route, self.iters, self.tol, self.precision = route, iters, tol, precision
+    def __init__(self, settings: Optional[LipschitzConfig] = None) -> None:
+        cfg = settings or LipschitzConfig()
+        self.route, self.iters = cfg.lip_route, cfg.lip_iters
+        self.tol, self.precision = cfg.lip_tol, cfg.lip_precision
 
     def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
         res = token_jacobian_norm_result(
@@ -165,7 +167,7 @@ class TokenJacobianNorm:
         if not cfg.lip_tokens:
             return None
         route = resolve_route(cfg.lip_route, num_classes)
-        return cls(route, cfg.lip_iters, cfg.lip_tol, cfg.lip_precision), cfg.lip_images
+        return cls(dataclasses.replace(cfg, lip_route=route)), cfg.lip_images
 
     def summarize(self, arrays: dict[str, np.ndarray]) -> dict[str, float]:
         return _distribution_metrics(
@@ -189,8 +191,8 @@ class SoftmaxJacobian:
     name = "softmax_jacobian"
     outputs = ("softmax_norm", "softmax_g1")
 
-    def __init__(self, method: str = "secular") -> None:
-        self.method = method
+    def __init__(self, settings: Optional[LipschitzConfig] = None) -> None:
+        self.method = (settings or LipschitzConfig()).lip_softmax_method
 
     def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
         return softmax_jacobian_stats(model, x, self.method)
@@ -201,7 +203,7 @@ class SoftmaxJacobian:
     ) -> Optional[tuple["SoftmaxJacobian", int]]:
         if not cfg.lip_softmax:
             return None
-        return cls(cfg.lip_softmax_method), cfg.lip_softmax_images
+        return cls(cfg), cfg.lip_softmax_images
 
     def summarize(self, arrays: dict[str, np.ndarray]) -> dict[str, float]:
         norm, g1 = arrays["softmax_norm"], arrays["softmax_g1"]
@@ -243,8 +245,9 @@ class HeadBounds:
     name = "head_bounds"
     outputs = ("head_exact", "head_thm1", "head_thm2", "head_thm3", "head_thm3_g1")
 
-    def __init__(self, route: str = "auto", iters: int = 300, tol: float = 1e-8) -> None:
-        self.route, self.iters, self.tol = route, iters, tol
+    def __init__(self, settings: Optional[LipschitzConfig] = None) -> None:
+        cfg = settings or LipschitzConfig()
+        self.route, self.iters, self.tol = cfg.lip_head_route, cfg.lip_head_iters, cfg.lip_head_tol
 
     def __call__(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
         return measure_head_bounds(model, x, self.route, self.iters, self.tol)
@@ -255,7 +258,7 @@ class HeadBounds:
     ) -> Optional[tuple["HeadBounds", int]]:
         if not cfg.lip_head_bounds:
             return None
-        return cls(cfg.lip_head_route, cfg.lip_head_iters, cfg.lip_head_tol), cfg.lip_head_images
+        return cls(cfg), cfg.lip_head_images
 
     def summarize(self, arrays: dict[str, np.ndarray]) -> dict[str, float]:
         return head_metrics(arrays)

@@ -5,7 +5,7 @@ Public API (docs/contract.md): :func:`g_k`, :func:`jasmin_penalty`; the registry
 :class:`RegularizerConfig` and :func:`create_regularizer_from_config`.
 
 Importing this package, the family index and the config does not import torch: the index
-(:mod:`.builtin`) declares each built-in by the import path of its class, and the torch-side
+(:mod:`._registry`) declares each built-in by the import path of its class, and the torch-side
 names below load on first access (PEP 562).
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import lipsweep.regularizers.builtin  # noqa: F401  (declares the built-ins)
 from lipsweep.regularizers._registry import (
     REGULARIZERS,
     declare_regularizer,

@@ -3,7 +3,7 @@
 The trainer uses a regularizer like this (paper eq. 8-9 and Hu et al.; docs/science.md
 §1.2-1.3: the regularizer returns its value, the trial applies lambda)::
 
-    reg = create_regularizer_from_config(cfg)
+    reg = create_regularizer_from_config(cfg)  # the class built from cfg.settings
     reg.attach(model)                          # once, after the model is built
     logits = model(x)                          # a training forward
     terms = reg.terms()                        # unweighted scalar terms, e.g. {'jasmin': t}
@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from lipsweep.regularizers import _registry
 from lipsweep.regularizers._registry import register_regularizer
 
 
@@ -25,17 +26,21 @@ class Regularizer:
     """Base class: a penalty on a ViT's attention, reported as named unweighted terms.
 
     Subclasses are added with ``@register_regularizer(name)`` (the registry key and the
-    ``regularizer`` config value) and implement ``from_config``; their settings are a frozen
-    dataclass in their torch-free :class:`~lipsweep.regularizers.spec.RegularizerSpec`
-    (:mod:`.builtin` for the built-ins).
+    ``regularizer`` config value). Their one constructor argument is their settings, the
+    frozen dataclass of their torch-free :class:`~lipsweep.regularizers.spec.RegularizerSpec`
+    (:mod:`._registry` for the built-ins), validated by the dataclass alone.
     """
 
     name: ClassVar[str]
 
-    @classmethod
-    def from_config(cls, cfg: Any) -> "Regularizer":
-        """Build from the member's validated settings dataclass (no re-checking)."""
-        raise NotImplementedError
+    def __init__(self, settings: Any = None) -> None:
+        cls = _registry.REGULARIZERS.entry(self.name).settings
+        settings = cls() if settings is None else settings
+        if not isinstance(settings, cls):
+            raise TypeError(
+                f"{type(self).__name__} takes its {cls.__name__}, got {type(settings).__name__}"
+            )
+        self.settings = settings
 
     def attach(self, model: nn.Module) -> None:
         """Install what the regularizer needs on ``model`` (called once, model built)."""
@@ -68,7 +73,3 @@ class Regularizer:
 @register_regularizer("none")
 class NoRegularizer(Regularizer):
     """The baseline: no penalty, no hooks, timm's fused attention path untouched."""
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> "NoRegularizer":
-        return cls()

@@ -1,7 +1,7 @@
 """The regularizer section of a trial's flat config (docs/contract.md params).
 
 :class:`RegularizerConfig` is the ``regularizer`` key plus the chosen member's own frozen
-settings dataclass (:mod:`.builtin`: ``JasminSettings`` k/lam/aggregation,
+settings dataclass (:mod:`._registry`: ``JasminSettings`` k/lam/aggregation,
 ``SpecformerSettings`` lam_q/lam_k/lam_v/spec_power_iters), validated once in that
 dataclass's ``__post_init__``. Its flat keys are ``regularizer`` plus every registered
 member's settings. Setting a key that belongs to another regularizer is an error
@@ -128,9 +128,9 @@ class RegularizerConfig:
 
 
 def create_regularizer_from_config(cfg: RegularizerConfig) -> "Regularizer":
-    """Build the regularizer a validated :class:`RegularizerConfig` describes (the class's
-    ``from_config`` gets the member's settings dataclass)."""
-    return REGULARIZERS.load(cfg.regularizer).from_config(cfg.settings)  # type: ignore[attr-defined]
+    """Build the regularizer a validated :class:`RegularizerConfig` describes: its class,
+    given the member's settings dataclass."""
+    return REGULARIZERS.load(cfg.regularizer)(cfg.settings)  # type: ignore[operator]
 
 
 def create_regularizer(name_or_cfg: Union[str, RegularizerConfig], **kwargs: Any) -> "Regularizer":

@@ -37,25 +37,21 @@ from torch import nn
 
 from lipsweep.core.config_base import check_choice, check_int
 from lipsweep.regularizers._ranked_softmax import Workspace, ranked_softmax_probs
-from lipsweep.regularizers._registry import register_regularizer
-from lipsweep.regularizers.base import Regularizer
-from lipsweep.regularizers.builtin import (
+from lipsweep.regularizers._registry import (
     AGGREGATIONS,
-    DEFAULT_AGGREGATION,
-    DEFAULT_K,
-    DEFAULT_LAM,
     JasminSettings,
     check_jasmin_k,
-    check_jasmin_lam,
     check_k_tokens,
+    register_regularizer,
 )
+from lipsweep.regularizers.base import Regularizer
 
 JASMIN_EPS = 1e-6
 """Floor inside the log of g_1 and g_k (paper Appendix D uses eps ~ 1e-6)."""
 
 
 def _check_jasmin_k(k: object, num_keys: int) -> int:
-    """k = 0 or 2 <= k <= N-1: the rules of the ``k`` setting (:mod:`.builtin`)."""
+    """k = 0 or 2 <= k <= N-1: the rules of the ``k`` setting (:mod:`._registry`)."""
     check_k_tokens(check_jasmin_k(k), num_keys)
     return k  # type: ignore[return-value]
 
@@ -190,40 +186,25 @@ class JasminRegularizer(Regularizer):
     """JaSMin_k with weight ``lam`` (paper Sec. 4); term name ``'jasmin'``.
 
     Records q/k only in training forwards with grad enabled, so evaluation and attacks
-    run the plain fused model. Built directly, its arguments are checked by the ``k``, ``lam``
-    and ``aggregation`` rules of the spec (:mod:`.builtin`); built from a config, not again.
+    run the plain fused model. Its settings (k, lam, aggregation) are a validated
+    :class:`~lipsweep.regularizers._registry.JasminSettings`.
 
     Example::
 
-        >>> reg = JasminRegularizer(k=10, lam=1e-2, aggregation="mean")
+        >>> reg = JasminRegularizer(JasminSettings(k=10, lam=1e-2, aggregation="mean"))
         >>> reg.attach(model); model.train()
         >>> loss = F.cross_entropy(model(x), y) + reg.weights["jasmin"] * reg.terms()["jasmin"]
     """
 
-    def __init__(
-        self,
-        k: int = DEFAULT_K,
-        lam: float = DEFAULT_LAM,
-        aggregation: str = DEFAULT_AGGREGATION,
-        eps: float = JASMIN_EPS,
-    ) -> None:
-        check_jasmin_k(k)
-        check_jasmin_lam(lam)
-        _check_aggregation(aggregation)
-        self._setup(k, lam, aggregation, eps)
+    settings: JasminSettings
 
-    def _setup(self, k: int, lam: float, aggregation: str, eps: float) -> None:
-        self.k, self.lam, self.eps = k, float(lam), float(eps)
-        self.aggregation = aggregation
+    def __init__(self, settings: Optional[JasminSettings] = None) -> None:
+        super().__init__(settings)
+        self.k, self.lam, self.eps = self.settings.k, float(self.settings.lam), JASMIN_EPS
+        self.aggregation = self.settings.aggregation
         self._model: Optional[nn.Module] = None
         self._recorder = None
         self._workspace = Workspace()
-
-    @classmethod
-    def from_config(cls, cfg: JasminSettings) -> "JasminRegularizer":
-        reg = cls.__new__(cls)
-        reg._setup(cfg.k, cfg.lam, cfg.aggregation, JASMIN_EPS)
-        return reg
 
     def attach(self, model: nn.Module) -> None:
         from lipsweep.vit.attention import QKRecorder

@@ -19,14 +19,14 @@ are still reported (for logging) but computed without autograd.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipsweep.regularizers._registry import register_regularizer
+from lipsweep.regularizers._registry import SpecformerSettings, register_regularizer
 from lipsweep.regularizers.base import Regularizer
-from lipsweep.regularizers.builtin import SPEC_DEFAULT_LAM as DEFAULT_LAM
-from lipsweep.regularizers.builtin import SpecformerSettings, check_power_iters, check_spec_lams
 
 TERMS = ("spec_q", "spec_k", "spec_v")
 
@@ -78,41 +78,32 @@ def spectral_norms(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.T
 class SpecformerRegularizer(Regularizer):
     """Squared spectral norms of every head's W_Q, W_K, W_V; terms 'spec_q', 'spec_k', 'spec_v'.
 
-    Built directly, its arguments are checked by the spec's rules (:mod:`.builtin`); built
-    from a config, not again.
+    Its settings (lam_q, lam_k, lam_v, spec_power_iters) are a validated
+    :class:`~lipsweep.regularizers._registry.SpecformerSettings`; ``seed`` seeds the power
+    vectors.
 
     Example::
 
-        >>> reg = SpecformerRegularizer(lam_q=1e-2, lam_k=1e-2, lam_v=1e-2)
+        >>> reg = SpecformerRegularizer(SpecformerSettings(lam_q=1e-2, lam_k=1e-2, lam_v=1e-2))
         >>> reg.attach(model)
         >>> terms = reg.terms()     # one power iteration, then sum_{l,h} sigma_1^2 per kind
     """
 
-    def __init__(
-        self,
-        lam_q: float = DEFAULT_LAM,
-        lam_k: float = DEFAULT_LAM,
-        lam_v: float = DEFAULT_LAM,
-        power_iters: int = 1,
-        seed: int = 0,
-    ) -> None:
-        check_spec_lams({"lam_q": lam_q, "lam_k": lam_k, "lam_v": lam_v})
-        check_power_iters(power_iters)
-        self._setup(lam_q, lam_k, lam_v, power_iters, seed)
+    settings: SpecformerSettings
 
-    def _setup(self, lam_q: float, lam_k: float, lam_v: float, power_iters: int, seed: int) -> None:
-        self.lams = {"spec_q": float(lam_q), "spec_k": float(lam_k), "spec_v": float(lam_v)}
-        self.power_iters = power_iters
+    def __init__(self, settings: Optional[SpecformerSettings] = None, seed: int = 0) -> None:
+        super().__init__(settings)
+        cfg = self.settings
+        self.lams = {
+            "spec_q": float(cfg.lam_q),
+            "spec_k": float(cfg.lam_k),
+            "spec_v": float(cfg.lam_v),
+        }
+        self.power_iters = cfg.spec_power_iters
         self.seed = seed
         self._blocks: list[nn.Module] = []
         self._u = torch.empty(0)
         self._v = torch.empty(0)
-
-    @classmethod
-    def from_config(cls, cfg: SpecformerSettings) -> "SpecformerRegularizer":
-        reg = cls.__new__(cls)
-        reg._setup(cfg.lam_q, cfg.lam_k, cfg.lam_v, cfg.spec_power_iters, 0)
-        return reg
 
     def attach(self, model: nn.Module) -> None:
         """Find the attention blocks and draw unit power vectors (seeded, own generator)."""

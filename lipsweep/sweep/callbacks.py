@@ -28,7 +28,6 @@ from ray.tune import Callback
 from lipsweep.core.metric_names import (
     ACC_CLEAN,
     ACC_PREFIX,
-    ATTACK_TITLES,
     EPOCH_ACC_CLEAN,
     HEADLINE_METRICS,
     LIP_PREFIX,
@@ -324,9 +323,8 @@ def evaluation_plan(flat: dict[str, Any]) -> str:
 
     from lipsweep.attacks._registry import attack_vocab, is_attack
 
-    def title(attack: str) -> str:  # "autoattack" -> metric prefix "aa" -> "AutoAttack"
-        prefix = attack_vocab(attack).metric_prefix if is_attack(attack) else attack
-        return ATTACK_TITLES.get(prefix, attack)
+    def title(attack: str) -> str:  # "autoattack" -> its spec's title "AutoAttack"
+        return (attack_vocab(attack).title or attack) if is_attack(attack) else attack
 
     names = ["clean", *map(title, flat.get("attacks") or ())]
     return f"{', '.join(names)} on {of(flat.get('attack_images'))}; ||J_f|| on " + of(

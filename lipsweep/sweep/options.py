@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from lipsweep.core.config_base import ConfigError, show
+from lipsweep.core.config_base import ConfigError, check_int, show
 from lipsweep.core.options import (
     check_bool,
     check_experiment_name,
-    check_int,
     check_ray_address,
     check_text,
     cli,
@@ -78,8 +77,9 @@ class SweepOptions:
         check_text(self, "storage", optional=True, path=True)
         for name in ("resume", "dry_run", "dashboard"):
             check_bool(self, name)
-        check_int(self, "max_concurrent_trials", 1)
-        check_int(self, "num_cpus", 1)
+        for name in ("max_concurrent_trials", "num_cpus"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
         every = self.status_every
         number = isinstance(every, (int, float)) and not isinstance(every, bool)
         if not (number and 0 <= every < math.inf):

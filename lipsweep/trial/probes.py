@@ -107,9 +107,7 @@ def probe_jacobian_norms(model: nn.Module, x: torch.Tensor, cfg: TrialConfig) ->
 
     lip = cfg.lipschitz
     route = resolve_route(lip.lip_route, cfg.model.num_classes)
-    est = create_estimator(
-        f"jacobian_{route}", iters=lip.lip_iters, tol=lip.lip_tol, precision=lip.lip_precision
-    )
+    est = create_estimator(f"jacobian_{route}", lip)
     bs = lip.lip_batch_size
     norms = [
         est(model, x[i : i + bs])["jacobian_norm"].detach().cpu().numpy()
