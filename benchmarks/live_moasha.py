@@ -15,6 +15,16 @@ budget). Then it compares with the recorded table restricted to the same seeds:
   grid's front with that front's reference point (:mod:`lipsweep.core.hypervolume`).
 
     .venv/bin/python benchmarks/live_moasha.py --num-cpus 2 --out /tmp/live_moasha.json
+
+``--as-written SPACE`` runs a space with its own scheduler and seeds instead (e.g.
+benchmarks/data/live_moasha_one_seed.yaml: one seed, the PGD probe tied at 0) and compares
+with no table: it records every trial's values of the scheduler's metrics and their
+standard errors at each rung as the scheduler saw them (its saved state), the rungs at which a
+metric was the same for every trial, each stop reason, and whether every stop reason names
+the noise it used (seed or measurement noise).
+
+    .venv/bin/python benchmarks/live_moasha.py --as-written \\
+        benchmarks/data/live_moasha_one_seed.yaml --out /tmp/live_one_seed.json
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -86,6 +97,70 @@ def live_runs(
     return compute, full, dict(sorted(reasons.items()))
 
 
+NOISE_NAMES = ("seed noise", "measurement noise")
+"""What a noise-aware stop reason says it stopped beyond (:meth:`StopReason.text`)."""
+
+
+def as_written_runs(
+    tracking_uri: str, experiment: str, space: Path, storage: str
+) -> dict[str, Any]:
+    """What a sweep of ``space`` (run as written) did: from MLflow each trial's status and
+    stop reason; from the scheduler's saved state (what the rule itself saw) each trial's
+    values of the scheduler's metrics and their standard errors at each rung, and the rungs
+    at which a metric was the same for every trial there; whether every stop reason names
+    the noise it used."""
+    from lipsweep.search.schedulers import state_path
+    from lipsweep.tracking import TAG_STOPPED_BY
+    from lipsweep.tracking.reader import TrackingReader
+    from lipsweep.tracking.schema import TAG_KIND
+
+    doc = yaml.safe_load(space.read_text())
+    metrics = list(doc["scheduler"]["metrics"])
+    state = json.loads(Path(state_path(storage, experiment)).read_text())
+    rungs = state["rungs"]
+    reader = TrackingReader(tracking_uri, experiment)
+    trials: dict[str, dict[str, Any]] = {}
+    for run in reader.search(f"tags.`{TAG_KIND}` = 'trial'"):
+        tid = run.info.run_name.split()[0]
+        seen, ses = state["reported"].get(tid, {}), state["measured"].get(tid, {})
+        trials[run.info.run_name] = {
+            "status": run.info.status,
+            "stopped_by": run.data.tags.get(TAG_STOPPED_BY),
+            "at_rungs": {
+                f"epoch {rungs[int(i)]:g}": {
+                    **{m: round(v, 4) for m, v in zip(metrics, vals)},
+                    **{
+                        f"{m}_se": None if e is None else round(e, 4)
+                        for m, e in zip(metrics, ses.get(i, [None] * len(metrics)))
+                    },
+                }  # fmt: skip
+                for i, vals in sorted(seen.items())
+            },
+        }
+    trials = dict(sorted(trials.items()))
+    tied = {}
+    for m in metrics:
+        by_rung: dict[str, set[float]] = {}
+        for t in trials.values():
+            for r, vals in t["at_rungs"].items():
+                by_rung.setdefault(r, set()).add(vals[m])
+        tied[m] = sorted(r for r, vs in by_rung.items() if len(vs) == 1)
+    reasons = {n: t["stopped_by"] for n, t in trials.items() if t["stopped_by"]}
+    return {
+        "trials": len(trials),
+        "finished": sum(t["status"] == "FINISHED" for t in trials.values()),
+        "stopped": len(reasons),
+        "scheduler": doc["scheduler"],
+        "seeds": doc.get("repeat", {}).get("seed"),
+        "tied_at_rungs": tied,
+        "every_stop_names_its_noise": all(
+            any(w in r for w in NOISE_NAMES) for r in reasons.values()
+        ),
+        "stop_reasons": reasons,
+        "per_trial": trials,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--table", default=str(DATA / "tiny_grid.csv"))
@@ -98,7 +173,16 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--compare-only", action="store_true", help="only re-read MLflow")
     ap.add_argument("--out", default=None, help="JSON of the figures")
+    ap.add_argument(
+        "--as-written",
+        metavar="SPACE",
+        default=None,
+        help="run SPACE with its own scheduler and seeds and record what it did (module "
+        "docstring); no table",
+    )
     args = ap.parse_args()
+    if args.as_written:
+        return main_as_written(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     seeds = args.seed or [0]
     from lipsweep.search.replay.table import load_table
@@ -162,6 +246,37 @@ def main() -> int:
         "stop_reasons": reasons,
     }
     _log.info("%s", json.dumps(figures))
+    if args.out:
+        Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+def main_as_written(args: argparse.Namespace) -> int:
+    """``--as-written SPACE``: SPACE swept as written, read back (:func:`as_written_runs`)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    space = Path(args.as_written)
+    wall = None
+    if not args.compare_only:
+        from lipsweep import api
+        from lipsweep.sweep.signals import exit_code
+
+        Path(args.storage).mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        result = api.sweep(
+            space=str(space),
+            experiment=args.experiment,
+            tracking_uri=args.tracking_uri,
+            storage=args.storage,
+            num_cpus=args.num_cpus,
+            resume=args.resume,
+        )
+        wall = time.perf_counter() - t0
+        if result.interrupted:
+            _log.warning("live sweep interrupted after %.0f s; rerun with --resume", wall)
+            return exit_code(result.signal) if result.signal else 1
+    figures = {"space": space.name, "wall_s": None if wall is None else round(wall, 1)}
+    figures |= as_written_runs(args.tracking_uri, args.experiment, space, args.storage)
+    _log.info("%s", json.dumps({k: v for k, v in figures.items() if k != "per_trial"}))
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
     return 0

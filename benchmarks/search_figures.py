@@ -12,6 +12,7 @@ table of figures in ``docs/bench_search_figures/figures.md``. Every method and r
     .venv/bin/python benchmarks/search_figures.py --spread --replays 200   # how far 50 move
     .venv/bin/python benchmarks/search_figures.py --render          # figures.md only
     .venv/bin/python benchmarks/search_figures.py --outcomes --replays 20   # kept and paid
+    .venv/bin/python benchmarks/search_figures.py --outcomes --grace-period 2   # a what-if
 
 The same code, tables and flags give the same files to the digit (each replay is seeded by its
 index; the presets are generated from their fixed seeds).
@@ -306,9 +307,11 @@ def outcomes(names: Sequence[str], args: argparse.Namespace) -> list[dict[str, A
 
     methods = args.method or list(OUTCOME_METHODS)
     keys = [(n, sd, m) for n in names for sd in (None, 1) for m in methods]
+    settings = {} if args.grace_period is None else {"grace_period": args.grace_period}
     with ProcessPoolExecutor(args.processes) as pool:
         jobs = {
-            k: pool.submit(run_method, k[0], k[2], args.replays, args.workers, k[1]) for k in keys
+            k: pool.submit(run_method, k[0], k[2], args.replays, args.workers, k[1], **settings)
+            for k in keys
         }
         runs = {k: job.result() for k, job in jobs.items()}
     rows = []
@@ -380,6 +383,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         action="store_true",
         help="rewrite figures.md from the tables' committed summaries; replays nothing",
     )
+    ap.add_argument(
+        "--grace-period",
+        type=int,
+        default=None,
+        help="with --outcomes: replay the schedulers with this first rung (epochs), print the "
+        "rows and write no file; the oracle still stops at the first epoch",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.settings:
@@ -391,6 +401,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.outcomes:
         rows = outcomes(args.only or list(TABLES), args)
         text = outcomes_markdown(rows)
+        if args.grace_period is not None:  # a what-if: the committed outcomes stay
+            print(text)
+            return 0
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / "outcomes.md").write_text(text)
         (OUT / "outcomes.json").write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")

@@ -6,10 +6,11 @@ example :class:`lipsweep.search.schedulers.moasha.MoAsha`): ``add``,
 ``decide(trial, group, t, metrics) -> "continue" | "stop"``, ``report(trial)``, ``reason``,
 ``metrics``, ``changes`` (a counter), ``state()`` and ``from_state``. :class:`CoreScheduler`
 feeds it Tune's trial events (trial id, the configuration of the trial's seeds, or the trial
-itself for a per-trial scheduler, the ``epoch`` of the report, the values) and returns its
-decisions; the replay benchmark (:mod:`lipsweep.search.replay`) drives the same core, with
-the same grouping, without Ray (:class:`lipsweep.search.schedulers.cores.Decider`). The core
-sees only results, so it works under every searcher.
+itself for a per-trial scheduler, the ``epoch`` of the report, the values of its metrics and
+their ``<metric>_se`` where the trial reports one) and returns its decisions; the replay
+benchmark (:mod:`lipsweep.search.replay`) drives the same core, with the same grouping,
+without Ray (:class:`lipsweep.search.schedulers.cores.Decider`). The core sees only results,
+so it works under every searcher.
 
 Resume: Tune keeps no scheduler state in its experiment checkpoint (Ray 2.60 pickles the
 scheduler once, when the sweep starts), so after each change the core's state is written
@@ -27,6 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from lipsweep.core.metric_names import se_metric
 from lipsweep.core.storage import read_text, write_text
 from lipsweep.search.schedulers import SchedulerContext, create_scheduler
 from lipsweep.search.schedulers.cores import Decider
@@ -128,7 +130,9 @@ class CoreScheduler(Handoff, FIFOScheduler):
             return TrialScheduler.CONTINUE
         group = self.group(trial.trial_id, _flat(trial.config))
         before = core.changes
-        values = {m: result.get(m) for m in core.metrics}
+        # each metric with the standard error a probe logs beside it (``<metric>_se``): with
+        # one seed it is the only noise a noise-aware core has
+        values = {k: result.get(k) for m in core.metrics for k in (m, se_metric(m))}
         decision = core.decide(trial.trial_id, group, result[TIME_ATTR], values)
         if core.changes != before:
             self._save()
