@@ -359,8 +359,8 @@ _HISTORY = re.compile(
 # checksums and test data do not appear.
 _HASH = re.compile(r"(?<![.\w])(?!\d+e\d+\b)(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 _NOT_TEXT = {".csv", ".json", ".npz", ".png", ".db", ".lock", ".safetensors", ".txt"}
-# CHANGELOG.md is where history goes. docs/benchmarks.md is left out while it is rewritten.
-_HISTORY_EXEMPT = {"CHANGELOG.md", "docs/benchmarks.md"}
+# CHANGELOG.md is where history goes.
+_HISTORY_EXEMPT = {"CHANGELOG.md"}
 
 
 def _py_prose(text: str) -> dict[int, str]:
