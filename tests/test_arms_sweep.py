@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from _sweep_helpers import (
     NONE,
     children,
     empty_store,
+    lipsweep_cli,
     parents,
     ray_sandbox,
     run_sweep_cli,
@@ -38,17 +38,7 @@ def swept(tmp_path_factory):
 
 
 def cli(d: Path, *argv: str) -> str:
-    import subprocess
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "lipsweep", *argv],
-        cwd=d,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    return proc.stdout
+    return lipsweep_cli(d, *argv).stdout
 
 
 def test_pareto_ranks_the_two_arms_by_their_means(swept):
