@@ -316,7 +316,8 @@ class BenchSearchOptions:
         for name in ("replays", "workers", "grace_period"):
             check_int(name, getattr(self, name), 1)
         check_reduction_factor(self.reduction_factor, "reduction_factor")
-        check_int(self, "seeds", 1)
+        if self.seeds is not None:
+            check_int("seeds", self.seeds, 1)
         c = self.confidence
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < 1:
             raise ConfigError("confidence", f"must be a number in (0, 1), got {show(c)}")
