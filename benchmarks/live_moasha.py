@@ -35,7 +35,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import yaml
@@ -190,31 +190,14 @@ def main() -> int:
     table = load_table(args.table)  # first: a missing table fails before hours of training
     wall = None
     if not args.compare_only:
-        from lipsweep import api
-        from lipsweep.sweep.signals import exit_code
-
         # beside Ray's state, not in a temporary folder: the driver's resume hint names it
         Path(args.storage).mkdir(parents=True, exist_ok=True)
         space = live_space(
             Path(args.space), seeds, Path(args.storage) / f"{args.experiment}.space.yaml"
         )
-        t0 = time.perf_counter()
-        result = api.sweep(
-            space=str(space),
-            experiment=args.experiment,
-            tracking_uri=args.tracking_uri,
-            storage=args.storage,
-            num_cpus=args.num_cpus,
-            resume=args.resume,
-        )
-        wall = time.perf_counter() - t0
-        if result.interrupted:  # nothing to compare yet: the same command with --resume
-            _log.warning(
-                "live sweep interrupted after %.0f s (%s); rerun this command with --resume",
-                wall, result.counts,
-            )  # fmt: skip
-            return exit_code(result.signal) if result.signal else 1
-        _log.info("live sweep: %s in %.0f s", result.counts, wall)
+        wall, code = _sweep(args, space)
+        if code is not None:  # nothing to compare yet: the same command with --resume
+            return code
     compute, full, reasons = live_runs(args.tracking_uri, args.experiment)
 
     chosen = {str(s) for s in seeds}
@@ -251,29 +234,42 @@ def main() -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace, space: Path) -> tuple[float, Optional[int]]:
+    """Sweep ``space`` as the flags say; (wall seconds, the exit code when it was interrupted,
+    else None)."""
+    from lipsweep import api
+    from lipsweep.sweep.signals import exit_code
+
+    t0 = time.perf_counter()
+    result = api.sweep(
+        space=str(space),
+        experiment=args.experiment,
+        tracking_uri=args.tracking_uri,
+        storage=args.storage,
+        num_cpus=args.num_cpus,
+        resume=args.resume,
+    )
+    wall = time.perf_counter() - t0
+    if result.interrupted:
+        _log.warning(
+            "live sweep interrupted after %.0f s (%s); rerun this command with --resume",
+            wall, result.counts,
+        )  # fmt: skip
+        return wall, exit_code(result.signal) if result.signal else 1
+    _log.info("live sweep: %s in %.0f s", result.counts, wall)
+    return wall, None
+
+
 def main_as_written(args: argparse.Namespace) -> int:
     """``--as-written SPACE``: SPACE swept as written, read back (:func:`as_written_runs`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     space = Path(args.as_written)
     wall = None
     if not args.compare_only:
-        from lipsweep import api
-        from lipsweep.sweep.signals import exit_code
-
         Path(args.storage).mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        result = api.sweep(
-            space=str(space),
-            experiment=args.experiment,
-            tracking_uri=args.tracking_uri,
-            storage=args.storage,
-            num_cpus=args.num_cpus,
-            resume=args.resume,
-        )
-        wall = time.perf_counter() - t0
-        if result.interrupted:
-            _log.warning("live sweep interrupted after %.0f s; rerun with --resume", wall)
-            return exit_code(result.signal) if result.signal else 1
+        wall, code = _sweep(args, space)
+        if code is not None:
+            return code
     figures = {"space": space.name, "wall_s": None if wall is None else round(wall, 1)}
     figures |= as_written_runs(args.tracking_uri, args.experiment, space, args.storage)
     _log.info("%s", json.dumps({k: v for k, v in figures.items() if k != "per_trial"}))
