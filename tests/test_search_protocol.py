@@ -6,6 +6,7 @@ digit. No Ray is started here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -194,8 +195,8 @@ def test_a_seed_stopped_in_its_last_epoch_is_stopped_as_live():
     table = replay.load_table(TINY)
     order = ListMember([dict(c.params) for c in table.configs[:2]])
     search = Repeats(replay.TableMember(order, table), ["0"], ["acc_clean"])
-    one_seed = replay.dataclasses.replace(
-        table, configs=tuple(replay.dataclasses.replace(c, seeds=("0",)) for c in table.configs)
+    one_seed = dataclasses.replace(
+        table, configs=tuple(dataclasses.replace(c, seeds=("0",)) for c in table.configs)
     )
     r = replay.simulate(one_seed, search, LastEpoch(), [("acc_clean", "max")], 1)
     assert r.stopped == 1 and len(r.hv) == 1  # the first configuration did not complete

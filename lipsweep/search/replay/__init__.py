@@ -40,7 +40,6 @@ runs them.
 
 from __future__ import annotations
 
-import dataclasses  # noqa: F401 - `replay.dataclasses` is read by the tests
 import logging
 from typing import Any, Optional, Sequence
 
