@@ -244,6 +244,27 @@ def test_a_snapshot_without_checkpoints_restores_a_final_one_written_after_it(tm
     assert resumed.storage.current_checkpoint_index == 0
 
 
+def test_an_epoch_checkpoint_whose_result_tune_never_recorded_is_not_resumed_from(tmp_path):
+    """A SIGINT between a worker's upload of epoch 1 and the driver's processing of its result:
+    the snapshot records no checkpoint and ``result.json`` has no row for it. Resuming from it
+    would leave epoch 1 out of the searcher's intermediate values and the scheduler's rungs, so
+    the trial starts over (its next checkpoint past that folder); once ``result.json`` holds
+    the row (the driver processed it), the trial resumes from it."""
+    trial = _trial(tmp_path)
+    snapshot = _snapshot(trial)
+    epoch = _checkpoint_folder(Path(trial.storage.trial_fs_path) / "checkpoint_000000", 1)
+    resumed = _restored(snapshot)
+    _step(resumed)
+    assert resumed.checkpoint is None
+    assert resumed.storage.current_checkpoint_index == 0  # the next is checkpoint_000001
+
+    row = {"epoch": 1, "training_iteration": 1, "checkpoint_dir_name": epoch.name}
+    (epoch.parent / "result.json").write_text(json.dumps(row) + "\n")
+    resumed = _restored(snapshot)
+    _step(resumed)
+    assert resumed.checkpoint.path == str(epoch)
+
+
 def test_a_checkpoint_holding_a_link_is_neither_copied_nor_resumed_from(tmp_path):
     """A weights file that is a link (to ``/dev/zero`` it would fill the disk; here to a
     file outside the folder): the trainable copies nothing and trains from epoch 1, and the

@@ -13,19 +13,22 @@ mid-upload leaves a folder with every name and some bytes missing. Deciding whet
 repair reads only listings (names, sizes, links); the checksums are read, streamed, when a
 list is rebuilt. Their metrics are those Tune's ``result.json`` on storage holds (empty for a
 checkpoint newer than its last sync). With no whole checkpoint left the trial starts over.
-A trial whose snapshot records no checkpoint restores from the newest whole one on storage,
-if there is one (its only checkpoint was its final one, written after the snapshot). In every
-case its checkpoint index is moved past every checkpoint folder, so that a new checkpoint
-never lands in an old one's.
+In every case the trial's checkpoint index is moved past every checkpoint folder, so that a
+new checkpoint never lands in an old one's.
 
 The same window makes a finished trial run again: a trial whose final checkpoint (with its
 ``metrics.json``, :data:`lipsweep.trial.checkpoint_files.FINAL_METRICS`) reached storage after the
 snapshot would train on from the snapshot's epoch and run its final evaluation twice. When
 the newest whole checkpoint on storage is such a final one, newer than every recorded one,
-the list is rebuilt the same way; the trainable then reports that checkpoint again
-(:func:`lipsweep.sweep.trainable.restore_checkpoint`). A newer *epoch* checkpoint is left
-alone: the recorded one is whole, and resuming from it repeats at most ``checkpoint_every``
-epochs.
+the list is rebuilt the same way, also where the snapshot records no checkpoint (``epochs:
+1``, or ``checkpoint_every`` >= epochs: the final is the only one); the trainable then reports
+that checkpoint again (:func:`lipsweep.sweep.trainable.restore_checkpoint`). A newer *epoch*
+checkpoint is left alone while the recorded one is whole. Where the snapshot records none, or
+its recorded ones are gone, the newest whole one is taken, except the newest folder when it is
+an epoch checkpoint with no row in ``result.json``: its result may not have reached the driver
+(a SIGINT lands between the worker's upload and the driver's processing), and a trial resumed
+past it would leave that epoch out of the searcher's intermediate values and the scheduler's
+rungs. Passing over it repeats at most ``checkpoint_every`` epochs.
 
 Tune has no public API for a trial's checkpoint list: this module is the one place that
 builds ``ray.train._internal``'s ``_CheckpointManager`` (Ray pinned by uv.lock; the test
@@ -186,30 +189,36 @@ def _rebuild(trial: Trial, found: list[_TrainingResult]) -> None:
     trial.invalidate_json_state()
 
 
+def _maybe_unseen(result: _TrainingResult, newest: str, at: int) -> bool:
+    """``result`` is the newest checkpoint folder on storage, newer than the snapshot's latest
+    (index ``at``), and ``result.json`` has no row for it: the worker uploads a checkpoint
+    before the driver processes its result, and runs its next epoch only after, so this one
+    checkpoint's result may never have reached the searcher, the scheduler or MLflow."""
+    path = result.checkpoint.path
+    return _name(path) == newest and _index(path) > at and not result.metrics
+
+
 def repair(trial: Trial) -> Optional[str]:
-    """Rebuild ``trial``'s checkpoint list if a checkpoint it records is gone or cut short,
-    if it records none and a whole one is on storage, or if a whole final checkpoint newer
-    than every recorded one is on storage (the trial ended after Tune's last snapshot: it
-    restores from that one and reports it again, instead of training on from an older
-    epoch); returns a line saying what changed, or None otherwise. The checkpoint index moves
-    past every folder on storage either way."""
+    """Rebuild ``trial``'s checkpoint list if a checkpoint it records is gone or cut short, or
+    if a whole final checkpoint newer than every recorded one is on storage (the trial ended
+    after Tune's last snapshot: it restores from that one and reports it again, instead of
+    training on from an older epoch, or from epoch 1 where the snapshot records none); returns
+    a line saying what changed, or None otherwise. The newest folder on storage, when it is
+    an epoch checkpoint newer than every recorded one with no row in ``result.json``, is never
+    taken (:func:`_maybe_unseen`); resuming before it repeats at most ``checkpoint_every``
+    epochs. The checkpoint index moves past every folder on storage either way."""
     manager = trial.run_metadata.checkpoint_manager
     latest = manager.latest_checkpoint_result
     fs = trial.storage.storage_filesystem
     names = _folders(trial)
     _past_every_folder(trial, names)
-    if latest is None:
-        found = _whole_ones(trial, names)
-        if not found:
-            return None
-        _rebuild(trial, found)
-        return (
-            f"trial {trial.trial_id}: Tune's last snapshot records no checkpoint, but "
-            f"{_name(found[-1].checkpoint.path)} reached storage after it; resuming from it"
-        )
-    recorded = {r.checkpoint.path for r in [*manager.best_checkpoint_results, latest]}
+    at = -1 if latest is None else _index(latest.checkpoint.path)
+    recorded = (
+        set()
+        if latest is None
+        else {r.checkpoint.path for r in [*manager.best_checkpoint_results, latest]}
+    )
     bad = sorted(p for p in recorded if not _exists(fs, p) or not _whole(fs, p, verify=False))
-    at = _index(latest.checkpoint.path)
     if not bad and not (names and _index(names[-1]) > at):
         return None
     found = _whole_ones(trial, names)
@@ -218,15 +227,33 @@ def repair(trial: Trial) -> Optional[str]:
         and _index(found[-1].checkpoint.path) > at
         and _final(fs, found[-1].checkpoint.path)
     )
-    if not bad and not newer_final:
+    if not bad and latest is not None and not newer_final:
+        return None  # a newer epoch checkpoint is left alone: the recorded one is whole
+    kept = [r for r in found if not _maybe_unseen(r, names[-1], at) or newer_final]
+    if len(kept) < len(found):
+        _log.info(
+            "trial %s: passing over %s, written after the last result Tune recorded (the "
+            "searcher and the scheduler may not have seen that epoch); that epoch runs again",
+            trial.trial_id,
+            names[-1],
+        )
+    if not bad and not kept:
         return None
-    _rebuild(trial, found)
-    newest = _name(found[-1].checkpoint.path) if found else None
+    _rebuild(trial, kept)
+    newest = _name(kept[-1].checkpoint.path) if kept else None
     if not bad:
+        names_then = (
+            "records no checkpoint" if latest is None else f"names {_name(latest.checkpoint.path)}"
+        )
+        if newer_final:
+            return (
+                f"trial {trial.trial_id}: its final checkpoint {newest} was written after "
+                f"Tune's last snapshot (which {names_then}); it reports that one again, not "
+                "training on"
+            )
         return (
-            f"trial {trial.trial_id}: its final checkpoint {newest} was written after Tune's "
-            f"last snapshot (which names {_name(latest.checkpoint.path)}); it reports that "
-            "one again, not training on"
+            f"trial {trial.trial_id}: Tune's last snapshot {names_then}, but {newest} reached "
+            "storage after it; resuming from it"
         )
     bad_names = ", ".join(_name(p) for p in bad)
     if newest is None:
