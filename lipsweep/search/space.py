@@ -71,7 +71,14 @@ from typing import Any, Callable, Optional
 import yaml
 
 from lipsweep.core import metric_names
-from lipsweep.core.config_base import INT_LIMIT, ConfigError, key_name, load_yaml_text, show
+from lipsweep.core.config_base import (
+    INT_LIMIT,
+    ConfigError,
+    finite,
+    key_name,
+    load_yaml_text,
+    show,
+)
 from lipsweep.regularizers import find_spec, list_regularizers, regularizer_specs
 from lipsweep.search.callback_refs import CallbackRef, parse_callbacks
 from lipsweep.search.schedulers import scheduler_settings
@@ -287,7 +294,7 @@ def _number(value: Any) -> Optional[int | float]:
             value = float(value)
         except ValueError:
             return None
-    return value if _finite(value) else None
+    return value if finite(value) else None
 
 
 def parse_distribution(raw: Any, where: str, path: str) -> Distribution:
@@ -444,13 +451,6 @@ def _int_in(val: Any, lo: int, hi: int) -> bool:
     return isinstance(val, int) and not isinstance(val, bool) and lo <= val <= hi
 
 
-def _finite(val: Any) -> bool:
-    """A real number (not bool), finite, and not an int too large for a float."""
-    if isinstance(val, bool) or not isinstance(val, (int, float)):
-        return False
-    return abs(val) <= INT_LIMIT if isinstance(val, int) else math.isfinite(val)
-
-
 def _parse_resources(raw: Any, path: str) -> Resources:
     raw = _check_keys("resources", raw or {}, {"cpu", "gpu", "accelerator_type"}, path)
     res = Resources(**raw)
@@ -463,7 +463,7 @@ def _parse_resources(raw: Any, path: str) -> Resources:
         )
     for key in ("cpu", "gpu"):
         val = getattr(res, key)
-        if not _finite(val) or val < 0:
+        if not finite(val) or val < 0:
             raise _err(f"resources.{key}", f"must be a number >= 0, got {show(val)}", path)
     if res.gpu > 1 and res.gpu != int(res.gpu):
         raise _err("resources.gpu", "fractions are allowed only below 1", path)
