@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
-from lipsweep.search.space import Resources, SweepSpec, sample_space
+from lipsweep.search.space import Resources, SweepSpec
+from lipsweep.search.space_distributions import sample_space
 from lipsweep.search.space_record import save_record
 from lipsweep.sweep.local_ray import LocalRay
 from lipsweep.sweep.options import SweepOptions
@@ -692,7 +693,7 @@ def ray_resources(res: Resources) -> dict[str, float]:
 def dry_run_lines(spec: SweepSpec) -> list[str]:
     """Human-readable list of the trials a sweep would run (no Ray)."""
     from lipsweep.regularizers import setting_names
-    from lipsweep.search.space import recipe_lines, trial_label
+    from lipsweep.search.space_display import recipe_lines, trial_label
 
     kind = spec.search.algorithm if spec.search else "grid"
     lines = [
