@@ -160,3 +160,22 @@ def test_a_process_with_a_ray_title_keeps_the_marker_readable():
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Ray groups its daemons itself on Windows")
+def test_local_rays_daemons_start_in_a_process_group_of_their_own():
+    """Inside ``LocalRay``'s block, the class the pinned Ray starts its daemons with
+    (``ray_internals.daemon_services``) starts each in a process group of its own, so a
+    signal to the command's group reaches the driver alone; after the block Ray's own class
+    is back."""
+    from lipsweep.sweep import local_ray, ray_internals
+
+    services = ray_internals.daemon_services()
+    assert services is not None, "the pinned Ray's ConsolePopen or fate sharing is missing"
+    base = services.ConsolePopen
+    code = "import os; print(os.getpgid(0))"
+    with local_ray._own_process_groups():
+        child = services.ConsolePopen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+        out, _ = child.communicate(timeout=60)
+    assert int(out) == child.pid != os.getpgid(0)
+    assert services.ConsolePopen is base

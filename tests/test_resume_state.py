@@ -42,7 +42,8 @@ def _report(trial, index: int, epoch: int, rows: list[dict], synced: bool = True
     result.json (on storage once a snapshot syncs it), the checkpoint registered (which
     deletes the oldest past num_to_keep) and the trial's checkpoint index moved on."""
     from ray.train import Checkpoint
-    from ray.train._internal.session import _TrainingResult
+
+    from lipsweep.sweep.ray_internals import training_result
 
     name = f"checkpoint_{index:06d}"
     path = _checkpoint_folder(Path(trial.storage.trial_fs_path) / name, epoch)
@@ -52,7 +53,7 @@ def _report(trial, index: int, epoch: int, rows: list[dict], synced: bool = True
         (Path(trial.storage.trial_fs_path) / "result.json").write_text(
             "".join(json.dumps(r) + "\n" for r in rows)
         )
-    trial.on_checkpoint(_TrainingResult(checkpoint=Checkpoint(str(path)), metrics=row))
+    trial.on_checkpoint(training_result(Checkpoint(str(path)), row))
 
 
 def _snapshot(trial) -> tuple[str, str]:

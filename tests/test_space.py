@@ -278,7 +278,7 @@ def test_random_and_optuna_draw_the_same_values(raw, allowed):
     """quniform quantises to q; both searchers draw from one set, with the same types."""
     import random
 
-    from lipsweep.search.space import parse_distribution
+    from lipsweep.search.space_distributions import parse_distribution
 
     dist = parse_distribution(raw, "search.space.x", "s.yaml")
     rng = random.Random(0)
@@ -304,7 +304,7 @@ def test_random_and_optuna_draw_the_same_values(raw, allowed):
     ],
 )
 def test_bad_quniform_and_bounds_name_the_key(raw):
-    from lipsweep.search.space import parse_distribution
+    from lipsweep.search.space_distributions import parse_distribution
 
     with pytest.raises(ConfigError) as exc:
         parse_distribution(raw, "search.space.lr", "s.yaml")

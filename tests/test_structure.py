@@ -161,6 +161,14 @@ def test_ray_is_imported_under_sweep_only():
     ] == []
 
 
+def test_rays_private_modules_are_imported_by_ray_internals_only():
+    """Ray's private modules (``ray._private``, ``ray._raylet``, ``ray.train._internal``, any
+    ``_`` part) are imported in one module, lipsweep/sweep/ray_internals.py."""
+    private = re.compile(r"^\s*(import|from)\s+ray(\.\w+)*\._", re.M)
+    found = [str(p.relative_to(ROOT)) for p in PKG.rglob("*.py") if private.search(p.read_text())]
+    assert found == ["lipsweep/sweep/ray_internals.py"]
+
+
 def test_search_imports_no_ray_mlflow_or_torch():
     """lipsweep/search/ is the Ray-free search logic: none of its modules imports Ray, MLflow
     or torch, in its own code (deferred imports included) or through the modules it imports

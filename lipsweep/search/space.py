@@ -41,20 +41,24 @@ In ``grid`` a list is always an axis; to set a list-valued setting (e.g. ``attac
 grid block, wrap it in one more list. Every expanded trial is validated as a TrialConfig before
 Ray starts, and errors name the file and the key. Nothing here imports Ray.
 
-A ``search.space`` value is a constant (any value that is not a mapping) or one distribution,
-read by one parser (:func:`parse_distribution`) for the random sampler and Optuna alike:
+A ``search.space`` value is a constant (any value that is not a mapping) or one distribution:
 ``choice: [a, b, ...]``, ``uniform: [low, high]``, ``loguniform: [low, high]``, ``randint:
 [low, high]`` (an integer, high excluded) or ``quniform: [low, high, q]`` (``low + i * q``
-up to high; q defaults to 1). Any other mapping is refused, naming its key.
+up to high; q defaults to 1). Any other mapping is refused, naming its key. One parser reads
+them for the random sampler and Optuna alike (:mod:`lipsweep.search.space_distributions`).
 
 Metrics: a trial reports ``acc_clean`` and its losses every epoch and the docs/contract.md metrics
 (``acc_*``, ``lip_*``, ``epochs_done``) once, at the end. So a scheduler's metrics
 (``scheduler.metric`` of ``asha``, ``scheduler.metrics`` of ``moasha``; the scheduler family in
-lipsweep/search/schedulers/ parses the block) must be in :data:`EPOCH_METRICS` or, where every
-trial probes (``probe_every``), among its probe metrics (``probe_acc_pgd_<eps>``,
-``probe_lip_jacobian_median``): schedulers compare trials at each rung,
-while ``search.metric`` may be any
-final metric: Optuna is told each trial's final report and prunes nothing itself.
+lipsweep/search/schedulers/ parses the block) must be per-epoch metrics
+(:data:`lipsweep.core.metric_names.EPOCH_METRICS`) or, where every trial probes
+(``probe_every``), among its probe metrics (``probe_acc_pgd_<eps>``,
+``probe_lip_jacobian_median``): schedulers compare trials at each rung, while ``search.metric``
+may be any final metric: Optuna is told each trial's final report and prunes nothing itself
+(:mod:`lipsweep.search.space_checks`).
+
+This module reads the file and its blocks into a :class:`SweepSpec`; a trial's label and the
+``--dry-run`` recipe are in :mod:`lipsweep.search.space_display`.
 """
 
 from __future__ import annotations
@@ -66,16 +70,29 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import yaml
 
-from lipsweep.core import metric_names
-from lipsweep.core.config_base import INT_LIMIT, ConfigError, key_name, load_yaml_text, show
-from lipsweep.regularizers import find_spec, list_regularizers, regularizer_specs
+from lipsweep.core.config_base import (
+    INT_LIMIT,
+    ConfigError,
+    finite,
+    key_name,
+    load_yaml_text,
+    show,
+)
+from lipsweep.regularizers import regularizer_specs
 from lipsweep.search.callback_refs import CallbackRef, parse_callbacks
 from lipsweep.search.schedulers import scheduler_settings
-from lipsweep.settings.config import FIELD_SECTION, TrialConfig, load_yaml_mapping
+from lipsweep.search.space_checks import check_metrics, check_scheduler_reach, trial_epochs
+from lipsweep.search.space_distributions import SearchSpace, parse_space, sample_space
+from lipsweep.settings.config import (
+    FIELD_SECTION,
+    TrialConfig,
+    check_setting_key,
+    load_yaml_mapping,
+)
 
 SchedulerSettings = Any
 """A scheduler member's frozen settings dataclass (``AshaSettings``, ``MoashaSettings``, ...)."""
@@ -93,7 +110,6 @@ TOP_KEYS = {
     "max_failures",
     "callbacks",
 }
-DISTRIBUTIONS = {"choice", "uniform", "loguniform", "randint", "quniform"}
 MAX_TRIALS = 100_000  # more is a typo (or a YAML that would exhaust memory while expanding)
 
 
@@ -179,22 +195,13 @@ def _check_keys(section: str, mapping: Any, allowed: set[str], path: str) -> dic
     return mapping
 
 
-def _check_setting_key(key: str, where: str, path: str) -> None:
-    if key not in FIELD_SECTION:
-        import difflib
-
-        close = difflib.get_close_matches(str(key), list(FIELD_SECTION), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise _err(f"{where}.{key_name(key)}", f"unknown trial setting{hint}", path)
-
-
 def expand_block(block: dict[str, Any], where: str, path: str) -> list[dict[str, Any]]:
     """Cartesian product of one grid block's list-valued keys (comma keys assign jointly)."""
     axes: list[list[dict[str, Any]]] = []
     for key, value in block.items():
         names = [k.strip() for k in str(key).split(",")]
         for n in names:
-            _check_setting_key(n, where, path)
+            check_setting_key(n, where, path)
         values = value if isinstance(value, list) else [value]
         if not values:
             raise _err(f"{where}.{key}", "an empty list gives no trials", path)
@@ -214,184 +221,6 @@ def expand_block(block: dict[str, Any], where: str, path: str) -> list[dict[str,
     if math.prod(len(a) for a in axes) > MAX_TRIALS:
         raise _err(where, f"expands to more than {MAX_TRIALS} trials", path)
     return [dict(kv for part in combo for kv in part.items()) for combo in itertools.product(*axes)]
-
-
-_SCALARS = (type(None), bool, int, float, str)  # what Optuna's suggest_categorical takes
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """One ``search.space`` entry, checked once: a constant (any value that is not a mapping)
-    or one of :data:`DISTRIBUTIONS`. The random sampler (:meth:`sample`) and Optuna
-    (:meth:`suggest`) draw from the same set of values:
-
-    - ``choice: [a, b, ...]``: one of the options;
-    - ``uniform: [low, high]``, ``loguniform: [low, high]`` (low > 0): a float in [low, high];
-    - ``randint: [low, high]``: an integer in [low, high), as Python's ``range``;
-    - ``quniform: [low, high, q]``: ``low + i * q`` up to high (q defaults to 1; high - low
-      must be a multiple of q); integers when low, high and q are.
-    """
-
-    kind: str
-    args: tuple[Any, ...] = ()
-
-    def sample(self, rng: random.Random) -> Any:
-        """A random draw (the ``random`` searcher)."""
-        if self.kind == "constant":
-            return self.args[0]
-        if self.kind == "choice":
-            return rng.choice(self.args)
-        lo, hi = self.args[0], self.args[1]
-        if self.kind == "uniform":
-            return rng.uniform(lo, hi)
-        if self.kind == "loguniform":
-            return math.exp(rng.uniform(math.log(lo), math.log(hi)))
-        if self.kind == "randint":
-            return rng.randint(int(lo), int(hi) - 1)
-        return self._step_value(rng.randint(0, self._steps()))
-
-    def suggest(self, trial: Any, name: str) -> Any:
-        """Optuna's define-by-run draw (``trial`` is an ``optuna.Trial``) under ``name``."""
-        if self.kind == "constant":
-            return self.args[0]
-        if self.kind == "choice":
-            if all(isinstance(o, _SCALARS) for o in self.args):
-                return trial.suggest_categorical(name, list(self.args))
-            shown = [show(o, 60) for o in self.args]  # lists: Optuna sees their text
-            return self.args[shown.index(trial.suggest_categorical(name, shown))]
-        lo, hi = self.args[0], self.args[1]
-        if self.kind in ("uniform", "loguniform"):
-            return trial.suggest_float(name, lo, hi, log=self.kind == "loguniform")
-        if self.kind == "randint":
-            return trial.suggest_int(name, int(lo), int(hi) - 1)
-        if self._integral():
-            return trial.suggest_int(name, lo, hi, step=self.args[2])
-        value = trial.suggest_float(name, lo, hi, step=self.args[2])
-        return self._step_value(round((value - lo) / self.args[2]))
-
-    def _integral(self) -> bool:
-        return all(isinstance(a, int) and not isinstance(a, bool) for a in self.args)
-
-    def _steps(self) -> int:
-        return round((self.args[1] - self.args[0]) / self.args[2])
-
-    def _step_value(self, i: int) -> Any:
-        lo, q = self.args[0], self.args[2]
-        return lo + i * q if self._integral() else float(f"{lo + i * q:.12g}")
-
-
-def _number(value: Any) -> Optional[int | float]:
-    """A finite int or float (YAML reads ``1e-3`` as text: such text is converted), else None."""
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    return value if _finite(value) else None
-
-
-def parse_distribution(raw: Any, where: str, path: str) -> Distribution:
-    """The one parser of the distribution syntax (both searchers); errors name ``where``."""
-    if not isinstance(raw, dict):
-        return Distribution("constant", (raw,))
-    if len(raw) != 1 or next(iter(raw)) not in DISTRIBUTIONS:
-        keys = ", ".join(show(k, 40) for k in raw) or "none"
-        raise _err(
-            where,
-            f"a mapping must be one distribution, {sorted(DISTRIBUTIONS)} "
-            f"(got keys: {keys}); a constant is a plain value",
-            path,
-        )
-    kind, args = next(iter(raw.items()))
-    if kind == "choice":
-        if not isinstance(args, list) or not args:
-            raise _err(where, "choice needs a non-empty list", path)
-        return Distribution(kind, tuple(args))
-    sizes = (2, 3) if kind == "quniform" else (2,)
-    need = "[low, high] or [low, high, q]" if kind == "quniform" else "[low, high]"
-    if not isinstance(args, list) or len(args) not in sizes:
-        raise _err(where, f"{kind} needs {need}", path)
-    nums = [_number(a) for a in args]
-    if any(a is None for a in nums):
-        raise _err(where, f"{kind} needs finite numbers {need}, got {show(args)}", path)
-    args = nums
-    lo, hi = args[0], args[1]
-    if not lo < hi:
-        raise _err(where, f"{kind} needs finite low < high, got {show(args)}", path)
-    if kind == "randint" and not (float(lo).is_integer() and float(hi).is_integer()):
-        raise _err(where, f"randint needs integer bounds, got {show(args)}", path)
-    if kind == "loguniform" and lo <= 0:
-        raise _err(where, "loguniform needs low > 0", path)
-    if kind == "quniform":
-        q = args[2] if len(args) == 3 else 1
-        steps = (hi - lo) / q if q > 0 else 0.0
-        if q <= 0 or abs(steps - round(steps)) > 1e-9 * max(1.0, steps):
-            raise _err(
-                where, f"quniform needs q > 0 that divides high - low, got {show(args)}", path
-            )
-        return Distribution(kind, (lo, hi, q))
-    return Distribution(kind, (float(lo), float(hi)))
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    """A parsed ``search.space``: shared entries, and per-regularizer branches (a key named
-    after a regularizer) that apply only when that regularizer is drawn. Optuna sees a branch's
-    settings as ``<regularizer>.<key>``, so each branch is a separate parameter."""
-
-    entries: dict[str, Distribution]
-    branches: dict[str, dict[str, Distribution]]
-
-    def sample(self, rng: random.Random) -> dict[str, Any]:
-        """One random draw (the ``random`` searcher, and the checks of an Optuna space)."""
-        return self._draw(lambda name, dist: dist.sample(rng))
-
-    def suggest(self, trial: Any) -> dict[str, Any]:
-        """One Optuna draw (define-by-run); the same walk as :meth:`sample`."""
-        return self._draw(lambda name, dist: dist.suggest(trial, name))
-
-    def _draw(self, pick: Callable[[str, Distribution], Any]) -> dict[str, Any]:
-        out = {key: pick(key, dist) for key, dist in self.entries.items()}
-        reg = out.get("regularizer")
-        branch = self.branches.get(reg) if isinstance(reg, str) else None
-        for key, dist in (branch or {}).items():
-            out[key] = pick(f"{reg}.{key}", dist)
-        return out
-
-
-def parse_space(space: Any, path: str) -> SearchSpace:
-    """Parse and check a ``search.space`` mapping (every key a trial setting or a regularizer
-    branch of settings; every value a constant or a distribution)."""
-    if not isinstance(space, dict) or not space:
-        raise _err("search.space", "must be a non-empty mapping of distributions", path)
-    entries: dict[str, Distribution] = {}
-    branches: dict[str, dict[str, Distribution]] = {}
-    conditional = {k: v for k, v in space.items() if k in list_regularizers()}
-    for key, raw in space.items():
-        if key in conditional:
-            if not isinstance(raw, dict):
-                raise _err(
-                    f"search.space.{key}",
-                    f"must be a mapping of settings that apply when regularizer is {key}",
-                    path,
-                )
-            for sub, dist in raw.items():
-                _check_setting_key(sub, f"search.space.{key}", path)
-                branches.setdefault(key, {})[sub] = parse_distribution(
-                    dist, f"search.space.{key}.{key_name(sub)}", path
-                )
-            continue
-        _check_setting_key(key, "search.space", path)
-        entries[key] = parse_distribution(raw, f"search.space.{key_name(key)}", path)
-    return SearchSpace(entries, branches)
-
-
-def sample_space(
-    space: SearchSpace | dict[str, Any], rng: random.Random, path: str
-) -> dict[str, Any]:
-    """Draw one flat config from a (possibly conditional) space (parsed, or its mapping)."""
-    parsed = space if isinstance(space, SearchSpace) else parse_space(space, path)
-    return parsed.sample(rng)
 
 
 def normalise_trial(flat: dict[str, Any]) -> dict[str, Any]:
@@ -444,13 +273,6 @@ def _int_in(val: Any, lo: int, hi: int) -> bool:
     return isinstance(val, int) and not isinstance(val, bool) and lo <= val <= hi
 
 
-def _finite(val: Any) -> bool:
-    """A real number (not bool), finite, and not an int too large for a float."""
-    if isinstance(val, bool) or not isinstance(val, (int, float)):
-        return False
-    return abs(val) <= INT_LIMIT if isinstance(val, int) else math.isfinite(val)
-
-
 def _parse_resources(raw: Any, path: str) -> Resources:
     raw = _check_keys("resources", raw or {}, {"cpu", "gpu", "accelerator_type"}, path)
     res = Resources(**raw)
@@ -463,7 +285,7 @@ def _parse_resources(raw: Any, path: str) -> Resources:
         )
     for key in ("cpu", "gpu"):
         val = getattr(res, key)
-        if not _finite(val) or val < 0:
+        if not finite(val) or val < 0:
             raise _err(f"resources.{key}", f"must be a number >= 0, got {show(val)}", path)
     if res.gpu > 1 and res.gpu != int(res.gpu):
         raise _err("resources.gpu", "fractions are allowed only below 1", path)
@@ -488,111 +310,6 @@ def _label_keys() -> tuple[str, ...]:
     return ("regularizer",) + tuple(
         n for spec in regularizer_specs() for n in spec.setting_names[:2]
     )
-
-
-# Reported by every epoch's tune.report, so (with the probes of trials that run them) the only
-# metrics a scheduler (ASHA) can compare trials by. The searcher (Optuna) learns from the
-# final report, which holds the contract metrics.
-EPOCH_METRICS = metric_names.EPOCH_METRICS
-
-
-def _check_metrics(
-    spec_search: Optional[SearchSpec],
-    scheduler: Optional[SchedulerSettings],
-    trials: list[dict[str, Any]],
-    path: str,
-) -> None:
-    """Refuse metric names that no trial reports (Tune would only fail once trials ran)."""
-    for field_, metric in scheduler.metrics_used() if scheduler is not None else ():
-        if metric not in EPOCH_METRICS:
-            _check_probe_metric(metric, trials, path, field_)
-    if spec_search is None or not spec_search.lazy or not trials:
-        return
-    cfg = TrialConfig.from_flat(trials[0])
-    final = {metric_names.ACC_CLEAN, "epochs_done", *cfg.robustness.metric_names()}
-    for name in spec_search.metric:
-        if name not in final and not (
-            name.startswith(metric_names.LIP_PREFIX) and cfg.run.evaluate
-        ):
-            raise _err(
-                "search.metric",
-                f"no trial reports {name!r}; use one of "
-                f"{sorted(final)} or a lip_* summary metric (docs: docs/contract.md)",
-                path,
-            )
-
-
-def _check_probe_metric(
-    metric: str, trials: list[dict[str, Any]], path: str, field_: str = "scheduler.metric"
-) -> None:
-    """A scheduler metric beyond :data:`EPOCH_METRICS` must be a probe every trial reports
-    (``TrialConfig.epoch_metric_names``: probes on, the eps among ``pgd_eps``)."""
-    reported = [set(TrialConfig.from_flat(t).probe_metric_names()) for t in trials]
-    common = set.intersection(*reported) if reported else set()
-    if metric in common:
-        return
-    if not metric_names.is_probe_metric(metric):
-        why = "it is not a per-epoch metric"
-    elif not all(reported):
-        why = "probes are off (probe_every: 0) in some trials; set probe_every >= 1"
-    else:
-        why = "not every trial's probes report it (pgd_eps, probe_images, probe_lip_images)"
-    usable = list(EPOCH_METRICS) + sorted(common)
-    raise _err(
-        field_,
-        f"{metric!r} is not reported every epoch: {why}; the scheduler can use one of {usable}",
-        path,
-    )
-
-
-def _trial_epochs(search: Optional[SearchSpec], trials: list[dict[str, Any]], path: str) -> int:
-    """The one trial length a scheduler's rungs are set by; ConfigError naming ``scheduler``
-    where trials run different epochs (a rung at one trial's last epoch would stop it before
-    its final report)."""
-    if search is not None and search.lazy:
-        dists = [search.space.entries.get("epochs")]
-        dists += [branch.get("epochs") for branch in search.space.branches.values()]
-        drawn = [d for d in dists if d is not None]
-        if any(d.kind != "constant" for d in drawn) or len({d.args for d in drawn}) > 1:
-            raise _err(
-                "scheduler",
-                "search.space draws epochs, and a scheduler needs one trial length (its "
-                "rungs end there): put epochs in fixed:",
-                path,
-            )
-    values = sorted({int(t["epochs"]) for t in trials})
-    if len(values) > 1:
-        raise _err(
-            "scheduler",
-            f"trials run different epochs ({values[:6]}), and a scheduler needs one trial "
-            "length (its rungs end there): put epochs in fixed:",
-            path,
-        )
-    return values[0] if values else int(TrialConfig().to_flat()["epochs"])
-
-
-def _check_scheduler_reach(
-    scheduler: SchedulerSettings, trials: list[dict[str, Any]], epochs: int, path: str
-) -> None:
-    """Refuse a scheduler that could never stop a trial: its rungs past the trials' last
-    epoch (the member's ``check_epochs``), or a probe metric first measured after it."""
-    check = getattr(scheduler, "check_epochs", None)
-    if check is not None:
-        try:
-            check(epochs)
-        except ConfigError as err:
-            raise err.with_source(path) from None
-    max_t = getattr(scheduler, "max_t", None) or epochs
-    every = max((int(t.get("probe_every") or 0) for t in trials), default=0)
-    for field_, metric in scheduler.metrics_used():
-        if metric_names.is_probe_metric(metric) and every > max_t:
-            raise _err(
-                field_,
-                f"{metric!r} is probed every {every} epochs, first at epoch {every}, after "
-                f"the trials' last epoch ({max_t}): the scheduler could never compare trials "
-                f"on it; set probe_every below {max_t}",
-                path,
-            )
 
 
 def load_space(path: str | Path) -> SweepSpec:
@@ -684,11 +401,11 @@ def space_from_mapping(raw: dict[str, Any], p: str, text: str) -> SweepSpec:
             )
     trials = _validate_trials(trials, p)
     scheduler = _parse_scheduler(raw["scheduler"], p) if raw.get("scheduler") else None
-    _check_metrics(search, scheduler, trials or draws, p)
+    check_metrics(search, scheduler, trials or draws, p)
     epochs = int(fixed.get("epochs", 40))
     if scheduler is not None:
-        epochs = _trial_epochs(search, trials or draws, p)
-        _check_scheduler_reach(scheduler, trials or draws, epochs, p)
+        epochs = trial_epochs(search, trials or draws, p)
+        check_scheduler_reach(scheduler, trials or draws, epochs, p)
     mct = raw.get("max_concurrent_trials", 0)
     mf = raw.get("max_failures", 2)
     for key, val in (("max_concurrent_trials", mct), ("max_failures", mf)):
@@ -710,70 +427,3 @@ def space_from_mapping(raw: dict[str, Any], p: str, text: str) -> SweepSpec:
         epochs=epochs,
         repeats=rep_points,
     )
-
-
-def trial_label(flat: dict[str, Any]) -> str:
-    """Short human label of a trial's regularizer settings (its spec's ``label``, e.g.
-    ``<name> k=v ...``), then the seed."""
-    reg = flat.get("regularizer", "none")
-    spec = find_spec(reg)
-    core = spec.label(flat) if spec is not None else str(reg)
-    return core.strip() + (f" seed={flat['seed']}" if "seed" in flat else "")
-
-
-RECIPE_KEYS = (
-    "model",
-    "pretrained",
-    "patch_resample",
-    "normalization",
-    "img_size",
-    "patch_size",
-    "qkv_bias",
-    "dataset",
-    "eval_size",
-    "epochs",
-    "batch_size",
-    "optimizer",
-    "lr",
-    "min_lr",
-    "warmup_epochs",
-    "momentum",
-    "weight_decay",
-    "weight_decay_scope",
-    "clip_grad",
-    "mixup",
-    "cutmix",
-    "mix_prob",
-    "label_smoothing",
-    "crop_padding",
-    "hflip",
-    "pgd_steps",
-    "pgd_step_size",
-    "pgd_random_start",
-    "attack_images",
-    "lip_images",
-)
-"""The training and evaluation recipe settings ``--dry-run`` prints (docs/science.md)."""
-
-
-def _recipe_value(key: str, value: Any) -> str:
-    if key == "pgd_step_size":
-        if value is None:
-            return "2.5 * eps / pgd_steps"
-        if abs(value * 255 - round(value * 255)) < 1e-9:
-            return f"{round(value * 255)}/255"
-    if key in ("eval_size", "attack_images", "lip_images") and value == 0:
-        return "0 (all)"
-    return "''" if value == "" else str(value)
-
-
-def recipe_lines(spec: SweepSpec) -> list[str]:
-    """The recipe every trial runs, one block (defaults filled in); settings that differ
-    between trials are marked ``(varies)``. Optuna spaces show their fixed settings."""
-    trials = spec.trials or [{**TrialConfig().to_flat(), **spec.fixed}]
-    lines = ["recipe (every trial; docs/science.md gives each setting's source):"]
-    for key in RECIPE_KEYS:
-        values = {repr(t.get(key)) for t in trials}
-        shown = "(varies)" if len(values) > 1 else _recipe_value(key, trials[0].get(key))
-        lines.append(f"  {key:<20} {shown}")
-    return lines

@@ -24,7 +24,8 @@ from typing import Any
 
 from lipsweep.core.config_base import ConfigError, load_yaml_text
 from lipsweep.core.storage import experiment_path, read_text, write_text
-from lipsweep.search.space import SweepSpec, trial_label
+from lipsweep.search.space import SweepSpec
+from lipsweep.search.space_display import trial_label
 
 _log = logging.getLogger("lipsweep.sweep")
 

@@ -346,15 +346,28 @@ def _build(cls: type, values: Mapping[str, Any]) -> Any:
     return cls.from_flat(values) if hasattr(cls, "flat_keys") else from_mapping(cls, values)  # type: ignore[attr-defined]
 
 
-def _suggest(name: str) -> str:
+def _close_settings(name: str) -> list[str]:
     import difflib
 
-    close = difflib.get_close_matches(name, list(FIELD_SECTION), n=3)
+    return difflib.get_close_matches(name, list(FIELD_SECTION), n=3)
+
+
+def _suggest(name: str) -> str:
+    close = _close_settings(name)
     return (
         f"; did you mean {', '.join(close)}?"
         if close
         else "; see `lipsweep train --help-settings` for the list"
     )
+
+
+def check_setting_key(key: Any, where: str, source: str) -> None:
+    """ConfigError naming ``<where>.<key>`` (read from ``source``) unless ``key`` is a flat
+    trial setting; the closest setting names are suggested."""
+    if key not in FIELD_SECTION:
+        close = _close_settings(str(key))
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"{where}.{key_name(key)}", f"unknown trial setting{hint}", source)
 
 
 def load_yaml_mapping(path: str | Path) -> dict[str, Any]:

@@ -37,7 +37,8 @@ from lipsweep.core.metric_names import (
     attack_metric,
     is_probe_metric,
 )
-from lipsweep.search.space import SweepSpec, trial_label
+from lipsweep.search.space import SweepSpec
+from lipsweep.search.space_display import trial_label
 from lipsweep.sweep.handoff import Handoff
 from lipsweep.sweep.progress import FAILED as P_FAILED
 from lipsweep.sweep.progress import FINISHED as P_FINISHED

@@ -31,8 +31,7 @@ past it would leave that epoch out of the searcher's intermediate values and the
 rungs. Passing over it repeats at most ``checkpoint_every`` epochs.
 
 Tune has no public API for a trial's checkpoint list: this module is the one place that
-builds ``ray.train._internal``'s ``_CheckpointManager`` (Ray pinned by uv.lock; the test
-drives the installed one).
+builds one, through :mod:`lipsweep.sweep.ray_internals` (the test drives the installed Ray).
 """
 
 from __future__ import annotations
@@ -41,16 +40,18 @@ import hashlib
 import json
 import logging
 import re
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import pyarrow.fs as pafs
 from ray.train import Checkpoint
-from ray.train._internal.checkpoint_manager import _CheckpointManager
-from ray.train._internal.session import _TrainingResult
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from lipsweep.sweep import ray_internals
 from lipsweep.trial.checkpoint_files import FINAL_METRICS, STATE_FILE, WEIGHT_FILES, irregular
+
+if TYPE_CHECKING:
+    from lipsweep.sweep.ray_internals import TrainingResult
 
 _log = logging.getLogger("lipsweep.sweep")
 _CKPT_DIR = re.compile(r"checkpoint_\d{6}")
@@ -146,16 +147,14 @@ def _folders(trial: Trial) -> list[str]:
     )
 
 
-def _whole_ones(trial: Trial, names: list[str]) -> list[_TrainingResult]:
+def _whole_ones(trial: Trial, names: list[str]) -> list[TrainingResult]:
     """The whole checkpoints among the folders ``names``, as Tune results (with the metrics
     ``result.json`` has for them), oldest first."""
     fs = trial.storage.storage_filesystem
     root = trial.storage.trial_fs_path
     rows = _reported(trial) if names else {}
     return [
-        _TrainingResult(
-            checkpoint=Checkpoint(f"{root}/{n}", filesystem=fs), metrics=rows.get(n, {})
-        )
+        ray_internals.training_result(Checkpoint(f"{root}/{n}", filesystem=fs), rows.get(n, {}))
         for n in names
         if _whole(fs, f"{root}/{n}")
     ]
@@ -178,10 +177,12 @@ def _past_every_folder(trial: Trial, names: list[str]) -> None:
         trial.invalidate_json_state()
 
 
-def _rebuild(trial: Trial, found: list[_TrainingResult]) -> None:
+def _rebuild(trial: Trial, found: list[TrainingResult]) -> None:
     """Give ``trial`` a checkpoint list of ``found`` (oldest first: Tune's own num_to_keep
     applies); it restores from the last."""
-    fresh = _CheckpointManager(trial.run_metadata.checkpoint_manager.checkpoint_config)
+    fresh = ray_internals.checkpoint_manager(
+        trial.run_metadata.checkpoint_manager.checkpoint_config
+    )
     for result in found:
         fresh.register_checkpoint(result)
     trial.run_metadata.checkpoint_manager = fresh
@@ -189,7 +190,7 @@ def _rebuild(trial: Trial, found: list[_TrainingResult]) -> None:
     trial.invalidate_json_state()
 
 
-def _maybe_unseen(result: _TrainingResult, newest: str, at: int) -> bool:
+def _maybe_unseen(result: TrainingResult, newest: str, at: int) -> bool:
     """``result`` is the newest checkpoint folder on storage, newer than the snapshot's latest
     (index ``at``), and ``result.json`` has no row for it: the worker uploads a checkpoint
     before the driver processes its result, and runs its next epoch only after, so this one

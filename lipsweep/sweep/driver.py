@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError, UsageError
 from lipsweep.core.storage import experiment_path, local_path, spill_path
-from lipsweep.search.space import Resources, SweepSpec, sample_space
+from lipsweep.search.space import Resources, SweepSpec
+from lipsweep.search.space_distributions import sample_space
 from lipsweep.search.space_record import save_record
+from lipsweep.sweep import ray_internals
 from lipsweep.sweep.local_ray import LocalRay
 from lipsweep.sweep.options import SweepOptions
 from lipsweep.sweep.projection import gpu_hours_lines
@@ -339,14 +341,7 @@ def _local_token_auth() -> None:
 
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
-    # Ray caches the mode and the token at import; make this process see the new ones.
-    from ray._private.authentication.authentication_token_setup import (
-        AuthenticationTokenLoader,
-        _enable_token_auth,
-    )
-
-    _enable_token_auth()
-    AuthenticationTokenLoader.instance().reset_cache()
+    ray_internals.enable_token_auth()  # Ray caches the mode and the token at import
 
 
 def _ray_environment() -> None:
@@ -692,7 +687,7 @@ def ray_resources(res: Resources) -> dict[str, float]:
 def dry_run_lines(spec: SweepSpec) -> list[str]:
     """Human-readable list of the trials a sweep would run (no Ray)."""
     from lipsweep.regularizers import setting_names
-    from lipsweep.search.space import recipe_lines, trial_label
+    from lipsweep.search.space_display import recipe_lines, trial_label
 
     kind = spec.search.algorithm if spec.search else "grid"
     lines = [

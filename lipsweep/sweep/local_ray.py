@@ -43,7 +43,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
-from lipsweep.sweep import ray_watchdog
+from lipsweep.sweep import ray_internals, ray_watchdog
 from lipsweep.sweep.ray_watchdog import MARKER, kill_session, session_pids, wait_gone
 
 _log = logging.getLogger("lipsweep.sweep")
@@ -168,21 +168,16 @@ def start(**init_kwargs: Any) -> tuple[LocalRay, Any]:
 def _own_process_groups() -> Iterator[None]:
     """While active, Ray starts each daemon in a new process group (``Popen(process_group=0)``).
 
-    Ray has no option for it; its daemons are started through ``ray._private.services.
-    ConsolePopen`` (Ray 2.60, pinned), which is replaced for the block. On Windows Ray already
-    does the same; without kernel fate-sharing its reaper needs the shared group. If the
-    attribute is gone in another Ray, nothing is changed (the daemons share the driver's group
-    as before)."""
-    try:
-        from ray._private import services
-        from ray._private.utils import detect_fate_sharing_support
-    except ImportError:  # pragma: no cover - depends on Ray internals
+    Ray has no option for it; its daemons are started through ``ConsolePopen`` of Ray's
+    services (:func:`lipsweep.sweep.ray_internals.daemon_services`), which is replaced for the
+    block. On Windows Ray already does the same; without kernel fate-sharing its reaper needs
+    the shared group. If the class is gone in another Ray, nothing is changed (the daemons
+    share the driver's group)."""
+    services = None if sys.platform == "win32" else ray_internals.daemon_services()
+    if services is None:
         yield
         return
-    base = getattr(services, "ConsolePopen", None)
-    if base is None or sys.platform == "win32" or not detect_fate_sharing_support():
-        yield
-        return
+    base = services.ConsolePopen
 
     class _OwnGroupPopen(base):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -14,11 +14,13 @@ import os
 import stat
 from pathlib import Path
 
+from lipsweep.sweep import ray_internals
+
 _log = logging.getLogger(__name__)
 
 
 def token_path() -> Path:
-    """Where Ray keeps its default token (``ray._private.authentication``): ~/.ray/auth_token."""
+    """Where Ray keeps its default token: ~/.ray/auth_token."""
     return Path.home() / ".ray" / "auth_token"
 
 
@@ -28,17 +30,12 @@ def private_token_file() -> Path:
     path = token_path()
     given = any(os.environ.get(v) for v in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"))
     if not given and not os.path.lexists(path):  # else Ray reads the token given, writes none
-        from ray._private.authentication.authentication_token_generator import (
-            generate_new_authentication_token,
-        )
-        from ray._raylet import AuthenticationTokenLoader
-
         if not path.parent.exists():
             path.parent.mkdir(mode=0o700, parents=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
-            fh.write(generate_new_authentication_token())
-        AuthenticationTokenLoader.instance().reset_cache()
+            fh.write(ray_internals.new_auth_token())
+        ray_internals.reset_auth_token_cache()
     if not os.path.lexists(path):
         return path
     mode = stat.S_IMODE(os.lstat(path).st_mode)

@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 from lipsweep.core.config_base import ConfigError
 from lipsweep.core.logs import DATE_FORMAT, LOG_FORMAT
+from lipsweep.search.space_display import trial_label
 from lipsweep.settings.config import TrialConfig
 from lipsweep.sweep.signals import quiet_worker_exit
 from lipsweep.trial.callbacks import EVALUATION_LOGGERS, TrialCallbacks
@@ -68,17 +69,6 @@ class _EvaluationLines(logging.StreamHandler):
     def format(self, record: logging.LogRecord) -> str:
         head, _, body = super().format(record).partition(": ")
         return f"{head}: {self.trial} {body}"
-
-
-def trial_label(flat: dict[str, Any]) -> str:
-    """The trial's label as the driver's lines show it (:func:`lipsweep.search.space.trial_label`,
-    which this module cannot import: the space imports the schedulers, which import this)."""
-    from lipsweep.regularizers import find_spec
-
-    reg = flat.get("regularizer", "none")
-    spec = find_spec(reg)
-    core = spec.label(flat) if spec is not None else str(reg)
-    return core.strip() + (f" seed={flat['seed']}" if "seed" in flat else "")
 
 
 def show_evaluation_lines(trial: str) -> None:

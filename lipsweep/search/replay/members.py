@@ -45,10 +45,11 @@ def random_draws(table: Table, seed: int, tries: int = 200) -> list[Config]:
 
 
 def table_space(table: Table) -> Any:
-    """The table's settings as a ``search.space`` (:class:`lipsweep.search.space.SearchSpace`):
-    each setting a choice of the values the table has; with a ``regularizer`` setting, the
-    others are that regularizer's branch (drawn among its values once it is drawn)."""
-    from lipsweep.search.space import Distribution, SearchSpace
+    """The table's settings as a ``search.space``
+    (:class:`lipsweep.search.space_distributions.SearchSpace`): each setting a choice of the
+    values the table has; with a ``regularizer`` setting, the others are that regularizer's
+    branch (drawn among its values once it is drawn)."""
+    from lipsweep.search.space_distributions import Distribution, SearchSpace
 
     def choice(configs: Sequence[Config], p: str) -> Any:
         return Distribution("choice", tuple(_values(configs, p)))

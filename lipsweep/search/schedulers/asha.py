@@ -11,20 +11,12 @@ as ASHA promotes the top ``1/reduction_factor``. One implementation serves the l
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 from lipsweep.core import metric_names
-from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
+from lipsweep.core.config_base import INT_LIMIT, ConfigError, finite, show
 from lipsweep.search.schedulers.rules import check_reduction_factor
-
-
-def _finite(val: Any) -> bool:
-    """A real number (not bool), finite, and not an int too large for a float."""
-    if isinstance(val, bool) or not isinstance(val, (int, float)):
-        return False
-    return abs(val) <= INT_LIMIT if isinstance(val, int) else math.isfinite(val)
 
 
 def _positive_int(val: Any) -> bool:
@@ -54,7 +46,7 @@ class AshaSettings:
         if not isinstance(self.metric, str) or not self.metric:
             raise ConfigError("scheduler.metric", f"must be a metric name, got {show(self.metric)}")
         g = self.grace_period
-        if not _finite(g) or g < 1:
+        if not finite(g) or g < 1:
             raise ConfigError("scheduler.grace_period", f"must be a number >= 1, got {show(g)}")
         check_reduction_factor(self.reduction_factor, "scheduler.reduction_factor")
         if self.max_t is not None and not _positive_int(self.max_t):

@@ -96,7 +96,8 @@ class SearchRequest:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Settings shared by every trial (``fixed:``)."""
     space: Any = None
-    """The parsed ``search.space`` (:class:`lipsweep.search.space.SearchSpace`), if any."""
+    """The parsed ``search.space``, if any
+    (:class:`lipsweep.search.space_distributions.SearchSpace`)."""
     trials: list[dict[str, Any]] = field(default_factory=list)
     """Trials drawn when the space was loaded (grid, random)."""
     study_db: Optional[Path] = None

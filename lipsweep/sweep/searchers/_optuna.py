@@ -23,7 +23,8 @@ from lipsweep.core.config_base import ConfigError
 from lipsweep.search.protocol import SEED_KEY, Repeats, TuneSearcherMember
 from lipsweep.search.searchers._registry import SearchRequest, TunePlan
 from lipsweep.search.searchers.study import study_url
-from lipsweep.search.space import SearchSpace, normalise_trial, parse_space
+from lipsweep.search.space import normalise_trial
+from lipsweep.search.space_distributions import SearchSpace, parse_space
 from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
 
 _log = logging.getLogger(__name__)
@@ -124,12 +125,13 @@ def _json_scalar(value: Any) -> Any:
 
 
 class OptunaSpace:
-    """Define-by-run space for Optuna over a ``search.space`` (see space.py).
+    """Define-by-run space for Optuna over a ``search.space`` (see space_distributions.py).
 
-    It draws through the same parsed :class:`~lipsweep.search.space.SearchSpace` as the random
-    searcher (so both read the distribution syntax one way), and hands Tune the normalised flat
-    config (:func:`~lipsweep.search.space.normalise_trial`): the MLflow params and
-    ``config.json`` are then the same settings under either searcher.
+    It draws through the same parsed
+    :class:`~lipsweep.search.space_distributions.SearchSpace` as the random searcher (so both
+    read the distribution syntax one way), and hands Tune the normalised flat config
+    (:func:`~lipsweep.search.space.normalise_trial`): the MLflow params and ``config.json``
+    are then the same settings under either searcher.
     """
 
     def __init__(
