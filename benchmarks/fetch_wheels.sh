@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the wheels the GPU machine lacks into git-ignored folders beside the checkout.
 #
-# The GPU machine (docs/benchmarks.md, "GPU path") has Python 3.12, torch 2.11, timm, numpy,
+# The GPU machine (docs/benchmarks.md, "Running it on the GPU machine") has Python 3.12, torch 2.11, timm, numpy,
 # PyYAML, safetensors, tqdm, pandas, pyarrow and matplotlib, no network, and none of the
 # packages below. Each is the lock's version (uv.lock), downloaded from PyPI on this machine.
 #

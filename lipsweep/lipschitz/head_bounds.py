@@ -24,7 +24,7 @@ With q/k/v biases (the paper removes them), the bounds use the paper's Remark 2:
 and W -> [W; b]; the Jacobian w.r.t. X is a block of the one w.r.t. [X 1], so they stay bounds.
 All quantities are computed in float64. The spectral norms of W_Q, W_K, W_V, A (D x D, rank
 <= d) and X come from their square QR factors (||A|| = ||R_Q R_K^T|| / sqrt(d)), not from SVDs
-of the full matrices (figures: docs/benchmarks.md, "Hot path").
+of the full matrices (figures: docs/benchmarks.md, "The train step's hot path").
 """
 
 from __future__ import annotations

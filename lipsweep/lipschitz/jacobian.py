@@ -100,7 +100,7 @@ def measurement_mode(model: nn.Module, fused: Optional[bool] = None) -> Iterator
     Every measurement differentiates with respect to its input only. With the parameters
     frozen, the forward passes record no graph towards the weights: the VJP's forward saves
     no activations for weight gradients and the JVP's forward (``torch.func.jvp``) builds no
-    backward graph at all (figures: docs/benchmarks.md, "Hot path").
+    backward graph at all (figures: docs/benchmarks.md, "The train step's hot path").
     """
     flags = set_fused_attention(model, fused) if fused is not None else None
     try:

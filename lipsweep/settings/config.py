@@ -134,7 +134,7 @@ class RunConfig:
     compile: Union[bool, str] = "auto"
     """Train through torch.compile: true, false or 'auto' (on CUDA only, where an H100
     measured every regularizer's compiled bf16 step 1.27-1.31x faster than eager, with no
-    graph break and 2-25 s of compilation: docs/benchmarks.md, "Training step")."""
+    graph break and 2-25 s of compilation: docs/benchmarks.md, "GPU figures")."""
     keep_checkpoints: int = 2
     """How many epoch checkpoints to keep (>= 2 so a corrupt latest has a fallback)."""
     checkpoint_every: int = 1
