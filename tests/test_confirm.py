@@ -1,7 +1,8 @@
 """``lipsweep confirm`` on real MLflow (SQLite), a real tiny timm ViT trained
 by ``run_trial`` and real pyautoattack, with the test-only reduced budget
-(``LIPSWEEP_CONFIRM_ITERS``): it logs ``acc_aa_std_2`` with tags saying the attack, and a
-confirm that failed half-way resumes without redoing the finished run."""
+(``LIPSWEEP_CONFIRM_ITERS``): it logs ``acc_aa_std_2`` with tags saying the attack, a
+confirm that failed half-way resumes without redoing the finished run, and one interrupted
+within a run resumes after the chunks it finished."""
 
 from __future__ import annotations
 
@@ -90,6 +91,7 @@ def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, ca
     from lipsweep.vit.models import create_model
 
     monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "2")
+    monkeypatch.setenv("LIPSWEEP_CONFIRM_STATE", str(tmp_path / "state"))
     uri, ids = _sweep(tmp_path, checkpoint)
     caplog.set_level(logging.INFO)
     rc = main(
@@ -140,6 +142,8 @@ def test_confirm_one_run_logs_acc_aa_std_2(tmp_path, checkpoint, monkeypatch, ca
     assert float(tags["aa_std.acc_clean"]) == pytest.approx(clean, abs=0.01)
     assert value <= clean
     assert "acc_aa_std_2(max)" in out and "confirmed 1 runs, skipped 0" in out
+    # the run's chunks were saved as they ended, and removed once its result was logged
+    assert (tmp_path / "state").is_dir() and not any((tmp_path / "state").iterdir())
 
 
 @pytest.mark.slow
@@ -147,6 +151,7 @@ def test_confirm_resumes_without_redoing_finished_runs(
     tmp_path, checkpoint, monkeypatch, capsys, caplog
 ):
     monkeypatch.setenv("LIPSWEEP_CONFIRM_ITERS", "2")
+    monkeypatch.setenv("LIPSWEEP_CONFIRM_STATE", str(tmp_path / "state"))
     uri, ids = _sweep(tmp_path, checkpoint)
     # the 2nd run's checkpoint goes missing: the confirm stops half-way through the front
     art = Path(_run(uri, ids[1]).info.artifact_uri.removeprefix("file://"))
@@ -223,6 +228,9 @@ def test_confirm_task_decides_its_device_like_a_trial(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # the task sets a worker's
+    logger = logging.getLogger("lipsweep.confirm")  # and its logging: put back afterwards
+    for attr in ("handlers", "propagate", "level"):
+        monkeypatch.setattr(logger, attr, getattr(logger, attr))
     monkeypatch.setattr(confirm, "evaluate_standard", lambda *a, **k: seen.update(k))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
@@ -320,3 +328,117 @@ def test_confirm_top_breaks_ties_in_a_rank_towards_the_better_first_objective(tm
     arms = [(params(lr, s), m) for lr, m in runs for s in (0, 1)]
     uri, ids = finished_trials_store(tmp_path / "arms", arms)
     assert choose_runs(read_tracker(uri, "x"), "x", None, 1) == ids[2:]
+
+
+# ------------------------------------------------------------------ resuming within a run
+
+# A one-block timm ViT whose random weights (seed 8) get 3 of the 8 images right, one of them
+# robust at 2/255: chunks of 5 images put a robust image in the first chunk and the other
+# correct ones in the second.
+RESUME_FLAT = {
+    "model": "vit_tiny_patch16_224",
+    "depth": 1,
+    "embed_dim": 32,
+    "num_heads": 2,
+    "dataset": "embedded",
+    "device": "cpu",
+}
+RESUME = {"images": 8, "iters": 1, "device": "cpu", "chunk": 5, "run_id": "r1", "label": "run r1"}
+
+
+@pytest.fixture(scope="module")
+def tiny_vit() -> tuple[dict, bytes]:
+    """(flat config, safetensors bytes) of a seeded random one-block timm ViT."""
+    import timm
+    from safetensors.torch import save
+
+    from lipsweep.vit.export_format import timm_spec
+
+    flat = TrialConfig.from_flat(RESUME_FLAT).to_flat()
+    spec = timm_spec(flat)
+    with torch.random.fork_rng():
+        torch.manual_seed(8)
+        net = timm.create_model(spec["model_name"], pretrained=False, **spec["kwargs"])
+    return flat, save(net.state_dict())
+
+
+class _Attacks:
+    """Counts the real AutoAttack calls (one per chunk) and, at call ``stop``, raises
+    KeyboardInterrupt instead, as a Ctrl-C in the middle of the run does."""
+
+    def __init__(self, monkeypatch, stop: int = 0) -> None:
+        from lipsweep.attacks.autoattack import AutoAttack
+
+        self.calls, real = 0, AutoAttack.run
+
+        def run(attack, x, y, progress=False):
+            self.calls += 1
+            if self.calls == stop:
+                raise KeyboardInterrupt
+            return real(attack, x, y, progress)
+
+        monkeypatch.setattr(AutoAttack, "run", run)
+
+
+def _saved(root: Path) -> dict:
+    import json
+
+    return json.loads((root / "r1.json").read_text())["done"]
+
+
+def test_an_interrupted_confirm_resumes_after_its_last_chunk(
+    tiny_vit, tmp_path, monkeypatch, caplog
+):
+    """Ctrl-C during the second chunk, then a rerun: the first chunk is not attacked again
+    and every image's outcome equals an uninterrupted run's."""
+    from lipsweep.decide.confirm import evaluate_standard
+
+    flat, weights = tiny_vit
+    monkeypatch.setenv("LIPSWEEP_CONFIRM_STATE", str(tmp_path / "whole"))
+    whole = evaluate_standard(flat, weights, [2], **RESUME)
+    monkeypatch.setenv("LIPSWEEP_CONFIRM_STATE", str(tmp_path / "cut"))
+    attacks = _Attacks(monkeypatch, stop=2)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_standard(flat, weights, [2], **RESUME)
+    assert len(_saved(tmp_path / "cut")["2"]) == 1
+    attacks = _Attacks(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="lipsweep.confirm"):
+        resumed = evaluate_standard(flat, weights, [2], **RESUME)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("resuming confirm of run r1 from image 5 of 8") for m in lines), lines
+    assert attacks.calls == 1  # the second chunk only
+    assert _saved(tmp_path / "cut") == _saved(tmp_path / "whole")
+    assert "1" in _saved(tmp_path / "whole")["2"][0]  # the first chunk's robust image is kept
+    assert resumed.metrics == whole.metrics and whole.metrics["acc_aa_std_2"] > 0
+
+
+def test_a_confirm_with_other_settings_starts_over(tiny_vit, tmp_path, monkeypatch, caplog):
+    """A saved chunk of eps 2/255 is not reused at eps 3/255: one line says why, and every
+    chunk is attacked."""
+    from lipsweep.decide.confirm import evaluate_standard
+
+    flat, weights = tiny_vit
+    monkeypatch.setenv("LIPSWEEP_CONFIRM_STATE", str(tmp_path))
+    _Attacks(monkeypatch, stop=2)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_standard(flat, weights, [2], **RESUME)
+    attacks = _Attacks(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="lipsweep.confirm"):
+        evaluate_standard(flat, weights, [3], **RESUME)
+    lines = [r.getMessage() for r in caplog.records]
+    over = [m for m in lines if "starts over" in m]
+    assert len(over) == 1 and "other settings (eps)" in over[0], lines
+    assert not any("resuming" in m for m in lines)
+    assert attacks.calls == 2
+    assert list(_saved(tmp_path)) == ["3"]
+
+
+def test_an_unreadable_confirm_state_starts_over(tmp_path, caplog):
+    from lipsweep.decide.confirm_state import ConfirmState
+
+    path = tmp_path / "r1.json"
+    path.write_text('{"settings": {"eps": [2]}, "do')  # cut short
+    with caplog.at_level(logging.INFO, logger="lipsweep.confirm"):
+        state = ConfirmState.open(path, {"eps": [2]}, "run r1")
+    assert state.images_done() == 0
+    assert "run r1 starts over" in caplog.text and "unreadable" in caplog.text

@@ -96,6 +96,12 @@ def _options(w: Path, space: Path) -> list[tuple[str, list[str], dict[str, str],
             {"LIPSWEEP_DATA_CACHE": "{p}"},
             "LIPSWEEP_DATA_CACHE",
         ),
+        (
+            "confirm $LIPSWEEP_CONFIRM_STATE",
+            ["confirm", "--experiment", "e", "--tracking-uri", uri],
+            {"LIPSWEEP_CONFIRM_STATE": "{p}"},
+            "LIPSWEEP_CONFIRM_STATE",
+        ),
     ]
 
 
@@ -209,7 +215,7 @@ MAKES_PARENTS = ("report --out",)
 
 
 def test_every_folder_option_refuses_a_file_a_link_a_missing_parent(tmp_path, monkeypatch):
-    """Exit 2, one line naming the option, nothing written: 11 options x 5 paths, less the
+    """Exit 2, one line naming the option, nothing written: 12 options x 5 paths, less the
     missing parent of ``report --out``, which is made."""
     w, space = _workspace(tmp_path)
     monkeypatch.chdir(w)
@@ -247,6 +253,7 @@ def _subprocess_table(w: Path, space: Path, wrap: list[str]) -> list:
     }
     env.pop("LIPSWEEP_STORAGE", None)
     env.pop("LIPSWEEP_DATA_CACHE", None)
+    env.pop("LIPSWEEP_CONFIRM_STATE", None)
     proc = subprocess.run(
         [*wrap, sys.executable, "-c", code, str(ROOT / "tests")],
         input=json.dumps(all_entries),

@@ -30,6 +30,7 @@ def _confirm(opts: ConfirmOptions) -> ConfirmResult:
         run_eps,
         run_local,
     )
+    from lipsweep.decide.confirm_state import forget, state_root
     from lipsweep.decide.sweep_runs import read_tracker
     from lipsweep.sweep.ray_confirm import run_ray
 
@@ -37,6 +38,8 @@ def _confirm(opts: ConfirmOptions) -> ConfirmResult:
         from lipsweep.core.ray_address import check_ray_address
 
         check_ray_address(opts.ray_address, flag="--ray-address")  # before any MLflow or Ray work
+    else:
+        state_root()  # a bad $LIPSWEEP_CONFIRM_STATE is refused before any work (exit 2)
     iters = budget_iters()
     request = request_key(opts.images, iters)
     tracker = read_tracker(opts.tracking_uri, opts.experiment)
@@ -82,6 +85,7 @@ def _confirm(opts: ConfirmOptions) -> ConfirmResult:
             )
             continue
         log_outcome(tracker, job.run_id, out)
+        forget(job.run_id)  # the result is recorded: its chunks are no longer needed
         _log.info(
             "%s: %s on %d images in %.0f s",
             job.label,

@@ -2,12 +2,13 @@
 
 Every option or environment variable that names a folder lipsweep writes (``train --out``,
 ``export --out``, ``report --out``, ``data prepare --dest``, ``sweep --storage``, ``demo --out``
-and ``--storage``, ``$LIPSWEEP_DATA_CACHE``) goes through :func:`check_folder` before anything
-is written: a file, a folder under a file, a symbolic link, a missing parent, a name the
-filesystem cannot hold and a folder that cannot be written (EACCES, EROFS) are each one
-:class:`ConfigError` naming the option (exit 2). A folder that a command may *replace*
-(``train --overwrite``, ``export --force``) must in addition hold that command's marker file
-and be neither the working folder nor one of its ancestors (:func:`check_replaceable`).
+and ``--storage``, ``$LIPSWEEP_DATA_CACHE``, ``$LIPSWEEP_CONFIRM_STATE``) goes through
+:func:`check_folder` before anything is written: a file, a folder under a file, a symbolic
+link, a missing parent, a name the filesystem cannot hold and a folder that cannot be written
+(EACCES, EROFS) are each one :class:`ConfigError` naming the option (exit 2). A folder that a
+command may *replace* (``train --overwrite``, ``export --force``) must in addition hold that
+command's marker file and be neither the working folder nor one of its ancestors
+(:func:`check_replaceable`).
 
 Writes go through a temporary sibling that is removed on any exception
 (:func:`removing`, :func:`write_atomic`); a failed write is one :class:`WriteError` line

@@ -18,7 +18,11 @@ same child runs, with tags saying the attack (``aa_std.version``, ``aa_std.iters
 Resumable: a run's metrics and tags go to MLflow in one batch once its evaluation is done, so
 a killed confirm leaves every run either confirmed or untouched. A rerun skips (and logs as
 skipped) each run that holds ``acc_aa_std_<eps>`` for all its eps from the same request (tag
-``aa_std.request``: image count and budget), and evaluates the others.
+``aa_std.request``: image count and budget), and evaluates the others. Within a run, the
+outcome of each chunk of :data:`CHUNK_IMAGES` images is saved as it ends
+(:mod:`lipsweep.decide.confirm_state`), and a rerun with the same defining settings resumes
+after the chunks done ("resuming confirm of run X from image N of M"), with the result of an
+uninterrupted run.
 
 With ``--ray-address`` each run's evaluation is a Ray task on that cluster (one GPU if the cluster
 has GPUs, else one CPU); without it the runs are evaluated one after the other in this process
@@ -182,6 +186,50 @@ def _log_estimate(
     )
 
 
+def _defining_settings(
+    run_id: str,
+    flat: dict[str, Any],
+    weights: bytes,
+    eps: list[int],
+    images: int,
+    x,
+    y,
+    attack,
+    chunk: int,
+    device: str,
+) -> dict[str, Any]:
+    """What defines a run's evaluation, so that saved chunks are reused only for the same one:
+    run, checkpoint (weights and config digests), attack (its description, seed, batch size,
+    target classes, precision, norm), eps, images (request, count, digest of the images and
+    labels in order), chunk size, device type and the pyautoattack version."""
+    import hashlib
+    from importlib.metadata import version
+
+    pixels = hashlib.sha256(x.contiguous().numpy().data)
+    pixels.update(y.contiguous().numpy().data)
+    config = json.dumps(flat, sort_keys=True, default=str).encode()
+    return {
+        "run_id": run_id,
+        "weights_sha256": hashlib.sha256(weights).hexdigest(),
+        "config_sha256": hashlib.sha256(config).hexdigest(),
+        "attack": {
+            **attack.describe(),
+            "seed": attack.seed,
+            "batch_size": attack.batch_size,
+            "n_target_classes": attack.n_target_classes,
+            "precision": attack.precision,
+            "norm": "Linf",
+        },
+        "eps": list(eps),
+        "images": images,
+        "n_images": int(x.shape[0]),
+        "images_sha256": pixels.hexdigest(),
+        "chunk": chunk,
+        "device": device,
+        "pyautoattack": version("pyautoattack"),
+    }
+
+
 def evaluate_standard(
     flat: dict[str, Any],
     weights: bytes,
@@ -191,6 +239,7 @@ def evaluate_standard(
     device: Optional[str] = None,
     label: str = "",
     chunk: int = CHUNK_IMAGES,
+    run_id: Optional[str] = None,
 ) -> ConfirmOutcome:
     """Standard AutoAttack accuracy of one trial's checkpoint at each eps (numerators / 255).
 
@@ -202,19 +251,40 @@ def evaluate_standard(
         iters: None for standard AutoAttack; test-only reduced budget otherwise.
         device: None picks CUDA when available.
         label: how progress lines name the run.
-        chunk: images per AutoAttack call (progress granularity).
+        chunk: images per AutoAttack call (progress and resume granularity; it is part of
+            what the result depends on, as AutoAttack batches the images of a call).
+        run_id: the run's MLflow id: each chunk's outcome is saved to its state file and a
+            rerun with the same settings resumes after the chunks done
+            (:mod:`lipsweep.decide.confirm_state`); None saves nothing.
     """
     import torch
 
     from lipsweep.attacks.autoattack_tags import autoattack_tags
     from lipsweep.attacks.checks import check_perturbation
+    from lipsweep.decide.confirm_state import ConfirmState, state_path
     from lipsweep.vit.precision import tf32_matmuls
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     robustness = _trial_config(flat).robustness
     model = build_model(flat, weights).to(dev)
     x, y = load_images(flat, images)
-    n, total, done = x.shape[0], x.shape[0] * len(eps), 0
+    n, total = x.shape[0], x.shape[0] * len(eps)
+    state = None
+    if run_id is not None:
+        probe = _attack(model, eps[0] / 255, robustness, iters)
+        settings = _defining_settings(
+            run_id, flat, weights, eps, images, x, y, probe, chunk, dev.type
+        )
+        state = ConfirmState.open(state_path(run_id), settings, label or f"run {run_id}")
+    resumed = done = state.images_done() if state is not None else 0
+    if resumed:
+        _log.info(
+            "resuming confirm of %s from image %d of %d (state file %s)",
+            label or f"run {run_id}",
+            resumed,
+            total,
+            state.path,
+        )
     t0 = time.perf_counter()
     metrics: dict[str, float] = {}
     tags = {TAG_REQUEST: request_key(images, iters)}
@@ -222,17 +292,25 @@ def evaluate_standard(
         logits = [model(x[i : i + chunk].to(dev)).cpu() for i in range(0, n, chunk)]
         clean = torch.cat([z.argmax(1) for z in logits]) == y
     tags[f"{TAG_PREFIX}.acc_clean"] = f"{100.0 * float(clean.float().mean()):.2f}"
-    _log_estimate(model, x, y, eps, int(clean.sum()), logits[0].shape[-1], robustness, iters, label)
+    if done < total:
+        n_classes = logits[0].shape[-1]
+        _log_estimate(model, x, y, eps, int(clean.sum()), n_classes, robustness, iters, label)
     for e in eps:
         name, attack = confirm_metric(e), _attack(model, e / 255, robustness, iters)
         robust = torch.zeros(n, dtype=torch.bool)
-        for i in range(0, n, chunk):
+        saved = state.chunks(e) if state is not None else []
+        for k, i in enumerate(range(0, n, chunk)):
+            if k < len(saved):  # attacked before the interruption, with the same settings
+                robust[i : i + len(saved[k])] = torch.tensor(saved[k], dtype=torch.bool)
+                continue
             xb, yb = x[i : i + chunk].to(dev), y[i : i + chunk].to(dev)
             with tf32_matmuls(False):  # the confirmation is strict fp32 throughout
                 res = attack.run(xb, yb, progress=True)
             for msg in check_perturbation(res.x_adv, xb, e / 255, name) + res.warnings:
                 _log.warning("%s %s: %s", label, name, msg)
             robust[i : i + xb.shape[0]] = res.robust
+            if state is not None:
+                state.record(e, res.robust.tolist())
             done += xb.shape[0]
             elapsed = time.perf_counter() - t0
             _log.info(
@@ -246,7 +324,7 @@ def evaluate_standard(
                 total,
                 100.0 * float(robust[: i + xb.shape[0]].float().mean()),
                 elapsed,
-                elapsed / done * (total - done),
+                elapsed / (done - resumed) * (total - done),
             )
         metrics[name] = 100.0 * float(robust.float().mean())
         tags.update(autoattack_tags(name, attack.describe(), n, e, prefix=TAG_PREFIX))
@@ -330,7 +408,9 @@ def run_local(
     for job in jobs:
         try:
             flat, weights = download_checkpoint(tracker, job.run_id)
-            out = evaluate_standard(flat, weights, job.eps, images, iters, label=job.label)
+            out = evaluate_standard(
+                flat, weights, job.eps, images, iters, label=job.label, run_id=job.run_id
+            )
         except Exception as exc:  # noqa: BLE001 - one failed run must not stop the others
             yield job, None, exc
             continue

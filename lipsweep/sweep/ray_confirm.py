@@ -77,7 +77,10 @@ def run_ray(
             except Exception as exc:  # noqa: BLE001
                 yield job, None, exc
                 continue
-            refs[task.remote(flat, ray.put(weights), job.eps, images, iters, label=job.label)] = job
+            ref = task.remote(
+                flat, ray.put(weights), job.eps, images, iters, label=job.label, run_id=job.run_id
+            )
+            refs[ref] = job
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
