@@ -334,7 +334,8 @@ def test_every_regularizer_under_torch_compile_matches_eager(name):
     into ONE graph (fullgraph: a graph break fails here, not in a trial), and two train steps
     give the eager loss, penalties and gradients. Backend 'aot_eager' (Dynamo +
     AOTAutograd: the parts the hooks meet); inductor takes tens of seconds on this CPU and
-    agrees to 2e-8 (penalty) and 5e-7 (relative gradient): docs/benchmarks.md, "The train step's hot path"."""
+    agrees to 2e-8 (penalty) and 5e-7 (relative gradient): docs/benchmarks.md, "The train
+    step's hot path"."""
     x = torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     y = torch.tensor([0, 1, 2, 3])
     out = {}
