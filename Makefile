@@ -82,14 +82,16 @@ NUMERICS_TESTS := tests/test_regularizers.py tests/test_jasmin_math.py tests/tes
 	tests/test_lipschitz_jacobian.py tests/test_lipschitz_margin.py \
 	tests/test_lipschitz_summary.py tests/test_head_bounds.py tests/test_attacks.py \
 	tests/test_autoattack.py tests/test_precision.py
+# On both cores, a test file at a time as in `make test` (the environment reaches the workers).
+NUMERICS_XDIST := -n 2 --dist loadgroup
 test-avx2: setup
-	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(RUN) pytest -q $(NUMERICS_TESTS)
+	ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 $(RUN) pytest -q $(NUMERICS_XDIST) $(NUMERICS_TESTS)
 
 # The numerics tests with PyTorch's CPU flash attention failing on bf16, as it does on an Intel
 # AMX host with ATen's kernels below AVX-512 (tests/_amx_fault.py; docs/reliability.md): every bf16
 # forward must take lipsweep.vit.precision's route around it. CI runs it after `make test-avx2`.
 test-amx-fault: setup
-	LIPSWEEP_TEST_AMX_FAULT=1 $(RUN) pytest -q $(NUMERICS_TESTS)
+	LIPSWEEP_TEST_AMX_FAULT=1 $(RUN) pytest -q $(NUMERICS_XDIST) $(NUMERICS_TESTS)
 
 # The numerics tests under every CPU kernel combination (benchmarks/isa_matrix.py: 4 oneDNN caps x
 # 4 ATen capabilities, each in a fresh pytest process; about 35 min on 2 cores). A table on
