@@ -110,3 +110,106 @@ def test_a_family_keeps_declared_specs_and_takes_a_plugins_spec_three_ways():
     assert not fam.is_member("mile") and fam.is_member("yard")
     fam.unregister("yard")
     assert fam.names() == ["foot", "inch", "meter"]
+
+
+# ---------------------------------------------------------------- the documented recipe
+_RECIPE_CLASS = '''"""A test's regularizer: lam times the mean square of the parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from lipsweep.regularizers._registry import register_regularizer
+from lipsweep.regularizers.base import Regularizer
+
+
+@register_regularizer("recipe_sq")
+class RecipeSquares(Regularizer):
+    def __init__(self, settings: Any = None) -> None:
+        super().__init__(settings)
+        self.lam = self.settings.recipe_lam
+        self._model: nn.Module | None = None
+
+    def attach(self, model: nn.Module) -> None:
+        self._model = model
+
+    def detach(self) -> None:
+        self._model = None
+
+    def terms(self) -> dict[str, torch.Tensor]:
+        squares = [p.pow(2).mean() for p in self._model.parameters()]
+        return {"recipe_sq": torch.stack(squares).mean()}
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {"recipe_sq": self.lam}
+'''
+
+_RECIPE_INDEX = '''
+from dataclasses import dataclass
+
+from lipsweep.core.config_base import check_positive
+from lipsweep.regularizers._registry import declare_regularizer
+from lipsweep.regularizers.spec import RegularizerSpec
+
+
+@dataclass(frozen=True)
+class RecipeSettings:
+    """The test's regularizer."""
+
+    recipe_lam: float = 1e-3
+    """Recipe: weight of the mean square of the parameters (> 0)."""
+
+    def __post_init__(self) -> None:
+        check_positive("recipe_lam", self.recipe_lam)
+
+
+RECIPE = RegularizerSpec(name="recipe_sq", doc="a test's", title="Recipe", settings=RecipeSettings)
+declare_regularizer(RECIPE, "lipsweep.regularizers.recipe_sq:RecipeSquares")
+'''
+
+
+@pytest.mark.slow
+def test_a_regularizer_is_the_two_files_the_docs_name(tmp_path):
+    """docs/architecture.md's recipe, followed in a copy of the repository: a regularizer's
+    class in a new file of lipsweep/regularizers/ and its settings, spec and declare line in
+    regularizers/_registry.py, and nothing else; the family's member tests (the vocabulary
+    rules, and every test of tests/test_regularizers.py parametrized over the members) take
+    it without an edit."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
+    for name in ("lipsweep", "tests"):
+        shutil.copytree(root / name, tmp_path / name, ignore=ignore)
+    shutil.copy(root / "pyproject.toml", tmp_path)
+    regs = tmp_path / "lipsweep" / "regularizers"
+    (regs / "recipe_sq.py").write_text(_RECIPE_CLASS)
+    with (regs / "_registry.py").open("a") as index:
+        index.write(_RECIPE_INDEX)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTEST_ADDOPTS": ""}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    check = "from lipsweep.regularizers import list_regularizers; print(list_regularizers())"
+    listed = subprocess.run(
+        [sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert "recipe_sq" in listed.stdout, listed.stdout + listed.stderr
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    runs = [
+        ["tests/test_vocab.py"],
+        ["tests/test_regularizers.py", "-k", "recipe_sq", "-rA"],
+    ]
+    for args in runs:
+        proc = subprocess.run(
+            [*argv, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]  # 5: none ran
+    for test in ("test_interface", "test_config_round_trip_for_every_regularizer"):
+        assert f"PASSED tests/test_regularizers.py::{test}[recipe_sq]" in proc.stdout, proc.stdout
