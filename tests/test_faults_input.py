@@ -236,20 +236,6 @@ def test_fuzz_trial_config_validates_or_names_the_field():
     assert seen["ok"] >= 20 and seen["refused"] >= 200, seen
 
 
-_SPACE_KEYS = [
-    "name",
-    "description",
-    "fixed",
-    "grid",
-    "repeat",
-    "search",
-    "scheduler",
-    "resources",
-    "max_concurrent_trials",
-    "max_failures",
-]
-
-
 @st.composite
 def _settings_map(draw, max_size=3):
     keys = st.one_of(
