@@ -13,6 +13,7 @@ table of figures in ``docs/bench_search_figures/figures.md``. Every method and r
     .venv/bin/python benchmarks/search_figures.py --render          # figures.md only
     .venv/bin/python benchmarks/search_figures.py --outcomes --replays 20   # kept and paid
     .venv/bin/python benchmarks/search_figures.py --outcomes --grace-period 2   # a what-if
+    .venv/bin/python benchmarks/search_figures.py --outcomes --generator-seed 7 --only seeds-100x5x9
 
 The same code, tables and flags give the same files to the digit (each replay is seeded by its
 index; the presets are generated from their fixed seeds).
@@ -43,26 +44,37 @@ RECORDED = {"tiny_grid": ROOT / "benchmarks/data/tiny_grid.csv",
 TABLES = PRESETS + tuple(RECORDED)
 
 
-def table_path(name: str, folder: Path) -> Path:
-    """A recorded grid's CSV, or the preset generated into ``folder``."""
+def table_path(name: str, folder: Path, generator_seed: Optional[int] = None) -> Path:
+    """A recorded grid's CSV, or the preset generated into ``folder`` (with the generator's
+    ``seed`` set to ``generator_seed``, where given: a table none of the figures has seen)."""
     if name in RECORDED:
         return RECORDED[name]
+    import dataclasses
+
     import synth_table
 
     path = folder / f"{name}.csv"
     spec = synth_table.PRESETS[name]
+    if generator_seed is not None:
+        spec = dataclasses.replace(spec, seed=generator_seed)
     synth_table.write(synth_table.with_measurement_se(synth_table.generate(spec), spec), path)
     return path
 
 
-def _bench(name: str, workers: int, seeds: Optional[int] = None, **settings: float) -> Any:
-    """The bench of table ``name``, with its first ``seeds`` seeds (default all); ``settings``:
-    ``confidence``, ``reduction_factor``, as ``make_bench`` takes them (default: its
-    defaults)."""
+def _bench(
+    name: str,
+    workers: int,
+    seeds: Optional[int] = None,
+    generator_seed: Optional[int] = None,
+    **settings: float,
+) -> Any:
+    """The bench of table ``name`` (a preset with ``generator_seed``: :func:`table_path`), with
+    its first ``seeds`` seeds (default all); ``settings``: ``confidence``, ``reduction_factor``,
+    as ``make_bench`` takes them (default: its defaults)."""
     from lipsweep.search import replay
 
     with tempfile.TemporaryDirectory() as tmp:
-        table = replay.load_table(table_path(name, Path(tmp)))
+        table = replay.load_table(table_path(name, Path(tmp), generator_seed))
     if seeds is not None:
         table = replay.first_seeds(table, seeds)
     replay._quiet_optuna()
@@ -75,13 +87,14 @@ def run_method(
     replays: int,
     workers: int,
     seeds: Optional[int] = None,
+    generator_seed: Optional[int] = None,
     **settings: float,
 ) -> list[Any]:
     """``replays`` replays of ``method`` on table ``name`` (or of a reference), its first
     ``seeds`` seeds, the schedulers at ``settings`` (:func:`_bench`)."""
     from lipsweep.search import replay
 
-    bench = _bench(name, workers, seeds, **settings)
+    bench = _bench(name, workers, seeds, generator_seed, **settings)
     if method in replay.REFERENCES:
         return replay.references(bench, replays, workers)[method]
     return [bench.replay(replay.parse_method(method), seed) for seed in range(replays)]
@@ -308,19 +321,32 @@ def outcomes(names: Sequence[str], args: argparse.Namespace) -> list[dict[str, A
     methods = args.method or list(OUTCOME_METHODS)
     keys = [(n, sd, m) for n in names for sd in (None, 1) for m in methods]
     settings = {} if args.grace_period is None else {"grace_period": args.grace_period}
+    gen = args.generator_seed
     with ProcessPoolExecutor(args.processes) as pool:
         jobs = {
-            k: pool.submit(run_method, k[0], k[2], args.replays, args.workers, k[1], **settings)
+            k: pool.submit(
+                run_method, k[0], k[2], args.replays, args.workers, k[1], gen, **settings
+            )
             for k in keys
         }
         runs = {k: job.result() for k, job in jobs.items()}
     rows = []
     for n, sd, m in keys:
-        bench = _bench(n, args.workers, sd)
+        bench = _bench(n, args.workers, sd, gen)
         oracle = replay.oracle_stopping(bench.table, OBJECTIVES, bench.grace_period)
         row = outcome_row(runs[(n, sd, m)], oracle["seeds together"][1], args.budget)
         rows.append({"table": n, "seeds": len(bench.seeds), "method": m, **row})
     return rows
+
+
+def kept_outcomes(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with the committed ``outcomes.json``'s other rows (tables, seed settings or
+    methods not replayed now) kept, in the committed order, new ones after."""
+    path = OUT / "outcomes.json"
+    old = json.loads(path.read_text()) if path.exists() else []
+    new = {(r["table"], r["seeds"], r["method"]): r for r in rows}
+    out = [new.pop((r["table"], r["seeds"], r["method"]), r) for r in old]
+    return out + list(new.values())
 
 
 def outcomes_markdown(rows: Sequence[dict[str, Any]]) -> str:
@@ -376,7 +402,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--outcomes",
         action="store_true",
         help="what moasha and the cheap methods (or --method) keep and pay on the tables, with "
-        "every seed and with one: docs/bench_search_figures/outcomes.{md,json}",
+        "every seed and with one: docs/bench_search_figures/outcomes.{md,json} (the other "
+        "rows kept from the committed file)",
     )
     ap.add_argument(
         "--render",
@@ -390,7 +417,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="with --outcomes: replay the schedulers with this first rung (epochs), print the "
         "rows and write no file; the oracle still stops at the first epoch",
     )
+    ap.add_argument(
+        "--generator-seed",
+        type=int,
+        default=None,
+        help="with --outcomes: generate the presets with this generator seed (tables none of "
+        "the figures has seen: a held-out check), print the rows and write no file",
+    )
     args = ap.parse_args(argv)
+    if args.generator_seed is not None and not set(args.only or PRESETS) <= set(PRESETS):
+        ap.error("--generator-seed applies to the synthetic presets only (--only PRESET)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.settings:
         print(settings_markdown(args.only or list(PRESETS), args))
@@ -399,11 +435,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(spread_markdown(args.only or list(PRESETS), args))
         return 0
     if args.outcomes:
-        rows = outcomes(args.only or list(TABLES), args)
+        every = PRESETS if args.generator_seed is not None else TABLES
+        rows = outcomes(args.only or list(every), args)
         text = outcomes_markdown(rows)
-        if args.grace_period is not None:  # a what-if: the committed outcomes stay
+        if args.grace_period is not None or args.generator_seed is not None:  # a what-if
             print(text)
             return 0
+        rows = kept_outcomes(rows)
+        text = outcomes_markdown(rows)
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / "outcomes.md").write_text(text)
         (OUT / "outcomes.json").write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")

@@ -1,6 +1,7 @@
 """``moasha``'s evidence: dominance with ties, the measurement noise a probe carries
-(``<metric>_se``), and how it combines with seed noise. Hand computations throughout:
-Phi is the normal distribution function, a Cauchy T(z) = 1/2 + atan(z) / pi."""
+(``<metric>_se``), how it combines with seed noise, the trend test, the quota and the looks
+a confidence is spread over. Hand computations throughout: Phi is the normal distribution
+function, a Cauchy T(z) = 1/2 + atan(z) / pi."""
 
 from __future__ import annotations
 
@@ -10,14 +11,22 @@ import math
 import numpy as np
 import pytest
 
+from lipsweep.core.config_base import ConfigError
 from lipsweep.core.measurement import accuracy_se, median_se
-from lipsweep.search.schedulers.moasha import CONTINUE, STOP, MoAsha, dominance_probability
+from lipsweep.search.schedulers import scheduler_settings
+from lipsweep.search.schedulers.moasha import (
+    CONTINUE,
+    STOP,
+    MoAsha,
+    MoashaSettings,
+    dominance_probability,
+)
 
 PHI = {0.707: 0.7602499, 1.414: 0.9213504, 3.536: 0.9997965, 1.0: 0.8413447}
 
 
 def _one_seed(metrics=("m",), modes=("max",)) -> MoAsha:
-    return MoAsha(metrics, modes, 1, 2.0, 4, {"A": 1, "B": 1, "C": 1}, 0.8)
+    return MoAsha(metrics, modes, 1, 2.0, 2, {"A": 1, "B": 1, "C": 1}, 0.8, trend=False, quota=True)
 
 
 def test_an_exact_tie_without_noise_is_no_worse_but_never_ahead_alone():
@@ -92,7 +101,7 @@ def test_seed_noise_is_at_least_the_measurement_noise():
     """A's seeds 10 and 10.2 (pooled sd 0.1414 at 1 df), each measured with se 2; C's first
     seed 2, se 2. Per-seed variance max(0.02, 4) = 4: A's mean has se 2 / sqrt 2, C's 2, the
     gap's sqrt(2 + 4); z = 8.1 / sqrt 6 = 3.307, Cauchy: 0.90652 (seed noise alone: 0.99319)."""
-    core = MoAsha(("m",), ("max",), 1, 2.0, 4, {"A": 2, "C": 2}, 0.8)
+    core = MoAsha(("m",), ("max",), 1, 2.0, 2, {"A": 2, "C": 2}, 0.8, trend=False, quota=True)
     core.decide("a0", "A", 1, {"m": 10.0, "m_se": 2.0})
     core.decide("a1", "A", 1, {"m": 10.2, "m_se": 2.0})
     assert core.decide("c0", "C", 1, {"m": 2.0, "m_se": 2.0}) == STOP
@@ -114,3 +123,73 @@ def test_the_measurement_standard_errors_match_a_hand_computation():
     assert accuracy_se(50.0, 100) == pytest.approx(4.90664, abs=1e-5)
     assert median_se(list(range(16, 0, -1))) == 1.5
     assert median_se([3.0]) == 0.0
+
+
+# --------------------------------------------------------------------------- trend, quota, looks
+
+
+def _report(core: MoAsha, trial: str, t: int, m: float) -> str:
+    """One seed's report at epoch ``t``: ``m`` measured with a standard error of 0.5."""
+    return core.decide(trial, trial.upper(), t, {"m": m, "m_se": 0.5})
+
+
+def test_a_stop_needs_the_dominator_ahead_after_one_rung_of_both_trends():
+    """Rungs 1, 2, 4 (max_t 8), one seed each, measurement se 0.5: a look needs 1 - 0.1 / 2
+    (two rungs can stop: not the first, which has no trend). Epoch 1: A 20, B 10, C 10; nothing
+    stops (no trend yet). Epoch 2: A 22, B 12, C 18. Both are beyond noise behind A now (B by
+    10, C by 4: z = 4 / sqrt(0.5) = 5.66). One rung on (reach (4 - 2) / (2 - 1) = 2): A 26, B
+    16, C 34; their se sqrt(0.25 * (3^2 + 2^2)) = 1.803 each: B is 10 / 2.55 = 3.92 behind,
+    P = Phi(3.92) = 0.99996 >= 0.95, and stops; C, closing in by 6 a rung, is 8 ahead of A
+    there: it continues. Without the trend test C stops at epoch 2 (and at epoch 1)."""
+    core = MoAsha(("m",), ("max",), 1, 2.0, 8, {"A": 1, "B": 1, "C": 1}, 0.9)
+    assert core.stopping_rungs == 2 and core.threshold("C") == pytest.approx(0.95)
+    for trial, m in (("a", 20.0), ("b", 10.0), ("c", 10.0)):
+        assert _report(core, trial, 1, m) == CONTINUE
+    assert _report(core, "a", 2, 22.0) == CONTINUE
+    assert _report(core, "c", 2, 18.0) == CONTINUE
+    assert _report(core, "b", 2, 12.0) == STOP
+    why = core.reason("b")
+    p = 0.5 * (1 + math.erf(10 / math.sqrt(2 * 0.25 * 13) / math.sqrt(2)))
+    assert why.dominated_by == ("a", "c")  # C, 6 ahead now, is 18 ahead a rung on
+    assert why.trend_probabilities[0] == pytest.approx(p) and p > 0.9999
+    assert "after a rung of both trends >= 1.00" in why.text()
+    plain = MoAsha(("m",), ("max",), 1, 2.0, 8, {"A": 1, "B": 1, "C": 1}, 0.9, trend=False)
+    _report(plain, "a", 1, 20.0)
+    assert _report(plain, "c", 1, 10.0) == STOP
+
+
+def test_without_the_quota_a_configuration_dominated_beyond_noise_stops_in_the_top_half():
+    """Epoch 1 (no trend test): A 30, B 20, D 5, se 0.5: 3 configurations, 2 kept by MO-ASHA's
+    quota; B has 1 ahead, so the quota keeps it though A is 10 ahead (z 14): with ``quota``
+    it continues, without (the default) it stops."""
+    for quota, decision in ((True, CONTINUE), (False, STOP)):
+        core = MoAsha(("m",), ("max",), 1, 2.0, 2, {}, 0.9, trend=False, quota=quota)
+        for trial, m in (("a", 30.0), ("d", 5.0)):
+            _report(core, trial, 1, m)
+        assert _report(core, "b", 1, 20.0) == decision
+    assert (MoashaSettings.trend, MoashaSettings.quota) == (True, False)
+
+
+def test_the_confidence_is_spread_over_every_look_at_every_rung_that_can_stop():
+    """Three seeds, rungs 1, 2, 4: 3 x 2 looks with the trend test (the first rung cannot
+    stop), 3 x 3 without; a look needs 1 - (1 - confidence) / looks."""
+    trend = MoAsha(("m",), ("max",), 1, 2.0, 8, {"A": 3}, 0.9)
+    plain = MoAsha(("m",), ("max",), 1, 2.0, 8, {"A": 3}, 0.9, trend=False)
+    assert trend.threshold("A") == pytest.approx(1 - 0.1 / 6)
+    assert plain.threshold("A") == pytest.approx(1 - 0.1 / 9)
+
+
+def test_trend_and_quota_are_settings_and_survive_the_state_file():
+    base = {"type": "moasha", "metrics": ["m"], "modes": ["max"]}
+    for key in ("trend", "quota"):
+        with pytest.raises(ConfigError, match=f"scheduler.{key}"):
+            scheduler_settings({**base, key: "yes"})
+    s = scheduler_settings({**base, "trend": False, "quota": True})
+    core = MoAsha.from_settings(s, 8)
+    assert (core.trend, core.quota) == (False, True)
+    again = MoAsha.from_state(json.loads(json.dumps(core.state())))
+    assert (again.trend, again.quota) == (False, True)
+    default = MoAsha.from_state(MoAsha(["m"], ["max"], 1, 2.0, 8).state())
+    assert (default.trend, default.quota) == (True, False)
+    bare = {k: v for k, v in default.state().items() if k not in ("trend", "quota")}
+    assert (MoAsha.from_state(bare).trend, MoAsha.from_state(bare).quota) == (False, True)

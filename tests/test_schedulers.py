@@ -55,7 +55,9 @@ def create_tune_scheduler(settings, ctx):
 
 
 def _core(metrics=("a", "b"), modes=("max", "min"), rf=2.0, max_t=8, expected=None, confidence=0.8):
-    return MoAsha(metrics, modes, 1, rf, max_t, expected, confidence)
+    """The noise test on one rung's values with MO-ASHA's quota (no trend test), as most
+    tests here judge at the first rung."""
+    return MoAsha(metrics, modes, 1, rf, max_t, expected, confidence, trend=False, quota=True)
 
 
 # --------------------------------------------------------------------------- the core
@@ -117,7 +119,8 @@ def test_crowding_distance_breaks_the_tie_inside_a_front(last, decision):
 
 
 def _seeded(confidence=0.8):
-    return _core(metrics=("m",), modes=("max",), max_t=4, expected={"A": 2, "C": 2, "E": 2})
+    """One rung (at epoch 1; max_t 2), so a configuration's looks are its seeds'."""
+    return _core(metrics=("m",), modes=("max",), max_t=2, expected={"A": 2, "C": 2, "E": 2})
 
 
 def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
@@ -178,7 +181,7 @@ def test_configurations_within_seed_noise_are_left_alone():
     assert core.decide("e1", "E", 1, {"m": -2.0}) == CONTINUE
     assert core.threshold("E") == pytest.approx(0.9)
     loose = _core(
-        metrics=("m",), modes=("max",), max_t=4, expected={"A": 2, "E": 2}, confidence=0.6
+        metrics=("m",), modes=("max",), max_t=2, expected={"A": 2, "E": 2}, confidence=0.6
     )
     for trial, group, value in (("a0", "A", 6.0), ("a1", "A", 14.0), ("e0", "E", 8.0)):
         loose.decide(trial, group, 1, {"m": value})
@@ -194,7 +197,7 @@ def test_seeds_that_tie_on_a_stepped_metric_are_not_read_as_certainty():
     noise of 0, which would make C's 19.5 behind with certainty. The rounding's own noise is
     the floor: sd = 0.5 / sqrt(12) = 0.14434, z = 0.5 / (0.14434 * sqrt(1/2 + 1)) = 2.8284,
     P = 1/2 + atan(2.8284) / pi = 0.89183 < 0.9: C continues."""
-    core = MoAsha(("m",), ("max",), 1, 2.0, 4, {"A": 2, "C": 2}, 0.9)
+    core = MoAsha(("m",), ("max",), 1, 2.0, 2, {"A": 2, "C": 2}, 0.9, trend=False, quota=True)
     core.decide("a0", "A", 1, {"m": 20.0})
     core.decide("a1", "A", 1, {"m": 20.0})
     assert core.decide("c0", "C", 1, {"m": 19.5}) == CONTINUE
@@ -222,7 +225,7 @@ def test_dominance_probability_is_booles_bound_over_the_metrics():
     assert got[1] == pytest.approx(0.69366, abs=1e-5) and cauchy(1 / r2) < 0.825
     assert got[2] == 0.0
     # the rule stops on it: C is 1 behind in m and 200 in n against A, at confidence 0.65
-    core = MoAsha(("m", "n"), ("max", "max"), 1, 2.0, 4, {"A": 2, "C": 1}, 0.65)  # C: one look
+    core = MoAsha(("m", "n"), ("max", "max"), 1, 2.0, 2, {"A": 2, "C": 1}, 0.65, trend=False)
     core.decide("a0", "A", 1, {"m": 10.5, "n": 300.5})
     core.decide("a1", "A", 1, {"m": 9.5, "n": 299.5})  # SS 0.5 each: sd 1/sqrt(2) at 1 df
     assert core.decide("c0", "C", 1, {"m": 9.0, "n": 100.0}) == STOP
@@ -309,20 +312,29 @@ def _async_run(table, starts, core: MoAsha) -> list[tuple[int, str, int, str]]:
     return log
 
 
+@pytest.mark.parametrize("trend", [True, False])
 @pytest.mark.parametrize("seed", range(3))
-def test_decisions_are_blind_to_epochs_not_yet_reached(seed):
-    """At each time T, a second table that differs from the first only in
-    the epochs each trial reaches after T gives the same decisions up to T."""
+def test_decisions_are_blind_to_epochs_not_yet_reached(seed, trend):
+    """At each time T, a second table that differs from the first only in the epochs each
+    trial reaches after T gives the same decisions up to T (the trend test reads the rung
+    before, never the one after)."""
     rng = random.Random(seed)
     configs, seeds, epochs = 6, 2, 9
     table = {
-        f"c{c}s{s}": [{"a": rng.uniform(0, 10), "b": rng.uniform(0, 10)} for _ in range(epochs)]
+        f"c{c}s{s}": [
+            {"a": 3 * c + rng.uniform(0, 2), "b": 20 - 3 * c + rng.uniform(0, 2)}
+            for _ in range(epochs)
+        ]
         for c in range(configs)
         for s in range(seeds)
     }
     starts = {t: rng.randrange(0, 4) for t in table}
     expected = {f"c{c}": seeds for c in range(configs)}
-    base = _async_run(table, starts, _core(max_t=epochs, expected=expected, confidence=0.5))
+
+    def core() -> MoAsha:
+        return MoAsha(("a", "b"), ("max", "min"), 1, 2.0, epochs, expected, 0.8, trend=trend)
+
+    base = _async_run(table, starts, core())
     assert any(d == STOP for *_, d in base)
     for cut in range(1, epochs + 4):
         other = {
@@ -332,7 +344,7 @@ def test_decisions_are_blind_to_epochs_not_yet_reached(seed):
             ]
             for t, rows in table.items()
         }
-        changed = _async_run(other, starts, _core(max_t=epochs, expected=expected, confidence=0.5))
+        changed = _async_run(other, starts, core())
         assert [x for x in changed if x[0] <= cut] == [x for x in base if x[0] <= cut], cut
 
 
@@ -557,7 +569,12 @@ def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_
     epochs = 4
     trials = [{"x": x, "seed": s, "epochs": epochs} for x in (0.9, 0.6, 0.3) for s in (0, 1)]
     settings = scheduler_settings(
-        {"type": "moasha", "metrics": ["acc_clean", "loss"], "modes": ["max", "min"]}
+        {
+            "type": "moasha",
+            "metrics": ["acc_clean", "loss"],
+            "modes": ["max", "min"],
+            "trend": False,
+        }
     )
     state = tmp_path / "sched.json"
     ctx = SchedulerContext(epochs=epochs, trials=trials, state_path=str(state))
@@ -639,10 +656,16 @@ NEAR_LAST = ("c0", 0.2, 0, 10.5)
 
 def _learning_moasha(tmp_path, confidence=0.8, resume=False):
     s = scheduler_settings(
-        {"type": "moasha", "metrics": ["acc_clean"], "modes": ["max"], "confidence": confidence}
+        {
+            "type": "moasha",
+            "metrics": ["acc_clean"],
+            "modes": ["max"],
+            "confidence": confidence,
+            "trend": False,
+        }  # fmt: skip
     )
     path = str(tmp_path / "state.json")
-    ctx = SchedulerContext(epochs=4, state_path=path, resume=resume, seeds=2)
+    ctx = SchedulerContext(epochs=2, state_path=path, resume=resume, seeds=2)
     return create_tune_scheduler(s, ctx)  # no trials listed: a learning searcher's draws
 
 
@@ -762,7 +785,7 @@ def test_the_scheduler_is_built_before_ray_or_mlflow_is_touched(tmp_path, monkey
 # ---------------------------------------------------------------- the scheduler state
 def _seeded_core() -> MoAsha:
     """Two configurations of two seeds each: c0's seed a ended before its first rung."""
-    core = MoAsha(["m"], ["max"], 1, 2, 8, {"c0": 2, "c1": 2})
+    core = MoAsha(["m"], ["max"], 1, 2, 8, {"c0": 2, "c1": 2}, trend=False, quota=True)
     core.add("a", "c0")
     core.on_complete("a")
     core.on_result("b", "c0", 1, {"m": 1.0})
@@ -787,7 +810,7 @@ def _adapter(tmp_path: Path, restore: bool = False):
     """The Ray Tune adapter around a moasha core, driven by hand (no Ray starts)."""
     from lipsweep.sweep.schedulers._tune import CoreScheduler
 
-    core = MoAsha(["acc_clean"], ["max"], 1, 2, 8, {group_key({"lr": 1}): 2})
+    core = MoAsha(["acc_clean"], ["max"], 1, 2, 8, {group_key({"lr": 1}): 2}, trend=False)
     return CoreScheduler(core, group_key, state_path=str(tmp_path / "s.json"), restore=restore)
 
 

@@ -137,3 +137,21 @@ def test_the_outcome_figures_match_a_hand_computation():
         "lost_a_front_configuration": 0.5, "front_stopped_mean": 1.0, "total_compute": 0.55,
         "x_oracle": 1.375,
     })  # fmt: skip
+
+
+def test_the_outcome_rows_not_replayed_are_kept_from_the_committed_file(tmp_path, monkeypatch):
+    """``--outcomes --method moasha`` rewrites moasha's rows in place and keeps the others."""
+    from conftest import bench_module
+
+    figures = bench_module("search_figures")
+    monkeypatch.setattr(figures, "OUT", tmp_path)
+    committed = [
+        {"table": "t", "seeds": 3, "method": "moasha", "replays": 10},
+        {"table": "t", "seeds": 3, "method": "grid", "replays": 10},
+    ]
+    (tmp_path / "outcomes.json").write_text(json.dumps(committed))
+    new = [
+        {"table": "t", "seeds": 3, "method": "moasha", "replays": 50},
+        {"table": "u", "seeds": 1, "method": "moasha", "replays": 50},
+    ]
+    assert figures.kept_outcomes(new) == [new[0], committed[1], new[1]]

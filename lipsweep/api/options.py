@@ -32,6 +32,7 @@ from lipsweep.core.options import (
     set_field,
 )
 from lipsweep.core.shipped import CONFIGS, SPACES, resolve
+from lipsweep.search.schedulers.moasha import MoashaSettings
 from lipsweep.sweep.options import SweepOptions
 
 if TYPE_CHECKING:
@@ -283,7 +284,7 @@ class BenchSearchOptions:
     reduction_factor: float = 2.0
     """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it: a real
     number >= 2 (the rule of a space's scheduler too)."""
-    confidence: float = 0.8
+    confidence: float = MoashaSettings.confidence
     """``moasha``'s confidence that a configuration ahead dominates beyond noise (seed or
     measurement), in (0, 1)."""
     seeds: Optional[int] = field(default=None, metadata=cli(metavar="N"))

@@ -103,6 +103,7 @@ from lipsweep.search.replay.table import (
     stop_metrics,
     told_finals,
 )
+from lipsweep.search.schedulers.moasha import MoashaSettings
 
 _log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ def bench_search(
     only: Sequence[str] = (),
     grace_period: int = 1,
     reduction_factor: float = 2,
-    confidence: float = 0.8,
+    confidence: float = MoashaSettings.confidence,
     seeds: Optional[int] = None,
 ) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
     """Replay every method ``replays`` times, and the :data:`REFERENCES`; the summary dict

@@ -23,6 +23,7 @@ from lipsweep.search.replay.members import (
 from lipsweep.search.replay.oracle import informed_order
 from lipsweep.search.replay.simulation import Replay, simulate
 from lipsweep.search.replay.table import Table, stop_metrics, told_finals
+from lipsweep.search.schedulers.moasha import MoashaSettings
 
 ALIASES: dict[str, tuple[str, Optional[str], dict[str, Any]]] = {
     "asha-clean": ("grid", "asha", {"metric": ACC_CLEAN, "mode": "max"}),
@@ -89,7 +90,7 @@ class Bench:
     seeds: tuple[str, ...]
     grace_period: int = 1
     reduction_factor: float = 2
-    confidence: float = 0.8
+    confidence: float = MoashaSettings.confidence
     workers: int = 4
 
     def search(self, method: Method, seed: int, table: Optional[Table] = None) -> Any:
@@ -229,7 +230,7 @@ def make_bench(
     workers: int = 4,
     grace_period: int = 1,
     reduction_factor: float = 2,
-    confidence: float = 0.8,
+    confidence: float = MoashaSettings.confidence,
 ) -> Bench:
     """The :class:`Bench` of ``table`` (every configuration must have the same seeds)."""
     seeds = table.configs[0].seeds

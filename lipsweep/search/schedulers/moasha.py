@@ -1,7 +1,7 @@
 """``moasha``: multi-objective asynchronous successive halving, seed-aware and noise-aware.
 
 Spelled ``scheduler: {type: moasha, metrics: [probe_acc_pgd_4, probe_lip_jacobian_median,
-acc_clean], modes: [max, min, max], grace_period: 1, reduction_factor: 2, confidence: 0.8}``.
+acc_clean], modes: [max, min, max], grace_period: 1, reduction_factor: 2, confidence: 0.9}``.
 
 Lineage. ASHA (Li et al., "A System for Massively Parallel Hyperparameter Tuning", MLSys 2020):
 rungs at ``grace_period * reduction_factor**k`` epochs below ``max_t``; a trial reaching a rung
@@ -27,12 +27,15 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
 1. It is judged as soon as any of its seeds reports at the rung, on the mean of the seeds that
    have, and judged again as each further seed arrives there: nothing waits for a slow or
    queued seed.
-2. Quota (MO-ASHA): with ``n`` configurations recorded at the rung, it may stop only when at
-   least ``ceil(n / reduction_factor)`` configurations are ordered strictly ahead of it.
+2. Quota (MO-ASHA; ``quota: true``, off by default): with ``n`` configurations recorded at the
+   rung, it may stop only when at least ``ceil(n / reduction_factor)`` configurations are
+   ordered strictly ahead of it. Off, the tests below decide alone (``reduction_factor`` still
+   spaces the rungs): a configuration that arrives at a rung among few rivals, or in its top
+   half, is not let through to the end on that alone.
 3. Noise: it stops only if some configuration ``h`` dominates it beyond noise: ``P(h
-   dominates g) >= 1 - sum_j (1 - T_df(gap_j / se_j)) >= confidence``, with ``gap_j`` how far
+   dominates g) >= 1 - sum_j (1 - T_df(gap_j / se_j)) >= threshold``, with ``gap_j`` how far
    ``h``'s seed mean is ahead of ``g``'s in metric ``j`` (its better direction positive),
-   ``se_j`` the gap's standard error (``sqrt(se_h^2 + se_g^2)``, step 4) and ``T_df`` Student's
+   ``se_j`` the gap's standard error (``sqrt(se_h^2 + se_g^2)``, step 5) and ``T_df`` Student's
    t distribution function at the noise estimate's degrees of freedom (the normal one for
    measurement noise; :func:`dominance_probability`). Dominance is "no worse in every metric
    and better in at least one": an exact tie with no noise (gap 0, se 0) is no worse for
@@ -41,12 +44,23 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
    left out; with no metric left to be better in the probability is 0. A metric far ahead
    makes up for one that is only probably ahead (the doubt is spent where it is: Bonferroni
    would ask each metric for ``1 - (1 - confidence) / m``); one behind keeps the bound below
-   1/2, so a configuration on the rung's front never stops (at a confidence above 1/2).
-   Repeated looks: a configuration of ``S`` seeds is judged up to ``S`` times at a rung, so
-   each look asks ``1 - (1 - confidence) / S`` (Bonferroni over the looks,
-   :meth:`MoAsha.threshold`): wrongly stopped at a rung with probability at most ``1 -
-   confidence`` per rival.
-4. The noise of a configuration's mean, per metric, is the first of:
+   1/2, so a configuration on the rung's front never stops (at a threshold above 1/2).
+   Repeated looks: a configuration of ``S`` seeds is judged up to ``S`` times at each of the
+   ``R`` rungs that can stop it (every rung, or every rung but the first with the trend test),
+   so each look asks ``threshold = 1 - (1 - confidence) / (S R)`` (Bonferroni over all its
+   looks, :meth:`MoAsha.threshold`): over the whole run it is stopped wrongly, in favour of a
+   given rival, with probability at most ``1 - confidence``.
+4. Trend (``trend: true``, the default): ``h`` must also dominate ``g`` beyond noise, at the
+   same threshold, one rung ahead: each seed's value is extrapolated linearly from the rung
+   before, ``v_i + reach * (v_i - v_{i-1})`` with ``reach = (r_{i+1} - r_i) / (r_i -
+   r_{i-1})`` (the next rung, or ``max_t`` after the last), and the test of step 3 is run on
+   the seeds' extrapolated means (:meth:`MoAsha.trend_probability`), their noise from the
+   seeds' extrapolated values or, with one seed, the measurement and rounding variance times
+   ``(1 + reach)^2 + reach^2`` (the two rungs' errors read as independent). A configuration
+   behind but closing in fast (a late bloomer: its early standing is not its final one) is
+   left alone; one that keeps its distance stops. The first rung has no trend, so it stops
+   nothing: the earliest stop is at the second rung.
+5. The noise of a configuration's mean, per metric, is the first of:
 
    - **seeds** (the sweep repeats seeds and some configuration has two at the rung): the
      within-configuration variance of every configuration's seeds at the rung, pooled (``SS /
@@ -65,26 +79,30 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
      and nothing stops on it: a stop needs a noise estimate in every metric that orders the
      rung (comparing values as exact lost a front configuration in 90-100% of one-seed
      replays of the recorded grids, docs/benchmarks.md).
-5. A stopped configuration stops every seed: running ones at their next report, ones not
+6. A stopped configuration stops every seed: running ones at their next report, ones not
    started yet before they start. Its reason names the configurations ahead beyond noise,
-   the most probable first, by how much per metric and with what probability of dominance,
-   the noise and where it came from (seeds, measurement, none), the confidence and the quota.
+   the most probable first, by how much per metric and with what probability of dominance
+   (now and, with the trend test, one rung on), the noise and where it came from (seeds,
+   measurement, none), the confidence and the quota.
 
-Where evidence is strong (noise small against the gaps) the rule is MO-ASHA's quota with the
-dominated configurations stopped; where configurations overlap in noise it keeps its hands
-off them. ``confidence`` None is MO-ASHA's quota alone (crowded-out front members stop too),
-as for ``asha``, which is this core on one metric with each trial its own configuration.
+Where evidence is strong (noise small against the gaps, trends parallel) the rule stops the
+dominated configurations; where configurations overlap in noise, or one is closing in, it
+keeps its hands off them. ``confidence`` None is MO-ASHA's quota alone (crowded-out front
+members stop too), as for ``asha``, which is this core on one metric with each trial its own
+configuration.
 
 Assumptions: a metric's seed noise at a rung is about the same for every configuration
 (pooled), and roughly normal (the t distribution); a logged ``<metric>_se`` is the whole
 noise of one seed's value around its configuration's (a probe's image sample; not the
 epoch-to-epoch wobble of training, which the seeds see); nothing about how the metrics'
-errors depend on each other (the bound holds for any dependence); the per-epoch metrics at a
-rung rank configurations as their final objectives will (ASHA's assumption; a misleading
-early metric misleads it too). The error bound is per rival and per rung: the rule takes
-the most probable dominator with no correction for how many rivals it compared against, nor
-across rungs; the replay measures what that costs (docs/benchmarks.md: front kept, front
-configurations stopped).
+errors depend on each other (the bound holds for any dependence); a configuration's curve
+moves, over the next rung, no further than the linear extrapolation of its last rung and its
+noise allow (a curve that turns later than that misleads the trend test; ASHA's assumption,
+that the per-epoch metrics at a rung rank configurations as their final objectives will, is
+what the trend test relaxes by one rung). The error bound is per rival, over all of a
+configuration's looks: the rule takes the most probable dominator with no correction for how
+many rivals it compared against; the replay measures what that costs (docs/benchmarks.md:
+front kept, front configurations stopped).
 
 A report whose values are missing or not finite is not recorded (the trial continues; its
 next report at or past the rung may be): a failed measurement is not a worst case.
@@ -139,13 +157,22 @@ class MoashaSettings:
     grace_period: int = 1
     """Epochs every trial runs before it can be stopped (the first rung), >= 1."""
     reduction_factor: float = 2.0
-    """Rung spacing, and 1/reduction_factor of each rung is promoted; >= 2."""
+    """Rung spacing (and, with ``quota``, 1/reduction_factor of each rung is promoted); >= 2."""
     max_t: Optional[int] = None
     """Epochs of a full trial; unset: every trial's epochs."""
-    confidence: float = 0.8
+    confidence: float = 0.9
     """How sure a stop must be that a configuration ahead of it dominates it beyond noise
-    (seed or measurement noise; its probability of dominance), in (0, 1) (module docstring,
-    step 3)."""
+    (seed or measurement noise; its probability of dominance), spread over all of a
+    configuration's looks (its seeds at each rung that can stop it), in (0, 1) (module
+    docstring, step 3)."""
+    trend: bool = True
+    """A stop also needs the dominator to dominate beyond noise after one rung of both
+    configurations' trends (module docstring, step 4); the first rung, with no trend yet,
+    stops nothing. False: the noise test on the rung's values alone."""
+    quota: bool = False
+    """A stop also needs MO-ASHA's quota: ``ceil(n / reduction_factor)`` of the rung's ``n``
+    configurations ordered strictly ahead (module docstring, step 2). False: the noise (and
+    trend) tests alone decide."""
 
     def __post_init__(self) -> None:
         metrics, modes = self.metrics, self.modes
@@ -178,6 +205,11 @@ class MoashaSettings:
         c = self.confidence
         if not _finite(c) or not 0 < c < 1:
             raise ConfigError("scheduler.confidence", f"must be a number in (0, 1), got {show(c)}")
+        for name in ("trend", "quota"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"scheduler.{name}", f"must be true or false, got {show(getattr(self, name))}"
+                )
         t = self.max_t
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t > INT_LIMIT):
             raise ConfigError("scheduler.max_t", f"must be a positive integer, got {show(t)}")
@@ -253,6 +285,10 @@ class StopReason:
     probabilities: tuple[float, ...] = ()
     """Per dominating configuration (as ``dominated_by``), a lower bound on the probability
     that it dominates (module docstring, step 3); empty: not estimated."""
+    trend_probabilities: tuple[float, ...] = ()
+    """Per dominating configuration (as ``dominated_by``), the bound on its probability of
+    dominance after one rung of both configurations' trends (module docstring, step 4);
+    empty: no trend test."""
     noise_kinds: tuple[str, ...] = ()
     """Per metric, where its noise came from: ``seeds``, ``measurement`` (the probe's own
     ``<metric>_se``) or ``tied`` (every configuration at the rung the same: left out); empty:
@@ -271,9 +307,13 @@ class StopReason:
             return f"{head}front {self.front}, crowded out{tail}"
         parts = []
         probs = self.probabilities or (None,) * len(self.margins)
-        for tid, margin, p in list(zip(self.dominated_by, self.margins, probs))[:SHOWN_MARGINS]:
+        trends = self.trend_probabilities or (None,) * len(self.margins)
+        for tid, margin, p, pt in list(zip(self.dominated_by, self.margins, probs, trends))[
+            :SHOWN_MARGINS
+        ]:
             by = ", ".join(f"{m} {v:+.4g}" for m, v in zip(self.metrics, margin))
             sure = "" if p is None else f"; P(dominates) >= {p:.2f}"
+            sure += "" if pt is None else f", after a rung of both trends >= {pt:.2f}"
             parts.append(f"{tid} ({by}{sure})")
         more = len(self.dominated_by) - len(parts)
         shown = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
@@ -358,8 +398,10 @@ class MoAsha:
         reduction_factor: float,
         max_t: int,
         expected: Optional[Mapping[str, int]] = None,
-        confidence: Optional[float] = 0.8,
+        confidence: Optional[float] = MoashaSettings.confidence,
         seeds: int = 1,
+        trend: bool = MoashaSettings.trend,
+        quota: bool = MoashaSettings.quota,
     ) -> None:
         self.metrics = tuple(metrics)
         self.modes = tuple(modes)
@@ -373,6 +415,7 @@ class MoAsha:
         self.expected = dict(expected or {})
         self.seeds = int(seeds)
         self.confidence = confidence
+        self.trend, self.quota = bool(trend), bool(quota)
         self.group_of: dict[str, str] = {}
         self.members: dict[str, list[str]] = {}
         self.ended: set[str] = set()
@@ -393,7 +436,7 @@ class MoAsha:
     ) -> "MoAsha":
         return cls(
             s.metrics, s.modes, s.grace_period, s.reduction_factor, max_t, expected,
-            s.confidence, seeds,
+            s.confidence, seeds, s.trend, s.quota,
         )  # fmt: skip
 
     @property
@@ -487,16 +530,16 @@ class MoAsha:
         self, means: np.ndarray, counts: np.ndarray, ss: np.ndarray
     ) -> tuple[np.ndarray, float]:
         """Seed noise per metric (a pooled standard deviation, (m,)) and its degrees of
-        freedom, from a rung's table (:meth:`rung_table`; module docstring, step 4): infinite
+        freedom, from a rung's table (:meth:`rung_table`; module docstring, step 5): infinite
         at 0 degrees of freedom (no configuration has two seeds at the rung yet)."""
-        df = float(np.sum(counts - 1))
+        df = float(np.sum(np.maximum(counts - 1, 0)))
         if df <= 0:
             return np.full(means.shape[1], np.inf), 0.0
         return np.sqrt(ss.sum(axis=0) / df), df
 
     def rounding_noise(self, i: int) -> np.ndarray:
         """Per metric, the standard deviation that rounding alone puts into rung ``i``'s values
-        (module docstring, step 4): ``step / sqrt(12)``, the spread of a uniform error over one
+        (module docstring, step 5): ``step / sqrt(12)``, the spread of a uniform error over one
         step (Sheppard 1898), with ``step`` the finest gap between two distinct recorded
         values; 0 where fewer than two distinct values were recorded."""
         values = np.array([r[i] for r in self.reported.values() if i in r], dtype=float)
@@ -507,14 +550,22 @@ class MoAsha:
                 out[j] = float(np.min(np.diff(distinct))) / math.sqrt(12.0)
         return out
 
+    @property
+    def stopping_rungs(self) -> int:
+        """The rungs at which a configuration can be stopped: every rung, or with the trend
+        test every rung but the first (no trend there yet); at least 1."""
+        return max(1, len(self.rungs) - int(self.trend))
+
     def looks(self, group: str) -> int:
-        """How often ``group`` is judged at a rung: once per seed's arrival there."""
-        return max(1, int(self.expected.get(group, self.seeds)))
+        """How often ``group`` can be judged: once per seed's arrival at each rung that can
+        stop it (:attr:`stopping_rungs`)."""
+        return max(1, int(self.expected.get(group, self.seeds))) * self.stopping_rungs
 
     def threshold(self, group: str) -> float:
         """The probability of dominance a stop of ``group`` needs at one look (module
-        docstring, step 3): ``1 - (1 - confidence) / looks``, Bonferroni over its looks at a
-        rung, so the chance that one of them stops it wrongly is at most ``1 - confidence``."""
+        docstring, step 3): ``1 - (1 - confidence) / looks``, Bonferroni over all its looks
+        (:meth:`looks`), so the chance that any of them stops it wrongly, against a rival, is
+        at most ``1 - confidence``."""
         return 1.0 - (1.0 - float(self.confidence or 0.0)) / self.looks(group)
 
     def measurement_variance(self, i: int, names: Sequence[str]) -> np.ndarray:
@@ -533,17 +584,27 @@ class MoAsha:
         return out / np.maximum(seen, 1)[:, None]
 
     def rung_noise(
-        self, i: int, names: Sequence[str], means: np.ndarray, counts: np.ndarray, ss: np.ndarray
+        self,
+        i: int,
+        names: Sequence[str],
+        means: np.ndarray,
+        counts: np.ndarray,
+        ss: np.ndarray,
+        scale: float = 1.0,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...], float]:
-        """The noise of each configuration's mean at rung ``i`` (module docstring, step 4):
+        """The noise of each configuration's mean at rung ``i`` (module docstring, step 5):
         its standard error (n, m), the degrees of freedom per metric (m,; inf: normal), the
         per-metric noise sd shown in a stop reason (m,), where each metric's noise comes from
         (:data:`SEEDS`, :data:`MEASUREMENT`, :data:`NONE`, :data:`TIED`) and the seed noise's
-        degrees of freedom."""
+        degrees of freedom. ``scale`` multiplies the measurement and rounding variances (a
+        trend's extrapolation, :meth:`trend_table`); a configuration with no seed in the
+        table (count 0) has infinite noise."""
         n, m = means.shape
         sd_seed, df = self.noise(means, counts, ss)
-        floor = self.rounding_noise(i)
-        mvar = self.measurement_variance(i, names)  # (n, m)
+        floor = self.rounding_noise(i) * math.sqrt(scale)
+        mvar = self.measurement_variance(i, names) * scale  # (n, m)
+        none = counts <= 0
+        counts = np.maximum(counts, 1)
         se, dfs, shown, kinds = np.zeros((n, m)), np.full(m, np.inf), np.zeros(m), []
         for j in range(m):
             measured = bool(np.all(np.isfinite(mvar[:, j])))
@@ -560,7 +621,57 @@ class MoAsha:
             else:  # unknown: seeds will come, or nothing tells it; nothing stops on it
                 se[:, j], shown[j] = np.inf, np.inf
                 kinds.append(SEEDS if self.repeats else NONE)
+        se[none] = np.inf
         return se, dfs, shown, tuple(kinds), df
+
+    def reach(self, i: int) -> float:
+        """How many of rung ``i``'s trend steps (the epochs from rung ``i - 1`` to rung ``i``)
+        reach the next rung (or ``max_t`` after the last): ``(r_{i+1} - r_i) / (r_i -
+        r_{i-1})``, ``reduction_factor`` between geometric rungs."""
+        nxt = self.rungs[i + 1] if i + 1 < len(self.rungs) else float(self.max_t)
+        return (nxt - self.rungs[i]) / (self.rungs[i] - self.rungs[i - 1])
+
+    def trend_table(
+        self, i: int, names: Sequence[str]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rung ``i``'s table one rung ahead (module docstring, step 4): per configuration of
+        ``names``, the mean over its seeds that reported at rungs ``i - 1`` and ``i`` of their
+        values extrapolated to the next rung, ``v_i + reach * (v_i - v_{i-1})``
+        (:meth:`reach`), their count (0: none) and within-configuration sum of squares, as
+        :meth:`rung_table` has them (``i`` >= 1)."""
+        k = self.reach(i)
+        seen: dict[str, list[np.ndarray]] = {}
+        for trial, rungs in self.reported.items():
+            if i in rungs and i - 1 in rungs:
+                now, before = np.asarray(rungs[i]), np.asarray(rungs[i - 1])
+                seen.setdefault(self.group_of[trial], []).append(now + k * (now - before))
+        m = len(self.metrics)
+        means, counts, ss = (
+            np.zeros((len(names), m)),
+            np.zeros(len(names)),
+            np.zeros((len(names), m)),
+        )
+        for j, g in enumerate(names):
+            if g in seen:
+                x = np.asarray(seen[g])
+                means[j], counts[j] = x.mean(axis=0), len(x)
+                ss[j] = ((x - means[j]) ** 2).sum(axis=0)
+        return means, counts, ss
+
+    def trend_probability(
+        self, i: int, names: Sequence[str], me: int, ignore: np.ndarray
+    ) -> np.ndarray:
+        """Per configuration at rung ``i``, the bound on its probability of dominating
+        configuration ``me`` one rung ahead (module docstring, step 4): the noise test on
+        :meth:`trend_table`, its noise from the seeds' extrapolated values or, read as
+        independent at the two rungs, the measurement and rounding noise times ``(1 +
+        reach)^2 + reach^2``; ``ignore``: the metrics tied at the rung."""
+        means, counts, ss = self.trend_table(i, names)
+        k = self.reach(i)
+        se, dfs, _, _, _ = self.rung_noise(i, names, means, counts, ss, (1 + k) ** 2 + k**2)
+        sign = np.where(np.asarray(self.modes) == "max", 1.0, -1.0)
+        gaps = (means - means[me]) * sign
+        return dominance_probability(gaps, np.sqrt(se**2 + se[me] ** 2), dfs, ignore=ignore)
 
     def _decide(self, i: int, group: str) -> Optional[StopReason]:
         """None (continue) or why ``group`` stops at rung ``i`` (module docstring)."""
@@ -574,8 +685,10 @@ class MoAsha:
             crowd[front] = crowding_distance(means[front])
         me = names.index(group)
         ahead = int(np.sum((ranks < ranks[me]) | ((ranks == ranks[me]) & (crowd > crowd[me]))))
-        if ahead < kept:
+        if ahead < kept and (self.confidence is None or self.quota):
             return None
+        if self.confidence is not None and self.trend and i == 0:
+            return None  # no trend yet
         sign = np.where(np.asarray(self.modes) == "max", 1.0, -1.0)
         gaps = (means - means[me]) * sign  # (n, m): how far each is ahead of me, per metric
         base = dict(
@@ -590,7 +703,12 @@ class MoAsha:
         pair = np.sqrt(se**2 + se[me] ** 2)  # (n, m): the standard error of each gap
         prob = dominance_probability(gaps, pair, dfs, ignore=np.asarray(kinds) == TIED)
         prob[me] = 0.0
-        beyond = np.flatnonzero(prob >= self.threshold(group))
+        need = self.threshold(group)
+        beyond = np.flatnonzero(prob >= need)
+        trend = np.ones(n)
+        if len(beyond) and self.trend:
+            trend = self.trend_probability(i, names, me, np.asarray(kinds) == TIED)
+            beyond = beyond[trend[beyond] >= need]
         if not len(beyond):
             return None
         beyond = beyond[np.argsort(-prob[beyond], kind="stable")]
@@ -602,6 +720,7 @@ class MoAsha:
             noise_df=int(round(df)),
             confidence=float(self.confidence),
             probabilities=tuple(float(prob[k]) for k in beyond),
+            trend_probabilities=tuple(float(trend[k]) for k in beyond) if self.trend else (),
             noise_kinds=kinds,
             **base,
         )
@@ -619,6 +738,8 @@ class MoAsha:
             "expected": self.expected,
             "seeds": self.seeds,
             "confidence": self.confidence,
+            "trend": self.trend,
+            "quota": self.quota,
             "members": self.members,
             "ended": sorted(self.ended),
             "reported": {t: {str(i): v for i, v in r.items()} for t, r in self.reported.items()},
@@ -642,6 +763,8 @@ class MoAsha:
             state["expected"],
             state.get("confidence"),
             state.get("seeds", 1),
+            state.get("trend", False),  # a state that names neither: the noise test at
+            state.get("quota", True),  # the rung alone, with MO-ASHA's quota
         )
         core.rungs = tuple(float(r) for r in state["rungs"])
         core.members = {g: list(ts) for g, ts in state["members"].items()}
@@ -666,7 +789,9 @@ def _reason_state(r: StopReason) -> dict[str, Any]:
 
 def _reason_from(d: Mapping[str, Any]) -> StopReason:
     fields_ = {k: v for k, v in d.items()}
-    for k in ("dominated_by", "metrics", "noise", "probabilities", "noise_kinds"):
+    for k in (
+        "dominated_by", "metrics", "noise", "probabilities", "trend_probabilities", "noise_kinds"
+    ):  # fmt: skip
         fields_[k] = tuple(fields_.get(k, ()))
     fields_["margins"] = tuple(tuple(m) for m in fields_.get("margins", ()))
     return StopReason(**fields_)
