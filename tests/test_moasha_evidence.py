@@ -14,13 +14,13 @@ import pytest
 from lipsweep.core.config_base import ConfigError
 from lipsweep.core.measurement import accuracy_se, median_se
 from lipsweep.search.schedulers import scheduler_settings
+from lipsweep.search.schedulers.evidence import dominance_probability
 from lipsweep.search.schedulers.moasha import (
     CONTINUE,
     STOP,
     MoAsha,
-    MoashaSettings,
-    dominance_probability,
 )
+from lipsweep.search.schedulers.moasha_settings import MoashaSettings
 
 PHI = {0.707: 0.7602499, 1.414: 0.9213504, 3.536: 0.9997965, 1.0: 0.8413447}
 

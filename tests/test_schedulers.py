@@ -32,11 +32,11 @@ from lipsweep.search.schedulers import (
     list_schedulers,
     scheduler_settings,
 )
+from lipsweep.search.schedulers.evidence import dominance_probability
 from lipsweep.search.schedulers.moasha import (
     CONTINUE,
     STOP,
     MoAsha,
-    dominance_probability,
     expected_seeds,
     group_key,
 )
@@ -755,7 +755,7 @@ def test_every_trials_own_epochs_set_the_rungs_not_a_default_of_40(tmp_path):
 def test_the_scheduler_is_built_before_ray_or_mlflow_is_touched(tmp_path, monkeypatch):
     """A scheduler that fails to build fails the sweep before Ray starts or a run opens."""
     from lipsweep.search.schedulers import register_scheduler, unregister_scheduler
-    from lipsweep.search.schedulers.moasha import MoashaSettings
+    from lipsweep.search.schedulers.moasha_settings import MoashaSettings
     from lipsweep.sweep import driver
 
     class Broken(MoashaSettings):

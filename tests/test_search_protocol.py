@@ -141,7 +141,8 @@ def test_bench_search_replays_plugin_searchers_and_schedulers(tmp_path):
     """A searcher and a scheduler registered by a plugin are replayed by name, through the
     same factories a live sweep calls."""
     from lipsweep.search.schedulers import register_scheduler, unregister_scheduler
-    from lipsweep.search.schedulers.moasha import MoashaSettings, group_key
+    from lipsweep.search.schedulers.moasha import group_key
+    from lipsweep.search.schedulers.moasha_settings import MoashaSettings
     from lipsweep.search.searchers import (
         GridSettings,
         SearcherInfo,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from lipsweep.search.schedulers.moasha import MEASUREMENT, TIED, MoAsha, group_key
+from lipsweep.search.schedulers.moasha import MoAsha, group_key
+from lipsweep.search.schedulers.stop_reason import MEASUREMENT, TIED
 from lipsweep.sweep.schedulers._tune import CoreScheduler
 
 

@@ -32,7 +32,7 @@ from lipsweep.core.options import (
     set_field,
 )
 from lipsweep.core.shipped import CONFIGS, SPACES, resolve
-from lipsweep.search.schedulers.moasha import MoashaSettings
+from lipsweep.search.schedulers.moasha_settings import MoashaSettings
 from lipsweep.sweep.options import SweepOptions
 
 if TYPE_CHECKING:

@@ -103,7 +103,7 @@ from lipsweep.search.replay.table import (
     stop_metrics,
     told_finals,
 )
-from lipsweep.search.schedulers.moasha import MoashaSettings
+from lipsweep.search.schedulers.moasha_settings import MoashaSettings
 
 _log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from lipsweep.search.replay.members import (
 from lipsweep.search.replay.oracle import informed_order
 from lipsweep.search.replay.simulation import Replay, simulate
 from lipsweep.search.replay.table import Table, stop_metrics, told_finals
-from lipsweep.search.schedulers.moasha import MoashaSettings
+from lipsweep.search.schedulers.moasha_settings import MoashaSettings
 
 ALIASES: dict[str, tuple[str, Optional[str], dict[str, Any]]] = {
     "asha-clean": ("grid", "asha", {"metric": ACC_CLEAN, "mode": "max"}),

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional, Sequence
 from lipsweep.core.config_base import ConfigError, key_name, show
 from lipsweep.core.registry import Family
 from lipsweep.search.schedulers.asha import AshaSettings
-from lipsweep.search.schedulers.moasha import MoashaSettings
+from lipsweep.search.schedulers.moasha_settings import MoashaSettings
 
 STATE_FILE = "lipsweep_scheduler.json"
 """A stateful scheduler's saved state (read by ``--resume``): :func:`state_path`."""

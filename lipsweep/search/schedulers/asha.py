@@ -61,7 +61,7 @@ class AshaSettings:
 
     def check_epochs(self, epochs: int) -> None:
         """ConfigError unless the rungs fit trials of ``epochs`` epochs."""
-        from lipsweep.search.schedulers.moasha import check_rungs
+        from lipsweep.search.schedulers.moasha_settings import check_rungs
 
         check_rungs(self.grace_period, self.max_t, epochs)
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from lipsweep.search.schedulers.asha import AshaSettings
-from lipsweep.search.schedulers.moasha import MoAsha, MoashaSettings, expected_seeds, group_key
+from lipsweep.search.schedulers.moasha import MoAsha, expected_seeds, group_key
+from lipsweep.search.schedulers.moasha_settings import MoashaSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from lipsweep.search.schedulers import SchedulerContext

@@ -120,263 +120,34 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
+from lipsweep.core.config_base import finite
 from lipsweep.core.dominance import crowding_distance, non_dominated_ranks
 from lipsweep.core.metric_names import se_metric
-from lipsweep.search.schedulers.rules import check_reduction_factor
+from lipsweep.search.schedulers.evidence import dominance_probability
+from lipsweep.search.schedulers.moasha_settings import MoashaSettings
+from lipsweep.search.schedulers.stop_reason import (
+    MEASUREMENT,
+    NONE,
+    SEEDS,
+    TIED,
+    StopReason,
+    reason_from,
+    reason_state,
+)
 
 CONTINUE, STOP = "continue", "stop"
 SEED_KEY = "seed"
 """The setting that tells the repeats of one configuration apart (``repeat: {seed: [...]}``)."""
-SHOWN_DOMINATORS = 10  # trial ids a stop reason lists; more are counted
-SHOWN_MARGINS = 3  # configurations whose margins a noise-aware stop reason spells out
-SEEDS, MEASUREMENT, NONE, TIED = "seeds", "measurement", "none", "tied"
-"""Where a metric's noise at a rung comes from (:meth:`MoAsha.rung_noise`)."""
-
-
-def _finite(val: Any) -> bool:
-    if isinstance(val, bool) or not isinstance(val, (int, float)):
-        return False
-    return abs(val) <= INT_LIMIT if isinstance(val, int) else math.isfinite(val)
-
-
-@dataclass(frozen=True)
-class MoashaSettings:
-    """``scheduler: {type: moasha, ...}``: several per-epoch metrics, ranked by dominance."""
-
-    type: ClassVar[str] = "moasha"
-    metrics: tuple[str, ...] = ()
-    """Per-epoch metric names: the objectives compared at each rung."""
-    modes: tuple[str, ...] = ()
-    """``max`` or ``min`` per metric, in the same order."""
-    grace_period: int = 1
-    """Epochs every trial runs before it can be stopped (the first rung), >= 1."""
-    reduction_factor: float = 2.0
-    """Rung spacing (and, with ``quota``, 1/reduction_factor of each rung is promoted); >= 2."""
-    max_t: Optional[int] = None
-    """Epochs of a full trial; unset: every trial's epochs."""
-    confidence: float = 0.9
-    """How sure a stop must be that a configuration ahead of it dominates it beyond noise
-    (seed or measurement noise; its probability of dominance), spread over all of a
-    configuration's looks (its seeds at each rung that can stop it), in (0, 1) (module
-    docstring, step 3)."""
-    trend: bool = True
-    """A stop also needs the dominator to dominate beyond noise after one rung of both
-    configurations' trends (module docstring, step 4); the first rung, with no trend yet,
-    stops nothing. False: the noise test on the rung's values alone."""
-    quota: bool = False
-    """A stop also needs MO-ASHA's quota: ``ceil(n / reduction_factor)`` of the rung's ``n``
-    configurations ordered strictly ahead (module docstring, step 2). False: the noise (and
-    trend) tests alone decide."""
-
-    def __post_init__(self) -> None:
-        metrics, modes = self.metrics, self.modes
-        if isinstance(metrics, str):
-            metrics = [metrics]
-        if not isinstance(metrics, (list, tuple)) or not metrics:
-            raise ConfigError(
-                "scheduler.metrics", f"must be a list of metric names, got {show(metrics)}"
-            )
-        if not all(isinstance(m, str) and m for m in metrics):
-            raise ConfigError("scheduler.metrics", f"must be metric names, got {show(metrics)}")
-        if len(set(metrics)) != len(metrics):
-            raise ConfigError("scheduler.metrics", f"names a metric twice: {show(metrics)}")
-        if isinstance(modes, str):
-            modes = [modes]
-        if not isinstance(modes, (list, tuple)) or len(modes) != len(metrics):
-            raise ConfigError(
-                "scheduler.modes",
-                f"needs one mode per metric ({len(metrics)}: {list(metrics)}), got {show(modes)}",
-            )
-        bad = [m for m in modes if m not in ("max", "min")]
-        if bad:
-            raise ConfigError("scheduler.modes", f"each must be max or min, got {show(bad[0])}")
-        object.__setattr__(self, "metrics", tuple(metrics))
-        object.__setattr__(self, "modes", tuple(modes))
-        g = self.grace_period
-        if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= INT_LIMIT:
-            raise ConfigError("scheduler.grace_period", f"must be an integer >= 1, got {show(g)}")
-        check_reduction_factor(self.reduction_factor, "scheduler.reduction_factor")
-        c = self.confidence
-        if not _finite(c) or not 0 < c < 1:
-            raise ConfigError("scheduler.confidence", f"must be a number in (0, 1), got {show(c)}")
-        for name in ("trend", "quota"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(
-                    f"scheduler.{name}", f"must be true or false, got {show(getattr(self, name))}"
-                )
-        t = self.max_t
-        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t > INT_LIMIT):
-            raise ConfigError("scheduler.max_t", f"must be a positive integer, got {show(t)}")
-        if t is not None and t < g:
-            raise ConfigError("scheduler.max_t", f"must be >= grace_period ({g}), got {show(t)}")
-
-    def metrics_used(self) -> tuple[tuple[str, str], ...]:
-        """(field, metric) pairs the space checks are reported every epoch."""
-        return tuple(("scheduler.metrics", m) for m in self.metrics)
-
-    def check_epochs(self, epochs: int) -> None:
-        """ConfigError unless the rungs fit trials of ``epochs`` epochs (:func:`check_rungs`)."""
-        check_rungs(self.grace_period, self.max_t, epochs)
-
-
-def check_rungs(grace_period: float, max_t: Optional[int], epochs: int) -> None:
-    """A scheduler over trials of ``epochs`` epochs must have its first rung within them
-    (else it could never stop one), and no rung past them (a trial's last epoch would then be
-    a rung, where it is stopped before its final report): ConfigError naming the field."""
-    if max_t is not None and max_t > epochs:
-        raise ConfigError(
-            "scheduler.max_t",
-            f"must be at most the trials' {epochs} epochs, got {max_t}: a rung at or past a "
-            "trial's last epoch would stop it before its final report",
-        )
-    top = max_t or epochs
-    if grace_period > top:
-        what = "max_t" if max_t is not None else "the trials' epochs"
-        raise ConfigError(
-            "scheduler.grace_period",
-            f"must be at most {what} ({top}), got {show(grace_period)}: the scheduler would "
-            "have no rung within a trial and could never stop one",
-        )
 
 
 def group_key(flat: Mapping[str, Any]) -> str:
     """The configuration a trial's flat config belongs to: the config without ``seed``."""
     rest = {str(k): v for k, v in flat.items() if k != SEED_KEY}
     return json.dumps(rest, sort_keys=True, default=str)
-
-
-@dataclass(frozen=True)
-class StopReason:
-    """Why a configuration stopped: where, what was ahead of it, by how much, against what
-    noise."""
-
-    epoch: float
-    """The rung (epochs trained) at which it was judged."""
-    dominated_by: tuple[str, ...]
-    """A trial of each configuration that dominates it at the rung (beyond noise, where the
-    sweep estimates noise), the largest margin first."""
-    front: int
-    """Its non-dominated front at the rung (1 = not dominated by any configuration there)."""
-    ahead: int
-    """Configurations ordered strictly ahead of it (front, then crowding distance)."""
-    kept: int
-    """How many the rung promotes: ceil(n / reduction_factor)."""
-    of: int
-    """Configurations recorded at the rung, itself included."""
-    seeds: int = 1
-    """Its seeds that had reported at the rung."""
-    metrics: tuple[str, ...] = ()
-    margins: tuple[tuple[float, ...], ...] = ()
-    """Per dominating configuration (as ``dominated_by``), how far ahead it was per metric
-    (in the metric's better direction: positive)."""
-    noise: tuple[float, ...] = ()
-    """Seed noise per metric (pooled standard deviation) at the rung; empty: not estimated."""
-    noise_seeds: int = 0
-    """Seeds at the rung the noise was estimated from."""
-    noise_df: int = 0
-    """Its degrees of freedom (seeds minus configurations with repeats)."""
-    confidence: float = 0.0
-    probabilities: tuple[float, ...] = ()
-    """Per dominating configuration (as ``dominated_by``), a lower bound on the probability
-    that it dominates (module docstring, step 3); empty: not estimated."""
-    trend_probabilities: tuple[float, ...] = ()
-    """Per dominating configuration (as ``dominated_by``), the bound on its probability of
-    dominance after one rung of both configurations' trends (module docstring, step 4);
-    empty: no trend test."""
-    noise_kinds: tuple[str, ...] = ()
-    """Per metric, where its noise came from: ``seeds``, ``measurement`` (the probe's own
-    ``<metric>_se``) or ``tied`` (every configuration at the rung the same: left out); empty:
-    seeds throughout."""
-
-    def text(self) -> str:
-        """One line for the ``lipsweep.stopped_by`` tag and the log."""
-        head = f"rung at epoch {self.epoch:g}: "
-        tail = f" ({self.ahead} ahead; {self.kept} of {self.of} promoted)"
-        if not self.noise:
-            if self.dominated_by:
-                ids = list(self.dominated_by[:SHOWN_DOMINATORS])
-                more = len(self.dominated_by) - len(ids)
-                shown = ", ".join(ids) + (f" and {more} more" if more > 0 else "")
-                return f"{head}dominated by {shown}{tail}"
-            return f"{head}front {self.front}, crowded out{tail}"
-        parts = []
-        probs = self.probabilities or (None,) * len(self.margins)
-        trends = self.trend_probabilities or (None,) * len(self.margins)
-        for tid, margin, p, pt in list(zip(self.dominated_by, self.margins, probs, trends))[
-            :SHOWN_MARGINS
-        ]:
-            by = ", ".join(f"{m} {v:+.4g}" for m, v in zip(self.metrics, margin))
-            sure = "" if p is None else f"; P(dominates) >= {p:.2f}"
-            sure += "" if pt is None else f", after a rung of both trends >= {pt:.2f}"
-            parts.append(f"{tid} ({by}{sure})")
-        more = len(self.dominated_by) - len(parts)
-        shown = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
-        kinds = self.noise_kinds or (SEEDS,) * len(self.metrics)
-        used = {k for k in kinds if k != TIED}
-        label = (
-            {SEEDS: "seed", MEASUREMENT: "measurement"}.get(next(iter(used)), "")
-            if len(used) == 1
-            else ""
-        )
-        what = f"{label} noise" if label else "noise"
-        per = []
-        for m, v, k in zip(self.metrics, self.noise, kinds):
-            if k == TIED:
-                per.append(f"{m} tied at the rung (left out)")
-            else:
-                per.append(f"{m} {v:.4g}" + ("" if label else f" ({k})"))
-        head_noise = f"{what} ({'sd' if label == 'seed' else 'se' if label else 'sd/se'}) "
-        src = f" from {self.noise_seeds} seeds (df {self.noise_df})" if SEEDS in used else ""
-        beyond = f"beyond {what}"
-        return (
-            f"{head}{self.seeds} seed{'s' if self.seeds != 1 else ''} behind, {beyond} at "
-            f"{self.confidence:.0%} confidence, {shown}; {head_noise}"
-            f"{', '.join(per)}{src}{tail}"
-        )
-
-
-def t_cdf(x: np.ndarray, df: float) -> np.ndarray:
-    """Student's t distribution function (scipy) at ``x`` with ``df`` degrees of freedom."""
-    from scipy.stats import t as student_t
-
-    return np.asarray(student_t.cdf(x, df), dtype=float)
-
-
-def dominance_probability(
-    gaps: np.ndarray,
-    se: np.ndarray,
-    df: float | np.ndarray,
-    ignore: Optional[np.ndarray] = None,
-) -> np.ndarray:
-    """A lower bound on the probability that each configuration dominates one (module
-    docstring, step 3): no worse in every metric and better in at least one. ``gaps`` (k, m):
-    how far each of k configurations is ahead, per metric (its better direction positive);
-    ``se`` (k, m) or (m,): each gap's standard error; ``df``: Student's t degrees of freedom
-    (per metric, (m,), or one; inf: normal); ``ignore`` (m,): metrics left out (they order
-    nothing at the rung). Per metric, ``P_j = T_df(gap_j / se_j)`` that it is ahead; an exact
-    tie with no noise (gap 0, se 0) is no worse for certain but not better, and leaves the
-    sum. The bound is ``1 - sum_j (1 - P_j)`` over the other metrics, at least 0 (Boole's
-    inequality: valid whatever the dependence between the metrics), and 0 when no metric is
-    left to be better in. Infinite noise or 0 degrees of freedom: 0."""
-    gaps = np.asarray(gaps, dtype=float)
-    se = np.broadcast_to(np.asarray(se, dtype=float), gaps.shape)
-    dfs = np.broadcast_to(np.asarray(df, dtype=float), gaps.shape[1:])
-    skip = np.zeros(gaps.shape[1], bool) if ignore is None else np.asarray(ignore, bool)
-    tie = (se == 0) & (gaps == 0)  # (k, m): no worse, not better
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(se > 0, gaps / se, np.where(gaps > 0, np.inf, -np.inf))
-    safe_df = np.where(dfs > 0, dfs, 1.0)
-    p = t_cdf(z, safe_df)
-    p = np.where(np.isinf(se) | (dfs <= 0)[None, :], 0.0, p)
-    counted = ~tie & ~skip[None, :]
-    bound = 1.0 - np.sum(np.where(counted, 1.0 - p, 0.0), axis=1)
-    return np.where(counted.any(axis=1), np.maximum(0.0, bound), 0.0)
 
 
 class MoAsha:
@@ -464,11 +235,11 @@ class MoAsha:
         if group not in self.stopped and 0 < t < self.max_t:
             rung = self._rung(trial, t)
             values = [metrics.get(m) for m in self.metrics]
-            if rung is not None and all(_finite(v) for v in values):
+            if rung is not None and all(finite(v) for v in values):
                 self.reported[trial][rung] = [float(v) for v in values]
                 ses = [metrics.get(se_metric(m)) for m in self.metrics]
                 self.measured.setdefault(trial, {})[rung] = [
-                    float(v) if _finite(v) and v >= 0 else math.nan for v in ses
+                    float(v) if finite(v) and v >= 0 else math.nan for v in ses
                 ]
                 self.changes += 1
                 reason = self._decide(rung, group)
@@ -747,7 +518,7 @@ class MoAsha:
                 t: {str(i): [None if math.isnan(x) else x for x in v] for i, v in r.items()}
                 for t, r in self.measured.items()
             },
-            "stopped": {g: _reason_state(r) for g, r in self.stopped.items()},
+            "stopped": {g: reason_state(r) for g, r in self.stopped.items()},
             "told_stop": sorted(self.told_stop),
         }
 
@@ -777,24 +548,9 @@ class MoAsha:
             t: {int(i): [math.nan if x is None else float(x) for x in v] for i, v in r.items()}
             for t, r in state.get("measured", {}).items()
         }
-        core.stopped = {g: _reason_from(r) for g, r in state["stopped"].items()}
+        core.stopped = {g: reason_from(r) for g, r in state["stopped"].items()}
         core.told_stop = set(state["told_stop"])
         return core
-
-
-def _reason_state(r: StopReason) -> dict[str, Any]:
-    return {k: (list(map(list, v)) if k == "margins" else list(v)) if isinstance(v, tuple) else v
-            for k, v in vars(r).items()}  # fmt: skip
-
-
-def _reason_from(d: Mapping[str, Any]) -> StopReason:
-    fields_ = {k: v for k, v in d.items()}
-    for k in (
-        "dominated_by", "metrics", "noise", "probabilities", "trend_probabilities", "noise_kinds"
-    ):  # fmt: skip
-        fields_[k] = tuple(fields_.get(k, ()))
-    fields_["margins"] = tuple(tuple(m) for m in fields_.get("margins", ()))
-    return StopReason(**fields_)
 
 
 def expected_seeds(trials: Sequence[Mapping[str, Any]]) -> dict[str, int]:
