@@ -1,7 +1,7 @@
 """Can early stopping work on a recorded grid? Two figures per objective, from the table alone.
 
 `lipsweep bench-search` replays methods; this says *why* a grid lets them save compute or not
-(docs/benchmarks.md, "Search that knows its objectives"). For each objective NAME:max|min:
+(docs/benchmarks.md, "The recorded grids and the replay"). For each objective NAME:max|min:
 
 - **separation**: the spread of the configurations' seed-mean final values (their standard
   deviation) over the noise of one such mean (the mean within-configuration seed standard
