@@ -663,7 +663,6 @@ def test_bad_review_input_exits_2(swept):
 
 
 @pytest.mark.slow
-@pytest.mark.ray
 def test_experiment_without_finished_runs_exits_2(tmp_path):
     from _sweep_helpers import lipsweep_cli as cli
     from mlflow.tracking import MlflowClient
