@@ -112,6 +112,8 @@ _BENCH = {"table": "t.csv", "objective": ["acc_clean:max"]}
         (api.BenchSearchOptions, _BENCH | {"reduction_factor": 1}, "reduction_factor"),
         (api.BenchSearchOptions, _BENCH | {"reduction_factor": 1.5}, "reduction_factor"),
         (api.BenchSearchOptions, _BENCH | {"grace_period": 0}, "grace_period"),
+        (api.BenchSearchOptions, _BENCH | {"grace_period": 2.5}, "grace_period"),
+        (api.BenchSearchOptions, _BENCH | {"confidence": 1.0}, "confidence"),
     ],
 )
 def test_options_are_checked_when_made_naming_the_field(cls, kwargs, name):

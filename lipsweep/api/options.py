@@ -298,7 +298,6 @@ class BenchSearchOptions:
 
     def __post_init__(self) -> None:
         from lipsweep.decide.pareto import resolve_objectives
-        from lipsweep.search.schedulers.rules import check_reduction_factor
 
         check_text(self, "table", path=True)
         check_text(self, "out", path=True)
@@ -314,15 +313,21 @@ class BenchSearchOptions:
         b = self.budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b <= 1:
             raise ConfigError("budget", f"must be a fraction in (0, 1], got {show(b)}")
-        for name in ("replays", "workers", "grace_period"):
+        for name in ("replays", "workers"):
             check_int(name, getattr(self, name), 1)
-        check_reduction_factor(self.reduction_factor, "reduction_factor")
         if self.seeds is not None:
             check_int("seeds", self.seeds, 1)
-        c = self.confidence
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < 1:
-            raise ConfigError("confidence", f"must be a number in (0, 1), got {show(c)}")
-        for name in ("replays", "workers", "grace_period", "seeds"):
+        try:  # the scheduler's own rules, named by this command's flags
+            MoashaSettings(
+                metrics=("m",),
+                modes=("max",),
+                grace_period=self.grace_period,
+                reduction_factor=self.reduction_factor,
+                confidence=self.confidence,
+            )
+        except ConfigError as err:
+            raise ConfigError(err.field.removeprefix("scheduler."), err.message) from None
+        for name in ("replays", "workers", "seeds"):
             if (getattr(self, name) or 0) > INT_LIMIT:
                 raise ConfigError(name, f"must be at most {INT_LIMIT}")
 
