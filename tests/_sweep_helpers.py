@@ -9,6 +9,7 @@ process tree below the test's own subprocess, never by name across the machine.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import shutil
 import signal
@@ -52,6 +53,11 @@ FOUR = [
     {"regularizer": "jasmin", "k": 10, "lam": 1e-2, "aggregation": "max"},
     {"regularizer": "specformer", "lam_q": 1e-2, "lam_k": 1e-2, "lam_v": 1e-2},
 ]
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of the file at ``path`` (hex)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def tiny_space(

@@ -9,7 +9,6 @@ its test.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -35,6 +34,7 @@ from _sweep_helpers import (
     ray_sandbox,
     run_sweep_cli,
     runs,
+    sha256_of,
     steps,
     sweep_cmd,
     sweep_process,
@@ -60,10 +60,6 @@ SPEC_METRICS = (
 )
 EPOCH_METRICS = ("loss", "loss_ce", "loss_reg", "epoch_acc_clean", "lr", "epoch")
 THREE = [NONE, JASMIN_MEAN, FOUR[3]]
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _assert_complete_history(uri: str, run, epochs: int) -> None:
@@ -415,7 +411,7 @@ def test_disk_full_during_checkpoint_keeps_previous_and_resumes(
 
     class Record(TrialCallbacks):
         def on_epoch_end(self, epoch, metrics, checkpoint):
-            digests[epoch] = {p.name: _sha(p) for p in checkpoint.iterdir()}
+            digests[epoch] = {p.name: sha256_of(p) for p in checkpoint.iterdir()}
 
     monkeypatch.setattr(ck, "save_file", save_file)
     with pytest.raises(ck.CheckpointError) as exc:
@@ -427,7 +423,7 @@ def test_disk_full_during_checkpoint_keeps_previous_and_resumes(
     assert [p.name for p in ck.list_checkpoints(root)] == ["epoch_0001"]
     assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]  # atomic: no leftovers
     kept = root / "epoch_0001"
-    assert {p.name: _sha(p) for p in kept.iterdir()} == digests[1]  # byte for byte
+    assert {p.name: sha256_of(p) for p in kept.iterdir()} == digests[1]  # byte for byte
     assert ck.load_checkpoint(kept).epoch == 1  # checksums verified
     monkeypatch.setattr(ck, "save_file", real_save)  # space freed: rerun the trial
     result = run_trial(_tiny_cfg(3), tmp_path, progress=False)

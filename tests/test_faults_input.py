@@ -10,7 +10,6 @@ docs/reliability.md tabulates each fault, what happens and its test.
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
 import pickle
@@ -22,15 +21,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from _sweep_helpers import ROOT, TINY_FLAT
+from _sweep_helpers import ROOT, TINY_FLAT, sha256_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.faults
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 _FUZZ = settings(
@@ -753,7 +748,9 @@ def _tiny_export(folder: Path):
 
 
 def _tree(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): _sha(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): sha256_of(p) for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def test_export_force_replaces_only_a_previous_export(tmp_path, monkeypatch, capsys):
@@ -784,7 +781,7 @@ def test_export_force_replaces_only_a_previous_export(tmp_path, monkeypatch, cap
             ex.write_export(out, state, config, {}, force=True)
     assert _tree(tmp_path) == {
         **before,
-        "work/unmarked/config.json": _sha(unmarked / "config.json"),
+        "work/unmarked/config.json": sha256_of(unmarked / "config.json"),
     }
     # the CLI refuses before anything is written (no MLflow store is created)
     rc = main(
@@ -978,11 +975,11 @@ def _sabotage(case: str, ck: Path, outside: Path) -> None:
 
         save_file({"w": torch.full((3,), 666.0)}, str(evil))
         digests.pop("model.safetensors")
-        digests["../../../outside/evil.safetensors"] = _sha(evil)
+        digests["../../../outside/evil.safetensors"] = sha256_of(evil)
     elif case == "absolute":
         evil = outside / "abs.safetensors"
         evil.write_bytes((ck / "model.safetensors").read_bytes())
-        digests[str(evil)] = _sha(evil)
+        digests[str(evil)] = sha256_of(evil)
     elif case == "fifo":  # on main, hashing a FIFO blocks forever
         os.mkfifo(ck / "pipe")
         digests["pipe"] = "0" * 64

@@ -28,6 +28,7 @@ from _sweep_helpers import (
     empty_store,
     mlflow_client,
     ray_sandbox,
+    sha256_of,
 )
 from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
 
@@ -77,10 +78,6 @@ def gated(tmp_path):
     GatedArtifactRepository.marker = tmp_path / "upload_started"
     yield GatedArtifactRepository
     GatedArtifactRepository.gate.set()
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _npz_bytes(tag: str) -> bytes:
@@ -212,7 +209,7 @@ def test_slow_artifact_store_never_blocks_tunes_loop_and_every_artifact_arrives(
         src = Path(run.data.tags["lipsweep.trial.checkpoint"])
         got = reader.download_artifacts(rid, "", tmp_path / "dl" / rid)
         for name in ("model.safetensors", "config.json", "metrics.json"):
-            assert _sha(got / "checkpoint" / name) == _sha(src / name), name
+            assert sha256_of(got / "checkpoint" / name) == sha256_of(src / name), name
         tag = json.loads((src / "config.json").read_text())["tag"]
         assert (got / "lipschitz" / "lipschitz.npz").read_bytes() == _npz_bytes(tag)
         assert not (src / "artifacts").exists()  # stored once: in MLflow, not in Tune's storage
@@ -262,10 +259,10 @@ def test_uploads_wait_out_an_mlflow_outage_and_spill_and_replay_past_one(tmp_pat
             got = reader.get_run(run[t])
             assert got.info.status == "FINISHED"
             dl = reader.download_artifacts(run[t], "", tmp_path / "dl" / t)
-            assert _sha(dl / "checkpoint" / "model.safetensors") == _sha(
+            assert sha256_of(dl / "checkpoint" / "model.safetensors") == sha256_of(
                 src[t] / "model.safetensors"
             )
-            assert _sha(dl / "lipschitz" / "lipschitz.npz") == _sha(
+            assert sha256_of(dl / "lipschitz" / "lipschitz.npz") == sha256_of(
                 src[t] / "artifacts" / "lipschitz.npz"
             )
         assert reader.get_run(run["a"]).data.metrics["acc_clean"] == 1.0
@@ -300,7 +297,7 @@ def test_a_run_ends_only_after_its_artifacts_and_a_lost_folder_is_loud(tmp_path,
     assert tr.flush(timeout_s=30) == 0
     assert client(uri).get_run(a).info.status == "FINISHED"
     dl = client(uri).download_artifacts(a, "checkpoint", tmp_path / "dl")
-    assert _sha(dl / "model.safetensors") == _sha(src / "model.safetensors")
+    assert sha256_of(dl / "model.safetensors") == sha256_of(src / "model.safetensors")
     # moved: in MLflow once, gone from the source; the rest stays
     assert not (src / "artifacts").exists() and (src / "model.safetensors").is_file()
     lip = client(uri).download_artifacts(a, "lipschitz", tmp_path / "dl2")

@@ -278,10 +278,10 @@ class BenchSearchOptions:
     """Replays per method (seeds 0..replays-1)."""
     workers: int = 4
     """Simulated parallel workers."""
-    grace_period: int = 1
+    grace_period: int = MoashaSettings.grace_period
     """Epochs every trial runs before a scheduler (asha-clean, moasha, optuna-moasha,
     syne-moasha) may stop it: the first rung, >= 1 and at most the table's epochs."""
-    reduction_factor: float = 2.0
+    reduction_factor: float = MoashaSettings.reduction_factor
     """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it: a real
     number >= 2 (the rule of a space's scheduler too)."""
     confidence: float = MoashaSettings.confidence
