@@ -187,6 +187,9 @@ class MoAsha:
         self.seeds = int(seeds)
         self.confidence = confidence
         self.trend, self.quota = bool(trend), bool(quota)
+        self.sign = np.where(np.asarray(self.modes) == "max", 1.0, -1.0)
+        """Per metric, +1 where larger is better and -1 where smaller is: gaps times ``sign``
+        are how far ahead (positive) one configuration is of another."""
         self.group_of: dict[str, str] = {}
         self.members: dict[str, list[str]] = {}
         self.ended: set[str] = set()
@@ -285,6 +288,13 @@ class MoAsha:
             if i in rungs:
                 seen.setdefault(self.group_of[trial], []).append(rungs[i])
         names = list(seen)
+        return (names, *self._summary(seen, names))
+
+    def _summary(
+        self, seen: Mapping[str, Sequence[Any]], names: Sequence[str]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per configuration of ``names``, the mean (n, m), count (n,) and within-configuration
+        sum of squares (n, m) of its seeds' values in ``seen``; zeros where it has none."""
         m = len(self.metrics)
         means, counts, ss = (
             np.zeros((len(names), m)),
@@ -292,10 +302,11 @@ class MoAsha:
             np.zeros((len(names), m)),
         )
         for k, g in enumerate(names):
-            x = np.asarray(seen[g])
-            means[k], counts[k] = x.mean(axis=0), len(x)
-            ss[k] = ((x - means[k]) ** 2).sum(axis=0)
-        return names, means, counts, ss
+            if g in seen:
+                x = np.asarray(seen[g], dtype=float)
+                means[k], counts[k] = x.mean(axis=0), len(x)
+                ss[k] = ((x - means[k]) ** 2).sum(axis=0)
+        return means, counts, ss
 
     def noise(
         self, means: np.ndarray, counts: np.ndarray, ss: np.ndarray
@@ -416,18 +427,7 @@ class MoAsha:
             if i in rungs and i - 1 in rungs:
                 now, before = np.asarray(rungs[i]), np.asarray(rungs[i - 1])
                 seen.setdefault(self.group_of[trial], []).append(now + k * (now - before))
-        m = len(self.metrics)
-        means, counts, ss = (
-            np.zeros((len(names), m)),
-            np.zeros(len(names)),
-            np.zeros((len(names), m)),
-        )
-        for j, g in enumerate(names):
-            if g in seen:
-                x = np.asarray(seen[g])
-                means[j], counts[j] = x.mean(axis=0), len(x)
-                ss[j] = ((x - means[j]) ** 2).sum(axis=0)
-        return means, counts, ss
+        return self._summary(seen, names)
 
     def trend_probability(
         self, i: int, names: Sequence[str], me: int, ignore: np.ndarray
@@ -440,8 +440,7 @@ class MoAsha:
         means, counts, ss = self.trend_table(i, names)
         k = self.reach(i)
         se, dfs, _, _, _ = self.rung_noise(i, names, means, counts, ss, (1 + k) ** 2 + k**2)
-        sign = np.where(np.asarray(self.modes) == "max", 1.0, -1.0)
-        gaps = (means - means[me]) * sign
+        gaps = (means - means[me]) * self.sign
         return dominance_probability(gaps, np.sqrt(se**2 + se[me] ** 2), dfs, ignore=ignore)
 
     def _decide(self, i: int, group: str) -> Optional[StopReason]:
@@ -460,8 +459,7 @@ class MoAsha:
             return None
         if self.confidence is not None and self.trend and i == 0:
             return None  # no trend yet
-        sign = np.where(np.asarray(self.modes) == "max", 1.0, -1.0)
-        gaps = (means - means[me]) * sign  # (n, m): how far each is ahead of me, per metric
+        gaps = (means - means[me]) * self.sign  # (n, m): how far each is ahead of me, per metric
         base = dict(
             epoch=self.rungs[i], front=int(ranks[me]), ahead=ahead, kept=kept, of=n,
             seeds=int(counts[me]), metrics=self.metrics,
