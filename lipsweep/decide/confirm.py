@@ -205,13 +205,14 @@ def _defining_settings(
     import hashlib
     from importlib.metadata import version
 
+    from lipsweep.trial.checkpoint import config_digest
+
     pixels = hashlib.sha256(x.contiguous().numpy().data)
     pixels.update(y.contiguous().numpy().data)
-    config = json.dumps(flat, sort_keys=True, default=str).encode()
     return {
         "run_id": run_id,
         "weights_sha256": hashlib.sha256(weights).hexdigest(),
-        "config_sha256": hashlib.sha256(config).hexdigest(),
+        "config_sha256": config_digest(flat),
         "attack": {
             **attack.describe(),
             "seed": attack.seed,
