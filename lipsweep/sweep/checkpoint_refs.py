@@ -36,7 +36,6 @@ builds one, through :mod:`lipsweep.sweep.ray_internals` (the test drives the ins
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -48,7 +47,13 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 
 from lipsweep.sweep import ray_internals
-from lipsweep.trial.checkpoint_files import FINAL_METRICS, STATE_FILE, WEIGHT_FILES, irregular
+from lipsweep.trial.checkpoint_files import (
+    FINAL_METRICS,
+    STATE_FILE,
+    WEIGHT_FILES,
+    irregular,
+    stream_sha256,
+)
 
 if TYPE_CHECKING:
     from lipsweep.sweep.ray_internals import TrainingResult
@@ -83,12 +88,9 @@ def _reported(trial: Trial) -> dict[str, dict[str, Any]]:
 
 
 def _sha256(fs: pafs.FileSystem, path: str) -> str:
-    """SHA-256 of the file at ``path``, streamed (a ViT-B optimizer state is ~700 MB)."""
-    digest = hashlib.sha256()
+    """SHA-256 of the file at ``path`` on ``fs``, streamed."""
     with fs.open_input_stream(path) as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return stream_sha256(f)
 
 
 def _whole(fs: pafs.FileSystem, path: str, verify: bool = True) -> bool:

@@ -36,6 +36,7 @@ from lipsweep.trial.checkpoint_files import (
     REGULARIZER_FILE,
     STATE_FILE,
     WEIGHT_FILES,
+    stream_sha256,
 )
 
 _log = logging.getLogger(__name__)
@@ -104,11 +105,8 @@ def foreign_checkpoint(root: Path, flat: dict[str, Any]) -> Optional[str]:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return stream_sha256(fh)
 
 
 def _fsync_dir(path: Path) -> None:
