@@ -177,19 +177,39 @@ def test_the_confidence_is_spread_over_every_look_at_every_rung_that_can_stop():
     plain = MoAsha(("m",), ("max",), 1, 2.0, 8, {"A": 3}, 0.9, trend=False)
     assert trend.threshold("A") == pytest.approx(1 - 0.1 / 6)
     assert plain.threshold("A") == pytest.approx(1 - 0.1 / 9)
+    assert trend.threshold("A", 4) == pytest.approx(1 - 0.1 / 24)
 
 
-def test_trend_and_quota_are_settings_and_survive_the_state_file():
+def test_the_confidence_is_spread_over_the_rivals_of_a_look():
+    """One seed each, se 1, one rung: C (10) against rivals at 12, Phi(2 / sqrt 2) = 0.921
+    each. Three rivals: a look needs 1 - 0.2 / 3 = 0.933 of each, C continues; per rival
+    (``rivals: false``) 0.8, it stops. Two rivals: 1 - 0.2 / 2 = 0.9, it stops."""
+    for rivals, spread, decision in ((("A", "B", "D"), True, CONTINUE),
+                                     (("A", "B", "D"), False, STOP),
+                                     (("A", "B"), True, STOP)):  # fmt: skip
+        core = MoAsha(
+            ("m",), ("max",), 1, 2.0, 2, None, 0.8, trend=False, quota=False, rivals=spread
+        )
+        for g in rivals:
+            assert core.decide(f"{g}0", g, 1, {"m": 12.0, "m_se": 1.0}) == CONTINUE
+        assert core.decide("c0", "C", 1, {"m": 10.0, "m_se": 1.0}) == decision
+    why = core.reason("c0")
+    assert why is not None and why.need == pytest.approx(0.9)
+    assert "this look needed P >= 0.9)" in why.text()
+
+
+def test_trend_quota_and_rivals_are_settings_and_survive_the_state_file():
     base = {"type": "moasha", "metrics": ["m"], "modes": ["max"]}
-    for key in ("trend", "quota"):
+    for key in ("trend", "quota", "rivals"):
         with pytest.raises(ConfigError, match=f"scheduler.{key}"):
             scheduler_settings({**base, key: "yes"})
-    s = scheduler_settings({**base, "trend": False, "quota": True})
+    s = scheduler_settings({**base, "trend": False, "quota": True, "rivals": False})
     core = MoAsha.from_settings(s, 8)
-    assert (core.trend, core.quota) == (False, True)
+    assert (core.trend, core.quota, core.rivals) == (False, True, False)
     again = MoAsha.from_state(json.loads(json.dumps(core.state())))
-    assert (again.trend, again.quota) == (False, True)
+    assert (again.trend, again.quota, again.rivals) == (False, True, False)
     default = MoAsha.from_state(MoAsha(["m"], ["max"], 1, 2.0, 8).state())
-    assert (default.trend, default.quota) == (True, False)
-    bare = {k: v for k, v in default.state().items() if k not in ("trend", "quota")}
-    assert (MoAsha.from_state(bare).trend, MoAsha.from_state(bare).quota) == (False, True)
+    assert (default.trend, default.quota, default.rivals) == (True, False, True)
+    bare = {k: v for k, v in default.state().items() if k not in ("trend", "quota", "rivals")}
+    old = MoAsha.from_state(bare)
+    assert (old.trend, old.quota, old.rivals) == (False, True, False)

@@ -45,11 +45,14 @@ The rule, at a rung, for a configuration (its seeds together, :func:`group_key`)
    makes up for one that is only probably ahead (the doubt is spent where it is: Bonferroni
    would ask each metric for ``1 - (1 - confidence) / m``); one behind keeps the bound below
    1/2, so a configuration on the rung's front never stops (at a threshold above 1/2).
-   Repeated looks: a configuration of ``S`` seeds is judged up to ``S`` times at each of the
-   ``R`` rungs that can stop it (every rung, or every rung but the first with the trend test),
-   so each look asks ``threshold = 1 - (1 - confidence) / (S R)`` (Bonferroni over all its
-   looks, :meth:`MoAsha.threshold`): over the whole run it is stopped wrongly, in favour of a
-   given rival, with probability at most ``1 - confidence``.
+   Repeated looks and rivals: a configuration of ``S`` seeds is judged up to ``S`` times at
+   each of the ``R`` rungs that can stop it (every rung, or every rung but the first with the
+   trend test), each time against the ``n - 1`` other configurations at the rung, so each
+   look asks ``threshold = 1 - (1 - confidence) / (S R (n - 1))`` of every rival (Bonferroni
+   over all its looks and, within a look, over its rivals, :meth:`MoAsha.threshold`): over
+   the whole run it is stopped wrongly, in favour of any rival, with probability at most
+   ``1 - confidence``. ``rivals: false`` leaves out the ``n - 1``: the bound then holds per
+   rival (the most probable dominator of many is taken with no correction).
 4. Trend (``trend: true``, the default): ``h`` must also dominate ``g`` beyond noise, at the
    same threshold, one rung ahead: each seed's value is extrapolated linearly from the rung
    before, ``v_i + reach * (v_i - v_{i-1})`` with ``reach = (r_{i+1} - r_i) / (r_i -
@@ -99,10 +102,11 @@ errors depend on each other (the bound holds for any dependence); a configuratio
 moves, over the next rung, no further than the linear extrapolation of its last rung and its
 noise allow (a curve that turns later than that misleads the trend test; ASHA's assumption,
 that the per-epoch metrics at a rung rank configurations as their final objectives will, is
-what the trend test relaxes by one rung). The error bound is per rival, over all of a
-configuration's looks: the rule takes the most probable dominator with no correction for how
-many rivals it compared against; the replay measures what that costs (docs/benchmarks.md:
-front kept, front configurations stopped).
+what the trend test relaxes by one rung). The error bound is over all of a configuration's
+looks and rivals and is about noise only: a configuration whose standing changes after the
+rung beyond its trend (a late bloomer) is not covered by it, and the replay measures how often
+that costs a front configuration (docs/benchmarks.md: front kept, front configurations
+stopped).
 
 A report whose values are missing or not finite is not recorded (the trial continues; its
 next report at or past the rung may be): a failed measurement is not a worst case.
@@ -173,6 +177,7 @@ class MoAsha:
         seeds: int = 1,
         trend: bool = MoashaSettings.trend,
         quota: bool = MoashaSettings.quota,
+        rivals: bool = MoashaSettings.rivals,
     ) -> None:
         self.metrics = tuple(metrics)
         self.modes = tuple(modes)
@@ -186,7 +191,7 @@ class MoAsha:
         self.expected = dict(expected or {})
         self.seeds = int(seeds)
         self.confidence = confidence
-        self.trend, self.quota = bool(trend), bool(quota)
+        self.trend, self.quota, self.rivals = bool(trend), bool(quota), bool(rivals)
         self.sign = np.where(np.asarray(self.modes) == "max", 1.0, -1.0)
         """Per metric, +1 where larger is better and -1 where smaller is: gaps times ``sign``
         are how far ahead (positive) one configuration is of another."""
@@ -210,7 +215,7 @@ class MoAsha:
     ) -> "MoAsha":
         return cls(
             s.metrics, s.modes, s.grace_period, s.reduction_factor, max_t, expected,
-            s.confidence, seeds, s.trend, s.quota,
+            s.confidence, seeds, s.trend, s.quota, s.rivals,
         )  # fmt: skip
 
     @property
@@ -343,12 +348,14 @@ class MoAsha:
         stop it (:attr:`stopping_rungs`)."""
         return max(1, int(self.expected.get(group, self.seeds))) * self.stopping_rungs
 
-    def threshold(self, group: str) -> float:
-        """The probability of dominance a stop of ``group`` needs at one look (module
-        docstring, step 3): ``1 - (1 - confidence) / looks``, Bonferroni over all its looks
-        (:meth:`looks`), so the chance that any of them stops it wrongly, against a rival, is
-        at most ``1 - confidence``."""
-        return 1.0 - (1.0 - float(self.confidence or 0.0)) / self.looks(group)
+    def threshold(self, group: str, rivals: int = 1) -> float:
+        """The probability of dominance a stop of ``group`` needs, against each of the
+        ``rivals`` configurations it is compared with, at one look (module docstring, step
+        3): ``1 - (1 - confidence) / (looks rivals)``, Bonferroni over all its looks
+        (:meth:`looks`) and, with ``rivals`` on, over the rivals of the look, so the chance
+        that any of them stops it wrongly is at most ``1 - confidence``."""
+        spread = self.looks(group) * (max(1, rivals) if self.rivals else 1)
+        return 1.0 - (1.0 - float(self.confidence or 0.0)) / spread
 
     def measurement_variance(self, i: int, names: Sequence[str]) -> np.ndarray:
         """Per configuration of ``names`` at rung ``i`` and metric, the mean over its seeds of
@@ -472,7 +479,7 @@ class MoAsha:
         pair = np.sqrt(se**2 + se[me] ** 2)  # (n, m): the standard error of each gap
         prob = dominance_probability(gaps, pair, dfs, ignore=np.asarray(kinds) == TIED)
         prob[me] = 0.0
-        need = self.threshold(group)
+        need = self.threshold(group, n - 1)
         beyond = np.flatnonzero(prob >= need)
         trend = np.ones(n)
         if len(beyond) and self.trend:
@@ -488,6 +495,7 @@ class MoAsha:
             noise_seeds=int(counts.sum()),
             noise_df=int(round(df)),
             confidence=float(self.confidence),
+            need=float(need),
             probabilities=tuple(float(prob[k]) for k in beyond),
             trend_probabilities=tuple(float(trend[k]) for k in beyond) if self.trend else (),
             noise_kinds=kinds,
@@ -509,6 +517,7 @@ class MoAsha:
             "confidence": self.confidence,
             "trend": self.trend,
             "quota": self.quota,
+            "rivals": self.rivals,
             "members": self.members,
             "ended": sorted(self.ended),
             "reported": {t: {str(i): v for i, v in r.items()} for t, r in self.reported.items()},
@@ -533,7 +542,8 @@ class MoAsha:
             state.get("confidence"),
             state.get("seeds", 1),
             state.get("trend", False),  # a state that names neither: the noise test at
-            state.get("quota", True),  # the rung alone, with MO-ASHA's quota
+            state.get("quota", True),  # the rung alone, with MO-ASHA's quota,
+            state.get("rivals", False),  # per rival
         )
         core.rungs = tuple(float(r) for r in state["rungs"])
         core.members = {g: list(ts) for g, ts in state["members"].items()}

@@ -29,8 +29,8 @@ class MoashaSettings:
     confidence: float = 0.9
     """How sure a stop must be that a configuration ahead of it dominates it beyond noise
     (seed or measurement noise; its probability of dominance), spread over all of a
-    configuration's looks (its seeds at each rung that can stop it), in (0, 1)
-    (:mod:`lipsweep.search.schedulers.moasha`, step 3)."""
+    configuration's looks (its seeds at each rung that can stop it) and, with ``rivals``, the
+    configurations each look compares it with; in (0, 1)."""
     trend: bool = True
     """A stop also needs the dominator to dominate beyond noise after one rung of both
     configurations' trends (:mod:`lipsweep.search.schedulers.moasha`, step 4); the first
@@ -39,6 +39,12 @@ class MoashaSettings:
     """A stop also needs MO-ASHA's quota: ``ceil(n / reduction_factor)`` of the rung's ``n``
     configurations ordered strictly ahead (:mod:`lipsweep.search.schedulers.moasha`, step 2).
     False: the noise (and trend) tests alone decide."""
+    rivals: bool = True
+    """Spread ``confidence`` over the rivals a look compares against as well: with ``n``
+    configurations at the rung, each look asks ``1 - (1 - confidence) / (S R (n - 1))``, so
+    the chance that any look of a configuration's run stops it wrongly, against any rival, is
+    at most ``1 - confidence`` (:mod:`lipsweep.search.schedulers.moasha`, step 3). False: the
+    bound holds per rival."""
 
     def __post_init__(self) -> None:
         metrics, modes = self.metrics, self.modes
@@ -71,7 +77,7 @@ class MoashaSettings:
         c = self.confidence
         if not finite(c) or not 0 < c < 1:
             raise ConfigError("scheduler.confidence", f"must be a number in (0, 1), got {show(c)}")
-        for name in ("trend", "quota"):
+        for name in ("trend", "quota", "rivals"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
                     f"scheduler.{name}", f"must be true or false, got {show(getattr(self, name))}"

@@ -44,6 +44,10 @@ class StopReason:
     noise_df: int = 0
     """Its degrees of freedom (seeds minus configurations with repeats)."""
     confidence: float = 0.0
+    need: float = 0.0
+    """The probability of dominance the stop needed at this look (``confidence`` spread over
+    the configuration's looks and rivals, :meth:`~lipsweep.search.schedulers.moasha.MoAsha.threshold`);
+    0: not recorded."""
     probabilities: tuple[float, ...] = ()
     """Per dominating configuration (as ``dominated_by``), a lower bound on the probability
     that it dominates (:mod:`lipsweep.search.schedulers.moasha`, step 3); empty: not estimated."""
@@ -96,9 +100,10 @@ class StopReason:
         head_noise = f"{what} ({'sd' if label == 'seed' else 'se' if label else 'sd/se'}) "
         src = f" from {self.noise_seeds} seeds (df {self.noise_df})" if SEEDS in used else ""
         beyond = f"beyond {what}"
+        need = f" (this look needed P >= {self.need:.4g})" if self.need > 0 else ""
         return (
             f"{head}{self.seeds} seed{'s' if self.seeds != 1 else ''} behind, {beyond} at "
-            f"{self.confidence:.0%} confidence, {shown}; {head_noise}"
+            f"{self.confidence:.0%} confidence{need}, {shown}; {head_noise}"
             f"{', '.join(per)}{src}{tail}"
         )
 
