@@ -90,6 +90,18 @@ def test_an_undocumented_field_is_seen():
 _BENCH = {"table": "t.csv", "objective": ["acc_clean:max"]}
 
 
+def test_bench_search_reads_its_scheduler_fields_from_moasha_settings():
+    """Declared once: bench-search's --grace-period, --reduction-factor and --confidence have
+    ``moasha``'s defaults and docs (the flags' help)."""
+    from lipsweep.search.schedulers.moasha_settings import MoashaSettings
+
+    docs, own = field_docs(api.BenchSearchOptions), field_docs(MoashaSettings)
+    options = api.BenchSearchOptions(**_BENCH)
+    for name in ("grace_period", "reduction_factor", "confidence"):
+        assert docs[name] == own[name] != ""
+        assert getattr(options, name) == getattr(MoashaSettings, name)
+
+
 @pytest.mark.parametrize(
     "cls,kwargs,name",
     [

@@ -30,6 +30,7 @@ from lipsweep.core.options import (
     cli,
     default_tracking_uri,
     set_field,
+    settings_field,
 )
 from lipsweep.core.shipped import CONFIGS, SPACES, resolve
 from lipsweep.search.schedulers.moasha_settings import MoashaSettings
@@ -278,15 +279,9 @@ class BenchSearchOptions:
     """Replays per method (seeds 0..replays-1)."""
     workers: int = 4
     """Simulated parallel workers."""
-    grace_period: int = MoashaSettings.grace_period
-    """Epochs every trial runs before a scheduler (asha-clean, moasha, optuna-moasha,
-    syne-moasha) may stop it: the first rung, >= 1 and at most the table's epochs."""
-    reduction_factor: float = MoashaSettings.reduction_factor
-    """The schedulers' rung spacing; each rung promotes 1/reduction_factor of it: a real
-    number >= 2 (the rule of a space's scheduler too)."""
-    confidence: float = MoashaSettings.confidence
-    """``moasha``'s confidence that a configuration ahead dominates beyond noise (seed or
-    measurement), in (0, 1)."""
+    grace_period: int = settings_field(MoashaSettings, "grace_period")
+    reduction_factor: float = settings_field(MoashaSettings, "reduction_factor")
+    confidence: float = settings_field(MoashaSettings, "confidence")
     seeds: Optional[int] = field(default=None, metadata=cli(metavar="N"))
     """Replay with the first N seeds of every configuration (what the same sweep would have
     seen with N seeds; 1: the paper spaces' ``seeds: [0]``); default: every seed."""

@@ -14,9 +14,15 @@ from functools import lru_cache
 
 def field_docs(cls: type) -> dict[str, str]:
     """Map field name -> its doc: ``cls.__field_docs__()`` where a class declares its fields
-    elsewhere (the regularizer section), else the docstring right below each field."""
+    elsewhere (the regularizer section), else the docstring right below each field; a field
+    whose metadata names ``doc_from`` (``(owner, name)``) has that field's doc."""
     declared = getattr(cls, "__field_docs__", None)
-    return declared() if callable(declared) else _source_field_docs(cls)
+    docs = dict(declared() if callable(declared) else _source_field_docs(cls))
+    for f in getattr(cls, "__dataclass_fields__", {}).values():
+        owner = f.metadata.get("doc_from")  # declared in another dataclass (settings_field)
+        if owner is not None:
+            docs[f.name] = field_docs(owner[0]).get(owner[1], "")
+    return docs
 
 
 @lru_cache(maxsize=None)

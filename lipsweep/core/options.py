@@ -36,6 +36,15 @@ def cli(**spec: Any) -> dict[str, Any]:
     return {"cli": spec}
 
 
+def settings_field(owner: type, name: str, **spec: Any) -> Any:
+    """An options field that is field ``name`` of settings dataclass ``owner`` (a
+    scheduler's): its default and its doc (the flag's help) are read from there, so they are
+    declared once; ``owner`` checks the value (the options' ``__post_init__`` builds it).
+    ``spec``: as :func:`cli`."""
+    meta = {"doc_from": (owner, name), **(cli(**spec) if spec else {})}
+    return dataclasses.field(default=getattr(owner, name), metadata=meta)
+
+
 def flag_of(f: dataclasses.Field) -> str:
     """How the command line spells option field ``f``: its ``cli(flag=...)``, a positional's
     metavar, or ``--`` and the name with dashes."""
