@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError, show
+from lipsweep.core.digest import file_sha256
 from lipsweep.core.paths import (
     WriteError,
     check_env_folder,
@@ -404,11 +405,7 @@ def _cached_copy_ok(target: Path, manifest: Manifest) -> bool:
             return True
     except (OSError, ValueError):
         pass
-    digest = hashlib.sha256()
-    with open(target, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    if digest.hexdigest() != manifest.sha256:
+    if file_sha256(target) != manifest.sha256:
         return False
     _stamp(target).write_text(json.dumps(key))
     return True

@@ -46,13 +46,13 @@ from ray.train import Checkpoint
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from lipsweep.core.digest import stream_sha256
 from lipsweep.sweep import ray_internals
 from lipsweep.trial.checkpoint_files import (
     FINAL_METRICS,
     STATE_FILE,
     WEIGHT_FILES,
     irregular,
-    stream_sha256,
 )
 
 if TYPE_CHECKING:

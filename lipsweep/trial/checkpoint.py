@@ -29,6 +29,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+from lipsweep.core.digest import file_sha256
 from lipsweep.core.paths import WriteError, removing
 from lipsweep.trial.checkpoint_files import (
     MODEL_FILE,
@@ -36,7 +37,6 @@ from lipsweep.trial.checkpoint_files import (
     REGULARIZER_FILE,
     STATE_FILE,
     WEIGHT_FILES,
-    stream_sha256,
 )
 
 _log = logging.getLogger(__name__)
@@ -104,11 +104,6 @@ def foreign_checkpoint(root: Path, flat: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return stream_sha256(fh)
-
-
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -173,7 +168,7 @@ def _write_folder(
     digests, sizes = {}, {}
     for name, tensors in files.items():
         save_file(tensors, str(tmp / name))
-        digests[name] = _sha256(tmp / name)
+        digests[name] = file_sha256(tmp / name)
         sizes[name] = (tmp / name).stat().st_size
     meta = dict(state, epoch=epoch, optimizer_meta=opt_meta, sha256=digests, sizes=sizes)
     if isinstance(state.get(CONFIG_KEY), dict):

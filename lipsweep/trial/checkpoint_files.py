@@ -9,10 +9,9 @@ Lipschitz arrays under :data:`ARTIFACTS`."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
-from typing import BinaryIO, Optional
+from typing import Optional
 
 STATE_FILE = "state.json"
 """Epoch, per-epoch history, trial config and the weights' checksums and sizes."""
@@ -27,16 +26,6 @@ FINAL_CONFIG = "config.json"
 """A final checkpoint's trial config, to tell whether it is this trial's."""
 ARTIFACTS = "artifacts"
 """A final checkpoint's folder of per-row Lipschitz arrays."""
-
-
-def stream_sha256(stream: BinaryIO) -> str:
-    """The SHA-256 (hex) of what ``stream`` holds from where it stands, read 1 MiB at a time (a
-    ViT-B optimizer state is ~700 MB): the checksum :data:`STATE_FILE` records per file. Any
-    object with ``read(n)`` returning bytes will do (a file, a pyarrow stream)."""
-    digest = hashlib.sha256()
-    while chunk := stream.read(1 << 20):
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def irregular(folder: str) -> Optional[str]:

@@ -243,15 +243,12 @@ def check_weights_file(path: str) -> None:
 def verify_weights_sha256(path: str, expected: str) -> None:
     """Refuse a ``pretrained`` file whose sha256 is not ``expected`` (a partial or stale copy
     on a node) before it is loaded."""
-    import hashlib
+    from lipsweep.core.digest import file_sha256
 
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    if digest.hexdigest() != expected:
+    got = file_sha256(path)
+    if got != expected:
         raise ConfigError(
             "pretrained_sha256",
-            f"{show(path)} has sha256 {digest.hexdigest()}, not {expected}: stage it again "
+            f"{show(path)} has sha256 {got}, not {expected}: stage it again "
             "(deploy/stage_weights.py)",
         )
