@@ -46,8 +46,7 @@ class StopReason:
     confidence: float = 0.0
     need: float = 0.0
     """The probability of dominance the stop needed at this look (``confidence`` spread over
-    the configuration's looks and rivals, :meth:`~lipsweep.search.schedulers.moasha.MoAsha.threshold`);
-    0: not recorded."""
+    the configuration's looks and rivals: ``MoAsha.threshold``); 0: not recorded."""
     probabilities: tuple[float, ...] = ()
     """Per dominating configuration (as ``dominated_by``), a lower bound on the probability
     that it dominates (:mod:`lipsweep.search.schedulers.moasha`, step 3); empty: not estimated."""
