@@ -368,7 +368,7 @@ def test_optuna_with_several_objectives_samples_with_nsga2_and_tpe_for_one():
     import optuna
 
     from lipsweep.search.searchers import searcher_settings
-    from lipsweep.sweep.searchers._optuna import sampler_for
+    from lipsweep.search.searchers.optuna_sampling import sampler_for
 
     two = searcher_settings(
         "optuna", {"num_samples": 4, "metric": ["acc_clean", "acc_pgd_4"], "mode": ["max", "max"]}
