@@ -376,3 +376,65 @@ def test_optuna_with_several_objectives_samples_with_nsga2_and_tpe_for_one():
     one = searcher_settings("optuna", {"num_samples": 4, "metric": "acc_clean", "mode": "max"})
     assert isinstance(sampler_for("optuna", two), optuna.samplers.NSGAIISampler)
     assert isinstance(sampler_for("optuna", one), optuna.samplers.TPESampler)
+
+
+def _drive(member, objectives: dict, trials: int = 14) -> list[dict]:
+    """Ask ``trials`` configs one by one; tell each its made-up results: trial 3 failed,
+    trial 6 stopped (no result), trial 8 NaN, trial 10 no objective, the others scored
+    ``objectives[name](config)``."""
+    drawn = []
+    for i in range(trials):
+        config = member.suggest(f"t{i}")
+        drawn.append(config)
+        if i in (3, 6):
+            member.report(f"t{i}", None, failed=i == 3)
+        elif i in (8, 10):
+            member.report(f"t{i}", {n: float("nan") for n in objectives} if i == 8 else {})
+        else:
+            member.report(f"t{i}", {n: f(config) for n, f in objectives.items()})
+    return drawn
+
+
+@pytest.mark.parametrize(
+    "name, metric, mode",
+    [("optuna-tpe", "acc_clean", "max"), ("optuna-nsga2", "[acc_clean, acc_pgd_4]", "[max, min]")],
+)
+def test_the_ray_free_member_draws_what_tunes_optuna_search_draws(tmp_path, name, metric, mode):
+    """The replay's Optuna member and the live sweep's Tune searcher (FinalResultOptuna),
+    told the same results (a failed, a stopped, a NaN and an empty one among them), draw the
+    same configs; the member with its directions flipped draws others (so the comparison can
+    fail)."""
+    import math
+
+    from lipsweep.search.protocol import TuneSearcherMember
+    from lipsweep.search.searchers import create_member, searcher_settings
+
+    extra = ", population_size: 4" if name == "optuna-nsga2" else ""
+    spec = load_space(
+        _space(
+            tmp_path, f"algorithm: {name}, num_samples: 14, metric: {metric}, mode: {mode}{extra}"
+        )
+    )
+    request = SearchRequest(fixed=spec.fixed, space=spec.search.space)
+    objectives = {
+        "acc_clean": lambda c: -10 * math.log10(c["lr"]) + 3 * (c["regularizer"] == "jasmin"),
+        "acc_pgd_4": lambda c: 100 * c["lr"],
+    }
+    objectives = {n: objectives[n] for n in spec.search.settings.metric}
+    settings = spec.search.settings
+    tune = _drive(
+        TuneSearcherMember(create_searcher(name, settings, request).search_alg), objectives
+    )
+    member = _drive(create_member(name, settings, request), objectives)
+    assert member == tune
+    flip = {"max": "min", "min": "max"}
+    flipped = searcher_settings(
+        name,
+        {
+            "num_samples": 14,
+            "metric": list(settings.metric),
+            "mode": [flip[m] for m in settings.mode],
+            **({"population_size": 4} if extra else {}),
+        },
+    )
+    assert _drive(create_member(name, flipped, request), objectives) != tune
