@@ -438,3 +438,27 @@ def test_the_ray_free_member_draws_what_tunes_optuna_search_draws(tmp_path, name
         },
     )
     assert _drive(create_member(name, flipped, request), objectives) != tune
+
+
+def test_the_ray_free_member_keeps_its_study_and_runs_every_repeat_seed(tmp_path):
+    """``repeat: {seed: [0, 1]}`` and a study file, as the Tune plan takes them: each draw
+    runs both seeds, and the SQLite study is told their mean, (20 + 30) / 2 = 25."""
+    from lipsweep.search.searchers import create_member
+
+    spec = load_space(_space(tmp_path, "algorithm: optuna-tpe, num_samples: 2, metric: acc_clean"))
+    db = tmp_path / "mlflow.optuna.db"
+    request = SearchRequest(
+        fixed=spec.fixed,
+        space=spec.search.space,
+        study_db=db,
+        study_name="exp",
+        repeats=[{"seed": 0}, {"seed": 1}],
+    )
+    member = create_member("optuna-tpe", spec.search.settings, request)
+    first, second = member.suggest("t0"), member.suggest("t1")
+    assert (first["seed"], second["seed"]) == (0, 1)
+    assert {**first, "seed": 1} == second
+    member.report("t0", {"acc_clean": 20.0})
+    member.report("t1", {"acc_clean": 30.0})
+    (trial,) = _study(study_url(db)).trials
+    assert trial.state.name == "COMPLETE" and trial.value == 25.0
