@@ -462,3 +462,16 @@ def test_the_ray_free_member_keeps_its_study_and_runs_every_repeat_seed(tmp_path
     member.report("t1", {"acc_clean": 30.0})
     (trial,) = _study(study_url(db)).trials
     assert trial.state.name == "COMPLETE" and trial.value == 25.0
+
+
+@pytest.mark.parametrize("name", OPTUNA)
+def test_each_optuna_searcher_names_a_ray_free_member_with_its_sampler(tmp_path, name):
+    from lipsweep.search.searchers import create_member
+    from lipsweep.search.searchers.optuna_sampling import sampler_for
+
+    spec = load_space(_space(tmp_path, f"algorithm: {name}, num_samples: 2, metric: acc_clean"))
+    member = create_member(
+        name, spec.search.settings, SearchRequest(fixed=spec.fixed, space=spec.search.space)
+    )
+    assert type(member.study.sampler) is type(sampler_for(name, spec.search.settings))
+    assert member.suggest("t0")["epochs"] == 1
