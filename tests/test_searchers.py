@@ -368,7 +368,7 @@ def test_optuna_with_several_objectives_samples_with_nsga2_and_tpe_for_one():
     import optuna
 
     from lipsweep.search.searchers import searcher_settings
-    from lipsweep.sweep.searchers._optuna import sampler_for
+    from lipsweep.search.searchers.optuna_sampling import sampler_for
 
     two = searcher_settings(
         "optuna", {"num_samples": 4, "metric": ["acc_clean", "acc_pgd_4"], "mode": ["max", "max"]}
@@ -376,3 +376,102 @@ def test_optuna_with_several_objectives_samples_with_nsga2_and_tpe_for_one():
     one = searcher_settings("optuna", {"num_samples": 4, "metric": "acc_clean", "mode": "max"})
     assert isinstance(sampler_for("optuna", two), optuna.samplers.NSGAIISampler)
     assert isinstance(sampler_for("optuna", one), optuna.samplers.TPESampler)
+
+
+def _drive(member, objectives: dict, trials: int = 14) -> list[dict]:
+    """Ask ``trials`` configs one by one; tell each its made-up results: trial 3 failed,
+    trial 6 stopped (no result), trial 8 NaN, trial 10 no objective, the others scored
+    ``objectives[name](config)``."""
+    drawn = []
+    for i in range(trials):
+        config = member.suggest(f"t{i}")
+        drawn.append(config)
+        if i in (3, 6):
+            member.report(f"t{i}", None, failed=i == 3)
+        elif i in (8, 10):
+            member.report(f"t{i}", {n: float("nan") for n in objectives} if i == 8 else {})
+        else:
+            member.report(f"t{i}", {n: f(config) for n, f in objectives.items()})
+    return drawn
+
+
+@pytest.mark.parametrize(
+    "name, metric, mode",
+    [("optuna-tpe", "acc_clean", "max"), ("optuna-nsga2", "[acc_clean, acc_pgd_4]", "[max, min]")],
+)
+def test_the_ray_free_member_draws_what_tunes_optuna_search_draws(tmp_path, name, metric, mode):
+    """The replay's Optuna member and the live sweep's Tune searcher (FinalResultOptuna),
+    told the same results (a failed, a stopped, a NaN and an empty one among them), draw the
+    same configs; the member with its directions flipped draws others (so the comparison can
+    fail)."""
+    import math
+
+    from lipsweep.search.protocol import TuneSearcherMember
+    from lipsweep.search.searchers import create_member, searcher_settings
+
+    extra = ", population_size: 4" if name == "optuna-nsga2" else ""
+    spec = load_space(
+        _space(
+            tmp_path, f"algorithm: {name}, num_samples: 14, metric: {metric}, mode: {mode}{extra}"
+        )
+    )
+    request = SearchRequest(fixed=spec.fixed, space=spec.search.space)
+    objectives = {
+        "acc_clean": lambda c: -10 * math.log10(c["lr"]) + 3 * (c["regularizer"] == "jasmin"),
+        "acc_pgd_4": lambda c: 100 * c["lr"],
+    }
+    objectives = {n: objectives[n] for n in spec.search.settings.metric}
+    settings = spec.search.settings
+    tune = _drive(
+        TuneSearcherMember(create_searcher(name, settings, request).search_alg), objectives
+    )
+    member = _drive(create_member(name, settings, request), objectives)
+    assert member == tune
+    flip = {"max": "min", "min": "max"}
+    flipped = searcher_settings(
+        name,
+        {
+            "num_samples": 14,
+            "metric": list(settings.metric),
+            "mode": [flip[m] for m in settings.mode],
+            **({"population_size": 4} if extra else {}),
+        },
+    )
+    assert _drive(create_member(name, flipped, request), objectives) != tune
+
+
+def test_the_ray_free_member_keeps_its_study_and_runs_every_repeat_seed(tmp_path):
+    """``repeat: {seed: [0, 1]}`` and a study file, as the Tune plan takes them: each draw
+    runs both seeds, and the SQLite study is told their mean, (20 + 30) / 2 = 25."""
+    from lipsweep.search.searchers import create_member
+
+    spec = load_space(_space(tmp_path, "algorithm: optuna-tpe, num_samples: 2, metric: acc_clean"))
+    db = tmp_path / "mlflow.optuna.db"
+    request = SearchRequest(
+        fixed=spec.fixed,
+        space=spec.search.space,
+        study_db=db,
+        study_name="exp",
+        repeats=[{"seed": 0}, {"seed": 1}],
+    )
+    member = create_member("optuna-tpe", spec.search.settings, request)
+    first, second = member.suggest("t0"), member.suggest("t1")
+    assert (first["seed"], second["seed"]) == (0, 1)
+    assert {**first, "seed": 1} == second
+    member.report("t0", {"acc_clean": 20.0})
+    member.report("t1", {"acc_clean": 30.0})
+    (trial,) = _study(study_url(db)).trials
+    assert trial.state.name == "COMPLETE" and trial.value == 25.0
+
+
+@pytest.mark.parametrize("name", OPTUNA)
+def test_each_optuna_searcher_names_a_ray_free_member_with_its_sampler(tmp_path, name):
+    from lipsweep.search.searchers import create_member
+    from lipsweep.search.searchers.optuna_sampling import sampler_for
+
+    spec = load_space(_space(tmp_path, f"algorithm: {name}, num_samples: 2, metric: acc_clean"))
+    member = create_member(
+        name, spec.search.settings, SearchRequest(fixed=spec.fixed, space=spec.search.space)
+    )
+    assert type(member.study.sampler) is type(sampler_for(name, spec.search.settings))
+    assert member.suggest("t0")["epochs"] == 1

@@ -319,8 +319,9 @@ def test_optuna_mlflow_params_are_the_normalised_config(tmp_path):
 
     from _sweep_helpers import children, empty_store
 
+    from lipsweep.search.searchers.optuna_sampling import OptunaSpace
     from lipsweep.sweep.callbacks import MlflowSweepCallback
-    from lipsweep.sweep.searchers._optuna import FinalResultOptuna, OptunaSpace
+    from lipsweep.sweep.searchers._optuna import FinalResultOptuna
     from lipsweep.sweep.trainable import flat_config
     from lipsweep.tracking import Tracker
 

@@ -16,9 +16,12 @@ family's factories (:class:`lipsweep.search.schedulers.cores.Decider`) and wrapp
 by :class:`lipsweep.sweep.schedulers._tune.CoreScheduler`. A searcher's registered factory
 builds a Tune ``Searcher`` (or, for ``grid`` and ``random``, the list of trials it runs);
 :class:`TuneSearcherMember` and :class:`ListMember` give either the protocol, so the replay
-drives the very object a live sweep would. :class:`Repeats` runs each suggested configuration
-once per seed and tells the searcher the configuration's seed-mean result once every seed has
-ended: the same code under the live sweep
+drives the very object a live sweep would. A searcher may name a Ray-free member instead
+(``SearcherInfo.member``: the Optuna searchers',
+:class:`lipsweep.search.searchers.optuna_member.OptunaMember`, telling the study what Tune's
+``OptunaSearch`` tells it), which the replay drives without Ray. :class:`Repeats` runs each
+suggested configuration once per seed and tells the searcher the configuration's seed-mean
+result once every seed has ended: the same code under the live sweep
 (:class:`lipsweep.sweep.searchers._optuna.RepeatSearcher`) and the replay.
 """
 

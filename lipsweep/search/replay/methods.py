@@ -1,6 +1,7 @@
 """The replayed methods: ``--method`` names (:func:`parse_method`, :data:`ALIASES`), each built
-on the table by its registry's factory as a live sweep builds it (:class:`Bench`), and the
-references that know the final values (:data:`REFERENCES`)."""
+on the table by its registry's factories (:class:`Bench`: a searcher's Ray-free member where
+it names one, else the plan a live sweep builds), and the references that know the final
+values (:data:`REFERENCES`)."""
 
 from __future__ import annotations
 
@@ -95,10 +96,13 @@ class Bench:
 
     def search(self, method: Method, seed: int, table: Optional[Table] = None) -> Any:
         """The registered searcher of ``method`` on the table, each configuration once per
-        seed (:class:`Repeats` over a :class:`TableMember`)."""
+        seed (:class:`Repeats` over a :class:`TableMember`): its Ray-free member where it names
+        one (:func:`~lipsweep.search.searchers.create_member`), else its plan's Tune
+        ``Searcher`` or list of trials."""
         from lipsweep.search.protocol import ListMember, Repeats, TuneSearcherMember
         from lipsweep.search.searchers import (
             SearchRequest,
+            create_member,
             create_searcher,
             searcher_info,
             searcher_settings,
@@ -124,9 +128,12 @@ class Bench:
         request = SearchRequest(
             space=table_space(table), trials=[dict(c.params) for c in drawn], normalise=False
         )
+        member = create_member(method.searcher, settings, request)
+        if member is not None:
+            return Repeats(TableMember(member, table), self.seeds, names)
         plan = create_searcher(method.searcher, settings, request)
         if plan.search_alg is not None:
-            member: Any = TuneSearcherMember(plan.search_alg)
+            member = TuneSearcherMember(plan.search_alg)
         else:
             try:
                 member = ListMember(plan.param_space["trial"]["grid_search"])

@@ -17,7 +17,12 @@ A new searcher is one file: a factory ``(settings, SearchRequest) -> TunePlan`` 
 with ``@register_searcher(name, settings=..., info=SearcherInfo(...))`` that imports Ray or
 Optuna inside (the built-ins' are in :mod:`lipsweep.sweep.searchers`), plus, for a built-in,
 its settings in :mod:`lipsweep.search.searchers.settings` and one ``declare_searcher`` line
-below, naming the factory by import path (so this package imports no Ray).
+below, naming the factory by import path (so this package imports no Ray). A searcher that
+runs without Ray names a second factory, ``(settings, SearchRequest) -> member`` of
+:mod:`lipsweep.search.protocol`, in ``SearcherInfo(member="module:factory")``:
+``bench-search`` replays it with no Ray (the Optuna searchers' factories are in
+:mod:`lipsweep.search.searchers.optuna_member`); one that names none is replayed through its
+plan's Tune ``Searcher``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from lipsweep.search.searchers._registry import (
     SearchSettings,
     TunePlan,
     all_settings_keys,
+    create_member,
     create_searcher,
     declare_searcher,
     is_searcher,
@@ -54,6 +60,7 @@ __all__ = [
     "SearcherInfo",
     "TunePlan",
     "all_settings_keys",
+    "create_member",
     "create_searcher",
     "declare_searcher",
     "is_searcher",
@@ -68,6 +75,7 @@ __all__ = [
 
 _BASIC = "lipsweep.sweep.searchers._basic"
 _OPTUNA = "lipsweep.sweep.searchers._optuna"
+_MEMBER = "lipsweep.search.searchers.optuna_member"
 _LEARNS = {"lazy": True, "objectives": True, "study": True}
 
 declare_searcher(
@@ -82,16 +90,19 @@ declare_searcher(
     RandomSettings,
     SearcherInfo(summary="num_samples random draws of search.space, made at load"),
 )
-for _name, _factory, _settings, _summary in (
-    ("optuna", "auto_plan", OptunaSettings, "TPE for one objective, NSGA-II for several"),
-    ("optuna-tpe", "tpe_plan", OptunaSettings, "Optuna TPESampler"),
-    ("optuna-tpe-multivariate", "mtpe_plan", OptunaSettings, "TPE, multivariate and grouped"),
-    ("optuna-nsga2", "nsga2_plan", NSGASettings, "Optuna NSGAIISampler"),
-    ("optuna-nsga3", "nsga3_plan", NSGASettings, "Optuna NSGAIIISampler"),
-    ("optuna-gp", "gp_plan", OptunaSettings, "Optuna GPSampler"),
+for _name, _kind, _settings, _summary in (
+    ("optuna", "auto", OptunaSettings, "TPE for one objective, NSGA-II for several"),
+    ("optuna-tpe", "tpe", OptunaSettings, "Optuna TPESampler"),
+    ("optuna-tpe-multivariate", "mtpe", OptunaSettings, "TPE, multivariate and grouped"),
+    ("optuna-nsga2", "nsga2", NSGASettings, "Optuna NSGAIISampler"),
+    ("optuna-nsga3", "nsga3", NSGASettings, "Optuna NSGAIIISampler"),
+    ("optuna-gp", "gp", OptunaSettings, "Optuna GPSampler"),
 ):
     declare_searcher(
-        _name, f"{_OPTUNA}:{_factory}", _settings, SearcherInfo(summary=_summary, **_LEARNS)
+        _name,
+        f"{_OPTUNA}:{_kind}_plan",
+        _settings,
+        SearcherInfo(summary=_summary, member=f"{_MEMBER}:{_kind}_member", **_LEARNS),
     )
 
 # Installed plugins add searchers too, read on the family's first use (core/registry.py).

@@ -13,6 +13,7 @@ Torch-, Ray-, MLflow- and Optuna-free.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
@@ -38,6 +39,10 @@ class SearcherInfo:
     study: bool = False
     """Keeps an Optuna study in an RDB storage (``--resume`` continues it)."""
     summary: str = ""
+    member: str = ""
+    """Import path (``module:factory``) of a Ray-free factory ``(settings, SearchRequest) ->
+    member`` (:mod:`lipsweep.search.protocol`), what the replay benchmark drives; empty: it
+    drives the plan's Tune ``Searcher`` (:func:`create_member`)."""
 
 
 def _int_in(val: Any, lo: int, hi: int) -> bool:
@@ -155,6 +160,16 @@ create_searcher = SEARCHERS.create
 def declare_searcher(name: str, impl: str, settings: type, info: SearcherInfo) -> None:
     """Declare a built-in by the import path of its factory (imported on first create)."""
     SEARCHERS.declare(name, impl, spec=info, settings=settings)
+
+
+def create_member(name: str, settings: Any, request: SearchRequest) -> Optional[Any]:
+    """Searcher ``name``'s Ray-free member for ``request`` (:attr:`SearcherInfo.member`,
+    imported here), or None when it names none."""
+    path = getattr(searcher_info(name), "member", "")
+    if not path:
+        return None
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)(settings, request)
 
 
 def settings_keys(name: str) -> set[str]:

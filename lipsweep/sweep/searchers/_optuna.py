@@ -1,5 +1,7 @@
 """The Optuna searchers: one Tune ``OptunaSearch`` per sampler, with a persisted study
-(imports Ray and Optuna: loaded by :func:`~lipsweep.search.searchers.create_searcher`).
+(imports Ray and Optuna: loaded by :func:`~lipsweep.search.searchers.create_searcher`). The
+sampler each searcher name builds and the define-by-run space are Ray-free, in
+:mod:`lipsweep.search.searchers.optuna_sampling`.
 
 The classes live at module level because Tune pickles the searcher into the experiment state
 (``Tuner.restore`` needs it); a closure would not pickle. The pickled study holds only its
@@ -13,18 +15,19 @@ import base64
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from lipsweep.core import metric_names
-from lipsweep.core.config_base import ConfigError
-from lipsweep.search.protocol import SEED_KEY, Repeats, TuneSearcherMember
+from lipsweep.search.protocol import Repeats, TuneSearcherMember
 from lipsweep.search.searchers._registry import SearchRequest, TunePlan
+
+# Tune's pickled experiment state (``--resume``) may name the space's class at this address
+from lipsweep.search.searchers.optuna_sampling import OptunaSpace as OptunaSpace
+from lipsweep.search.searchers.optuna_sampling import repeat_seeds, request_space, sampler_for
 from lipsweep.search.searchers.study import study_url
-from lipsweep.search.space import normalise_trial
-from lipsweep.search.space_distributions import SearchSpace, parse_space
 from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
 
 _log = logging.getLogger(__name__)
@@ -124,45 +127,6 @@ def _json_scalar(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-class OptunaSpace:
-    """Define-by-run space for Optuna over a ``search.space`` (see space_distributions.py).
-
-    It draws through the same parsed
-    :class:`~lipsweep.search.space_distributions.SearchSpace` as the random searcher (so both
-    read the distribution syntax one way), and hands Tune the normalised flat config
-    (:func:`~lipsweep.search.space.normalise_trial`): the MLflow params and ``config.json``
-    are then the same settings under either searcher.
-    """
-
-    def __init__(
-        self,
-        fixed: dict[str, Any],
-        space: SearchSpace | dict[str, Any],
-        path: str = "search.space",
-        normalise: bool = True,
-    ) -> None:
-        self.fixed = dict(fixed)
-        self.space = space if isinstance(space, SearchSpace) else parse_space(space, path)
-        self.normalise = normalise
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Tune's experiment state of a sweep started before the space was parsed holds the
-        raw mapping: parse it on restore (``--resume``)."""
-        self.__dict__.update(state)
-        if not isinstance(self.space, SearchSpace):
-            self.space = parse_space(self.space, "search.space")
-
-    def __call__(self, trial: Any) -> dict[str, Any]:
-        flat = {**self.fixed, **self.space.suggest(trial)}
-        if not getattr(self, "normalise", True):  # a recorded table's settings, as they are
-            return {"trial": flat}
-        try:
-            return {"trial": normalise_trial(flat)}
-        except ConfigError as err:  # load_space checked 16 draws; this trial fails with it
-            _log.warning("optuna drew an invalid trial: %s", err.format())
-            return {"trial": flat}
-
-
 def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
     """A :class:`FinalResultOptuna` over ``request.space`` whose study (``study_name``) is
     kept in ``request.study_db`` (in memory when None)."""
@@ -170,17 +134,14 @@ def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
 
     metric = list(settings.metric) if len(settings.metric) > 1 else settings.metric[0]
     mode = list(settings.mode) if len(settings.mode) > 1 else settings.mode[0]
-    seeds = [r[SEED_KEY] for r in request.repeats if SEED_KEY in r]
-    fixed = dict(request.fixed)
-    if len(seeds) == 1:  # one seed: every draw runs it, as grid and random trials do
-        fixed[SEED_KEY] = seeds[0]
+    seeds = repeat_seeds(request)
     storage, url = None, None
     if request.study_db is not None:
         request.study_db.parent.mkdir(parents=True, exist_ok=True)
         url = study_url(request.study_db)
         storage = optuna.storages.RDBStorage(url)
     searcher = FinalResultOptuna(
-        space=OptunaSpace(fixed, request.space, normalise=request.normalise),
+        space=request_space(request),
         metric=metric,
         mode=mode,
         sampler=sampler,
@@ -202,51 +163,6 @@ def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
         num_samples=settings.num_samples * max(1, len(seeds)),
         storage_url=url,
     )
-
-
-def _samplers() -> Any:
-    import optuna
-
-    return optuna.samplers
-
-
-def _quiet(make: Callable[[], Any]) -> Any:
-    """Build a sampler without Optuna's ExperimentalWarning (NSGA-III, TPE ``group``): the
-    space chose it; the README says which samplers Optuna marks experimental."""
-    import warnings
-
-    import optuna
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return make()
-
-
-def sampler_for(name: str, settings: Any) -> Any:
-    """The Optuna sampler of searcher ``name`` (``optuna``: TPE for one objective, NSGA-II
-    for several, the spelling spaces had first), seeded by ``settings.seed``."""
-    samplers, seed = _samplers(), settings.seed
-    if name == "optuna":
-        several = len(settings.metric) > 1
-        return samplers.NSGAIISampler(seed=seed) if several else samplers.TPESampler(seed=seed)
-    if name == "optuna-tpe":
-        return samplers.TPESampler(seed=seed)
-    if name == "optuna-tpe-multivariate":  # TPE over the joint distribution, by branch
-        return _quiet(lambda: samplers.TPESampler(seed=seed, multivariate=True, group=True))
-    if name == "optuna-nsga2":
-        return _nsga(samplers.NSGAIISampler, settings)
-    if name == "optuna-nsga3":
-        return _nsga(samplers.NSGAIIISampler, settings)
-    if name == "optuna-gp":
-        return samplers.GPSampler(seed=seed)
-    raise KeyError(name)
-
-
-def _nsga(cls: Callable[..., Any], settings: Any) -> Any:
-    extra = (
-        {} if settings.population_size is None else {"population_size": settings.population_size}
-    )
-    return _quiet(lambda: cls(seed=settings.seed, **extra))
 
 
 def auto_plan(settings: Any, request: SearchRequest) -> TunePlan:
