@@ -127,7 +127,8 @@ def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
     """Hand computation: A's seeds 10 and 10.2 at rung 1 (mean 10.1, SS 0.02); C's first seed
     2. Quota: 2 configurations, 1 kept, A ahead of C. Noise: pooled SS 0.02 at 1 df -> sd
     0.14142; the gap 8.1 over 0.14142 * sqrt(1/2 + 1) = 0.17321 is z = 46.765; Student's t at
-    1 df is Cauchy: P = 1/2 + atan(46.765) / pi = 0.99319 >= 0.8: C stops on one seed."""
+    1 df is Cauchy: P = 1/2 + atan(46.765) / pi = 0.99319 >= 1 - 0.2 / 2 (two looks): C stops on
+    one seed."""
     core = _seeded()
     assert core.decide("a0", "A", 1, {"m": 10.0}) == CONTINUE
     assert core.decide("a1", "A", 1, {"m": 10.2}) == CONTINUE
@@ -142,8 +143,8 @@ def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
     assert why.probabilities[0] == pytest.approx(0.99319, abs=1e-5)
     assert (why.noise_seeds, why.noise_df, why.confidence) == (3, 1, 0.8)
     assert why.text() == (
-        "rung at epoch 1: 1 seed behind, beyond seed noise at 80% confidence, a0 (m +8.1; "
-        "P(dominates) >= 0.99); seed noise (sd) m 0.1414 from 3 seeds (df 1) (1 ahead; 1 of 2 "
+        "rung at epoch 1: 1 seed behind, beyond seed noise at 80% confidence (this look "
+        "needed P >= 0.9), a0 (m +8.1; P(dominates) >= 0.99); seed noise (sd) m 0.1414 from 3 seeds (df 1) (1 ahead; 1 of 2 "
         "promoted)"
     )
     # the reason survives the state file (a resumed sweep tags with it)
