@@ -144,8 +144,8 @@ def test_a_configuration_is_judged_on_its_first_seed_and_stopped_as_a_whole():
     assert (why.noise_seeds, why.noise_df, why.confidence) == (3, 1, 0.8)
     assert why.text() == (
         "rung at epoch 1: 1 seed behind, beyond seed noise at 80% confidence (this look "
-        "needed P >= 0.9), a0 (m +8.1; P(dominates) >= 0.99); seed noise (sd) m 0.1414 from 3 seeds (df 1) (1 ahead; 1 of 2 "
-        "promoted)"
+        "needed P >= 0.9), a0 (m +8.1; P(dominates) >= 0.99); seed noise (sd) m 0.1414 from "
+        "3 seeds (df 1) (1 ahead; 1 of 2 promoted)"
     )
     # the reason survives the state file (a resumed sweep tags with it)
     assert MoAsha.from_state(json.loads(json.dumps(core.state()))).reason("c0") == why
