@@ -557,7 +557,9 @@ class _RunTracker(_Tracker):
 def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_path, monkeypatch):
     """Local Ray, three configurations x 2 seeds, best first, one trial at a time: Tune calls
     the adapter, the core stops the dominated configurations, a queued seed of a stopped
-    configuration never starts, and each stopped trial's run gets its reason as a tag."""
+    configuration never starts, and each stopped trial's run gets its reason as a tag (the
+    rule at the rung, per rival: 2 seeds leave too little evidence for the default's
+    spread over rivals)."""
     import os
 
     import ray
@@ -575,6 +577,7 @@ def test_moasha_drives_a_real_tune_sweep_and_stops_dominated_configurations(tmp_
             "metrics": ["acc_clean", "loss"],
             "modes": ["max", "min"],
             "trend": False,
+            "rivals": False,
         }
     )
     state = tmp_path / "sched.json"
