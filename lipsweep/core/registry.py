@@ -91,7 +91,8 @@ class Member(Generic[T]):
         return not isinstance(self.impl, str)
 
 
-def _import(path: str) -> Any:
+def import_path(path: str) -> Any:
+    """The object an import path names: ``module:attr`` (dots in ``attr`` walk attributes)."""
     module, _, attr = path.partition(":")
     obj: Any = importlib.import_module(module)
     for part in attr.split(".") if attr else ():
@@ -258,7 +259,7 @@ class Registry(Generic[T]):
         """The implementation of ``name``, importing a declared one on first use."""
         member = self.entry(name)
         if not member.loaded:
-            obj = _import(member.impl)
+            obj = import_path(member.impl)
             current = self._members[name]  # importing may have registered it already
             if not current.loaded:
                 self._members[name] = replace(current, impl=obj)

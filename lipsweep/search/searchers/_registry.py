@@ -13,14 +13,13 @@ Torch-, Ray-, MLflow- and Optuna-free.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from lipsweep.core import metric_names
 from lipsweep.core.config_base import INT_LIMIT, ConfigError, show
-from lipsweep.core.registry import Family
+from lipsweep.core.registry import Family, import_path
 
 MAX_SAMPLES = 100_000  # more is a typo (as space.MAX_TRIALS)
 
@@ -166,10 +165,7 @@ def create_member(name: str, settings: Any, request: SearchRequest) -> Optional[
     """Searcher ``name``'s Ray-free member for ``request`` (:attr:`SearcherInfo.member`,
     imported here), or None when it names none."""
     path = getattr(searcher_info(name), "member", "")
-    if not path:
-        return None
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)(settings, request)
+    return import_path(path)(settings, request) if path else None
 
 
 def settings_keys(name: str) -> set[str]:
