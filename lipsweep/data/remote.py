@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from lipsweep.core.config_base import ConfigError, show
-from lipsweep.core.digest import file_sha256
+from lipsweep.core.digest import file_sha256, stream_sha256
 from lipsweep.core.paths import (
     WriteError,
     check_env_folder,
@@ -52,7 +52,6 @@ FORMAT = "lipsweep-data/1"
 MANIFEST_SUFFIX = ".manifest.json"
 CACHE_ENV = "LIPSWEEP_DATA_CACHE"
 URI_SCHEMES = ("s3", "gs", "gcs", "file", "hdfs", "abfs", "abfss")
-_CHUNK = 8 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -356,20 +355,17 @@ def fetch_prepared(uri: str, dataset: Optional[str] = None) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         fs, path = pafs.FileSystem.from_uri(uri)
-        digest = hashlib.sha256()
         with removing(tmp, str(target), errors=()):  # any exception: no temporary left
             try:
                 with fs.open_input_stream(path) as src, open(tmp, "wb") as dst:
-                    while chunk := src.read(_CHUNK):
-                        digest.update(chunk)
-                        dst.write(chunk)
+                    digest = stream_sha256(src, sink=dst)
                     dst.flush()
                     os.fsync(dst.fileno())
             except OSError as exc:
                 raise ConfigError(
                     "data_dir", f"cannot read {uri}: {str(exc).splitlines()[0]}"
                 ) from None
-            if digest.hexdigest() != manifest.sha256:
+            if digest != manifest.sha256:
                 raise ConfigError(
                     "data_dir",
                     f"{uri} does not match its manifest's sha256 "
