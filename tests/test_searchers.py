@@ -465,13 +465,18 @@ def test_the_ray_free_member_keeps_its_study_and_runs_every_repeat_seed(tmp_path
 
 
 @pytest.mark.parametrize("name", OPTUNA)
-def test_each_optuna_searcher_names_a_ray_free_member_with_its_sampler(tmp_path, name):
+def test_each_optuna_searcher_plans_and_replays_with_its_own_sampler(tmp_path, name):
+    """One plan factory and one member factory serve every Optuna searcher: each reads its
+    sampler from the request's ``algorithm``, which ``create_searcher``/``create_member``
+    fill in."""
     from lipsweep.search.searchers import create_member
     from lipsweep.search.searchers.optuna_sampling import sampler_for
 
     spec = load_space(_space(tmp_path, f"algorithm: {name}, num_samples: 2, metric: acc_clean"))
-    member = create_member(
-        name, spec.search.settings, SearchRequest(fixed=spec.fixed, space=spec.search.space)
-    )
-    assert type(member.study.sampler) is type(sampler_for(name, spec.search.settings))
+    request = SearchRequest(fixed=spec.fixed, space=spec.search.space)
+    want = type(sampler_for(name, spec.search.settings))
+    member = create_member(name, spec.search.settings, request)
+    assert type(member.study.sampler) is want
     assert member.suggest("t0")["epochs"] == 1
+    plan = create_searcher(name, spec.search.settings, request)
+    assert type(plan.search_alg._sampler) is want

@@ -90,19 +90,19 @@ declare_searcher(
     RandomSettings,
     SearcherInfo(summary="num_samples random draws of search.space, made at load"),
 )
-for _name, _kind, _settings, _summary in (
-    ("optuna", "auto", OptunaSettings, "TPE for one objective, NSGA-II for several"),
-    ("optuna-tpe", "tpe", OptunaSettings, "Optuna TPESampler"),
-    ("optuna-tpe-multivariate", "mtpe", OptunaSettings, "TPE, multivariate and grouped"),
-    ("optuna-nsga2", "nsga2", NSGASettings, "Optuna NSGAIISampler"),
-    ("optuna-nsga3", "nsga3", NSGASettings, "Optuna NSGAIIISampler"),
-    ("optuna-gp", "gp", OptunaSettings, "Optuna GPSampler"),
-):
+for _name, _settings, _summary in (
+    ("optuna", OptunaSettings, "TPE for one objective, NSGA-II for several"),
+    ("optuna-tpe", OptunaSettings, "Optuna TPESampler"),
+    ("optuna-tpe-multivariate", OptunaSettings, "TPE, multivariate and grouped"),
+    ("optuna-nsga2", NSGASettings, "Optuna NSGAIISampler"),
+    ("optuna-nsga3", NSGASettings, "Optuna NSGAIIISampler"),
+    ("optuna-gp", OptunaSettings, "Optuna GPSampler"),
+):  # one plan and one member for all: each reads its sampler from request.algorithm
     declare_searcher(
         _name,
-        f"{_OPTUNA}:{_kind}_plan",
+        f"{_OPTUNA}:optuna_plan",
         _settings,
-        SearcherInfo(summary=_summary, member=f"{_MEMBER}:{_kind}_member", **_LEARNS),
+        SearcherInfo(summary=_summary, member=f"{_MEMBER}:optuna_member", **_LEARNS),
     )
 
 # Installed plugins add searchers too, read on the family's first use (core/registry.py).

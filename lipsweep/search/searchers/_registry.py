@@ -13,7 +13,7 @@ Torch-, Ray-, MLflow- and Optuna-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
@@ -114,6 +114,9 @@ class SearchRequest:
     normalise: bool = True
     """Draws are trial settings, checked and defaults filled in (False: a recorded table's
     settings, kept as they are, in the replay benchmark)."""
+    algorithm: str = ""
+    """The searcher's name (:func:`create_searcher` and :func:`create_member` fill it in): one
+    factory can serve several searchers (the Optuna samplers)."""
 
 
 @dataclass(frozen=True)
@@ -152,8 +155,11 @@ searcher_info = SEARCHERS.spec
 searcher_settings = SEARCHERS.settings
 """Searcher ``name``'s frozen settings from the ``search:`` block (ConfigError names the key;
 the block's keys were checked by the caller)."""
-create_searcher = SEARCHERS.create
-"""``create_searcher(name, settings, request)``: the :class:`TunePlan` (imports Ray, Optuna)."""
+
+
+def create_searcher(name: str, settings: Any, request: SearchRequest) -> TunePlan:
+    """Searcher ``name``'s :class:`TunePlan` for ``request`` (imports Ray, Optuna)."""
+    return SEARCHERS.create(name, settings, replace(request, algorithm=name))
 
 
 def declare_searcher(name: str, impl: str, settings: type, info: SearcherInfo) -> None:
@@ -165,7 +171,7 @@ def create_member(name: str, settings: Any, request: SearchRequest) -> Optional[
     """Searcher ``name``'s Ray-free member for ``request`` (:attr:`SearcherInfo.member`,
     imported here), or None when it names none."""
     path = getattr(searcher_info(name), "member", "")
-    return import_path(path)(settings, request) if path else None
+    return import_path(path)(settings, replace(request, algorithm=name)) if path else None
 
 
 def settings_keys(name: str) -> set[str]:

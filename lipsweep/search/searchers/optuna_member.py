@@ -11,7 +11,7 @@ Imports Optuna when a member is built.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from lipsweep.search.protocol import CONTINUE, Repeats
 from lipsweep.search.searchers._registry import SearchRequest
@@ -71,10 +71,10 @@ class OptunaMember:
         return CONTINUE
 
 
-def optuna_member(name: str, settings: Any, request: SearchRequest) -> Any:
-    """Searcher ``name``'s member over ``request``: its study kept in ``request.study_db`` (in
-    memory when None), each draw run once per seed of ``request.repeats`` when there are
-    several (:class:`~lipsweep.search.protocol.Repeats`)."""
+def optuna_member(settings: Any, request: SearchRequest) -> Any:
+    """The member of Optuna searcher ``request.algorithm`` (its sampler) over ``request``: its
+    study kept in ``request.study_db`` (in memory when None), each draw run once per seed of
+    ``request.repeats`` when there are several (:class:`~lipsweep.search.protocol.Repeats`)."""
     import optuna
 
     storage = None
@@ -83,7 +83,7 @@ def optuna_member(name: str, settings: Any, request: SearchRequest) -> Any:
         storage = optuna.storages.RDBStorage(study_url(request.study_db))
     study = optuna.create_study(
         storage=storage,
-        sampler=sampler_for(name, settings),
+        sampler=sampler_for(request.algorithm, settings),
         pruner=optuna.pruners.NopPruner(),
         study_name=request.study_name,
         load_if_exists=True,
@@ -92,19 +92,3 @@ def optuna_member(name: str, settings: Any, request: SearchRequest) -> Any:
     member: Any = OptunaMember(study, request_space(request), settings.metric)
     seeds = repeat_seeds(request)
     return Repeats(member, seeds, settings.metric) if len(seeds) > 1 else member
-
-
-def _member_of(name: str) -> Callable[[Any, SearchRequest], Any]:
-    def make(settings: Any, request: SearchRequest) -> Any:
-        return optuna_member(name, settings, request)
-
-    make.__name__ = make.__qualname__ = f"member_{name.replace('-', '_')}"
-    return make
-
-
-auto_member = _member_of("optuna")
-tpe_member = _member_of("optuna-tpe")
-mtpe_member = _member_of("optuna-tpe-multivariate")
-nsga2_member = _member_of("optuna-nsga2")
-nsga3_member = _member_of("optuna-nsga3")
-gp_member = _member_of("optuna-gp")

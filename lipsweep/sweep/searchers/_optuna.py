@@ -165,25 +165,6 @@ def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
     )
 
 
-def auto_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, sampler_for("optuna", settings))
-
-
-def tpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, sampler_for("optuna-tpe", settings))
-
-
-def mtpe_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, sampler_for("optuna-tpe-multivariate", settings))
-
-
-def nsga2_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, sampler_for("optuna-nsga2", settings))
-
-
-def nsga3_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, sampler_for("optuna-nsga3", settings))
-
-
-def gp_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    return _plan(settings, request, sampler_for("optuna-gp", settings))
+def optuna_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    """The plan of Optuna searcher ``request.algorithm``, with its sampler."""
+    return _plan(settings, request, sampler_for(request.algorithm, settings))
