@@ -16,7 +16,7 @@ earlier.
     .venv/bin/lipsweep bench-search --table /tmp/wide_x8.csv --objective acc_clean:max \\
         --objective acc_pgd_4:max --objective lip_jacobian_median:min --out /tmp/wide_x8
 
-docs/benchmarks.md ("What the tables allow") has what it showed.
+docs/benchmarks.md's appendix has what it showed.
 """
 
 from __future__ import annotations

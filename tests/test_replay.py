@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import os
 import subprocess
@@ -418,42 +417,6 @@ def test_stretch_table_splits_each_epoch_and_keeps_the_final_evaluation_last(tmp
     assert c.metrics["0"]["probe_p"] == pytest.approx([1, 1, 1, 2, 2, 2])
     assert c.metrics["0"]["acc_clean"] == pytest.approx([10, 10, 10, 10, 10, 30])
     assert np.isnan(c.metrics["0"]["f"][:-1]).all() and c.metrics["0"]["f"][-1] == 7.0
-
-
-def test_promotion_what_if_stopping_form_is_the_replay_and_its_promotion_form_pauses(
-    tmp_path, monkeypatch
-):
-    """benchmarks/promotion_halving.py: with ``pause`` False it is bench-search's ``moasha``
-    replay for replay; pausing, no configuration passes the first rung before a second one is
-    recorded there (floor(n / 2) >= 1), every configuration ends (run in full or stopped), and
-    its compute shares add up to 1."""
-    synth, promo = bench_module("synth_table"), bench_module("promotion_halving")
-    spec = synth.Spec(configs=10, seeds=2, epochs=6, front=3, seed=3)
-    csv_path, _ = synth.write(synth.generate(spec), tmp_path / "t.csv")
-    bench = replay.make_bench(replay.load_table(csv_path), OBJECTIVES, workers=4)
-    moasha = replay.parse_method("moasha")
-    for seed in (0, 1):
-        stopping, _ = promo.replay_once(bench, seed, pause=False)
-        live = bench.replay(moasha, seed)
-        assert (stopping.compute, stopping.hv, stopping.stopped) == (
-            live.compute, live.hv, live.stopped
-        )  # fmt: skip
-        paused, shares = promo.replay_once(bench, seed)
-        assert paused.stopped + len(paused.compute) == 10
-        assert sum(shares.values()) == pytest.approx(1.0)
-    rungs: list[tuple[str, int]] = []
-    core_decide = replay.CoreRule.decide
-
-    def spy(self, trial, group, t, metrics):  # the order trials report at the first two epochs
-        if t in (1, 2):
-            rungs.append((group, t))
-        return core_decide(self, trial, group, t, metrics)
-
-    monkeypatch.setattr(replay.CoreRule, "decide", spy)
-    # one worker: the stopping form would run the first trial on past its rung at once
-    promo.replay_once(dataclasses.replace(bench, workers=1), 0)
-    first_past = next(i for i, (_, t) in enumerate(rungs) if t == 2)
-    assert len({g for g, t in rungs[:first_past] if t == 1}) >= 2
 
 
 def test_the_oracle_floor_matches_a_hand_computation(tmp_path):
