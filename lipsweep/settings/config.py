@@ -185,8 +185,9 @@ class ProbeConfig:
     probe_every: int = 0
     """Probe after every this-many epochs (and never when 0, the default): metrics
     ``probe_acc_pgd_<eps>`` and ``probe_lip_jacobian_median``, logged to MLflow per epoch and
-    usable as a scheduler metric. At 256/64 images it costs about 5 % of a paper-recipe epoch,
-    but more than a whole epoch of the 2,000-image embedded sample (docs/benchmarks.md)."""
+    usable as a scheduler metric. At 256/64 images, 5.6 % of a paper-recipe epoch's passes
+    counted, 24-29 % of its time measured on an H100/H200 (bf16 training against fp32 probes),
+    14 % of a 4,608-image CPU epoch (docs/benchmarks.md, "Per-epoch robustness probes")."""
     probe_images: int = 256
     """Held-out images of the PGD probe (a fixed, seeded subset of the evaluation subset,
     independent of the trial seed; all of it when smaller; 0 skips the PGD probe)."""
