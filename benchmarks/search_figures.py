@@ -209,7 +209,7 @@ def markdown(summaries: Sequence[dict[str, Any]]) -> str:
 
 
 SETTINGS = ((0.8, 2.0), (0.9, 2.0), (0.95, 2.0), (0.8, 3.0), (0.8, 4.0))
-"""moasha's (confidence, reduction_factor) pairs ``--settings`` compares; (0.8, 2) the default."""
+"""moasha's (confidence, reduction_factor) pairs ``--settings`` compares; (0.9, 2) the default."""
 
 
 def settings_runs(names: Sequence[str], args: argparse.Namespace) -> dict[tuple, list[Any]]:

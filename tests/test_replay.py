@@ -594,6 +594,18 @@ def test_a_confidence_outside_0_1_is_one_line(tmp_path, capsys, value):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    "flag,value", [("confidence", 1.5), ("reduction_factor", 1.5), ("grace_period", 0)]
+)
+def test_the_api_checks_the_rule_flags_by_moashas_own_rules(tmp_path, flag, value):
+    """``bench_search`` called directly checks its scheduler flags as ``MoashaSettings`` does,
+    the error naming the flag, before any replay."""
+    table = replay.load_table(_table(tmp_path, GOOD))
+    with pytest.raises(ConfigError) as exc:
+        replay.bench_search(table, OBJECTIVES[:2], 0.4, 1, 1, only=["grid"], **{flag: value})
+    assert exc.value.field == flag
+
+
 def test_summary_json_is_strict_json_written_through_a_temporary(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     table = _table(tmp_path, GOOD)

@@ -33,7 +33,7 @@ from lipsweep.core.options import (
     settings_field,
 )
 from lipsweep.core.shipped import CONFIGS, SPACES, resolve
-from lipsweep.search.schedulers.moasha_settings import MoashaSettings
+from lipsweep.search.schedulers.moasha_settings import MoashaSettings, check_flags
 from lipsweep.sweep.options import SweepOptions
 
 if TYPE_CHECKING:
@@ -312,16 +312,7 @@ class BenchSearchOptions:
             check_int(name, getattr(self, name), 1)
         if self.seeds is not None:
             check_int("seeds", self.seeds, 1)
-        try:  # the scheduler's own rules, named by this command's flags
-            MoashaSettings(
-                metrics=("m",),
-                modes=("max",),
-                grace_period=self.grace_period,
-                reduction_factor=self.reduction_factor,
-                confidence=self.confidence,
-            )
-        except ConfigError as err:
-            raise ConfigError(err.field.removeprefix("scheduler."), err.message) from None
+        check_flags(self.grace_period, self.reduction_factor, self.confidence)
         for name in ("replays", "workers", "seeds"):
             if (getattr(self, name) or 0) > INT_LIMIT:
                 raise ConfigError(name, f"must be at most {INT_LIMIT}")

@@ -103,7 +103,7 @@ from lipsweep.search.replay.table import (
     stop_metrics,
     told_finals,
 )
-from lipsweep.search.schedulers.moasha_settings import MoashaSettings
+from lipsweep.search.schedulers.moasha_settings import MoashaSettings, check_flags
 
 _log = logging.getLogger(__name__)
 
@@ -173,8 +173,8 @@ def bench_search(
     workers: int,
     stop_on: Sequence[tuple[str, str]] = (),
     only: Sequence[str] = (),
-    grace_period: int = 1,
-    reduction_factor: float = 2,
+    grace_period: int = MoashaSettings.grace_period,
+    reduction_factor: float = MoashaSettings.reduction_factor,
     confidence: float = MoashaSettings.confidence,
     seeds: Optional[int] = None,
 ) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
@@ -191,8 +191,7 @@ def bench_search(
             "grace_period", f"must be at most the table's {table.epochs} epochs, "
             f"got {grace_period}"
         )  # fmt: skip
-    if not 0 < confidence < 1:
-        raise ConfigError("confidence", f"must be in (0, 1), got {confidence}")
+    check_flags(grace_period, reduction_factor, confidence)
     bench = make_bench(
         table, objectives, stop_on, workers, grace_period, reduction_factor, confidence
     )

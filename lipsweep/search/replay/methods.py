@@ -89,8 +89,8 @@ class Bench:
     objectives: tuple[tuple[str, str], ...]
     stops: tuple[tuple[str, str], ...]
     seeds: tuple[str, ...]
-    grace_period: int = 1
-    reduction_factor: float = 2
+    grace_period: int = MoashaSettings.grace_period
+    reduction_factor: float = MoashaSettings.reduction_factor
     confidence: float = MoashaSettings.confidence
     workers: int = 4
 
@@ -235,8 +235,8 @@ def make_bench(
     objectives: Sequence[tuple[str, str]],
     stop_on: Sequence[tuple[str, str]] = (),
     workers: int = 4,
-    grace_period: int = 1,
-    reduction_factor: float = 2,
+    grace_period: int = MoashaSettings.grace_period,
+    reduction_factor: float = MoashaSettings.reduction_factor,
     confidence: float = MoashaSettings.confidence,
 ) -> Bench:
     """The :class:`Bench` of ``table`` (every configuration must have the same seeds)."""

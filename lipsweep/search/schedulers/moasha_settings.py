@@ -97,6 +97,22 @@ class MoashaSettings:
         check_rungs(self.grace_period, self.max_t, epochs)
 
 
+def check_flags(grace_period: int, reduction_factor: float, confidence: float) -> None:
+    """The rule's settings that ``bench-search`` takes as flags, checked by
+    :class:`MoashaSettings`' own rules: ConfigError naming the flag (``confidence``, not
+    ``scheduler.confidence``)."""
+    try:
+        MoashaSettings(
+            metrics=("m",),
+            modes=("max",),
+            grace_period=grace_period,
+            reduction_factor=reduction_factor,
+            confidence=confidence,
+        )
+    except ConfigError as err:
+        raise ConfigError(err.field.removeprefix("scheduler."), err.message) from None
+
+
 def check_rungs(grace_period: float, max_t: Optional[int], epochs: int) -> None:
     """A scheduler over trials of ``epochs`` epochs must have its first rung within them
     (else it could never stop one), and no rung past them (a trial's last epoch would then be
