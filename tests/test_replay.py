@@ -595,7 +595,8 @@ def test_a_confidence_outside_0_1_is_one_line(tmp_path, capsys, value):
 
 
 @pytest.mark.parametrize(
-    "flag,value", [("confidence", 1.5), ("reduction_factor", 1.5), ("grace_period", 0)]
+    "flag,value",
+    [("confidence", 1.5), ("reduction_factor", 1.5), ("grace_period", 0), ("grace_period", "2")],
 )
 def test_the_api_checks_the_rule_flags_by_moashas_own_rules(tmp_path, flag, value):
     """``bench_search`` called directly checks its scheduler flags as ``MoashaSettings`` does,

@@ -186,12 +186,12 @@ def bench_search(
         table = first_seeds(table, seeds)
     check_objectives(table, objectives)
     _quiet_optuna()  # a study per replay: no banner each
+    check_flags(grace_period, reduction_factor, confidence)
     if grace_period > table.epochs:
         raise ConfigError(
             "grace_period", f"must be at most the table's {table.epochs} epochs, "
             f"got {grace_period}"
         )  # fmt: skip
-    check_flags(grace_period, reduction_factor, confidence)
     bench = make_bench(
         table, objectives, stop_on, workers, grace_period, reduction_factor, confidence
     )
