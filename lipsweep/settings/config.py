@@ -168,7 +168,7 @@ class RunConfig:
             )
 
 
-_MAX_PROBE_EVERY = (10_000, "the number of epochs is at most 10,000")
+_MAX_PROBE_EVERY = (MAX_EPOCHS, f"the number of epochs is at most {MAX_EPOCHS:,}")
 _MAX_PROBE_IMAGES = (1_000_000, "more than any evaluation set (CIFAR test: 10,000)")
 
 

@@ -21,7 +21,7 @@ from lipsweep.search.searchers.optuna_sampling import (
     request_space,
     sampler_for,
 )
-from lipsweep.search.searchers.study import study_url
+from lipsweep.search.searchers.study import study_storage
 
 _log = logging.getLogger(__name__)
 
@@ -77,12 +77,8 @@ def optuna_member(settings: Any, request: SearchRequest) -> Any:
     ``request.repeats`` when there are several (:class:`~lipsweep.search.protocol.Repeats`)."""
     import optuna
 
-    storage = None
-    if request.study_db is not None:
-        request.study_db.parent.mkdir(parents=True, exist_ok=True)
-        storage = optuna.storages.RDBStorage(study_url(request.study_db))
     study = optuna.create_study(
-        storage=storage,
+        storage=study_storage(request.study_db),
         sampler=sampler_for(request.algorithm, settings),
         pruner=optuna.pruners.NopPruner(),
         study_name=request.study_name,

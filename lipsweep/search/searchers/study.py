@@ -6,12 +6,14 @@
   ``--storage`` is remote too (as the spill file, :func:`lipsweep.core.storage.spill_path`).
 
 The study is named after the experiment, so ``--resume`` continues it and
-``optuna-dashboard sqlite:///PATH`` shows every sweep of that store. Torch/Ray/Optuna-free.
+``optuna-dashboard sqlite:///PATH`` shows every sweep of that store. Torch- and Ray-free;
+Optuna is imported by :func:`study_storage` alone.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Optional
 
 from lipsweep.core.storage import experiment_path, is_remote, local_path
 
@@ -35,6 +37,17 @@ def study_db(tracking_uri: str, storage: str, experiment: str) -> Path:
 def study_url(db: Path) -> str:
     """The Optuna RDB storage URL of ``db`` (what ``optuna-dashboard`` takes)."""
     return f"sqlite:///{db}"
+
+
+def study_storage(db: Optional[Path]) -> Any:
+    """Optuna's RDB storage of the study file ``db`` (its folder made), or None (a study in
+    memory) when ``db`` is None. Imports Optuna."""
+    if db is None:
+        return None
+    import optuna
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(study_url(db))
 
 
 def existing_study(db: Path, name: str) -> bool:

@@ -27,7 +27,7 @@ from lipsweep.search.searchers._registry import SearchRequest, TunePlan
 # Tune's pickled experiment state (``--resume``) may name the space's class at this address
 from lipsweep.search.searchers.optuna_sampling import OptunaSpace as OptunaSpace
 from lipsweep.search.searchers.optuna_sampling import repeat_seeds, request_space, sampler_for
-from lipsweep.search.searchers.study import study_url
+from lipsweep.search.searchers.study import study_storage, study_url
 from lipsweep.sweep.trainable import ERROR_KEY, FINAL_KEY
 
 _log = logging.getLogger(__name__)
@@ -127,26 +127,21 @@ def _json_scalar(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
-    """A :class:`FinalResultOptuna` over ``request.space`` whose study (``study_name``) is
-    kept in ``request.study_db`` (in memory when None)."""
-    import optuna
-
+def optuna_plan(settings: Any, request: SearchRequest) -> TunePlan:
+    """The plan of Optuna searcher ``request.algorithm``: a :class:`FinalResultOptuna` with
+    its sampler over ``request.space``, whose study (``study_name``) is kept in
+    ``request.study_db`` (in memory when None)."""
     metric = list(settings.metric) if len(settings.metric) > 1 else settings.metric[0]
     mode = list(settings.mode) if len(settings.mode) > 1 else settings.mode[0]
     seeds = repeat_seeds(request)
-    storage, url = None, None
-    if request.study_db is not None:
-        request.study_db.parent.mkdir(parents=True, exist_ok=True)
-        url = study_url(request.study_db)
-        storage = optuna.storages.RDBStorage(url)
+    url = None if request.study_db is None else study_url(request.study_db)
     searcher = FinalResultOptuna(
         space=request_space(request),
         metric=metric,
         mode=mode,
-        sampler=sampler,
+        sampler=sampler_for(request.algorithm, settings),
         study_name=request.study_name,
-        storage=storage,
+        storage=study_storage(request.study_db),
     )
     if url is not None:
         _log.info(
@@ -163,8 +158,3 @@ def _plan(settings: Any, request: SearchRequest, sampler: Any) -> TunePlan:
         num_samples=settings.num_samples * max(1, len(seeds)),
         storage_url=url,
     )
-
-
-def optuna_plan(settings: Any, request: SearchRequest) -> TunePlan:
-    """The plan of Optuna searcher ``request.algorithm``, with its sampler."""
-    return _plan(settings, request, sampler_for(request.algorithm, settings))
